@@ -1,0 +1,135 @@
+//! Time-factored keys (seed paper, section III).
+//!
+//! `id = H80(quantum id) ++ H80(series key)` (quanta-first, QFI) or
+//! `H80(series key) ++ H80(quantum id)` (key-first, KFI), where H80 is the first 80 bits of
+//! SHA-1. The quantum id is the quantum's start in nanoseconds, hashed as 8 big-endian bytes;
+//! the series key is hashed as its canonical UTF-8 string.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha1::{Digest, Sha1};
+
+use crate::id::{ID_BYTES, Id};
+use crate::series::SeriesKey;
+use crate::time::Quantum;
+
+/// Which half of the id the time quantum occupies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyFormat {
+    /// Quanta-first: a series' history spreads over the whole network.
+    #[default]
+    Qfi,
+    /// Key-first: a series' history stays on the same few nodes.
+    Kfi,
+}
+
+impl fmt::Display for KeyFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyFormat::Qfi => "qfi",
+            KeyFormat::Kfi => "kfi",
+        })
+    }
+}
+
+/// A key format name other than `qfi` or `kfi`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown key format {0:?}: use qfi (quanta-first) or kfi (key-first)")]
+pub struct ParseKeyFormatError(String);
+
+impl FromStr for KeyFormat {
+    type Err = ParseKeyFormatError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "qfi" => Ok(KeyFormat::Qfi),
+            "kfi" => Ok(KeyFormat::Kfi),
+            _ => Err(ParseKeyFormatError(s.to_string())),
+        }
+    }
+}
+
+const HALF: usize = ID_BYTES / 2;
+
+/// The first 80 bits of SHA-1 of `bytes`.
+pub fn h80(bytes: &[u8]) -> [u8; HALF] {
+    let digest = Sha1::digest(bytes);
+    let mut out = [0u8; HALF];
+    out.copy_from_slice(&digest[..HALF]);
+    out
+}
+
+/// H80 of a quantum's identifier.
+pub fn quantum_hash(q: &Quantum) -> [u8; HALF] {
+    h80(&q.start.to_be_bytes())
+}
+
+/// H80 of a series key.
+pub fn series_hash(series: &SeriesKey) -> [u8; HALF] {
+    h80(series.as_str().as_bytes())
+}
+
+/// The DHT id under which the points of `series` in quantum `q` are stored.
+pub fn block_id(format: KeyFormat, series: &SeriesKey, q: &Quantum) -> Id {
+    block_id_from_hashes(format, &series_hash(series), q)
+}
+
+/// [`block_id`] with the series hash computed once by the caller (a range read hashes the
+/// series once and every quantum once).
+pub fn block_id_from_hashes(format: KeyFormat, series_hash: &[u8; HALF], q: &Quantum) -> Id {
+    let qh = quantum_hash(q);
+    let (a, b) = match format {
+        KeyFormat::Qfi => (&qh, series_hash),
+        KeyFormat::Kfi => (series_hash, &qh),
+    };
+    let mut id = [0u8; ID_BYTES];
+    id[..HALF].copy_from_slice(a);
+    id[HALF..].copy_from_slice(b);
+    Id(id)
+}
+
+/// The id of a series' metadata record (its registration in the series dictionary): key-first,
+/// with a fixed second half, so it never collides with a block id of a real quantum.
+pub fn series_meta_id(series: &SeriesKey) -> Id {
+    let mut id = [0u8; ID_BYTES];
+    id[..HALF].copy_from_slice(&series_hash(series));
+    id[HALF..].copy_from_slice(&h80(b"timeshard/series-meta"));
+    Id(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{NANOS_PER_SEC, QuantumLen};
+
+    #[test]
+    fn formats_swap_halves() {
+        let s: SeriesKey = "pmu.phase{bus=1,site=atl}".parse().unwrap();
+        let q = QuantumLen::DEFAULT.quantum_of(1_700_000_003 * NANOS_PER_SEC);
+        let qfi = block_id(KeyFormat::Qfi, &s, &q);
+        let kfi = block_id(KeyFormat::Kfi, &s, &q);
+        assert_eq!(qfi.0[..10], kfi.0[10..]);
+        assert_eq!(qfi.0[10..], kfi.0[..10]);
+        assert_eq!(qfi.0[..10], quantum_hash(&q));
+        assert_eq!(kfi.0[..10], series_hash(&s));
+    }
+
+    #[test]
+    fn kfi_keeps_a_series_prefix_across_quanta() {
+        let s: SeriesKey = "m".parse().unwrap();
+        let len = QuantumLen::DEFAULT;
+        let a = block_id(KeyFormat::Kfi, &s, &len.quantum_of(0));
+        let b = block_id(KeyFormat::Kfi, &s, &len.quantum_of(10 * NANOS_PER_SEC));
+        assert_eq!(a.0[..10], b.0[..10]);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn format_names_parse() {
+        assert_eq!("QFI".parse::<KeyFormat>().unwrap(), KeyFormat::Qfi);
+        assert_eq!("kfi".parse::<KeyFormat>().unwrap(), KeyFormat::Kfi);
+        assert!("xfi".parse::<KeyFormat>().is_err());
+    }
+}

@@ -1,0 +1,570 @@
+//! Wire messages between nodes and between clients and nodes, and their framing.
+//!
+//! One request per bidirectional QUIC stream: the opener writes one [`Request`] frame, the other
+//! side answers with one [`Response`] frame. A frame is a 4-byte big-endian length followed by
+//! that many bytes of postcard-encoded message. Frames above the configured limit are refused
+//! before their body is read. The protocol version is carried by the ALPN string, so mismatched
+//! peers fail at the handshake instead of misreading each other.
+//!
+//! Deserialization validates series keys, time ranges and quanta; [`Request::validate`] checks the
+//! remaining limits (batch sizes, timestamps).
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use crate::id::Id;
+use crate::point::{Point, PointKey};
+use crate::routing::Contact;
+use crate::series::SeriesKey;
+use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
+
+/// ALPN protocol id; the trailing number is the wire protocol version.
+pub const ALPN: &[u8] = b"timeshard/1";
+
+/// Bytes in a frame header.
+pub const HEADER_BYTES: usize = 4;
+
+/// Hard limits on what a peer may send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest frame body accepted, in bytes.
+    pub max_message_bytes: u32,
+    /// Most points in one write or store request.
+    pub max_batch_points: u32,
+    /// Most series in one write request.
+    pub max_batch_series: u32,
+    /// Most points in one page of a read.
+    pub max_page_points: u32,
+    /// Most contacts in a FIND_NODE answer.
+    pub max_contacts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 16 * 1024 * 1024,
+            max_batch_points: 100_000,
+            max_batch_series: 10_000,
+            max_page_points: 100_000,
+            max_contacts: 64,
+        }
+    }
+}
+
+/// Points of one series, as a client writes them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoints {
+    pub series: SeriesKey,
+    pub points: Vec<Point>,
+}
+
+/// Points of one block (series, quantum), as a coordinator sends them to a replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BlockPoints {
+    pub series: SeriesKey,
+    pub quantum: Quantum,
+    pub points: Vec<Point>,
+}
+
+/// A request. The first group is the peer protocol between nodes, the second the client
+/// protocol; nodes accept the peer protocol only from peers holding a node certificate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Liveness check; answered with [`Response::Pong`].
+    Ping,
+    /// The contacts the receiver knows closest to `target`; answered with [`Response::Nodes`].
+    FindNode { target: Id },
+    /// Store points as a replica; answered with [`Response::Stored`] once durable.
+    Store { blocks: Vec<BlockPoints> },
+    /// Raw points of one block within `range` (which lies inside `quantum`), strictly after
+    /// `after`, at most `limit`; answered with [`Response::Points`].
+    Fetch {
+        series: SeriesKey,
+        quantum: Quantum,
+        range: TimeRange,
+        after: Option<PointKey>,
+        limit: u32,
+    },
+    /// Record that these series exist (the series dictionary); answered with [`Response::Stored`].
+    RegisterSeries { series: Vec<SeriesKey> },
+    /// Whether the receiver holds the registration of `series`; answered with
+    /// [`Response::SeriesKnown`].
+    HasSeries { series: SeriesKey },
+
+    /// Client: write points, coordinated by the receiver; answered with [`Response::Written`].
+    Write { batch: Vec<SeriesPoints> },
+    /// Client: read a range of one series, strictly after `after`, at most `limit` points;
+    /// answered with [`Response::Page`].
+    Read {
+        series: SeriesKey,
+        range: TimeRange,
+        after: Option<PointKey>,
+        limit: u32,
+    },
+    /// Client: what the receiver knows of itself and the cluster; answered with
+    /// [`Response::Status`].
+    Status,
+}
+
+/// An answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Pong {
+        id: Id,
+    },
+    Nodes {
+        closest: Vec<Contact>,
+    },
+    Stored {
+        points: u64,
+    },
+    Points {
+        points: Vec<Point>,
+        more: bool,
+    },
+    SeriesKnown {
+        known: bool,
+    },
+    /// A write was acknowledged by at least W replicas of every block it touched.
+    Written {
+        points: u64,
+        blocks: u64,
+    },
+    /// One page of a read, sorted and deduplicated. If `next` is set the range holds more:
+    /// ask again with `after = next`.
+    Page {
+        points: Vec<Point>,
+        next: Option<PointKey>,
+    },
+    Status(NodeStatus),
+    Error(ErrorReply),
+}
+
+/// What a node reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: Id,
+    pub addr: std::net::SocketAddr,
+    pub peers: u32,
+    pub version: String,
+}
+
+/// A typed error sent back to the requester.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct ErrorReply {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error with `code` and a message for a person.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
+        ErrorReply {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// What kind of failure an [`ErrorReply`] reports. Append only: the wire encodes the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The request could not be decoded.
+    Malformed,
+    /// The frame was larger than the receiver's limit.
+    TooLarge,
+    /// A batch held more points or series than the limit.
+    BatchTooLarge,
+    /// A time range was inverted, empty or out of bounds.
+    InvalidRange,
+    /// A timestamp was outside the accepted range.
+    TimestampOutOfRange,
+    /// A series key was malformed.
+    InvalidSeries,
+    /// The series was never written.
+    UnknownSeries,
+    /// Too few replicas acknowledged a write or answered a read.
+    Unavailable,
+    /// The receiver is at its limit of concurrent work; retry later.
+    Overloaded,
+    /// The peer may not make this request (e.g. a client certificate sending peer requests).
+    Forbidden,
+    /// The local store failed.
+    Storage,
+    /// Anything else; the message says what.
+    Internal,
+}
+
+/// Framing failures.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The announced or encoded length exceeds the limit.
+    #[error("message of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: u64, limit: u32 },
+    /// The bytes do not decode as the expected message.
+    #[error("malformed message: {0}")]
+    Malformed(#[from] postcard::Error),
+}
+
+/// Encodes `msg` as one frame (header and body).
+pub fn encode<T: Serialize>(msg: &T, limit: u32) -> Result<Vec<u8>, FrameError> {
+    let mut out = postcard::to_extend(msg, vec![0u8; HEADER_BYTES])?;
+    let body = out.len() - HEADER_BYTES;
+    if body > limit as usize {
+        return Err(FrameError::TooLarge {
+            len: body as u64,
+            limit,
+        });
+    }
+    out[..HEADER_BYTES].copy_from_slice(&(body as u32).to_be_bytes());
+    Ok(out)
+}
+
+/// Reads the body length from a frame header, refusing lengths above `limit`.
+pub fn body_len(header: [u8; HEADER_BYTES], limit: u32) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(header);
+    if len > limit {
+        return Err(FrameError::TooLarge {
+            len: u64::from(len),
+            limit,
+        });
+    }
+    Ok(len as usize)
+}
+
+/// Decodes a frame body. Trailing bytes are an error.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
+    let (msg, rest) = postcard::take_from_bytes(body)?;
+    if !rest.is_empty() {
+        return Err(FrameError::Malformed(
+            postcard::Error::DeserializeBadEncoding,
+        ));
+    }
+    Ok(msg)
+}
+
+/// A request that is well formed but breaks a limit or carries invalid data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRequest {
+    #[error("batch holds {points} points; the limit is {limit}: split it into smaller batches")]
+    TooManyPoints { points: u64, limit: u32 },
+    #[error("batch holds {series} series; the limit is {limit}: split it into smaller batches")]
+    TooManySeries { series: u64, limit: u32 },
+    #[error("point of series {series} has {source}")]
+    Timestamp {
+        series: SeriesKey,
+        source: TimeError,
+    },
+    #[error(
+        "point of series {series} at {ts} lies outside its block's quantum starting at {quantum}"
+    )]
+    OutsideQuantum {
+        series: SeriesKey,
+        ts: i64,
+        quantum: i64,
+    },
+    #[error("range {range:?} is not inside quantum starting at {quantum}")]
+    RangeOutsideQuantum { range: TimeRange, quantum: i64 },
+    #[error("page limit {limit} must be between 1 and {max}")]
+    BadPageLimit { limit: u32, max: u32 },
+    #[error("FIND_NODE answer holds {count} contacts; the limit is {limit}")]
+    TooManyContacts { count: usize, limit: u32 },
+}
+
+impl InvalidRequest {
+    /// The error code a client sees for this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            InvalidRequest::TooManyPoints { .. } | InvalidRequest::TooManySeries { .. } => {
+                ErrorCode::BatchTooLarge
+            }
+            InvalidRequest::Timestamp { .. } => ErrorCode::TimestampOutOfRange,
+            InvalidRequest::OutsideQuantum { .. } | InvalidRequest::RangeOutsideQuantum { .. } => {
+                ErrorCode::Malformed
+            }
+            InvalidRequest::BadPageLimit { .. } => ErrorCode::Malformed,
+            InvalidRequest::TooManyContacts { .. } => ErrorCode::Malformed,
+        }
+    }
+}
+
+impl From<InvalidRequest> for ErrorReply {
+    fn from(e: InvalidRequest) -> ErrorReply {
+        ErrorReply::new(e.code(), e.to_string())
+    }
+}
+
+fn check_points<'a>(
+    series: &SeriesKey,
+    points: impl IntoIterator<Item = &'a Point>,
+    quantum: Option<&Quantum>,
+) -> Result<(), InvalidRequest> {
+    for p in points {
+        check_timestamp(p.ts).map_err(|source| InvalidRequest::Timestamp {
+            series: series.clone(),
+            source,
+        })?;
+        if let Some(q) = quantum
+            && !q.contains(p.ts)
+        {
+            return Err(InvalidRequest::OutsideQuantum {
+                series: series.clone(),
+                ts: p.ts,
+                quantum: q.start,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_page(limit: u32, limits: &Limits) -> Result<(), InvalidRequest> {
+    if limit == 0 || limit > limits.max_page_points {
+        return Err(InvalidRequest::BadPageLimit {
+            limit,
+            max: limits.max_page_points,
+        });
+    }
+    Ok(())
+}
+
+impl Request {
+    /// Checks the limits that deserialization does not: batch sizes, timestamps, page sizes.
+    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidRequest> {
+        match self {
+            Request::Write { batch } => {
+                if batch.len() as u64 > u64::from(limits.max_batch_series) {
+                    return Err(InvalidRequest::TooManySeries {
+                        series: batch.len() as u64,
+                        limit: limits.max_batch_series,
+                    });
+                }
+                let points: u64 = batch.iter().map(|s| s.points.len() as u64).sum();
+                if points > u64::from(limits.max_batch_points) {
+                    return Err(InvalidRequest::TooManyPoints {
+                        points,
+                        limit: limits.max_batch_points,
+                    });
+                }
+                batch
+                    .iter()
+                    .try_for_each(|s| check_points(&s.series, &s.points, None))
+            }
+            Request::Store { blocks } => {
+                let points: u64 = blocks.iter().map(|b| b.points.len() as u64).sum();
+                if points > u64::from(limits.max_batch_points) {
+                    return Err(InvalidRequest::TooManyPoints {
+                        points,
+                        limit: limits.max_batch_points,
+                    });
+                }
+                blocks
+                    .iter()
+                    .try_for_each(|b| check_points(&b.series, &b.points, Some(&b.quantum)))
+            }
+            Request::RegisterSeries { series } => {
+                if series.len() as u64 > u64::from(limits.max_batch_series) {
+                    return Err(InvalidRequest::TooManySeries {
+                        series: series.len() as u64,
+                        limit: limits.max_batch_series,
+                    });
+                }
+                Ok(())
+            }
+            Request::Fetch {
+                quantum,
+                range,
+                limit,
+                ..
+            } => {
+                if quantum.clip(range) != Some(*range) {
+                    return Err(InvalidRequest::RangeOutsideQuantum {
+                        range: *range,
+                        quantum: quantum.start,
+                    });
+                }
+                check_page(*limit, limits)
+            }
+            Request::Read { limit, .. } => check_page(*limit, limits),
+            Request::Ping
+            | Request::FindNode { .. }
+            | Request::HasSeries { .. }
+            | Request::Status => Ok(()),
+        }
+    }
+
+    /// Whether only nodes may send this request.
+    pub fn is_peer_only(&self) -> bool {
+        matches!(
+            self,
+            Request::FindNode { .. }
+                | Request::Store { .. }
+                | Request::Fetch { .. }
+                | Request::RegisterSeries { .. }
+                | Request::HasSeries { .. }
+        )
+    }
+
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::FindNode { .. } => "find_node",
+            Request::Store { .. } => "store",
+            Request::Fetch { .. } => "fetch",
+            Request::RegisterSeries { .. } => "register_series",
+            Request::HasSeries { .. } => "has_series",
+            Request::Write { .. } => "write",
+            Request::Read { .. } => "read",
+            Request::Status => "status",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{NANOS_PER_SEC, QuantumLen};
+    use proptest::prelude::*;
+
+    fn series() -> SeriesKey {
+        "pmu.phase{bus=1,site=atl}".parse().unwrap()
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let req = Request::Write {
+            batch: vec![SeriesPoints {
+                series: series(),
+                points: vec![Point::new(1, 2.5), Point::new(3, -1.0)],
+            }],
+        };
+        let frame = encode(&req, 1024).unwrap();
+        let len = body_len(frame[..4].try_into().unwrap(), 1024).unwrap();
+        assert_eq!(len, frame.len() - 4);
+        assert_eq!(decode::<Request>(&frame[4..]).unwrap(), req);
+    }
+
+    #[test]
+    fn oversize_frames_are_refused_both_ways() {
+        let req = Request::Write {
+            batch: vec![SeriesPoints {
+                series: series(),
+                points: vec![Point::new(1, 0.0); 100],
+            }],
+        };
+        assert!(matches!(encode(&req, 64), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            body_len(1000u32.to_be_bytes(), 999),
+            Err(FrameError::TooLarge {
+                len: 1000,
+                limit: 999
+            })
+        ));
+    }
+
+    #[test]
+    fn invalid_values_fail_to_decode() {
+        // An inverted range, encoded by hand: the decoder must refuse it.
+        #[derive(Serialize)]
+        struct Raw {
+            start: i64,
+            end: i64,
+        }
+        #[derive(Serialize)]
+        enum RawRequest {
+            _Ping,
+            _FindNode,
+            _Store,
+            _Fetch,
+            _Register,
+            _Has,
+            _Write,
+            Read {
+                series: String,
+                range: Raw,
+                after: Option<PointKey>,
+                limit: u32,
+            },
+        }
+        let bad = postcard::to_stdvec(&RawRequest::Read {
+            series: "m".into(),
+            range: Raw { start: 10, end: 5 },
+            after: None,
+            limit: 10,
+        })
+        .unwrap();
+        assert!(decode::<Request>(&bad).is_err());
+        let good = postcard::to_stdvec(&RawRequest::Read {
+            series: "m".into(),
+            range: Raw { start: 5, end: 10 },
+            after: None,
+            limit: 10,
+        })
+        .unwrap();
+        assert!(decode::<Request>(&good).is_ok());
+        // Trailing garbage is refused.
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(decode::<Request>(&trailing).is_err());
+    }
+
+    #[test]
+    fn validation_enforces_limits() {
+        let limits = Limits {
+            max_batch_points: 10,
+            max_batch_series: 2,
+            ..Limits::default()
+        };
+        let big = Request::Write {
+            batch: vec![SeriesPoints {
+                series: series(),
+                points: vec![Point::new(1, 0.0); 11],
+            }],
+        };
+        assert_eq!(
+            big.validate(&limits).unwrap_err().code(),
+            ErrorCode::BatchTooLarge
+        );
+        let bad_ts = Request::Write {
+            batch: vec![SeriesPoints {
+                series: series(),
+                points: vec![Point::new(-5, 0.0)],
+            }],
+        };
+        assert_eq!(
+            bad_ts.validate(&limits).unwrap_err().code(),
+            ErrorCode::TimestampOutOfRange
+        );
+        let q = QuantumLen::DEFAULT.quantum_of(20 * NANOS_PER_SEC);
+        let outside = Request::Store {
+            blocks: vec![BlockPoints {
+                series: series(),
+                quantum: q,
+                points: vec![Point::new(5, 0.0)],
+            }],
+        };
+        assert!(matches!(
+            outside.validate(&limits),
+            Err(InvalidRequest::OutsideQuantum { .. })
+        ));
+        let read = Request::Read {
+            series: series(),
+            range: TimeRange::new(0, 10).unwrap(),
+            after: None,
+            limit: 0,
+        };
+        assert!(matches!(
+            read.validate(&limits),
+            Err(InvalidRequest::BadPageLimit { .. })
+        ));
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<Request>(&bytes);
+            let _ = decode::<Response>(&bytes);
+        }
+    }
+}
