@@ -44,9 +44,7 @@ impl Default for Replication {
 
 /// A replication setting that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid replication rf={rf} w={w} r={r}: need 1 <= w <= rf, 1 <= r <= rf and rf <= {MAX_RF}"
-)]
+#[error("invalid replication rf={rf} w={w} r={r}: need 1 <= w <= rf, 1 <= r <= rf and rf <= {MAX_RF}")]
 pub struct ReplicationError {
     rf: u8,
     w: u8,
@@ -120,11 +118,7 @@ impl Classes {
 
     /// The largest replication factor of any class.
     pub fn max_rf(&self) -> u8 {
-        self.classes
-            .iter()
-            .map(|c| c.replication.rf)
-            .max()
-            .unwrap_or(1)
+        self.classes.iter().map(|c| c.replication.rf).max().unwrap_or(1)
     }
 }
 
@@ -141,11 +135,7 @@ mod tests {
     #[test]
     fn longest_prefix_wins() {
         let classes = Classes::new(vec![
-            SeriesClass {
-                name: "pmu".into(),
-                metric_prefix: "pmu.".into(),
-                ..Default::default()
-            },
+            SeriesClass { name: "pmu".into(), metric_prefix: "pmu.".into(), ..Default::default() },
             SeriesClass {
                 name: "pmu-kfi".into(),
                 metric_prefix: "pmu.kfi".into(),
@@ -164,12 +154,7 @@ mod tests {
         assert!(Replication { rf: 3, w: 4, r: 1 }.validate().is_err());
         assert!(Replication { rf: 0, w: 0, r: 0 }.validate().is_err());
         assert!(Replication { rf: 3, w: 2, r: 0 }.validate().is_err());
-        assert!(
-            Replication { rf: 3, w: 2, r: 2 }
-                .validate()
-                .unwrap()
-                .read_your_writes()
-        );
+        assert!(Replication { rf: 3, w: 2, r: 2 }.validate().unwrap().read_your_writes());
         assert!(!Replication { rf: 3, w: 1, r: 1 }.read_your_writes());
     }
 }

@@ -129,9 +129,7 @@ pub struct ParseIdError {
 impl FromStr for Id {
     type Err = ParseIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseIdError {
-            input: s.to_string(),
-        };
+        let err = || ParseIdError { input: s.to_string() };
         if s.len() != ID_BYTES * 2 || !s.is_ascii() {
             return Err(err());
         }
@@ -154,10 +152,7 @@ mod tests {
 
     #[test]
     fn sha1_matches_known_vector() {
-        assert_eq!(
-            Id::sha1(b"abc").to_hex(),
-            "a9993e364706816aba3e25717850c26c9cd0d89d"
-        );
+        assert_eq!(Id::sha1(b"abc").to_hex(), "a9993e364706816aba3e25717850c26c9cd0d89d");
     }
 
     #[test]

@@ -49,22 +49,9 @@ impl Lookup {
         alpha: usize,
     ) -> Lookup {
         assert!(k > 0 && alpha > 0, "k and alpha must be positive");
-        let mut l = Lookup {
-            target,
-            k,
-            alpha,
-            candidates: BTreeMap::new(),
-            in_flight: 0,
-            max_candidates: k * 16,
-        };
+        let mut l = Lookup { target, k, alpha, candidates: BTreeMap::new(), in_flight: 0, max_candidates: k * 16 };
         if let Some(me) = local {
-            l.candidates.insert(
-                me.id.distance(&target),
-                Candidate {
-                    contact: me,
-                    state: State::Answered,
-                },
-            );
+            l.candidates.insert(me.id.distance(&target), Candidate { contact: me, state: State::Answered });
         }
         for c in seeds {
             l.add(c);
@@ -84,12 +71,7 @@ impl Lookup {
         }
         if self.candidates.len() >= self.max_candidates {
             // Drop the furthest not-yet-queried candidate, or this one if it is further.
-            let furthest = self
-                .candidates
-                .iter()
-                .rev()
-                .find(|(_, c)| c.state == State::NotQueried)
-                .map(|(d, _)| *d);
+            let furthest = self.candidates.iter().rev().find(|(_, c)| c.state == State::NotQueried).map(|(d, _)| *d);
             match furthest {
                 Some(f) if f > d => {
                     self.candidates.remove(&f);
@@ -97,13 +79,7 @@ impl Lookup {
                 _ => return,
             }
         }
-        self.candidates.insert(
-            d,
-            Candidate {
-                contact: c,
-                state: State::NotQueried,
-            },
-        );
+        self.candidates.insert(d, Candidate { contact: c, state: State::NotQueried });
     }
 
     /// The next contact to query, if the lookup may send another request now.
@@ -152,11 +128,7 @@ impl Lookup {
     /// Whether the lookup is done: the k closest non-failed candidates all answered (or there
     /// are no candidates left to ask) and nothing is in flight among them.
     pub fn is_finished(&self) -> bool {
-        self.candidates
-            .values()
-            .filter(|c| c.state != State::Failed)
-            .take(self.k)
-            .all(|c| c.state == State::Answered)
+        self.candidates.values().filter(|c| c.state != State::Failed).take(self.k).all(|c| c.state == State::Answered)
     }
 
     /// Requests in flight.
@@ -166,12 +138,7 @@ impl Lookup {
 
     /// The closest contacts that answered, closest first, at most `k`.
     pub fn result(&self) -> Vec<Contact> {
-        self.candidates
-            .values()
-            .filter(|c| c.state == State::Answered)
-            .take(self.k)
-            .map(|c| c.contact)
-            .collect()
+        self.candidates.values().filter(|c| c.state == State::Answered).take(self.k).map(|c| c.contact).collect()
     }
 }
 
@@ -195,10 +162,7 @@ mod tests {
     fn network(n: usize, k: usize, seed: u64) -> Network {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let contacts: Vec<Contact> = (0..n)
-            .map(|i| Contact {
-                id: Id::random(&mut rng),
-                addr: SocketAddr::from(([10, 0, 0, 1], i as u16)),
-            })
+            .map(|i| Contact { id: Id::random(&mut rng), addr: SocketAddr::from(([10, 0, 0, 1], i as u16)) })
             .collect();
         let now = Instant::now();
         let mut tables = HashMap::new();
@@ -248,12 +212,7 @@ mod tests {
     }
 
     fn true_closest(net: &Network, target: &Id, k: usize, dead: &HashSet<Id>) -> Vec<Id> {
-        let mut ids: Vec<Id> = net
-            .contacts
-            .iter()
-            .map(|c| c.id)
-            .filter(|id| !dead.contains(id))
-            .collect();
+        let mut ids: Vec<Id> = net.contacts.iter().map(|c| c.id).filter(|id| !dead.contains(id)).collect();
         ids.sort_by_key(|id| id.distance(target));
         ids.truncate(k);
         ids
@@ -300,10 +259,7 @@ mod tests {
 
     #[test]
     fn single_node_lookup_is_immediately_done() {
-        let me = Contact {
-            id: Id::sha1(b"me"),
-            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-        };
+        let me = Contact { id: Id::sha1(b"me"), addr: SocketAddr::from(([127, 0, 0, 1], 1)) };
         let mut l = Lookup::new(Id::sha1(b"t"), Some(me), [], 20, 3);
         assert!(l.next_query().is_none());
         assert!(l.is_finished());
@@ -312,18 +268,9 @@ mod tests {
 
     #[test]
     fn responses_from_unknown_or_settled_nodes_are_ignored() {
-        let me = Contact {
-            id: Id::sha1(b"me"),
-            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-        };
-        let other = Contact {
-            id: Id::sha1(b"o"),
-            addr: SocketAddr::from(([127, 0, 0, 1], 2)),
-        };
-        let stranger = Contact {
-            id: Id::sha1(b"s"),
-            addr: SocketAddr::from(([127, 0, 0, 1], 3)),
-        };
+        let me = Contact { id: Id::sha1(b"me"), addr: SocketAddr::from(([127, 0, 0, 1], 1)) };
+        let other = Contact { id: Id::sha1(b"o"), addr: SocketAddr::from(([127, 0, 0, 1], 2)) };
+        let stranger = Contact { id: Id::sha1(b"s"), addr: SocketAddr::from(([127, 0, 0, 1], 3)) };
         let mut l = Lookup::new(Id::sha1(b"t"), Some(me), [other], 20, 3);
         // An unsolicited answer adds nothing.
         l.on_response(&stranger.id, [stranger]);

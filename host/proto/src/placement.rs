@@ -34,8 +34,7 @@ pub fn split_batch(batch: Vec<SeriesPoints>, classes: &Classes) -> Vec<PlacedBlo
     let mut meta: HashMap<SeriesKey, (crate::key::KeyFormat, Replication)> = HashMap::new();
     for SeriesPoints { series, points } in batch {
         let class = classes.of(&series);
-        meta.entry(series.clone())
-            .or_insert((class.format, class.replication));
+        meta.entry(series.clone()).or_insert((class.format, class.replication));
         for p in points {
             let q = class.quantum.quantum_of(p.ts);
             match blocks.get_mut(&(series.clone(), q)) {
@@ -54,11 +53,7 @@ pub fn split_batch(batch: Vec<SeriesPoints>, classes: &Classes) -> Vec<PlacedBlo
             PlacedBlock {
                 id: block_id(format, &series, &quantum),
                 replication,
-                block: BlockPoints {
-                    series,
-                    quantum,
-                    points,
-                },
+                block: BlockPoints { series, quantum, points },
             }
         })
         .collect()
@@ -75,64 +70,56 @@ pub enum WriteProgress {
     Failed,
 }
 
-/// Tracks one write across its replica nodes.
+/// Tracks one write across its replicas. A target `T` is whatever one request goes to (a node,
+/// or a node and a kind of request); each item (a block, a series registration) needs W of its
+/// targets to acknowledge.
 #[derive(Clone, Debug)]
-pub struct WritePlan {
-    /// Per block: acknowledgements needed, received, and failures it can still absorb.
-    blocks: Vec<BlockQuorum>,
-    /// Per node: the blocks it replicates.
-    per_node: HashMap<Id, Vec<usize>>,
+pub struct WritePlan<T> {
+    items: Vec<ItemQuorum>,
+    /// Per target: the items it replicates.
+    per_target: HashMap<T, Vec<usize>>,
     pending: usize,
     failed: bool,
 }
 
 #[derive(Clone, Debug)]
-struct BlockQuorum {
+struct ItemQuorum {
     need: usize,
     acks: usize,
+    /// Failures it can still absorb.
     spare: usize,
 }
 
-impl WritePlan {
-    /// A plan for blocks whose replica sets are `replicas[i]` (closest first, up to RF nodes).
-    /// A block with fewer replicas than W fails at once.
-    pub fn new(blocks: &[PlacedBlock], replicas: &[Vec<Id>]) -> WritePlan {
-        assert_eq!(blocks.len(), replicas.len());
-        let mut per_node: HashMap<Id, Vec<usize>> = HashMap::new();
-        let mut quorums = Vec::with_capacity(blocks.len());
+impl<T: std::hash::Hash + Eq> WritePlan<T> {
+    /// A plan for items that each need `need` acknowledgements from their `targets`. An item
+    /// with fewer targets than it needs fails at once.
+    pub fn new(items: impl IntoIterator<Item = (usize, Vec<T>)>) -> WritePlan<T> {
+        let mut per_target: HashMap<T, Vec<usize>> = HashMap::new();
+        let mut quorums = Vec::new();
         let mut failed = false;
-        for (i, (b, nodes)) in blocks.iter().zip(replicas).enumerate() {
-            let need = usize::from(b.replication.w);
-            failed |= nodes.len() < need;
-            quorums.push(BlockQuorum {
-                need,
-                acks: 0,
-                spare: nodes.len().saturating_sub(need),
-            });
-            for n in nodes {
-                per_node.entry(*n).or_default().push(i);
+        for (i, (need, targets)) in items.into_iter().enumerate() {
+            failed |= targets.len() < need;
+            quorums.push(ItemQuorum { need, acks: 0, spare: targets.len().saturating_sub(need) });
+            for t in targets {
+                per_target.entry(t).or_default().push(i);
             }
         }
-        WritePlan {
-            pending: quorums.len(),
-            blocks: quorums,
-            per_node,
-            failed,
-        }
+        let pending = quorums.iter().filter(|q| q.need > 0).count();
+        WritePlan { pending, items: quorums, per_target, failed }
     }
 
-    /// The nodes to send to, each with the indices of its blocks.
-    pub fn requests(&self) -> impl Iterator<Item = (&Id, &Vec<usize>)> {
-        self.per_node.iter()
+    /// The targets to send to, each with the indices of its items.
+    pub fn requests(&self) -> impl Iterator<Item = (&T, &Vec<usize>)> {
+        self.per_target.iter()
     }
 
-    /// Records that `node` stored all its blocks.
-    pub fn on_ack(&mut self, node: &Id) -> WriteProgress {
-        if let Some(idx) = self.per_node.get(node) {
+    /// Records that `target` stored all its items.
+    pub fn on_ack(&mut self, target: &T) -> WriteProgress {
+        if let Some(idx) = self.per_target.get(target) {
             for &i in idx {
-                let b = &mut self.blocks[i];
-                b.acks += 1;
-                if b.acks == b.need {
+                let q = &mut self.items[i];
+                q.acks += 1;
+                if q.acks == q.need {
                     self.pending -= 1;
                 }
             }
@@ -140,16 +127,16 @@ impl WritePlan {
         self.progress()
     }
 
-    /// Records that `node` failed to store its blocks.
-    pub fn on_failure(&mut self, node: &Id) -> WriteProgress {
-        if let Some(idx) = self.per_node.get(node) {
+    /// Records that `target` failed to store its items.
+    pub fn on_failure(&mut self, target: &T) -> WriteProgress {
+        if let Some(idx) = self.per_target.get(target) {
             for &i in idx {
-                let b = &mut self.blocks[i];
-                if b.acks < b.need {
-                    if b.spare == 0 {
+                let q = &mut self.items[i];
+                if q.acks < q.need {
+                    if q.spare == 0 {
                         self.failed = true;
                     } else {
-                        b.spare -= 1;
+                        q.spare -= 1;
                     }
                 }
             }
@@ -171,15 +158,8 @@ impl WritePlan {
 
 /// Merges the answers of several replicas for one range: union, sorted, deduplicated, and
 /// trimmed exactly to `range`.
-pub fn merge_replica_answers(
-    answers: impl IntoIterator<Item = Vec<Point>>,
-    range: &TimeRange,
-) -> Vec<Point> {
-    let mut all: Vec<Point> = answers
-        .into_iter()
-        .flatten()
-        .filter(|p| range.contains(p.ts))
-        .collect();
+pub fn merge_replica_answers(answers: impl IntoIterator<Item = Vec<Point>>, range: &TimeRange) -> Vec<Point> {
+    let mut all: Vec<Point> = answers.into_iter().flatten().filter(|p| range.contains(p.ts)).collect();
     sort_dedup(&mut all);
     all
 }
@@ -201,14 +181,8 @@ mod tests {
                     Point::new(NANOS_PER_SEC, 1.0),
                 ],
             },
-            SeriesPoints {
-                series: t,
-                points: vec![Point::new(3 * NANOS_PER_SEC, 3.0)],
-            },
-            SeriesPoints {
-                series: s,
-                points: vec![Point::new(2 * NANOS_PER_SEC, 4.0)],
-            },
+            SeriesPoints { series: t, points: vec![Point::new(3 * NANOS_PER_SEC, 3.0)] },
+            SeriesPoints { series: s, points: vec![Point::new(2 * NANOS_PER_SEC, 4.0)] },
         ]
     }
 
@@ -219,12 +193,7 @@ mod tests {
         let total: usize = blocks.iter().map(|b| b.block.points.len()).sum();
         assert_eq!(total, 4, "the duplicate point is dropped");
         for b in &blocks {
-            assert!(
-                b.block
-                    .points
-                    .iter()
-                    .all(|p| b.block.quantum.contains(p.ts))
-            );
+            assert!(b.block.points.iter().all(|p| b.block.quantum.contains(p.ts)));
             assert!(b.block.points.windows(2).all(|w| w[0] < w[1]));
         }
     }
@@ -237,7 +206,7 @@ mod tests {
         let c = Id::sha1(b"c");
         let d = Id::sha1(b"d");
         let replicas = vec![vec![a, b, c], vec![a, b, d], vec![b, c, d]];
-        let mut plan = WritePlan::new(&blocks, &replicas);
+        let mut plan = WritePlan::new(blocks.iter().map(|b| usize::from(b.replication.w)).zip(replicas));
         assert_eq!(plan.requests().count(), 4);
         assert_eq!(plan.on_ack(&a), WriteProgress::Pending);
         assert_eq!(plan.on_ack(&b), WriteProgress::Pending); // block 2 has only b
@@ -249,12 +218,12 @@ mod tests {
     fn quorum_fails_when_too_many_replicas_fail() {
         let blocks = split_batch(batch(), &Classes::default());
         let [a, b, c] = [Id::sha1(b"a"), Id::sha1(b"b"), Id::sha1(b"c")];
-        let replicas = vec![vec![a, b, c]; 3];
-        let mut plan = WritePlan::new(&blocks, &replicas);
+        let need = || blocks.iter().map(|b| usize::from(b.replication.w));
+        let mut plan = WritePlan::new(need().zip(vec![vec![a, b, c]; 3]));
         assert_eq!(plan.on_failure(&a), WriteProgress::Pending);
         assert_eq!(plan.on_failure(&b), WriteProgress::Failed);
         // Too few replicas known at all: fails at once.
-        let plan = WritePlan::new(&blocks, &vec![vec![a]; 3]);
+        let plan = WritePlan::new(need().zip(vec![vec![a]; 3]));
         assert_eq!(plan.progress(), WriteProgress::Failed);
     }
 

@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::Timestamp;
+use crate::time::{TimeRange, Timestamp};
 
 /// One measurement.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -25,20 +25,12 @@ pub struct Point {
 impl Point {
     /// A point without an event id.
     pub fn new(ts: Timestamp, value: f64) -> Point {
-        Point {
-            ts,
-            value,
-            event: 0,
-        }
+        Point { ts, value, event: 0 }
     }
 
     /// The identity and sort key of the point.
     pub fn key(&self) -> PointKey {
-        PointKey {
-            ts: self.ts,
-            event: self.event,
-            value_bits: self.value.to_bits(),
-        }
+        PointKey { ts: self.ts, event: self.event, value_bits: self.value.to_bits() }
     }
 }
 
@@ -75,6 +67,21 @@ pub fn sort_dedup(points: &mut Vec<Point>) {
     points.dedup();
 }
 
+/// The lower bound of a page: the first identity after `after`, or the range start.
+pub fn page_start(range: &TimeRange, after: Option<PointKey>) -> PointKey {
+    let range_start = PointKey { ts: range.start(), event: 0, value_bits: 0 };
+    match after {
+        Some(a) if a >= range_start => match a.value_bits.checked_add(1) {
+            Some(v) => PointKey { value_bits: v, ..a },
+            None => match a.event.checked_add(1) {
+                Some(e) => PointKey { ts: a.ts, event: e, value_bits: 0 },
+                None => PointKey { ts: a.ts.saturating_add(1), event: 0, value_bits: 0 },
+            },
+        },
+        _ => range_start,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,40 +89,28 @@ mod tests {
     #[test]
     fn identity_keeps_distinct_events_and_values() {
         let mut pts = vec![
-            Point {
-                ts: 5,
-                value: 1.0,
-                event: 0,
-            },
-            Point {
-                ts: 5,
-                value: 1.0,
-                event: 0,
-            },
-            Point {
-                ts: 5,
-                value: 2.0,
-                event: 0,
-            },
-            Point {
-                ts: 5,
-                value: 1.0,
-                event: 9,
-            },
-            Point {
-                ts: 4,
-                value: f64::NAN,
-                event: 0,
-            },
-            Point {
-                ts: 4,
-                value: f64::NAN,
-                event: 0,
-            },
+            Point { ts: 5, value: 1.0, event: 0 },
+            Point { ts: 5, value: 1.0, event: 0 },
+            Point { ts: 5, value: 2.0, event: 0 },
+            Point { ts: 5, value: 1.0, event: 9 },
+            Point { ts: 4, value: f64::NAN, event: 0 },
+            Point { ts: 4, value: f64::NAN, event: 0 },
         ];
         sort_dedup(&mut pts);
         assert_eq!(pts.len(), 4);
         assert_eq!(pts[0].ts, 4);
         assert!(pts.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn page_start_is_strictly_after_the_cursor() {
+        let r = TimeRange::new(10, 100).unwrap();
+        assert_eq!(page_start(&r, None), PointKey { ts: 10, event: 0, value_bits: 0 });
+        let a = PointKey { ts: 20, event: 3, value_bits: 7 };
+        assert!(page_start(&r, Some(a)) > a);
+        let edge = PointKey { ts: 20, event: u64::MAX, value_bits: u64::MAX };
+        assert_eq!(page_start(&r, Some(edge)), PointKey { ts: 21, event: 0, value_bits: 0 });
+        // A cursor before the range starts at the range.
+        assert_eq!(page_start(&r, Some(PointKey { ts: 1, event: 0, value_bits: 0 })).ts, 10);
     }
 }

@@ -108,11 +108,7 @@ impl RoutingTable {
         };
         let k = self.k;
         let bucket = &mut self.buckets[b];
-        if let Some(pos) = bucket
-            .entries
-            .iter()
-            .position(|e| e.contact.id == contact.id)
-        {
+        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == contact.id) {
             let mut e = bucket.entries.remove(pos);
             if e.contact.addr != contact.addr {
                 self.generation += 1;
@@ -127,11 +123,7 @@ impl RoutingTable {
             return Observed::Refreshed;
         }
         if bucket.entries.len() < k {
-            bucket.entries.push(Entry {
-                contact,
-                last_seen: now,
-                failures: 0,
-            });
+            bucket.entries.push(Entry { contact, last_seen: now, failures: 0 });
             bucket.replacements.retain(|c| c.id != contact.id);
             self.generation += 1;
             return Observed::Inserted;
@@ -171,14 +163,7 @@ impl RoutingTable {
         if let Some(next) = bucket.replacements.pop() {
             // The replacement has not been heard from since it was cached: it goes first, as
             // the least recently seen, so it is the next to be checked.
-            bucket.entries.insert(
-                0,
-                Entry {
-                    contact: next,
-                    last_seen: now,
-                    failures: 0,
-                },
-            );
+            bucket.entries.insert(0, Entry { contact: next, last_seen: now, failures: 0 });
         }
         self.generation += 1;
         Some(gone)
@@ -202,11 +187,7 @@ impl RoutingTable {
     /// The contact for `id`, if known.
     pub fn get(&self, id: &Id) -> Option<Contact> {
         let b = self.bucket_of(id)?;
-        self.buckets[b]
-            .entries
-            .iter()
-            .find(|e| e.contact.id == *id)
-            .map(|e| e.contact)
+        self.buckets[b].entries.iter().find(|e| e.contact.id == *id).map(|e| e.contact)
     }
 
     /// Number of contacts.
@@ -221,9 +202,7 @@ impl RoutingTable {
 
     /// All contacts.
     pub fn contacts(&self) -> impl Iterator<Item = Contact> + '_ {
-        self.buckets
-            .iter()
-            .flat_map(|b| b.entries.iter().map(|e| e.contact))
+        self.buckets.iter().flat_map(|b| b.entries.iter().map(|e| e.contact))
     }
 
     /// The `n` known contacts closest to `target`, closest first.
@@ -249,28 +228,16 @@ impl RoutingTable {
         };
         // Below the closest non-empty bucket there is nothing to find but our immediate
         // neighbours, which the self-lookup already covers.
-        let bottom = self
-            .buckets
-            .iter()
-            .position(|b| !b.entries.is_empty())
-            .unwrap_or(0);
+        let bottom = self.buckets.iter().position(|b| !b.entries.is_empty()).unwrap_or(0);
         (bottom..=top)
-            .filter(|&i| {
-                self.buckets[i]
-                    .last_refresh
-                    .is_none_or(|t| now.saturating_duration_since(t) >= interval)
-            })
+            .filter(|&i| self.buckets[i].last_refresh.is_none_or(|t| now.saturating_duration_since(t) >= interval))
             .collect()
     }
 
     /// When `id` was last heard from.
     pub fn last_seen(&self, id: &Id) -> Option<Instant> {
         let b = self.bucket_of(id)?;
-        self.buckets[b]
-            .entries
-            .iter()
-            .find(|e| e.contact.id == *id)
-            .map(|e| e.last_seen)
+        self.buckets[b].entries.iter().find(|e| e.contact.id == *id).map(|e| e.last_seen)
     }
 }
 
@@ -280,10 +247,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn contact(id: Id, port: u16) -> Contact {
-        Contact {
-            id,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
+        Contact { id, addr: SocketAddr::from(([127, 0, 0, 1], port)) }
     }
 
     #[test]
@@ -292,23 +256,13 @@ mod tests {
         let local = Id::random(&mut rng);
         let now = Instant::now();
         let mut t = RoutingTable::new(local, 2, 1);
-        let ids: Vec<Id> = (0..4)
-            .map(|_| local.random_in_bucket(159, &mut rng))
-            .collect();
+        let ids: Vec<Id> = (0..4).map(|_| local.random_in_bucket(159, &mut rng)).collect();
         assert_eq!(t.observe(contact(ids[0], 1), now), Observed::Inserted);
         assert_eq!(t.observe(contact(ids[1], 2), now), Observed::Inserted);
         // Third contact: bucket full, the oldest must be pinged.
-        assert_eq!(
-            t.observe(contact(ids[2], 3), now),
-            Observed::Pending {
-                ping: Some(contact(ids[0], 1))
-            }
-        );
+        assert_eq!(t.observe(contact(ids[2], 3), now), Observed::Pending { ping: Some(contact(ids[0], 1)) });
         // A fourth while the probe is running: no second ping.
-        assert_eq!(
-            t.observe(contact(ids[3], 4), now),
-            Observed::Pending { ping: None }
-        );
+        assert_eq!(t.observe(contact(ids[3], 4), now), Observed::Pending { ping: None });
         // The oldest answers: it stays, moved to the back.
         assert_eq!(t.observe(contact(ids[0], 1), now), Observed::Refreshed);
         assert!(t.contains(&ids[0]) && !t.contains(&ids[2]));
@@ -340,20 +294,14 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let local = Id::random(&mut rng);
         let mut t = RoutingTable::new(local, 20, 2);
-        assert_eq!(
-            t.observe(contact(local, 1), Instant::now()),
-            Observed::IsLocal
-        );
+        assert_eq!(t.observe(contact(local, 1), Instant::now()), Observed::IsLocal);
         for i in 0..50 {
             t.observe(contact(Id::random(&mut rng), i), Instant::now());
         }
         let target = Id::random(&mut rng);
         let c = t.closest(&target, 10);
         assert_eq!(c.len(), 10);
-        assert!(
-            c.windows(2)
-                .all(|w| w[0].id.distance(&target) <= w[1].id.distance(&target))
-        );
+        assert!(c.windows(2).all(|w| w[0].id.distance(&target) <= w[1].id.distance(&target)));
     }
 
     #[test]
@@ -368,10 +316,6 @@ mod tests {
         t.touch(&local.random_in_bucket(155, &mut rng), now);
         let due = t.buckets_to_refresh(now, Duration::from_secs(60));
         assert!(!due.contains(&155) && due.len() == 9);
-        assert_eq!(
-            t.buckets_to_refresh(now + Duration::from_secs(61), Duration::from_secs(60))
-                .len(),
-            10
-        );
+        assert_eq!(t.buckets_to_refresh(now + Duration::from_secs(61), Duration::from_secs(60)).len(), 10);
     }
 }

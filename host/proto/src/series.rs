@@ -19,20 +19,12 @@ pub const MAX_TAGS: usize = 32;
 /// A series key that is not well formed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SeriesKeyError {
-    #[error(
-        "series key is empty: write it as metric{{tag=value,...}}, e.g. pmu.phase{{bus=7,site=atl}}"
-    )]
+    #[error("series key is empty: write it as metric{{tag=value,...}}, e.g. pmu.phase{{bus=7,site=atl}}")]
     Empty,
     #[error("series key {key:?} is {len} bytes long; the limit is {MAX_SERIES_KEY_BYTES}")]
     TooLong { key: String, len: usize },
-    #[error(
-        "invalid {what} {name:?} in series key {key:?}: use letters, digits and . _ - / : only"
-    )]
-    BadName {
-        key: String,
-        what: &'static str,
-        name: String,
-    },
+    #[error("invalid {what} {name:?} in series key {key:?}: use letters, digits and . _ - / : only")]
+    BadName { key: String, what: &'static str, name: String },
     #[error("malformed tags in series key {key:?}: expected {{name=value,...}} after the metric")]
     BadTags { key: String },
     #[error("tag {tag:?} appears twice in series key {key:?}")]
@@ -48,9 +40,7 @@ pub enum SeriesKeyError {
 pub struct SeriesKey(Arc<str>);
 
 fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':'))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':'))
 }
 
 impl SeriesKey {
@@ -67,36 +57,23 @@ impl SeriesKey {
         };
         for (k, v) in tags {
             if map.insert(k, v).is_some() {
-                return Err(SeriesKeyError::DuplicateTag {
-                    key: key_for_errors(),
-                    tag: k.to_string(),
-                });
+                return Err(SeriesKeyError::DuplicateTag { key: key_for_errors(), tag: k.to_string() });
             }
         }
         Self::from_parts(metric, &map, &key_for_errors())
     }
 
-    fn from_parts(
-        metric: &str,
-        tags: &BTreeMap<&str, &str>,
-        original: &str,
-    ) -> Result<SeriesKey, SeriesKeyError> {
+    fn from_parts(metric: &str, tags: &BTreeMap<&str, &str>, original: &str) -> Result<SeriesKey, SeriesKeyError> {
         if metric.is_empty() && tags.is_empty() {
             return Err(SeriesKeyError::Empty);
         }
-        let bad = |what, name: &str| SeriesKeyError::BadName {
-            key: original.to_string(),
-            what,
-            name: name.to_string(),
-        };
+        let bad =
+            |what, name: &str| SeriesKeyError::BadName { key: original.to_string(), what, name: name.to_string() };
         if !valid_name(metric) {
             return Err(bad("metric", metric));
         }
         if tags.len() > MAX_TAGS {
-            return Err(SeriesKeyError::TooManyTags {
-                key: original.to_string(),
-                count: tags.len(),
-            });
+            return Err(SeriesKeyError::TooManyTags { key: original.to_string(), count: tags.len() });
         }
         let mut s = String::from(metric);
         if !tags.is_empty() {
@@ -118,10 +95,7 @@ impl SeriesKey {
             s.push('}');
         }
         if s.len() > MAX_SERIES_KEY_BYTES {
-            return Err(SeriesKeyError::TooLong {
-                len: s.len(),
-                key: s,
-            });
+            return Err(SeriesKeyError::TooLong { len: s.len(), key: s });
         }
         Ok(SeriesKey(s.into()))
     }
@@ -138,15 +112,8 @@ impl SeriesKey {
 
     /// The tags, sorted by name.
     pub fn tags(&self) -> impl Iterator<Item = (&str, &str)> {
-        let inner = self
-            .0
-            .find('{')
-            .map(|i| &self.0[i + 1..self.0.len() - 1])
-            .unwrap_or("");
-        inner
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .filter_map(|kv| kv.split_once('='))
+        let inner = self.0.find('{').map(|i| &self.0[i + 1..self.0.len() - 1]).unwrap_or("");
+        inner.split(',').filter(|s| !s.is_empty()).filter_map(|kv| kv.split_once('='))
     }
 
     /// The value of tag `name`, if present.
@@ -163,10 +130,7 @@ impl FromStr for SeriesKey {
             return Err(SeriesKeyError::Empty);
         }
         if s.len() > MAX_SERIES_KEY_BYTES * 2 {
-            return Err(SeriesKeyError::TooLong {
-                key: s[..64].to_string() + "...",
-                len: s.len(),
-            });
+            return Err(SeriesKeyError::TooLong { key: s[..64].to_string() + "...", len: s.len() });
         }
         let (metric, tags) = match s.find('{') {
             None => (s, ""),
@@ -183,10 +147,7 @@ impl FromStr for SeriesKey {
                 return Err(SeriesKeyError::BadTags { key: s.to_string() });
             };
             if map.insert(k.trim(), v.trim()).is_some() {
-                return Err(SeriesKeyError::DuplicateTag {
-                    key: s.to_string(),
-                    tag: k.to_string(),
-                });
+                return Err(SeriesKeyError::DuplicateTag { key: s.to_string(), tag: k.to_string() });
             }
         }
         SeriesKey::from_parts(metric, &map, s)
@@ -246,30 +207,12 @@ mod tests {
     #[test]
     fn malformed_keys_are_refused() {
         assert_eq!("".parse::<SeriesKey>(), Err(SeriesKeyError::Empty));
-        assert!(matches!(
-            "a b".parse::<SeriesKey>(),
-            Err(SeriesKeyError::BadName { .. })
-        ));
-        assert!(matches!(
-            "m{a=1".parse::<SeriesKey>(),
-            Err(SeriesKeyError::BadTags { .. })
-        ));
-        assert!(matches!(
-            "m{a}".parse::<SeriesKey>(),
-            Err(SeriesKeyError::BadTags { .. })
-        ));
-        assert!(matches!(
-            "m{a=1,a=2}".parse::<SeriesKey>(),
-            Err(SeriesKeyError::DuplicateTag { .. })
-        ));
-        assert!(matches!(
-            "m{a=}".parse::<SeriesKey>(),
-            Err(SeriesKeyError::BadName { .. })
-        ));
-        assert!(matches!(
-            "x".repeat(600).parse::<SeriesKey>(),
-            Err(SeriesKeyError::TooLong { .. })
-        ));
+        assert!(matches!("a b".parse::<SeriesKey>(), Err(SeriesKeyError::BadName { .. })));
+        assert!(matches!("m{a=1".parse::<SeriesKey>(), Err(SeriesKeyError::BadTags { .. })));
+        assert!(matches!("m{a}".parse::<SeriesKey>(), Err(SeriesKeyError::BadTags { .. })));
+        assert!(matches!("m{a=1,a=2}".parse::<SeriesKey>(), Err(SeriesKeyError::DuplicateTag { .. })));
+        assert!(matches!("m{a=}".parse::<SeriesKey>(), Err(SeriesKeyError::BadName { .. })));
+        assert!(matches!("x".repeat(600).parse::<SeriesKey>(), Err(SeriesKeyError::TooLong { .. })));
         // Non-canonical strings off the wire are refused.
         assert!(SeriesKey::try_from("m{b=1,a=2}".to_string()).is_err());
         assert!(SeriesKey::try_from("m{a=2,b=1}".to_string()).is_ok());

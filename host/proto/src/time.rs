@@ -45,19 +45,13 @@ pub enum TimeError {
     #[error("quantum start {start} is not a multiple of the quantum length {len} ns")]
     Unaligned { start: Timestamp, len: i64 },
     /// A quantum length outside the allowed bounds.
-    #[error(
-        "quantum length {0} ns is out of bounds: use 1 ms ({MIN_QUANTUM_NS} ns) to 366 days ({MAX_QUANTUM_NS} ns)"
-    )]
+    #[error("quantum length {0} ns is out of bounds: use 1 ms ({MIN_QUANTUM_NS} ns) to 366 days ({MAX_QUANTUM_NS} ns)")]
     BadQuantum(i64),
 }
 
 /// Checks that `ts` is an accepted timestamp.
 pub fn check_timestamp(ts: Timestamp) -> Result<Timestamp, TimeError> {
-    if (MIN_TIMESTAMP..MAX_TIMESTAMP).contains(&ts) {
-        Ok(ts)
-    } else {
-        Err(TimeError::OutOfRange(ts))
-    }
+    if (MIN_TIMESTAMP..MAX_TIMESTAMP).contains(&ts) { Ok(ts) } else { Err(TimeError::OutOfRange(ts)) }
 }
 
 /// A half-open range of time `[start, end)`, non-empty, within the accepted timestamps.
@@ -158,10 +152,7 @@ impl QuantumLen {
 
     /// The quantum containing `ts`.
     pub fn quantum_of(self, ts: Timestamp) -> Quantum {
-        Quantum {
-            start: ts.div_euclid(self.0) * self.0,
-            len: self,
-        }
+        Quantum { start: ts.div_euclid(self.0) * self.0, len: self }
     }
 }
 
@@ -219,10 +210,7 @@ impl Quantum {
 
     /// The whole quantum as a range.
     pub fn range(&self) -> TimeRange {
-        TimeRange {
-            start: self.start,
-            end: self.end(),
-        }
+        TimeRange { start: self.start, end: self.end() }
     }
 }
 
@@ -236,10 +224,7 @@ impl TryFrom<RawQuantum> for Quantum {
     type Error = TimeError;
     fn try_from(q: RawQuantum) -> Result<Self, Self::Error> {
         check_timestamp(q.start)?;
-        Quantum::at(q.start, q.len).ok_or(TimeError::Unaligned {
-            start: q.start,
-            len: q.len.ns(),
-        })
+        Quantum::at(q.start, q.len).ok_or(TimeError::Unaligned { start: q.start, len: q.len.ns() })
     }
 }
 
@@ -247,16 +232,11 @@ impl TryFrom<RawQuantum> for Quantum {
 pub fn quanta(range: TimeRange, len: QuantumLen) -> impl Iterator<Item = (Quantum, TimeRange)> {
     let first = len.quantum_of(range.start).start;
     let step = len.ns();
-    (0..)
-        .map(move |i: i64| first + i * step)
-        .take_while(move |&start| start < range.end)
-        .map(move |start| {
-            let q = Quantum { start, len };
-            let part = q
-                .clip(&range)
-                .expect("an enumerated quantum overlaps the range");
-            (q, part)
-        })
+    (0..).map(move |i: i64| first + i * step).take_while(move |&start| start < range.end).map(move |start| {
+        let q = Quantum { start, len };
+        let part = q.clip(&range).expect("an enumerated quantum overlaps the range");
+        (q, part)
+    })
 }
 
 /// Number of quanta `range` touches.
@@ -273,10 +253,7 @@ mod tests {
 
     #[test]
     fn ranges_are_validated() {
-        assert_eq!(
-            TimeRange::new(5, 3),
-            Err(TimeError::Inverted { start: 5, end: 3 })
-        );
+        assert_eq!(TimeRange::new(5, 3), Err(TimeError::Inverted { start: 5, end: 3 }));
         assert_eq!(TimeRange::new(5, 5), Err(TimeError::Empty(5)));
         assert_eq!(TimeRange::new(-1, 5), Err(TimeError::OutOfRange(-1)));
         assert!(TimeRange::new(0, MAX_TIMESTAMP).is_ok());
@@ -294,8 +271,7 @@ mod tests {
     #[test]
     fn seed_paper_quanta() {
         // 150 s starting mid-quantum touches 16 quanta of 10 s, trimmed at both ends.
-        let r =
-            TimeRange::new(1_700_000_005 * NANOS_PER_SEC, 1_700_000_155 * NANOS_PER_SEC).unwrap();
+        let r = TimeRange::new(1_700_000_005 * NANOS_PER_SEC, 1_700_000_155 * NANOS_PER_SEC).unwrap();
         let qs: Vec<_> = quanta(r, QuantumLen::DEFAULT).collect();
         assert_eq!(qs.len(), 16);
         assert_eq!(quanta_count(r, QuantumLen::DEFAULT), 16);

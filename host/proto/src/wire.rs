@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use crate::id::Id;
 use crate::point::{Point, PointKey};
 use crate::routing::Contact;
-use crate::series::SeriesKey;
+use crate::series::{SeriesKey, SeriesKeyError};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
 
 /// ALPN protocol id; the trailing number is the wire protocol version.
@@ -50,11 +50,25 @@ impl Default for Limits {
     }
 }
 
-/// Points of one series, as a client writes them.
+/// Points of one series, validated.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SeriesPoints {
     pub series: SeriesKey,
     pub points: Vec<Point>,
+}
+
+/// Points of one series as a client sends them. The series key travels as plain text and is
+/// checked by the receiver, so a bad key gets an error that says what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WriteSeries {
+    pub series: String,
+    pub points: Vec<Point>,
+}
+
+impl From<SeriesPoints> for WriteSeries {
+    fn from(s: SeriesPoints) -> WriteSeries {
+        WriteSeries { series: s.series.into(), points: s.points }
+    }
 }
 
 /// Points of one block (series, quantum), as a coordinator sends them to a replica.
@@ -77,13 +91,7 @@ pub enum Request {
     Store { blocks: Vec<BlockPoints> },
     /// Raw points of one block within `range` (which lies inside `quantum`), strictly after
     /// `after`, at most `limit`; answered with [`Response::Points`].
-    Fetch {
-        series: SeriesKey,
-        quantum: Quantum,
-        range: TimeRange,
-        after: Option<PointKey>,
-        limit: u32,
-    },
+    Fetch { series: SeriesKey, quantum: Quantum, range: TimeRange, after: Option<PointKey>, limit: u32 },
     /// Record that these series exist (the series dictionary); answered with [`Response::Stored`].
     RegisterSeries { series: Vec<SeriesKey> },
     /// Whether the receiver holds the registration of `series`; answered with
@@ -91,15 +99,11 @@ pub enum Request {
     HasSeries { series: SeriesKey },
 
     /// Client: write points, coordinated by the receiver; answered with [`Response::Written`].
-    Write { batch: Vec<SeriesPoints> },
-    /// Client: read a range of one series, strictly after `after`, at most `limit` points;
-    /// answered with [`Response::Page`].
-    Read {
-        series: SeriesKey,
-        range: TimeRange,
-        after: Option<PointKey>,
-        limit: u32,
-    },
+    /// Checked with [`check_write`].
+    Write { batch: Vec<WriteSeries> },
+    /// Client: read `[start, end)` of one series, strictly after `after`, at most `limit`
+    /// points; answered with [`Response::Page`]. Checked with [`check_read`].
+    Read { series: String, start: i64, end: i64, after: Option<PointKey>, limit: u32 },
     /// Client: what the receiver knows of itself and the cluster; answered with
     /// [`Response::Status`].
     Status,
@@ -159,10 +163,7 @@ pub struct ErrorReply {
 impl ErrorReply {
     /// An error with `code` and a message for a person.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
-        ErrorReply {
-            code,
-            message: message.into(),
-        }
+        ErrorReply { code, message: message.into() }
     }
 }
 
@@ -211,10 +212,7 @@ pub fn encode<T: Serialize>(msg: &T, limit: u32) -> Result<Vec<u8>, FrameError> 
     let mut out = postcard::to_extend(msg, vec![0u8; HEADER_BYTES])?;
     let body = out.len() - HEADER_BYTES;
     if body > limit as usize {
-        return Err(FrameError::TooLarge {
-            len: body as u64,
-            limit,
-        });
+        return Err(FrameError::TooLarge { len: body as u64, limit });
     }
     out[..HEADER_BYTES].copy_from_slice(&(body as u32).to_be_bytes());
     Ok(out)
@@ -224,10 +222,7 @@ pub fn encode<T: Serialize>(msg: &T, limit: u32) -> Result<Vec<u8>, FrameError> 
 pub fn body_len(header: [u8; HEADER_BYTES], limit: u32) -> Result<usize, FrameError> {
     let len = u32::from_be_bytes(header);
     if len > limit {
-        return Err(FrameError::TooLarge {
-            len: u64::from(len),
-            limit,
-        });
+        return Err(FrameError::TooLarge { len: u64::from(len), limit });
     }
     Ok(len as usize)
 }
@@ -236,9 +231,7 @@ pub fn body_len(header: [u8; HEADER_BYTES], limit: u32) -> Result<usize, FrameEr
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
     let (msg, rest) = postcard::take_from_bytes(body)?;
     if !rest.is_empty() {
-        return Err(FrameError::Malformed(
-            postcard::Error::DeserializeBadEncoding,
-        ));
+        return Err(FrameError::Malformed(postcard::Error::DeserializeBadEncoding));
     }
     Ok(msg)
 }
@@ -251,39 +244,32 @@ pub enum InvalidRequest {
     #[error("batch holds {series} series; the limit is {limit}: split it into smaller batches")]
     TooManySeries { series: u64, limit: u32 },
     #[error("point of series {series} has {source}")]
-    Timestamp {
-        series: SeriesKey,
-        source: TimeError,
-    },
-    #[error(
-        "point of series {series} at {ts} lies outside its block's quantum starting at {quantum}"
-    )]
-    OutsideQuantum {
-        series: SeriesKey,
-        ts: i64,
-        quantum: i64,
-    },
+    Timestamp { series: SeriesKey, source: TimeError },
+    #[error("point of series {series} at {ts} lies outside its block's quantum starting at {quantum}")]
+    OutsideQuantum { series: SeriesKey, ts: i64, quantum: i64 },
     #[error("range {range:?} is not inside quantum starting at {quantum}")]
     RangeOutsideQuantum { range: TimeRange, quantum: i64 },
     #[error("page limit {limit} must be between 1 and {max}")]
     BadPageLimit { limit: u32, max: u32 },
     #[error("FIND_NODE answer holds {count} contacts; the limit is {limit}")]
     TooManyContacts { count: usize, limit: u32 },
+    #[error(transparent)]
+    Series(#[from] SeriesKeyError),
+    #[error(transparent)]
+    Range(TimeError),
 }
 
 impl InvalidRequest {
     /// The error code a client sees for this failure.
     pub fn code(&self) -> ErrorCode {
         match self {
-            InvalidRequest::TooManyPoints { .. } | InvalidRequest::TooManySeries { .. } => {
-                ErrorCode::BatchTooLarge
-            }
+            InvalidRequest::TooManyPoints { .. } | InvalidRequest::TooManySeries { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Timestamp { .. } => ErrorCode::TimestampOutOfRange,
-            InvalidRequest::OutsideQuantum { .. } | InvalidRequest::RangeOutsideQuantum { .. } => {
-                ErrorCode::Malformed
-            }
+            InvalidRequest::OutsideQuantum { .. } | InvalidRequest::RangeOutsideQuantum { .. } => ErrorCode::Malformed,
             InvalidRequest::BadPageLimit { .. } => ErrorCode::Malformed,
             InvalidRequest::TooManyContacts { .. } => ErrorCode::Malformed,
+            InvalidRequest::Series(_) => ErrorCode::InvalidSeries,
+            InvalidRequest::Range(_) => ErrorCode::InvalidRange,
         }
     }
 }
@@ -300,18 +286,11 @@ fn check_points<'a>(
     quantum: Option<&Quantum>,
 ) -> Result<(), InvalidRequest> {
     for p in points {
-        check_timestamp(p.ts).map_err(|source| InvalidRequest::Timestamp {
-            series: series.clone(),
-            source,
-        })?;
+        check_timestamp(p.ts).map_err(|source| InvalidRequest::Timestamp { series: series.clone(), source })?;
         if let Some(q) = quantum
             && !q.contains(p.ts)
         {
-            return Err(InvalidRequest::OutsideQuantum {
-                series: series.clone(),
-                ts: p.ts,
-                quantum: q.start,
-            });
+            return Err(InvalidRequest::OutsideQuantum { series: series.clone(), ts: p.ts, quantum: q.start });
         }
     }
     Ok(())
@@ -319,12 +298,27 @@ fn check_points<'a>(
 
 fn check_page(limit: u32, limits: &Limits) -> Result<(), InvalidRequest> {
     if limit == 0 || limit > limits.max_page_points {
-        return Err(InvalidRequest::BadPageLimit {
-            limit,
-            max: limits.max_page_points,
-        });
+        return Err(InvalidRequest::BadPageLimit { limit, max: limits.max_page_points });
     }
     Ok(())
+}
+
+/// Checks a client's write batch (already size-checked by [`Request::validate`]): series keys
+/// and timestamps. Returns it with parsed keys.
+pub fn check_write(batch: Vec<WriteSeries>) -> Result<Vec<SeriesPoints>, InvalidRequest> {
+    batch
+        .into_iter()
+        .map(|w| {
+            let series: SeriesKey = w.series.parse()?;
+            check_points(&series, &w.points, None)?;
+            Ok(SeriesPoints { series, points: w.points })
+        })
+        .collect()
+}
+
+/// Checks a client's read: the series key and the range.
+pub fn check_read(series: &str, start: i64, end: i64) -> Result<(SeriesKey, TimeRange), InvalidRequest> {
+    Ok((series.parse()?, TimeRange::new(start, end).map_err(InvalidRequest::Range)?))
 }
 
 impl Request {
@@ -340,26 +334,16 @@ impl Request {
                 }
                 let points: u64 = batch.iter().map(|s| s.points.len() as u64).sum();
                 if points > u64::from(limits.max_batch_points) {
-                    return Err(InvalidRequest::TooManyPoints {
-                        points,
-                        limit: limits.max_batch_points,
-                    });
+                    return Err(InvalidRequest::TooManyPoints { points, limit: limits.max_batch_points });
                 }
-                batch
-                    .iter()
-                    .try_for_each(|s| check_points(&s.series, &s.points, None))
+                Ok(())
             }
             Request::Store { blocks } => {
                 let points: u64 = blocks.iter().map(|b| b.points.len() as u64).sum();
                 if points > u64::from(limits.max_batch_points) {
-                    return Err(InvalidRequest::TooManyPoints {
-                        points,
-                        limit: limits.max_batch_points,
-                    });
+                    return Err(InvalidRequest::TooManyPoints { points, limit: limits.max_batch_points });
                 }
-                blocks
-                    .iter()
-                    .try_for_each(|b| check_points(&b.series, &b.points, Some(&b.quantum)))
+                blocks.iter().try_for_each(|b| check_points(&b.series, &b.points, Some(&b.quantum)))
             }
             Request::RegisterSeries { series } => {
                 if series.len() as u64 > u64::from(limits.max_batch_series) {
@@ -370,25 +354,14 @@ impl Request {
                 }
                 Ok(())
             }
-            Request::Fetch {
-                quantum,
-                range,
-                limit,
-                ..
-            } => {
+            Request::Fetch { quantum, range, limit, .. } => {
                 if quantum.clip(range) != Some(*range) {
-                    return Err(InvalidRequest::RangeOutsideQuantum {
-                        range: *range,
-                        quantum: quantum.start,
-                    });
+                    return Err(InvalidRequest::RangeOutsideQuantum { range: *range, quantum: quantum.start });
                 }
                 check_page(*limit, limits)
             }
             Request::Read { limit, .. } => check_page(*limit, limits),
-            Request::Ping
-            | Request::FindNode { .. }
-            | Request::HasSeries { .. }
-            | Request::Status => Ok(()),
+            Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
         }
     }
 
@@ -433,10 +406,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let req = Request::Write {
-            batch: vec![SeriesPoints {
-                series: series(),
-                points: vec![Point::new(1, 2.5), Point::new(3, -1.0)],
-            }],
+            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 2.5), Point::new(3, -1.0)] }],
         };
         let frame = encode(&req, 1024).unwrap();
         let len = body_len(frame[..4].try_into().unwrap(), 1024).unwrap();
@@ -447,24 +417,16 @@ mod tests {
     #[test]
     fn oversize_frames_are_refused_both_ways() {
         let req = Request::Write {
-            batch: vec![SeriesPoints {
-                series: series(),
-                points: vec![Point::new(1, 0.0); 100],
-            }],
+            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 0.0); 100] }],
         };
         assert!(matches!(encode(&req, 64), Err(FrameError::TooLarge { .. })));
-        assert!(matches!(
-            body_len(1000u32.to_be_bytes(), 999),
-            Err(FrameError::TooLarge {
-                len: 1000,
-                limit: 999
-            })
-        ));
+        assert!(matches!(body_len(1000u32.to_be_bytes(), 999), Err(FrameError::TooLarge { len: 1000, limit: 999 })));
     }
 
     #[test]
     fn invalid_values_fail_to_decode() {
-        // An inverted range, encoded by hand: the decoder must refuse it.
+        // A peer's fetch carries a validated range: an inverted one, encoded by hand, must not
+        // decode.
         #[derive(Serialize)]
         struct Raw {
             start: i64,
@@ -475,32 +437,20 @@ mod tests {
             _Ping,
             _FindNode,
             _Store,
-            _Fetch,
-            _Register,
-            _Has,
-            _Write,
-            Read {
-                series: String,
-                range: Raw,
-                after: Option<PointKey>,
-                limit: u32,
-            },
+            Fetch { series: String, quantum: (i64, i64), range: Raw, after: Option<PointKey>, limit: u32 },
         }
-        let bad = postcard::to_stdvec(&RawRequest::Read {
-            series: "m".into(),
-            range: Raw { start: 10, end: 5 },
-            after: None,
-            limit: 10,
-        })
-        .unwrap();
-        assert!(decode::<Request>(&bad).is_err());
-        let good = postcard::to_stdvec(&RawRequest::Read {
-            series: "m".into(),
-            range: Raw { start: 5, end: 10 },
-            after: None,
-            limit: 10,
-        })
-        .unwrap();
+        let fetch = |start, end| {
+            postcard::to_stdvec(&RawRequest::Fetch {
+                series: "m".into(),
+                quantum: (0, 10 * NANOS_PER_SEC),
+                range: Raw { start, end },
+                after: None,
+                limit: 10,
+            })
+            .unwrap()
+        };
+        assert!(decode::<Request>(&fetch(10, 5)).is_err());
+        let good = fetch(5, 10);
         assert!(decode::<Request>(&good).is_ok());
         // Trailing garbage is refused.
         let mut trailing = good.clone();
@@ -509,54 +459,34 @@ mod tests {
     }
 
     #[test]
+    fn client_input_errors_say_what_is_wrong() {
+        let e = check_read("m", 10, 5).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRange);
+        assert!(e.to_string().contains("inverted"), "{e}");
+        assert_eq!(check_read("m", 5, 5).unwrap_err().code(), ErrorCode::InvalidRange);
+        let e = check_read("bad key", 0, 5).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSeries);
+        assert!(e.to_string().contains("bad key"), "{e}");
+        let bad_ts = vec![WriteSeries { series: "m".into(), points: vec![Point::new(-5, 0.0)] }];
+        assert_eq!(check_write(bad_ts).unwrap_err().code(), ErrorCode::TimestampOutOfRange);
+        let ok = check_write(vec![WriteSeries { series: "m{b=1,a=2}".into(), points: vec![Point::new(5, 0.0)] }]);
+        assert_eq!(ok.unwrap()[0].series.as_str(), "m{a=2,b=1}");
+    }
+
+    #[test]
     fn validation_enforces_limits() {
-        let limits = Limits {
-            max_batch_points: 10,
-            max_batch_series: 2,
-            ..Limits::default()
-        };
+        let limits = Limits { max_batch_points: 10, max_batch_series: 2, ..Limits::default() };
         let big = Request::Write {
-            batch: vec![SeriesPoints {
-                series: series(),
-                points: vec![Point::new(1, 0.0); 11],
-            }],
+            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 0.0); 11] }],
         };
-        assert_eq!(
-            big.validate(&limits).unwrap_err().code(),
-            ErrorCode::BatchTooLarge
-        );
-        let bad_ts = Request::Write {
-            batch: vec![SeriesPoints {
-                series: series(),
-                points: vec![Point::new(-5, 0.0)],
-            }],
-        };
-        assert_eq!(
-            bad_ts.validate(&limits).unwrap_err().code(),
-            ErrorCode::TimestampOutOfRange
-        );
+        assert_eq!(big.validate(&limits).unwrap_err().code(), ErrorCode::BatchTooLarge);
         let q = QuantumLen::DEFAULT.quantum_of(20 * NANOS_PER_SEC);
         let outside = Request::Store {
-            blocks: vec![BlockPoints {
-                series: series(),
-                quantum: q,
-                points: vec![Point::new(5, 0.0)],
-            }],
+            blocks: vec![BlockPoints { series: series(), quantum: q, points: vec![Point::new(5, 0.0)] }],
         };
-        assert!(matches!(
-            outside.validate(&limits),
-            Err(InvalidRequest::OutsideQuantum { .. })
-        ));
-        let read = Request::Read {
-            series: series(),
-            range: TimeRange::new(0, 10).unwrap(),
-            after: None,
-            limit: 0,
-        };
-        assert!(matches!(
-            read.validate(&limits),
-            Err(InvalidRequest::BadPageLimit { .. })
-        ));
+        assert!(matches!(outside.validate(&limits), Err(InvalidRequest::OutsideQuantum { .. })));
+        let read = Request::Read { series: series().into(), start: 0, end: 10, after: None, limit: 0 };
+        assert!(matches!(read.validate(&limits), Err(InvalidRequest::BadPageLimit { .. })));
     }
 
     proptest! {

@@ -26,10 +26,7 @@ struct Inner {
 impl MemStore {
     /// A store holding at most `max_points` points.
     pub fn new(max_points: u64) -> MemStore {
-        MemStore {
-            inner: RwLock::new(Inner::default()),
-            max_points,
-        }
+        MemStore { inner: RwLock::new(Inner::default()), max_points }
     }
 
     /// Points held.
@@ -91,14 +88,11 @@ impl Store for MemStore {
         let Some(set) = inner.series.get(series) else {
             return Ok(ReadPage::default());
         };
-        let mut iter = set
-            .range(page_start(&range, after)..)
-            .take_while(|k| k.ts < range.end())
-            .map(|k| Point {
-                ts: k.ts,
-                value: f64::from_bits(k.value_bits),
-                event: k.event,
-            });
+        let mut iter = set.range(page_start(&range, after)..).take_while(|k| k.ts < range.end()).map(|k| Point {
+            ts: k.ts,
+            value: f64::from_bits(k.value_bits),
+            event: k.event,
+        });
         let points: Vec<Point> = iter.by_ref().take(limit).collect();
         let more = iter.next().is_some();
         Ok(ReadPage { points, more })
@@ -117,13 +111,7 @@ impl Store for MemStore {
     }
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {
-        Ok(self
-            .read_lock()
-            .registered
-            .keys()
-            .filter(|s| s.metric().starts_with(metric_prefix))
-            .cloned()
-            .collect())
+        Ok(self.read_lock().registered.keys().filter(|s| s.metric().starts_with(metric_prefix)).cloned().collect())
     }
 }
 
@@ -152,16 +140,10 @@ mod tests {
     fn cap_is_enforced_and_loses_nothing_else() {
         let s: SeriesKey = "m".parse().unwrap();
         let store = MemStore::new(3);
-        store
-            .write(&block(&s, &[Point::new(1, 1.0), Point::new(2, 2.0)]))
-            .unwrap();
-        let err = store
-            .write(&block(&s, &[Point::new(3, 1.0), Point::new(4, 2.0)]))
-            .unwrap_err();
+        store.write(&block(&s, &[Point::new(1, 1.0), Point::new(2, 2.0)])).unwrap();
+        let err = store.write(&block(&s, &[Point::new(3, 1.0), Point::new(4, 2.0)])).unwrap_err();
         assert!(matches!(err, StoreError::Full(_)));
-        let page = store
-            .read(&s, TimeRange::new(0, 10).unwrap(), None, 10)
-            .unwrap();
+        let page = store.read(&s, TimeRange::new(0, 10).unwrap(), None, 10).unwrap();
         assert_eq!(page.points.len(), 2);
     }
 

@@ -1,0 +1,237 @@
+//! The seed paper's benchmark: single-point write latency (Table I), range read latency (Table
+//! II), and batched ingest throughput, on separate node processes talking QUIC over loopback.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+use timeshard_proto::{KeyFormat, Point, SeriesKey, TimeRange};
+use timeshard_sdk::SeriesPoints;
+
+use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::config::ClassConfig;
+use crate::datasets::{self, T0};
+use crate::stats::{Latencies, round3};
+
+/// Options of `bench paper`.
+#[derive(Debug, Args)]
+pub struct PaperArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Node processes.
+    #[arg(long, default_value_t = 18)]
+    nodes: usize,
+    /// Single-point writes per (format, RF).
+    #[arg(long, default_value_t = 10_000)]
+    writes: usize,
+    /// Repetitions of each read.
+    #[arg(long, default_value_t = 20)]
+    read_reps: usize,
+    /// Seconds of batched ingest.
+    #[arg(long, default_value_t = 10)]
+    ingest_secs: u64,
+    /// Batches the ingest client keeps in flight.
+    #[arg(long, default_value_t = 4)]
+    in_flight: usize,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+const FORMATS: [KeyFormat; 2] = [KeyFormat::Qfi, KeyFormat::Kfi];
+const WRITE_RFS: [u8; 3] = [1, 4, 7];
+const READ_SPANS_S: [i64; 3] = [10, 80, 150];
+
+fn write_metric(format: KeyFormat, rf: u8) -> String {
+    format!("pmu.phase.{format}.rf{rf}")
+}
+
+fn read_metric(format: KeyFormat) -> String {
+    format!("pmu.phase.{format}.read")
+}
+
+fn classes() -> Vec<ClassConfig> {
+    let mut out = Vec::new();
+    for format in FORMATS {
+        for rf in WRITE_RFS {
+            let name = write_metric(format, rf);
+            out.push(ClassConfig {
+                name: name.clone(),
+                metric_prefix: name,
+                format,
+                rf,
+                w: rf,
+                r: 1,
+                ..Default::default()
+            });
+        }
+        let name = read_metric(format);
+        out.push(ClassConfig {
+            name: name.clone(),
+            metric_prefix: name,
+            format,
+            rf: 3,
+            w: 2,
+            r: 2,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+fn series(metric: &str, bus: u32) -> SeriesKey {
+    format!("{metric}{{bus={bus},site=atl}}").parse().expect("valid key")
+}
+
+/// Runs the benchmark.
+pub async fn run(args: PaperArgs) -> Result<()> {
+    if args.nodes < 7 {
+        bail!("--nodes must be at least 7 (the largest replication factor measured)");
+    }
+    let (dir, temporary) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("timeshard-bench-paper-{}", std::process::id())), true),
+    };
+    let mut options = ClusterOptions::new(args.nodes, &dir, std::env::current_exe()?);
+    options.classes = classes();
+    options.log = "warn".into();
+    eprintln!("starting {} node processes in {}", args.nodes, dir.display());
+    let cluster = LocalCluster::start(options).await?;
+    let result = measure(&cluster, &args).await;
+    let clean = cluster.shutdown().await?;
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = result?;
+    if clean != args.nodes {
+        eprintln!("warning: only {clean} of {} nodes exited cleanly", args.nodes);
+    }
+    super::write_json(&args.json, &report)?;
+    println!("wrote {}", args.json.display());
+    Ok(())
+}
+
+async fn measure(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json::Value> {
+    cluster.wait_converged(Duration::from_secs(60)).await?;
+    let writer = cluster.client(0).await?;
+
+    // Table I: single-point writes, each awaited before the next.
+    let mut writes = Vec::new();
+    for format in FORMATS {
+        for rf in WRITE_RFS {
+            let s = series(&write_metric(format, rf), 1);
+            let mut lat = Latencies::default();
+            for p in datasets::pmu(1).take(args.writes) {
+                let t = Instant::now();
+                writer.write(&s, &[p]).await?;
+                lat.push(t.elapsed());
+            }
+            println!(
+                "write {format} rf {rf}: {} single points, p50 {:.3} ms, p99 {:.3} ms, mean {:.3} ms",
+                lat.len(),
+                lat.percentile_ms(50.0),
+                lat.percentile_ms(99.0),
+                lat.mean_ms()
+            );
+            writes.push(json!({"format": format.to_string(), "rf": rf, "n": lat.len(),
+                "p50_ms": round3(lat.percentile_ms(50.0)), "p99_ms": round3(lat.percentile_ms(99.0)),
+                "mean_ms": round3(lat.mean_ms())}));
+        }
+    }
+
+    // Table II: 10,000 points written, then another client reads 10, 80 and 150 s.
+    let reader = cluster.client(cluster.len() - 1).await?;
+    let mut reads = Vec::new();
+    for format in FORMATS {
+        let s = series(&read_metric(format), 1);
+        let points: Vec<Point> = datasets::pmu(1).take(10_000).collect();
+        writer.write(&s, &points).await?;
+        for span_s in READ_SPANS_S {
+            let range = TimeRange::new(T0, T0 + span_s * 1_000_000_000)?;
+            let mut lat = Latencies::default();
+            let mut n = 0;
+            for _ in 0..args.read_reps {
+                let t = Instant::now();
+                let got = reader.read(&s, range).await?;
+                lat.push(t.elapsed());
+                n = got.len();
+            }
+            let expected = span_s as usize * 60;
+            if n != expected {
+                bail!("read {format} {span_s} s returned {n} points, expected {expected}");
+            }
+            println!(
+                "read {format} {span_s} s: {n} points, p50 {:.3} ms, p99 {:.3} ms",
+                lat.percentile_ms(50.0),
+                lat.percentile_ms(99.0)
+            );
+            reads.push(json!({"format": format.to_string(), "span_s": span_s, "points": n,
+                "p50_ms": round3(lat.percentile_ms(50.0)), "p99_ms": round3(lat.percentile_ms(99.0))}));
+        }
+    }
+
+    let ingest = ingest(cluster, args).await?;
+    writer.close().await;
+    reader.close().await;
+    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest}))
+}
+
+/// Batches of 5,000 points over 100 series (50 consecutive points each), RF 3, W 2, from one
+/// client keeping `in_flight` batches outstanding, for at least `ingest_secs`.
+async fn ingest(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json::Value> {
+    const SERIES: u32 = 100;
+    const PER_SERIES: usize = 50;
+    let client = cluster.client(0).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<SeriesPoints>>(args.in_flight * 2);
+    let duration = Duration::from_secs(args.ingest_secs);
+    // Generate on a blocking thread so data generation does not share the writers' threads.
+    let producer = tokio::task::spawn_blocking(move || {
+        let keys: Vec<SeriesKey> = (0..SERIES).map(datasets::pmu_series).collect();
+        let mut gens: Vec<_> = (0..SERIES).map(|b| datasets::pmu(b).peekable()).collect();
+        loop {
+            let batch: Vec<SeriesPoints> = keys
+                .iter()
+                .zip(gens.iter_mut())
+                .map(|(k, g)| SeriesPoints { series: k.clone(), points: g.by_ref().take(PER_SERIES).collect() })
+                .collect();
+            if tx.blocking_send(batch).is_err() {
+                return;
+            }
+        }
+    });
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let written = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.in_flight {
+        let (client, rx, written) = (client.clone(), rx.clone(), written.clone());
+        workers.push(tokio::spawn(async move {
+            while start.elapsed() < duration {
+                let Some(batch) = rx.lock().await.recv().await else { break };
+                let ack = client.write_batch(batch).await?;
+                written.fetch_add(ack.points, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for w in workers {
+        w.await.context("ingest worker panicked")??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(rx);
+    producer.await?;
+    let points = written.load(Ordering::Relaxed);
+    let rate = points as f64 / secs;
+    println!(
+        "ingest: {points} points in {secs:.1} s = {rate:.0} points/s (RF 3, W 2, batches of 5000, {} in flight)",
+        args.in_flight
+    );
+    client.close().await;
+    Ok(json!({"rf": 3, "w": 2, "batch": SERIES as usize * PER_SERIES, "points_per_s": rate.round() as u64,
+        "points": points, "seconds": round3(secs), "in_flight": args.in_flight}))
+}

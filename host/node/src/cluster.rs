@@ -1,0 +1,319 @@
+//! A local cluster of separate node processes on loopback, for the demo, the benchmarks and
+//! the end-to-end tests. Each node gets its own directory, config file, certificate and log.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use timeshard_proto::Id;
+use timeshard_sdk::tls::TlsFiles;
+use timeshard_sdk::{Client, NodeStatus};
+use tokio::process::{Child, Command};
+
+use crate::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig};
+use crate::pki;
+
+/// How long a node may take to start.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a node may take to stop after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What `timeshard node --ready-file` writes once the node serves.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ready {
+    pub id: Id,
+    pub addr: SocketAddr,
+    pub pid: u32,
+}
+
+/// How to build a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// Number of node processes.
+    pub nodes: usize,
+    /// Directory for certificates, configs, data and logs.
+    pub dir: PathBuf,
+    /// The `timeshard` binary to run.
+    pub binary: PathBuf,
+    /// Series classes of every node.
+    pub classes: Vec<ClassConfig>,
+    pub store: StoreConfig,
+    pub dht: DhtConfig,
+    pub limits: LimitsConfig,
+    /// Log filter of the nodes (`TIMESHARD_LOG`).
+    pub log: String,
+}
+
+impl ClusterOptions {
+    /// `nodes` nodes of `binary` in `dir`, with default settings.
+    pub fn new(nodes: usize, dir: impl Into<PathBuf>, binary: impl Into<PathBuf>) -> ClusterOptions {
+        ClusterOptions {
+            nodes,
+            dir: dir.into(),
+            binary: binary.into(),
+            classes: Vec::new(),
+            store: StoreConfig::default(),
+            dht: DhtConfig::default(),
+            limits: LimitsConfig::default(),
+            log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct NodeProcess {
+    config: PathBuf,
+    ready_file: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    ready: Ready,
+}
+
+/// A running local cluster. Dropping it kills every node; call [`LocalCluster::shutdown`] to
+/// stop them cleanly.
+#[derive(Debug)]
+pub struct LocalCluster {
+    options: ClusterOptions,
+    nodes: Vec<NodeProcess>,
+}
+
+impl LocalCluster {
+    /// Creates the PKI and configs, starts node 0, then the others bootstrapping through it.
+    pub async fn start(options: ClusterOptions) -> Result<LocalCluster> {
+        if options.nodes == 0 {
+            bail!("a cluster needs at least one node");
+        }
+        std::fs::create_dir_all(&options.dir).with_context(|| format!("cannot create {}", options.dir.display()))?;
+        let pki_dir = options.dir.join("pki");
+        pki::dev_pki(&pki_dir, options.nodes)?;
+        let mut cluster = LocalCluster { options, nodes: Vec::new() };
+        let first = cluster.spawn(0, None, Vec::new()).await?;
+        cluster.nodes.push(first);
+        let seed = cluster.nodes[0].ready.addr;
+        let mut starting = Vec::new();
+        for i in 1..cluster.options.nodes {
+            starting.push(cluster.spawn(i, None, vec![seed.to_string()]));
+        }
+        for node in futures::future::join_all(starting).await {
+            cluster.nodes.push(node?);
+        }
+        Ok(cluster)
+    }
+
+    fn node_config(&self, i: usize, listen: Option<SocketAddr>, bootstrap: Vec<String>) -> NodeConfig {
+        let o = &self.options;
+        let pki = TlsFiles::in_dir(&o.dir.join("pki"), &format!("node-{i}"));
+        NodeConfig {
+            listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
+            data_dir: o.dir.join(format!("node-{i}")).join("data"),
+            bootstrap,
+            tls: crate::config::TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
+            dht: o.dht.clone(),
+            limits: o.limits.clone(),
+            store: o.store.clone(),
+            classes: o.classes.clone(),
+        }
+    }
+
+    async fn spawn(&self, i: usize, listen: Option<SocketAddr>, bootstrap: Vec<String>) -> Result<NodeProcess> {
+        let dir = self.options.dir.join(format!("node-{i}"));
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("node.toml");
+        let text = toml::to_string(&self.node_config(i, listen, bootstrap))?;
+        std::fs::write(&config, text)?;
+        let ready_file = dir.join("ready.json");
+        let _ = std::fs::remove_file(&ready_file);
+        let log = dir.join("node.log");
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let child = Command::new(&self.options.binary)
+            .arg("node")
+            .arg("--config")
+            .arg(&config)
+            .arg("--ready-file")
+            .arg(&ready_file)
+            .env("TIMESHARD_LOG", &self.options.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.options.binary.display()))?;
+        let mut node = NodeProcess {
+            config,
+            ready_file,
+            log,
+            child: Some(child),
+            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0 },
+        };
+        node.ready = wait_ready(&mut node).await.with_context(|| format!("node {i} did not start"))?;
+        Ok(node)
+    }
+
+    /// Number of nodes (running or not).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i`'s address.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.nodes[i].ready.addr
+    }
+
+    /// Node `i`'s id.
+    pub fn id(&self, i: usize) -> Id {
+        self.nodes[i].ready.id
+    }
+
+    /// Node `i`'s log file.
+    pub fn log(&self, i: usize) -> &Path {
+        &self.nodes[i].log
+    }
+
+    /// Node `i`'s config file.
+    pub fn config(&self, i: usize) -> &Path {
+        &self.nodes[i].config
+    }
+
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        &self.options.dir
+    }
+
+    /// The directory holding the CA and the certificates.
+    pub fn pki_dir(&self) -> PathBuf {
+        self.options.dir.join("pki")
+    }
+
+    /// The client certificate files.
+    pub fn client_tls(&self) -> TlsFiles {
+        TlsFiles::in_dir(&self.pki_dir(), "client")
+    }
+
+    /// A client connected to node `i`.
+    pub async fn client(&self, i: usize) -> Result<Client> {
+        Ok(Client::connect(self.addr(i), &self.client_tls()).await?)
+    }
+
+    /// Whether node `i` is running.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some()
+    }
+
+    /// Waits until every running node knows every other running node (or `k` of them).
+    pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<NodeStatus>> {
+        let running: Vec<usize> = (0..self.len()).filter(|&i| self.is_running(i)).collect();
+        let want = (running.len() - 1).min(self.options.dht.k) as u32;
+        let deadline = Instant::now() + timeout;
+        let mut clients = Vec::new();
+        for &i in &running {
+            clients.push(self.client(i).await?);
+        }
+        loop {
+            let mut statuses = Vec::new();
+            for c in &clients {
+                statuses.push(c.status().await?);
+            }
+            if statuses.iter().all(|s| s.peers >= want) {
+                for c in clients {
+                    c.close().await;
+                }
+                return Ok(statuses);
+            }
+            if Instant::now() > deadline {
+                let peers: Vec<u32> = statuses.iter().map(|s| s.peers).collect();
+                bail!("nodes did not learn of each other within {timeout:?}: peers known {peers:?}, want {want}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Kills node `i` with SIGKILL (no chance to clean up).
+    pub async fn kill(&mut self, i: usize) -> Result<()> {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            child.kill().await.context("cannot kill the node")?;
+        }
+        Ok(())
+    }
+
+    /// Stops node `i` with SIGTERM and waits for it; returns whether it exited cleanly.
+    pub async fn terminate(&mut self, i: usize) -> Result<bool> {
+        let Some(mut child) = self.nodes[i].child.take() else { return Ok(true) };
+        if let Some(pid) = child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        }
+        match tokio::time::timeout(STOP_TIMEOUT, child.wait()).await {
+            Ok(status) => Ok(status?.success()),
+            Err(_) => {
+                child.kill().await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Restarts a stopped node `i` on its old address, joining through another running node.
+    pub async fn restart(&mut self, i: usize) -> Result<()> {
+        if self.is_running(i) {
+            bail!("node {i} is running");
+        }
+        let seeds: Vec<String> = (0..self.len())
+            .filter(|&j| j != i && self.is_running(j))
+            .map(|j| self.addr(j).to_string())
+            .take(3)
+            .collect();
+        let node = self.spawn(i, Some(self.addr(i)), seeds).await?;
+        self.nodes[i] = node;
+        Ok(())
+    }
+
+    /// Stops every node with SIGTERM; returns how many exited cleanly.
+    pub async fn shutdown(mut self) -> Result<usize> {
+        let mut clean = 0;
+        let stops: Vec<_> = (0..self.len()).filter(|&i| self.is_running(i)).collect();
+        // Signal all first so they stop in parallel.
+        for &i in &stops {
+            if let Some(pid) = self.nodes[i].child.as_ref().and_then(Child::id) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+            }
+        }
+        for i in stops {
+            clean += usize::from(self.terminate(i).await?);
+        }
+        Ok(clean)
+    }
+}
+
+async fn wait_ready(node: &mut NodeProcess) -> Result<Ready> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&node.ready_file)
+            && let Ok(ready) = serde_json::from_str::<Ready>(&text)
+        {
+            return Ok(ready);
+        }
+        if let Some(child) = node.child.as_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
+            bail!(
+                "node exited with {status} before it was ready; its log ({}) ends:\n{}",
+                node.log.display(),
+                tail.join("\n")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("no ready file {} within {START_TIMEOUT:?}", node.ready_file.display());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,341 @@
+//! The node's TOML configuration. Every setting has a default, so an empty file (or none) is a
+//! valid configuration; `timeshard node --print-config` prints them all.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use timeshard_proto::class::{Classes, Replication, SeriesClass};
+use timeshard_proto::wire::Limits;
+use timeshard_proto::{KeyFormat, QuantumLen};
+use timeshard_sdk::tls::TlsFiles;
+
+/// The whole configuration of a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// UDP address the node listens on for peers and clients. Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Directory for this node's data. Relative paths are relative to the config file.
+    pub data_dir: PathBuf,
+    /// Addresses (`host:port`) of nodes to join through. Empty for the first node.
+    pub bootstrap: Vec<String>,
+    pub tls: TlsConfig,
+    pub dht: DhtConfig,
+    pub limits: LimitsConfig,
+    pub store: StoreConfig,
+    /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
+    /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
+    #[serde(rename = "class")]
+    pub classes: Vec<ClassConfig>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            listen: "127.0.0.1:7400".parse().expect("literal address"),
+            data_dir: PathBuf::from("timeshard-data"),
+            bootstrap: Vec::new(),
+            tls: TlsConfig::default(),
+            dht: DhtConfig::default(),
+            limits: LimitsConfig::default(),
+            store: StoreConfig::default(),
+            classes: Vec::new(),
+        }
+    }
+}
+
+/// Certificate files; relative paths are relative to the config file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The fleet CA certificate: peers and clients must present certificates it signed.
+    pub ca: PathBuf,
+    /// This node's certificate (must name `node.timeshard`).
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig { ca: "pki/ca.pem".into(), cert: "pki/node.pem".into(), key: "pki/node.key".into() }
+    }
+}
+
+/// The DHT: Kademlia parameters and timeouts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DhtConfig {
+    /// Contacts per k-bucket and per lookup answer.
+    pub k: usize,
+    /// Requests a lookup keeps in flight.
+    pub alpha: usize,
+    /// Consecutive failed requests after which a peer is evicted (doubled if no replacement waits).
+    pub max_failures: u32,
+    /// How often a bucket no lookup touched is refreshed.
+    #[serde(with = "humantime_serde")]
+    pub refresh_interval: Duration,
+    /// How long a request to a peer may take.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// How long a QUIC handshake with a peer may take.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A connection with no traffic for this long is closed (keep-alives are sent at a third of it).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// How long a block's replica set is reused before it is looked up again (also dropped
+    /// whenever the routing table changes).
+    #[serde(with = "humantime_serde")]
+    pub placement_ttl: Duration,
+}
+
+impl Default for DhtConfig {
+    fn default() -> Self {
+        DhtConfig {
+            k: timeshard_proto::K,
+            alpha: timeshard_proto::ALPHA,
+            max_failures: 2,
+            refresh_interval: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(6),
+            placement_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Hard limits on what peers and clients may send, and on concurrent work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest message accepted, in bytes.
+    pub max_message_bytes: u32,
+    /// Most points in one write.
+    pub max_batch_points: u32,
+    /// Most series in one write.
+    pub max_batch_series: u32,
+    /// Most points in one page of a read.
+    pub max_page_points: u32,
+    /// Requests served at once; beyond it requests are refused as overloaded.
+    pub max_concurrent_requests: usize,
+    /// Streams (requests) one connection may have open at once.
+    pub max_streams_per_connection: u32,
+    /// Connections accepted at once.
+    pub max_connections: usize,
+    /// Quanta a read fetches in parallel.
+    pub read_parallelism: usize,
+    /// Quanta one page of a read scans at most; a longer range continues on the next page.
+    pub max_quanta_per_page: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let l = Limits::default();
+        LimitsConfig {
+            max_message_bytes: l.max_message_bytes,
+            max_batch_points: l.max_batch_points,
+            max_batch_series: l.max_batch_series,
+            max_page_points: l.max_page_points,
+            max_concurrent_requests: 1024,
+            max_streams_per_connection: 256,
+            max_connections: 4096,
+            read_parallelism: 64,
+            max_quanta_per_page: 4096,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The wire limits.
+    pub fn wire(&self) -> Limits {
+        Limits {
+            max_message_bytes: self.max_message_bytes,
+            max_batch_points: self.max_batch_points,
+            max_batch_series: self.max_batch_series,
+            max_page_points: self.max_page_points,
+            max_contacts: Limits::default().max_contacts,
+        }
+    }
+}
+
+/// Which storage engine holds this node's blocks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `memory`: everything in RAM, lost on restart.
+    pub engine: StoreEngine,
+    /// Most points the memory engine holds before refusing writes.
+    pub memory_max_points: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { engine: StoreEngine::Memory, memory_max_points: 200_000_000 }
+    }
+}
+
+/// Storage engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreEngine {
+    Memory,
+}
+
+/// One series class as written in the config file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassConfig {
+    pub name: String,
+    /// Series whose metric starts with this belong to the class (longest prefix wins).
+    pub metric_prefix: String,
+    /// `qfi` (quanta-first: history spread over the network) or `kfi` (key-first: history on
+    /// the same few nodes).
+    pub format: KeyFormat,
+    /// Quantum length, e.g. `10s`.
+    #[serde(with = "humantime_serde")]
+    pub quantum: Duration,
+    /// Replicas per block.
+    pub rf: u8,
+    /// Acknowledgements a write waits for.
+    pub w: u8,
+    /// Replicas a read asks.
+    pub r: u8,
+}
+
+impl Default for ClassConfig {
+    fn default() -> Self {
+        let d = SeriesClass::default();
+        ClassConfig {
+            name: d.name,
+            metric_prefix: d.metric_prefix,
+            format: d.format,
+            quantum: Duration::from_nanos(d.quantum.ns() as u64),
+            rf: d.replication.rf,
+            w: d.replication.w,
+            r: d.replication.r,
+        }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid setting {setting}: {message}")]
+    Invalid { setting: String, message: String },
+}
+
+impl NodeConfig {
+    /// Reads `path`, resolving relative paths in it against the file's directory.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let mut cfg: NodeConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        cfg.resolve_paths(base);
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Makes relative paths absolute against `base`.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
+    /// The certificate files.
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles { ca: self.tls.ca.clone(), cert: self.tls.cert.clone(), key: self.tls.key.clone() }
+    }
+
+    /// The class table.
+    pub fn class_table(&self) -> Result<Classes, ConfigError> {
+        let mut classes = Vec::with_capacity(self.classes.len());
+        for c in &self.classes {
+            let invalid = |message: String| ConfigError::Invalid { setting: format!("class {:?}", c.name), message };
+            let ns = i64::try_from(c.quantum.as_nanos()).map_err(|_| invalid("quantum too long".into()))?;
+            let quantum = QuantumLen::new(ns).map_err(|e| invalid(e.to_string()))?;
+            let replication =
+                Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?;
+            classes.push(SeriesClass {
+                name: c.name.clone(),
+                metric_prefix: c.metric_prefix.clone(),
+                format: c.format,
+                quantum,
+                replication,
+            });
+        }
+        Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
+    }
+
+    /// Checks settings that have no valid default when given badly.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |setting: &str, message: &str| {
+            Err(ConfigError::Invalid { setting: setting.into(), message: message.into() })
+        };
+        if self.dht.k == 0 || self.dht.k > 64 {
+            return invalid("dht.k", "must be between 1 and 64");
+        }
+        if self.dht.alpha == 0 || self.dht.alpha > self.dht.k {
+            return invalid("dht.alpha", "must be between 1 and dht.k");
+        }
+        if self.limits.max_message_bytes < 64 * 1024 {
+            return invalid("limits.max_message_bytes", "must be at least 65536");
+        }
+        if self.limits.max_batch_points == 0 || self.limits.max_page_points == 0 {
+            return invalid("limits", "batch and page limits must be positive");
+        }
+        if self.limits.max_concurrent_requests == 0 || self.limits.read_parallelism == 0 {
+            return invalid("limits", "concurrency limits must be positive");
+        }
+        if self.dht.request_timeout.is_zero() || self.dht.connect_timeout.is_zero() || self.dht.idle_timeout.is_zero() {
+            return invalid("dht", "timeouts must be positive");
+        }
+        let classes = self.class_table()?;
+        if classes.max_rf() as usize > self.dht.k {
+            return invalid("class", "a replication factor is larger than dht.k");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let cfg: NodeConfig = toml::from_str("").unwrap();
+        assert_eq!(cfg, NodeConfig::default());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let mut cfg = NodeConfig::default();
+        cfg.classes.push(ClassConfig { name: "pmu".into(), metric_prefix: "pmu.".into(), ..Default::default() });
+        let text = toml::to_string(&cfg).unwrap();
+        let back: NodeConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn bad_settings_are_explained() {
+        let err = toml::from_str::<NodeConfig>("lissen = \"1.2.3.4:5\"").unwrap_err().to_string();
+        assert!(err.contains("lissen"), "{err}");
+        let cfg: NodeConfig = toml::from_str("[[class]]\nname = \"x\"\nrf = 2\nw = 3\n").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("class \"x\"") && err.contains("w=3"), "{err}");
+        let cfg: NodeConfig = toml::from_str("[[class]]\nname = \"q\"\nquantum = \"0s\"\n").unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("quantum"));
+    }
+}

@@ -1,0 +1,217 @@
+//! The DHT as the node runs it: drives the sans-IO routing table and lookups from
+//! `timeshard_proto` with real requests, and caches where blocks live.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use timeshard_proto::routing::Observed;
+use timeshard_proto::wire::{Request, Response};
+use timeshard_proto::{Contact, Id, Lookup, RoutingTable};
+use timeshard_sdk::tls::PeerIdentity;
+use tracing::{debug, info, warn};
+
+use crate::config::DhtConfig;
+use crate::net::{Net, NetError};
+
+/// Most entries in the placement cache before it is cleared.
+const PLACEMENT_CACHE_MAX: usize = 200_000;
+/// How long a peer that failed a request is tried after its healthy siblings.
+const SUSPECT_FOR: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+struct Placement {
+    replicas: Vec<Contact>,
+    generation: u64,
+    at: Instant,
+}
+
+/// The node's view of the DHT.
+#[derive(Debug)]
+pub struct Dht {
+    me: Contact,
+    table: Mutex<RoutingTable>,
+    net: Arc<Net>,
+    cfg: DhtConfig,
+    placements: Mutex<HashMap<(Id, usize), Placement>>,
+    suspects: Mutex<HashMap<Id, Instant>>,
+}
+
+impl Dht {
+    /// A DHT for the local node `me`, talking through `net`.
+    pub fn new(me: Contact, net: Arc<Net>, cfg: DhtConfig) -> Dht {
+        Dht {
+            table: Mutex::new(RoutingTable::new(me.id, cfg.k, cfg.max_failures)),
+            me,
+            net,
+            cfg,
+            placements: Mutex::new(HashMap::new()),
+            suspects: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> Contact {
+        self.me
+    }
+
+    /// The network layer.
+    pub fn net(&self) -> &Arc<Net> {
+        &self.net
+    }
+
+    /// Number of known peers.
+    pub fn peer_count(&self) -> usize {
+        self.table.lock().expect("table lock").len()
+    }
+
+    /// The `n` known contacts closest to `target` (not including this node).
+    pub fn closest_known(&self, target: &Id, n: usize) -> Vec<Contact> {
+        self.table.lock().expect("table lock").closest(target, n)
+    }
+
+    /// Records that `contact` is alive; pings the oldest entry of a full bucket if asked to.
+    pub fn observe(self: &Arc<Self>, contact: Contact) {
+        let outcome = self.table.lock().expect("table lock").observe(contact, Instant::now());
+        self.suspects.lock().expect("suspects lock").remove(&contact.id);
+        if let Observed::Pending { ping: Some(oldest) } = outcome {
+            let dht = self.clone();
+            tokio::spawn(async move {
+                // The outcome is recorded by `call` itself.
+                let _ = dht.call(&oldest, &Request::Ping).await;
+            });
+        }
+    }
+
+    /// Records a request from a peer holding a node certificate.
+    pub fn observe_incoming(self: &Arc<Self>, peer: PeerIdentity, addr: SocketAddr) {
+        if peer.is_node {
+            self.observe(Contact { id: peer.id, addr });
+        }
+    }
+
+    fn failed(&self, id: &Id) {
+        self.suspects.lock().expect("suspects lock").insert(*id, Instant::now());
+        if let Some(gone) = self.table.lock().expect("table lock").failed(id, Instant::now()) {
+            info!(peer = %gone.id.short(), addr = %gone.addr, "evicted unresponsive peer");
+        }
+    }
+
+    /// Whether `id` failed a request recently.
+    pub fn is_suspect(&self, id: &Id) -> bool {
+        self.suspects.lock().expect("suspects lock").get(id).is_some_and(|t| t.elapsed() < SUSPECT_FOR)
+    }
+
+    /// Sends `req` to `contact`, keeping the routing table up to date with the outcome.
+    pub async fn call(self: &Arc<Self>, contact: &Contact, req: &Request) -> Result<Response, NetError> {
+        match self.net.call(contact.addr, Some(contact.id), req).await {
+            Ok((resp, _)) => {
+                self.observe(*contact);
+                Ok(resp)
+            }
+            Err(e) => {
+                match &e {
+                    NetError::IdMismatch { .. } | NetError::NotANode { .. } => {
+                        self.table.lock().expect("table lock").remove(&contact.id);
+                    }
+                    // The peer is alive and said no; that is not a liveness failure.
+                    NetError::Call { source: timeshard_sdk::transport::CallError::Remote(_), .. } => {
+                        self.observe(*contact);
+                    }
+                    _ => self.failed(&contact.id),
+                }
+                debug!(peer = %contact.id.short(), kind = req.kind(), error = %e, "peer request failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// Iterative parallel lookup for the `want` nodes closest to `target`, this node included.
+    pub async fn lookup(self: &Arc<Self>, target: Id, want: usize) -> Vec<Contact> {
+        let seeds = {
+            let mut table = self.table.lock().expect("table lock");
+            table.touch(&target, Instant::now());
+            table.closest(&target, self.cfg.k)
+        };
+        let mut lookup = Lookup::new(target, Some(self.me), seeds, want.max(1), self.cfg.alpha);
+        let req = Request::FindNode { target };
+        let req = &req;
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            while let Some(c) = lookup.next_query() {
+                in_flight.push(async move { (c, self.call(&c, req).await) });
+            }
+            match in_flight.next().await {
+                None => break,
+                Some((c, Ok(Response::Nodes { closest }))) => {
+                    lookup.on_response(&c.id, closest.into_iter().take(self.cfg.k));
+                }
+                Some((c, _)) => lookup.on_failure(&c.id),
+            }
+        }
+        lookup.result()
+    }
+
+    /// The `rf` nodes that hold the block with id `key`, closest first; cached until the routing
+    /// table changes or the cache entry ages out.
+    pub async fn replicas(self: &Arc<Self>, key: Id, rf: usize) -> Vec<Contact> {
+        let generation = self.table.lock().expect("table lock").generation();
+        {
+            let cache = self.placements.lock().expect("placement lock");
+            if let Some(p) = cache.get(&(key, rf))
+                && p.generation == generation
+                && p.at.elapsed() < self.cfg.placement_ttl
+            {
+                return p.replicas.clone();
+            }
+        }
+        let replicas = self.lookup(key, rf).await;
+        let mut cache = self.placements.lock().expect("placement lock");
+        if cache.len() >= PLACEMENT_CACHE_MAX {
+            cache.clear();
+        }
+        // Recorded under the generation seen before the lookup: if the lookup itself taught
+        // us new peers, the next use looks up again with them.
+        cache.insert((key, rf), Placement { replicas: replicas.clone(), generation, at: Instant::now() });
+        replicas
+    }
+
+    /// Joins the network through `seeds`: learns their ids, then looks itself up so that the
+    /// nodes closest to it learn of it, then refreshes every bucket. Returns the peers known.
+    pub async fn bootstrap(self: &Arc<Self>, seeds: &[SocketAddr]) -> usize {
+        for &addr in seeds {
+            match self.net.call(addr, None, &Request::Ping).await {
+                Ok((_, peer)) if peer.id != self.me.id => self.observe(Contact { id: peer.id, addr }),
+                Ok(_) => {}
+                Err(e) => warn!(%addr, error = %e, "bootstrap peer did not answer"),
+            }
+        }
+        if self.peer_count() == 0 {
+            return 0;
+        }
+        self.lookup(self.me.id, self.cfg.k).await;
+        self.refresh(usize::MAX).await;
+        self.peer_count()
+    }
+
+    /// Looks up a random id in each bucket no lookup touched for the refresh interval (at most
+    /// `max` of them).
+    pub async fn refresh(self: &Arc<Self>, max: usize) {
+        let due = {
+            let table = self.table.lock().expect("table lock");
+            table.buckets_to_refresh(Instant::now(), self.cfg.refresh_interval)
+        };
+        let targets: Vec<Id> = {
+            let mut rng = rand::rng();
+            due.into_iter().rev().take(max).map(|b| self.me.id.random_in_bucket(b, &mut rng)).collect()
+        };
+        futures::stream::iter(targets)
+            .for_each_concurrent(self.cfg.alpha, |t| async move {
+                self.lookup(t, self.cfg.k).await;
+            })
+            .await;
+    }
+}

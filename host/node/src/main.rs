@@ -1,0 +1,5 @@
+//! The `timeshard` binary; everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    timeshard_node::cli::main()
+}

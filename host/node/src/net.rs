@@ -1,0 +1,209 @@
+//! The node's QUIC endpoint: one UDP socket that serves peers and clients and dials peers.
+//!
+//! Mutual TLS on every connection: the node presents its certificate and requires one from the
+//! fleet CA of whoever connects. Connections to peers are pooled by address and reused (one
+//! connection per peer, one stream per request); a connection a peer opened to us is reused for
+//! our requests to it too.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, TransportConfig, VarInt};
+use rustls::server::WebPkiClientVerifier;
+use timeshard_proto::Id;
+use timeshard_proto::wire::{ALPN, Request, Response};
+use timeshard_sdk::tls::{self, Identity, NODE_NAME, PeerIdentity};
+use timeshard_sdk::transport::{self, CallError};
+
+use crate::config::NodeConfig;
+
+/// Failures talking to a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("{addr} presented the key of node {got}, not of {expected}; dropping it")]
+    IdMismatch { addr: SocketAddr, expected: Id, got: Id },
+    #[error("{addr} does not hold a node certificate")]
+    NotANode { addr: SocketAddr },
+    #[error("request to {addr} failed: {source}")]
+    Call {
+        addr: SocketAddr,
+        #[source]
+        source: CallError,
+    },
+}
+
+/// Builds the QUIC transport settings shared by both directions.
+fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.max_concurrent_bidi_streams(VarInt::from_u32(cfg.limits.max_streams_per_connection));
+    t.max_concurrent_uni_streams(VarInt::from_u32(0));
+    t.max_idle_timeout(Some(cfg.dht.idle_timeout.try_into().expect("idle timeout fits a QUIC varint")));
+    t.keep_alive_interval(Some(cfg.dht.idle_timeout / 3));
+    // Room for a few maximum-size messages in flight on one connection.
+    let window = u64::from(cfg.limits.max_message_bytes).saturating_mul(4).min(u64::from(u32::MAX));
+    t.receive_window(VarInt::from_u64(window).expect("bounded window"));
+    t.stream_receive_window(VarInt::from_u32(cfg.limits.max_message_bytes.saturating_add(8)));
+    t.send_window(window);
+    Arc::new(t)
+}
+
+/// The server configuration: our certificate, and clients must hold one from the CA.
+pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> anyhow::Result<quinn::ServerConfig> {
+    let provider = tls::provider();
+    let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider.clone()).build()?;
+    let mut crypto = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain.clone(), identity.key.clone_key())?;
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    // No 0-RTT: a replayed early write must not be possible.
+    crypto.max_early_data_size = 0;
+    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    server.transport_config(transport_config(cfg));
+    server.max_incoming(cfg.limits.max_connections);
+    Ok(server)
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
+
+/// Called with every connection this node dials, so the server answers requests the peer sends
+/// back over it (a connection serves both directions).
+pub type DialedHandler = Box<dyn Fn(Connection) + Send + Sync>;
+
+/// The endpoint and the pool of peer connections.
+#[derive(Debug)]
+pub struct Net {
+    endpoint: Endpoint,
+    pool: Mutex<HashMap<SocketAddr, Slot>>,
+    max_message_bytes: u32,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    max_pool: usize,
+    on_dialed: std::sync::OnceLock<DialedHook>,
+}
+
+struct DialedHook(DialedHandler);
+
+impl std::fmt::Debug for DialedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DialedHook")
+    }
+}
+
+impl Net {
+    /// Binds the endpoint on `cfg.listen`.
+    pub fn bind(cfg: &NodeConfig, identity: &Identity) -> anyhow::Result<Net> {
+        let server = server_config(cfg, identity)?;
+        let mut endpoint = Endpoint::server(server, cfg.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+        let mut client = tls::client_config(identity)?;
+        client.transport_config(transport_config(cfg));
+        endpoint.set_default_client_config(client);
+        Ok(Net {
+            endpoint,
+            pool: Mutex::new(HashMap::new()),
+            max_message_bytes: cfg.limits.max_message_bytes,
+            request_timeout: cfg.dht.request_timeout,
+            connect_timeout: cfg.dht.connect_timeout,
+            max_pool: cfg.limits.max_connections,
+            on_dialed: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Sets what happens to connections this node dials (once; later calls are ignored).
+    pub fn on_dialed(&self, handler: DialedHandler) {
+        let _ = self.on_dialed.set(DialedHook(handler));
+    }
+
+    /// The endpoint (for accepting).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    fn slot(&self, addr: SocketAddr) -> Slot {
+        let mut pool = self.pool.lock().expect("pool lock");
+        if pool.len() >= self.max_pool && !pool.contains_key(&addr) {
+            // Forget slots whose connection is gone (or never came), which bounds the map.
+            pool.retain(|_, s| {
+                s.try_lock().map(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none())).unwrap_or(true)
+            });
+        }
+        pool.entry(addr).or_default().clone()
+    }
+
+    /// A live connection to `addr`, reusing the pooled one.
+    pub async fn connection(&self, addr: SocketAddr) -> Result<Connection, NetError> {
+        let slot = self.slot(addr);
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref()
+            && c.close_reason().is_none()
+        {
+            return Ok(c.clone());
+        }
+        let connect_err = |reason: String| NetError::Connect { addr, reason };
+        let connecting = self.endpoint.connect(addr, NODE_NAME).map_err(|e| connect_err(e.to_string()))?;
+        let conn = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| connect_err(format!("no handshake within {:?}", self.connect_timeout)))?
+            .map_err(|e| connect_err(e.to_string()))?;
+        *guard = Some(conn.clone());
+        if let Some(DialedHook(handler)) = self.on_dialed.get() {
+            handler(conn.clone());
+        }
+        Ok(conn)
+    }
+
+    /// Pools a connection a peer node opened to us, unless a live one exists already.
+    pub fn adopt(&self, conn: &Connection) {
+        let slot = self.slot(conn.remote_address());
+        if let Ok(mut guard) = slot.try_lock()
+            && guard.as_ref().is_none_or(|c| c.close_reason().is_some())
+        {
+            *guard = Some(conn.clone());
+        }
+    }
+
+    /// Sends `req` to the node at `addr`. If `expected` is given, the peer's certificate must
+    /// carry that id. Returns the answer and who answered.
+    pub async fn call(
+        &self,
+        addr: SocketAddr,
+        expected: Option<Id>,
+        req: &Request,
+    ) -> Result<(Response, PeerIdentity), NetError> {
+        let conn = self.connection(addr).await?;
+        let peer = PeerIdentity::of_connection(&conn).ok_or(NetError::NotANode { addr })?;
+        if !peer.is_node {
+            return Err(NetError::NotANode { addr });
+        }
+        if let Some(expected) = expected
+            && expected != peer.id
+        {
+            return Err(NetError::IdMismatch { addr, expected, got: peer.id });
+        }
+        let resp = transport::call(&conn, req, self.max_message_bytes, self.request_timeout)
+            .await
+            .map_err(|source| NetError::Call { addr, source })?;
+        Ok((resp, peer))
+    }
+
+    /// Closes every connection and stops accepting.
+    pub fn close(&self) {
+        self.endpoint.close(VarInt::from_u32(0), b"node shutting down");
+    }
+
+    /// Waits until every connection is closed.
+    pub async fn wait_idle(&self) {
+        self.endpoint.wait_idle().await;
+    }
+}

@@ -1,0 +1,181 @@
+//! A running node: wires the endpoint, DHT, store and coordinator together, joins the network,
+//! keeps the routing table fresh, and shuts down cleanly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use timeshard_proto::Contact;
+use timeshard_proto::wire::Limits;
+use timeshard_sdk::tls::Identity;
+use timeshard_store::{MemStore, Store};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::{NodeConfig, StoreEngine};
+use crate::coordinator::Coordinator;
+use crate::dht::Dht;
+use crate::net::Net;
+use crate::server;
+
+/// How often the node checks whether buckets need refreshing or it must rejoin.
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(10);
+/// How long shutdown waits for requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The parts of a node, shared by its tasks.
+#[derive(Debug)]
+pub struct Node {
+    config: NodeConfig,
+    limits: Limits,
+    dht: Arc<Dht>,
+    store: Arc<dyn Store>,
+    coordinator: Arc<Coordinator>,
+    request_slots: Arc<Semaphore>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl Node {
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+    pub fn dht(&self) -> &Arc<Dht> {
+        &self.dht
+    }
+    pub fn net(&self) -> &Arc<Net> {
+        self.dht.net()
+    }
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+    pub fn coordinator(&self) -> &Arc<Coordinator> {
+        &self.coordinator
+    }
+    pub fn request_slots(&self) -> &Arc<Semaphore> {
+        &self.request_slots
+    }
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+    /// Fires when the node starts shutting down.
+    pub fn shutdown_signal(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+}
+
+/// A started node; drop it only after [`RunningNode::shutdown`].
+#[derive(Debug)]
+pub struct RunningNode {
+    node: Arc<Node>,
+}
+
+fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>> {
+    Ok(match config.store.engine {
+        StoreEngine::Memory => Arc::new(MemStore::new(config.store.memory_max_points)),
+    })
+}
+
+async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    for s in seeds {
+        match tokio::net::lookup_host(s.as_str()).await {
+            Ok(addrs) => out.extend(addrs),
+            Err(e) => warn!(seed = %s, error = %e, "cannot resolve bootstrap address"),
+        }
+    }
+    out
+}
+
+impl RunningNode {
+    /// Starts a node: binds, begins serving, and joins through the bootstrap peers.
+    pub async fn start(config: NodeConfig) -> Result<RunningNode> {
+        config.validate()?;
+        let identity = Identity::load(&config.tls_files())?;
+        let id = identity.id()?;
+        let net = Arc::new(Net::bind(&config, &identity)?);
+        let addr = net.local_addr().context("cannot read the bound address")?;
+        let me = Contact { id, addr };
+        let store = open_store(&config)?;
+        let classes = config.class_table()?;
+        let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
+        let coordinator = Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone()));
+        let node = Arc::new(Node {
+            limits: config.limits.wire(),
+            request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            config,
+            dht,
+            store,
+            coordinator,
+            tasks: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+        });
+        node.tasks.spawn(server::accept_loop(node.clone()));
+        // A weak reference: the endpoint (inside the node) must not keep the node alive.
+        let weak = Arc::downgrade(&node);
+        node.net().on_dialed(Box::new(move |conn| {
+            if let Some(node) = weak.upgrade() {
+                server::serve_dialed(&node, conn);
+            }
+        }));
+        info!(id = %id, %addr, "node listening");
+
+        let seeds = resolve(&node.config.bootstrap).await;
+        if !seeds.is_empty() {
+            let peers = node.dht.bootstrap(&seeds).await;
+            info!(peers, "joined the network");
+        }
+        node.tasks.spawn(maintain(node.clone(), seeds));
+        Ok(RunningNode { node })
+    }
+
+    /// The node.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// The address the node listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.node.dht.me().addr
+    }
+
+    /// Stops accepting, lets requests in flight finish (up to a grace period), closes every
+    /// connection.
+    pub async fn shutdown(self) {
+        self.node.shutdown.cancel();
+        self.node.tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.node.tasks.wait()).await.is_err() {
+            warn!("requests still running after the grace period; closing anyway");
+        }
+        self.node.net().close();
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.node.net().wait_idle()).await;
+        info!("node stopped");
+    }
+}
+
+/// Rejoins when the node lost every peer, and refreshes stale buckets.
+async fn maintain(node: Arc<Node>, seeds: Vec<std::net::SocketAddr>) {
+    let shutdown = node.shutdown.clone();
+    let mut tick = tokio::time::interval(MAINTENANCE_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if node.dht.peer_count() == 0 && !seeds.is_empty() {
+            let peers = node.dht.bootstrap(&seeds).await;
+            if peers > 0 {
+                info!(peers, "joined the network");
+            }
+        } else {
+            node.dht.refresh(8).await;
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Serving requests: the accept loop, one task per connection and per stream, bounded by a
+//! semaphore, and the dispatch of each request to the DHT, the store or the coordinator.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
+use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus, Request, Response};
+use timeshard_sdk::tls::PeerIdentity;
+use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
+use timeshard_store::{Store, StoreError};
+use tracing::{debug, warn};
+
+use crate::node::Node;
+
+/// Accepts connections until the node shuts down.
+pub async fn accept_loop(node: Arc<Node>) {
+    let shutdown = node.shutdown_signal().clone();
+    loop {
+        let incoming = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            incoming = node.net().endpoint().accept() => match incoming {
+                Some(i) => i,
+                None => return,
+            },
+        };
+        let node = node.clone();
+        node.tasks().clone().spawn(async move { handle_connection(node, incoming).await });
+    }
+}
+
+async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
+    let remote = incoming.remote_address();
+    let connecting = match incoming.accept() {
+        Ok(c) => c,
+        Err(e) => return debug!(%remote, error = %e, "refused connection"),
+    };
+    let conn = match tokio::time::timeout(node.config().dht.connect_timeout, connecting).await {
+        Ok(Ok(c)) => c,
+        // Most often a peer without a certificate from our CA.
+        Ok(Err(e)) => return debug!(%remote, error = %e, "handshake failed"),
+        Err(_) => return debug!(%remote, "handshake timed out"),
+    };
+    let Some(peer) = PeerIdentity::of_connection(&conn) else {
+        conn.close(VarInt::from_u32(2), b"certificate unreadable");
+        return;
+    };
+    if peer.is_node {
+        node.net().adopt(&conn);
+        node.dht().observe_incoming(peer, remote);
+    }
+    serve_connection(node, conn, peer).await;
+}
+
+/// Answers the requests a peer sends over a connection this node dialed.
+pub fn serve_dialed(node: &Arc<Node>, conn: Connection) {
+    let Some(peer) = PeerIdentity::of_connection(&conn) else { return };
+    let node2 = node.clone();
+    node.tasks().spawn(async move { serve_connection(node2, conn, peer).await });
+}
+
+async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity) {
+    let remote = conn.remote_address();
+    let shutdown = node.shutdown_signal().clone();
+    loop {
+        let (send, recv) = tokio::select! {
+            // Stop taking new requests; the node closes the connection once those in flight end.
+            _ = shutdown.cancelled() => return,
+            stream = conn.accept_bi() => match stream {
+                Ok(s) => s,
+                Err(_) => return, // closed by the peer or timed out
+            },
+        };
+        let node = node.clone();
+        node.tasks().clone().spawn(async move { serve_stream(node, peer, remote, send, recv).await });
+    }
+}
+
+async fn respond(send: &mut SendStream, resp: &Response, limit: u32) {
+    let result = match transport::write_frame(send, resp, limit).await {
+        Err(CallError::Frame(FrameError::TooLarge { len, limit })) => {
+            let e = ErrorReply::new(
+                ErrorCode::Internal,
+                format!("the answer is {len} bytes, over the {limit}-byte message limit; ask for a smaller page"),
+            );
+            transport::write_frame(send, &Response::Error(e), limit).await
+        }
+        other => other,
+    };
+    if let Err(e) = result {
+        debug!(error = %e, "could not send a response");
+    }
+}
+
+async fn serve_stream(
+    node: Arc<Node>,
+    peer: PeerIdentity,
+    remote: SocketAddr,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let limit = node.limits().max_message_bytes;
+    let Ok(_permit) = node.request_slots().clone().try_acquire_owned() else {
+        let e =
+            ErrorReply::new(ErrorCode::Overloaded, "the node is serving its maximum number of requests; retry shortly");
+        return respond(&mut send, &Response::Error(e), limit).await;
+    };
+    let read = tokio::time::timeout(node.config().dht.request_timeout, transport::read_frame_bytes(&mut recv, limit));
+    let body = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(CallError::Frame(e @ FrameError::TooLarge { .. }))) => {
+            let _ = recv.stop(VarInt::from_u32(STOP_LIMIT));
+            return respond(&mut send, &Response::Error(ErrorReply::new(ErrorCode::TooLarge, e.to_string())), limit)
+                .await;
+        }
+        Ok(Err(e)) => return debug!(%remote, error = %e, "could not read a request"),
+        Err(_) => return debug!(%remote, "request not received in time"),
+    };
+    let resp = match wire::decode::<Request>(&body) {
+        Err(e) => Response::Error(ErrorReply::new(ErrorCode::Malformed, format!("cannot decode the request: {e}"))),
+        Ok(req) => {
+            if peer.is_node {
+                node.dht().observe_incoming(peer, remote);
+            }
+            handle(&node, peer, req).await
+        }
+    };
+    respond(&mut send, &resp, limit).await;
+}
+
+/// Validates and answers one request.
+pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
+    if let Err(e) = req.validate(&node.limits()) {
+        return Response::Error(e.into());
+    }
+    if req.is_peer_only() && !peer.is_node {
+        return Response::Error(ErrorReply::new(
+            ErrorCode::Forbidden,
+            format!("{} requests are for nodes; this certificate is a client's", req.kind()),
+        ));
+    }
+    match req {
+        Request::Ping => Response::Pong { id: node.dht().me().id },
+        Request::FindNode { target } => {
+            let max = node.limits().max_contacts as usize;
+            Response::Nodes { closest: node.dht().closest_known(&target, node.config().dht.k.min(max)) }
+        }
+        req @ (Request::Store { .. }
+        | Request::Fetch { .. }
+        | Request::RegisterSeries { .. }
+        | Request::HasSeries { .. }) => serve_replica(node.store(), req).await,
+        Request::Write { batch } => {
+            let batch = match wire::check_write(batch) {
+                Ok(b) => b,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().write(batch).await {
+                Ok((points, blocks)) => Response::Written { points, blocks },
+                Err(e) => Response::Error(e),
+            }
+        }
+        Request::Read { series, start, end, after, limit } => {
+            let (series, range) = match wire::check_read(&series, start, end) {
+                Ok(r) => r,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().read(series, range, after, limit).await {
+                Ok((points, next)) => Response::Page { points, next },
+                Err(e) => Response::Error(e),
+            }
+        }
+        Request::Status => Response::Status(NodeStatus {
+            id: node.dht().me().id,
+            addr: node.dht().me().addr,
+            peers: node.dht().peer_count() as u32,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }),
+    }
+}
+
+fn storage_error(e: StoreError) -> Response {
+    let code = match e {
+        StoreError::Full(_) | StoreError::Unavailable(_) => ErrorCode::Unavailable,
+        _ => ErrorCode::Storage,
+    };
+    warn!(error = %e, "store failed");
+    Response::Error(ErrorReply::new(code, format!("this node's store failed: {e}")))
+}
+
+/// Serves a replica request (store, fetch, register, has) from the local store, off the async
+/// threads since stores may block on disk.
+pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
+    let store = store.clone();
+    let work = tokio::task::spawn_blocking(move || match req {
+        Request::Store { blocks } => match store.write(&blocks) {
+            Ok(_) => Response::Stored { points: blocks.iter().map(|b| b.points.len() as u64).sum() },
+            Err(e) => storage_error(e),
+        },
+        Request::Fetch { series, range, after, limit, .. } => match store.read(&series, range, after, limit as usize) {
+            Ok(page) => Response::Points { points: page.points, more: page.more },
+            Err(e) => storage_error(e),
+        },
+        Request::RegisterSeries { series } => match store.register_series(&series) {
+            Ok(()) => Response::Stored { points: 0 },
+            Err(e) => storage_error(e),
+        },
+        Request::HasSeries { series } => match store.has_series(&series) {
+            Ok(known) => Response::SeriesKnown { known },
+            Err(e) => storage_error(e),
+        },
+        other => {
+            Response::Error(ErrorReply::new(ErrorCode::Internal, format!("{} is not a replica request", other.kind())))
+        }
+    });
+    work.await
+        .unwrap_or_else(|e| Response::Error(ErrorReply::new(ErrorCode::Internal, format!("store task failed: {e}"))))
+}

@@ -1,0 +1,218 @@
+//! The client: one QUIC connection to one node.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint};
+use timeshard_proto::wire::{Limits, NodeStatus, Request, Response, SeriesPoints};
+use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
+
+use crate::Error;
+use crate::tls::{self, Identity, NODE_NAME, TlsFiles};
+use crate::transport::{self, CallError};
+
+/// Tunables of a client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long to wait for the handshake.
+    pub connect_timeout: Duration,
+    /// How long to wait for one request's answer.
+    pub request_timeout: Duration,
+    /// Points per write request; larger writes are split. Must not exceed the node's
+    /// `max_batch_points`.
+    pub max_batch_points: usize,
+    /// Points per page of a read.
+    pub page_points: u32,
+    /// Largest message accepted.
+    pub max_message_bytes: u32,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        let limits = Limits::default();
+        ClientOptions {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_batch_points: limits.max_batch_points as usize,
+            page_points: limits.max_page_points,
+            max_message_bytes: limits.max_message_bytes,
+        }
+    }
+}
+
+/// A node's acknowledgement of a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteAck {
+    /// Points the write carried (after removing duplicates within the batch).
+    pub points: u64,
+    /// (series, quantum) blocks the points fell into.
+    pub blocks: u64,
+}
+
+/// A connection to one node. Cheap to clone; clones share the connection, and concurrent
+/// requests run on separate streams.
+#[derive(Clone, Debug)]
+pub struct Client {
+    conn: Connection,
+    addr: SocketAddr,
+    options: Arc<ClientOptions>,
+    // Kept so the endpoint lives as long as any clone of the client.
+    _endpoint: Endpoint,
+}
+
+impl Client {
+    /// Connects to the node at `addr` with the certificate files in `tls`.
+    pub async fn connect(addr: SocketAddr, tls: &TlsFiles) -> Result<Client, Error> {
+        Client::connect_with(addr, &Identity::load(tls)?, ClientOptions::default()).await
+    }
+
+    /// Connects with a loaded identity and explicit options.
+    pub async fn connect_with(addr: SocketAddr, identity: &Identity, options: ClientOptions) -> Result<Client, Error> {
+        let bind: SocketAddr =
+            if addr.is_ipv6() { "[::]:0".parse() } else { "0.0.0.0:0".parse() }.expect("a literal address parses");
+        let mut endpoint = Endpoint::client(bind)
+            .map_err(|e| Error::Connect { addr, reason: format!("cannot open a UDP socket: {e}") })?;
+        endpoint.set_default_client_config(tls::client_config(identity)?);
+        let connecting =
+            endpoint.connect(addr, NODE_NAME).map_err(|e| Error::Connect { addr, reason: e.to_string() })?;
+        let conn = tokio::time::timeout(options.connect_timeout, connecting)
+            .await
+            .map_err(|_| Error::Connect { addr, reason: format!("no handshake within {:?}", options.connect_timeout) })?
+            .map_err(|e| Error::Connect { addr, reason: e.to_string() })?;
+        Ok(Client { conn, addr, options: Arc::new(options), _endpoint: endpoint })
+    }
+
+    /// The node's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    async fn call(&self, req: Request) -> Result<Response, Error> {
+        let addr = self.addr;
+        transport::call(&self.conn, &req, self.options.max_message_bytes, self.options.request_timeout).await.map_err(
+            |e| match e {
+                CallError::Remote(reply) => Error::Server { addr, reply },
+                source => Error::Transport { addr, source },
+            },
+        )
+    }
+
+    fn unexpected(&self, got: &Response) -> Error {
+        Error::Protocol { addr: self.addr, what: format!("{got:?}") }
+    }
+
+    /// Writes `points` of one series. Returns once every block they fall into was acknowledged
+    /// by its write quorum.
+    pub async fn write(&self, series: &SeriesKey, points: &[Point]) -> Result<WriteAck, Error> {
+        self.write_batch(vec![SeriesPoints { series: series.clone(), points: points.to_vec() }]).await
+    }
+
+    /// Writes points of several series; split into requests of at most `max_batch_points`.
+    pub async fn write_batch(&self, batch: Vec<SeriesPoints>) -> Result<WriteAck, Error> {
+        let mut ack = WriteAck::default();
+        for chunk in split_batch(batch, self.options.max_batch_points.max(1)) {
+            match self.call(Request::Write { batch: chunk.into_iter().map(Into::into).collect() }).await? {
+                Response::Written { points, blocks } => {
+                    ack.points += points;
+                    ack.blocks += blocks;
+                }
+                other => return Err(self.unexpected(&other)),
+            }
+        }
+        Ok(ack)
+    }
+
+    /// All points of `series` in `range`, sorted by time (then event id, then value), read
+    /// page by page.
+    pub async fn read(&self, series: &SeriesKey, range: TimeRange) -> Result<Vec<Point>, Error> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (points, next) = self.read_page(series, range, after).await?;
+            out.extend(points);
+            match next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// One page of a read: points strictly after `after`, and the cursor to continue from if the
+    /// range holds more.
+    pub async fn read_page(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        after: Option<PointKey>,
+    ) -> Result<(Vec<Point>, Option<PointKey>), Error> {
+        let req = Request::Read {
+            series: series.to_string(),
+            start: range.start(),
+            end: range.end(),
+            after,
+            limit: self.options.page_points,
+        };
+        match self.call(req).await? {
+            Response::Page { points, next } => Ok((points, next)),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// What the node reports about itself.
+    pub async fn status(&self) -> Result<NodeStatus, Error> {
+        match self.call(Request::Status).await? {
+            Response::Status(s) => Ok(s),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Closes the connection politely.
+    pub async fn close(self) {
+        self.conn.close(0u32.into(), b"bye");
+        self._endpoint.wait_idle().await;
+    }
+}
+
+/// Splits a batch into chunks of at most `max` points, keeping series together where they fit.
+fn split_batch(batch: Vec<SeriesPoints>, max: usize) -> Vec<Vec<SeriesPoints>> {
+    let mut chunks = vec![Vec::new()];
+    let mut room = max;
+    for SeriesPoints { series, points } in batch {
+        let mut rest = points.as_slice();
+        while !rest.is_empty() {
+            if room == 0 {
+                chunks.push(Vec::new());
+                room = max;
+            }
+            let take = rest.len().min(room);
+            chunks
+                .last_mut()
+                .expect("never empty")
+                .push(SeriesPoints { series: series.clone(), points: rest[..take].to_vec() });
+            rest = &rest[take..];
+            room -= take;
+        }
+    }
+    chunks.retain(|c| !c.is_empty());
+    chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_split_at_the_limit() {
+        let s: SeriesKey = "m".parse().unwrap();
+        let t: SeriesKey = "n".parse().unwrap();
+        let batch = vec![
+            SeriesPoints { series: s.clone(), points: vec![Point::new(1, 0.0); 7] },
+            SeriesPoints { series: t, points: vec![Point::new(1, 0.0); 4] },
+        ];
+        let chunks = split_batch(batch, 5);
+        let sizes: Vec<usize> = chunks.iter().map(|c| c.iter().map(|s| s.points.len()).sum()).collect();
+        assert_eq!(sizes, vec![5, 5, 1]);
+        assert!(split_batch(vec![], 5).is_empty());
+    }
+}

@@ -1,0 +1,158 @@
+//! Certificates and rustls configuration for mutual TLS over QUIC.
+//!
+//! Every node and every client holds a certificate from the fleet CA. Node certificates name
+//! [`NODE_NAME`]; client certificates name [`CLIENT_NAME`]. A node's id is the SHA-1 of the
+//! public key in its certificate ([`PeerIdentity::of_certificate`]), so the CA's signature binds
+//! the id.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use timeshard_proto::Id;
+use timeshard_proto::wire::ALPN;
+
+/// DNS name in every node certificate; clients and peers verify a node against it.
+pub const NODE_NAME: &str = "node.timeshard";
+/// DNS name in every client certificate.
+pub const CLIENT_NAME: &str = "client.timeshard";
+
+/// Loading or using certificates failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {what} from {path}: {reason}; create one with `timeshard pki init` / `timeshard pki issue`")]
+    Read { what: &'static str, path: PathBuf, reason: String },
+    #[error("{path} holds no {what}")]
+    Empty { what: &'static str, path: PathBuf },
+    #[error("invalid TLS configuration: {0}")]
+    Config(String),
+}
+
+/// The three files an identity consists of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The fleet CA certificate (PEM).
+    pub ca: PathBuf,
+    /// This party's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// This party's private key (PEM, PKCS#8).
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// `ca.pem`, `<name>.pem` and `<name>.key` in `dir`, as `timeshard pki` writes them.
+    pub fn in_dir(dir: &Path, name: &str) -> TlsFiles {
+        TlsFiles { ca: dir.join("ca.pem"), cert: dir.join(format!("{name}.pem")), key: dir.join(format!("{name}.key")) }
+    }
+}
+
+/// A loaded identity: the CA to trust and our own chain and key.
+#[derive(Debug)]
+pub struct Identity {
+    pub roots: Arc<RootCertStore>,
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity { roots: self.roots.clone(), chain: self.chain.clone(), key: self.key.clone_key() }
+    }
+}
+
+impl Identity {
+    /// Loads the files.
+    pub fn load(files: &TlsFiles) -> Result<Identity, TlsError> {
+        let read_err = |what, path: &Path, e: &dyn std::fmt::Display| TlsError::Read {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let cas = CertificateDer::pem_file_iter(&files.ca)
+            .map_err(|e| read_err("the CA certificate", &files.ca, &e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| read_err("the CA certificate", &files.ca, &e))?;
+        if cas.is_empty() {
+            return Err(TlsError::Empty { what: "CA certificate", path: files.ca.clone() });
+        }
+        let mut roots = RootCertStore::empty();
+        for ca in cas {
+            roots.add(ca).map_err(|e| read_err("the CA certificate", &files.ca, &e))?;
+        }
+        let chain = CertificateDer::pem_file_iter(&files.cert)
+            .map_err(|e| read_err("the certificate", &files.cert, &e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| read_err("the certificate", &files.cert, &e))?;
+        if chain.is_empty() {
+            return Err(TlsError::Empty { what: "certificate", path: files.cert.clone() });
+        }
+        let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| read_err("the private key", &files.key, &e))?;
+        Ok(Identity { roots: Arc::new(roots), chain, key })
+    }
+
+    /// The id our own certificate gives us.
+    pub fn id(&self) -> Result<Id, TlsError> {
+        PeerIdentity::of_certificate(&self.chain[0])
+            .map(|p| p.id)
+            .ok_or_else(|| TlsError::Config("our own certificate does not parse".into()))
+    }
+}
+
+/// The rustls crypto provider used everywhere (ring).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// QUIC client configuration presenting `identity` and trusting its CA.
+pub fn client_config(identity: &Identity) -> Result<quinn::ClientConfig, TlsError> {
+    let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(identity.roots.clone())
+        .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    // No 0-RTT: early data could be replayed, and writes must not be.
+    crypto.enable_early_data = false;
+    let quic =
+        quinn::crypto::rustls::QuicClientConfig::try_from(crypto).map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(quinn::ClientConfig::new(Arc::new(quic)))
+}
+
+/// What a peer's certificate says about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// SHA-1 of the certificate's public key.
+    pub id: Id,
+    /// Whether the certificate names [`NODE_NAME`].
+    pub is_node: bool,
+}
+
+impl PeerIdentity {
+    /// Reads the id and role from a certificate (already verified by rustls).
+    pub fn of_certificate(cert: &CertificateDer<'_>) -> Option<PeerIdentity> {
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+        let id = Id::of_public_key(parsed.public_key().raw);
+        let is_node = parsed
+            .subject_alternative_name()
+            .ok()
+            .flatten()
+            .map(|san| {
+                san.value
+                    .general_names
+                    .iter()
+                    .any(|n| matches!(n, x509_parser::extensions::GeneralName::DNSName(d) if *d == NODE_NAME))
+            })
+            .unwrap_or(false);
+        Some(PeerIdentity { id, is_node })
+    }
+
+    /// The identity of the peer at the other end of `conn`.
+    pub fn of_connection(conn: &quinn::Connection) -> Option<PeerIdentity> {
+        let certs = conn.peer_identity()?.downcast::<Vec<CertificateDer<'static>>>().ok()?;
+        PeerIdentity::of_certificate(certs.first()?)
+    }
+}

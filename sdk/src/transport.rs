@@ -1,0 +1,68 @@
+//! One request, one bidirectional QUIC stream: framing and the request/response exchange.
+//! Shared by the SDK and the node (which is a client of its peers).
+
+use std::time::Duration;
+
+use quinn::{Connection, RecvStream, SendStream};
+use timeshard_proto::wire::{self, ErrorReply, FrameError, HEADER_BYTES, Request, Response};
+
+/// Application error code used when a stream is stopped or reset for breaking a limit.
+pub const STOP_LIMIT: u32 = 1;
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("connection lost: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("stream failed while sending: {0}")]
+    Write(#[from] quinn::WriteError),
+    #[error("stream failed while receiving: {0}")]
+    Read(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("the peer closed the stream before answering")]
+    NoAnswer,
+    /// The peer answered with an error.
+    #[error("{0}")]
+    Remote(ErrorReply),
+}
+
+/// Writes one frame and finishes the stream.
+pub async fn write_frame<T: serde::Serialize>(send: &mut SendStream, msg: &T, limit: u32) -> Result<(), CallError> {
+    let frame = wire::encode(msg, limit)?;
+    send.write_all(&frame).await?;
+    // The peer may already have stopped reading (e.g. it refused the frame as too large);
+    // finishing a stopped stream is not an error worth reporting.
+    let _ = send.finish();
+    Ok(())
+}
+
+/// Reads one frame, refusing bodies above `limit` before reading them.
+pub async fn read_frame_bytes(recv: &mut RecvStream, limit: u32) -> Result<Vec<u8>, CallError> {
+    let mut header = [0u8; HEADER_BYTES];
+    recv.read_exact(&mut header).await.map_err(|e| match e {
+        quinn::ReadExactError::FinishedEarly(0) => CallError::NoAnswer,
+        other => CallError::Read(other.to_string()),
+    })?;
+    let len = wire::body_len(header, limit)?;
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body).await.map_err(|e| CallError::Read(e.to_string()))?;
+    Ok(body)
+}
+
+/// Sends `req` on a new stream of `conn` and waits at most `timeout` for the response.
+/// An [`Response::Error`] comes back as [`CallError::Remote`].
+pub async fn call(conn: &Connection, req: &Request, limit: u32, timeout: Duration) -> Result<Response, CallError> {
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        write_frame(&mut send, req, limit).await?;
+        let body = read_frame_bytes(&mut recv, limit).await?;
+        match wire::decode::<Response>(&body)? {
+            Response::Error(e) => Err(CallError::Remote(e)),
+            other => Ok(other),
+        }
+    };
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| CallError::Timeout(timeout))?
+}
