@@ -64,5 +64,11 @@ pub async fn call(conn: &Connection, req: &Request, limit: u32, timeout: Duratio
             other => Ok(other),
         }
     };
-    tokio::time::timeout(timeout, exchange).await.map_err(|_| CallError::Timeout(timeout))?
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Err(CallError::Timeout(timeout)),
+        Ok(Err(e @ CallError::Remote(_))) => Err(e),
+        // A stream error caused by the connection closing says less than the close reason.
+        Ok(Err(e)) => Err(conn.close_reason().map(CallError::Connection).unwrap_or(e)),
+        Ok(ok) => ok,
+    }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quinn::{Connection, Endpoint, TransportConfig, VarInt};
 use rustls::server::WebPkiClientVerifier;
@@ -69,7 +69,20 @@ pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> anyhow::Result<qu
     Ok(server)
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
+/// The pooled connection to one address, or why the last dial failed (and when).
+#[derive(Debug, Default)]
+struct SlotState {
+    conn: Option<Connection>,
+    failed: Option<(Instant, String)>,
+}
+
+impl SlotState {
+    fn live(&self) -> Option<&Connection> {
+        self.conn.as_ref().filter(|c| c.close_reason().is_none())
+    }
+}
+
+type Slot = Arc<tokio::sync::Mutex<SlotState>>;
 
 /// Called with every connection this node dials, so the server answers requests the peer sends
 /// back over it (a connection serves both directions).
@@ -134,29 +147,42 @@ impl Net {
         let mut pool = self.pool.lock().expect("pool lock");
         if pool.len() >= self.max_pool && !pool.contains_key(&addr) {
             // Forget slots whose connection is gone (or never came), which bounds the map.
-            pool.retain(|_, s| {
-                s.try_lock().map(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none())).unwrap_or(true)
-            });
+            pool.retain(|_, s| s.try_lock().map(|s| s.live().is_some()).unwrap_or(true));
         }
         pool.entry(addr).or_default().clone()
     }
 
-    /// A live connection to `addr`, reusing the pooled one.
+    /// A live connection to `addr`, reusing the pooled one. Callers that queued behind a dial
+    /// that failed get that failure at once for a while, instead of each waiting out its own
+    /// handshake timeout against a dead peer.
     pub async fn connection(&self, addr: SocketAddr) -> Result<Connection, NetError> {
         let slot = self.slot(addr);
         let mut guard = slot.lock().await;
-        if let Some(c) = guard.as_ref()
-            && c.close_reason().is_none()
-        {
+        if let Some(c) = guard.live() {
             return Ok(c.clone());
         }
         let connect_err = |reason: String| NetError::Connect { addr, reason };
-        let connecting = self.endpoint.connect(addr, NODE_NAME).map_err(|e| connect_err(e.to_string()))?;
-        let conn = tokio::time::timeout(self.connect_timeout, connecting)
-            .await
-            .map_err(|_| connect_err(format!("no handshake within {:?}", self.connect_timeout)))?
-            .map_err(|e| connect_err(e.to_string()))?;
-        *guard = Some(conn.clone());
+        if let Some((at, reason)) = &guard.failed
+            && at.elapsed() < self.connect_timeout
+        {
+            return Err(connect_err(format!("{reason} (recently)")));
+        }
+        let dialed = match self.endpoint.connect(addr, NODE_NAME) {
+            Ok(connecting) => match tokio::time::timeout(self.connect_timeout, connecting).await {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no handshake within {:?}", self.connect_timeout)),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let conn = match dialed {
+            Ok(conn) => conn,
+            Err(reason) => {
+                guard.failed = Some((Instant::now(), reason.clone()));
+                return Err(connect_err(reason));
+            }
+        };
+        *guard = SlotState { conn: Some(conn.clone()), failed: None };
         if let Some(DialedHook(handler)) = self.on_dialed.get() {
             handler(conn.clone());
         }
@@ -167,9 +193,9 @@ impl Net {
     pub fn adopt(&self, conn: &Connection) {
         let slot = self.slot(conn.remote_address());
         if let Ok(mut guard) = slot.try_lock()
-            && guard.as_ref().is_none_or(|c| c.close_reason().is_some())
+            && guard.live().is_none()
         {
-            *guard = Some(conn.clone());
+            *guard = SlotState { conn: Some(conn.clone()), failed: None };
         }
     }
 
