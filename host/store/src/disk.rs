@@ -880,29 +880,33 @@ impl DiskStore {
         } else {
             self.segment_append(m, &buf).map(Some)
         };
-        let written = written.and_then(|w| {
-            let Some((seg, base)) = w else {
-                return Ok(None);
-            };
-            let edits: Vec<Edit> = snaps
-                .iter()
-                .zip(&outcome)
-                .filter_map(|((id, start, ..), o)| match o {
-                    Sealed::Put(at, n, summary) => Some(Edit::Put {
-                        id: *id,
-                        start: *start,
-                        loc: Loc {
-                            seg,
-                            offset: base + *at as u64,
-                            len: *n as u32,
-                            summary: *summary,
-                        },
-                    }),
-                    _ => None,
-                })
-                .collect();
-            self.index_append(m, &edits).map(|()| Some((seg, base)))
-        });
+        let written =
+            written.and_then(|w| {
+                let Some((seg, base)) = w else {
+                    return Ok(None);
+                };
+                // A block's series must be in the index before the block is.
+                let ids: BTreeSet<u32> = snaps.iter().map(|s| s.0).collect();
+                let mut edits = self.unindexed_series(Some(&ids));
+                edits.extend(snaps.iter().zip(&outcome).filter_map(
+                    |((id, start, ..), o)| match o {
+                        Sealed::Put(at, n, summary) => Some(Edit::Put {
+                            id: *id,
+                            start: *start,
+                            loc: Loc {
+                                seg,
+                                offset: base + *at as u64,
+                                len: *n as u32,
+                                summary: *summary,
+                            },
+                        }),
+                        _ => None,
+                    },
+                ));
+                self.index_append(m, &edits)?;
+                self.mark_indexed(&edits);
+                Ok(Some((seg, base)))
+            });
 
         // Apply (or, after a failure, just end the snapshots: the points stay open).
         let mut st = self.write_state();
@@ -1129,6 +1133,41 @@ impl DiskStore {
         Ok(())
     }
 
+    /// Dictionary entries (of `ids`, or all) whose latest state the index does not hold yet.
+    fn unindexed_series(&self, ids: Option<&BTreeSet<u32>>) -> Vec<Edit> {
+        let st = self.read_state();
+        st.series
+            .iter()
+            .filter(|(id, _)| ids.is_none_or(|ids| ids.contains(id)))
+            .filter_map(|(&id, s)| {
+                let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
+                (s.indexed != Some(now)).then(|| Edit::Series {
+                    id,
+                    registered: now.0,
+                    quantum_ns: now.1,
+                    key: s.key.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// Records that the index now holds these dictionary entries.
+    fn mark_indexed(&self, edits: &[Edit]) {
+        let mut st = self.write_state();
+        for e in edits {
+            if let Edit::Series {
+                id,
+                registered,
+                quantum_ns,
+                ..
+            } = e
+                && let Some(s) = st.series.get_mut(id)
+            {
+                s.indexed = Some((*registered, *quantum_ns));
+            }
+        }
+    }
+
     fn checkpoint_step(
         &self,
         m: &mut Maint,
@@ -1136,7 +1175,7 @@ impl DiskStore {
     ) -> Result<(), StoreError> {
         // The log's pins first, then the blocks': a write applied in between is seen by one.
         let pinned = self.wal.first_pinned();
-        let (open_min, series_edits, idle) = {
+        let (open_min, idle) = {
             let st = self.read_state();
             let open_min = st
                 .dirty
@@ -1144,21 +1183,9 @@ impl DiskStore {
                 .map(|(id, start)| st.series[id].blocks[start].open_min_seg)
                 .min()
                 .unwrap_or(u64::MAX);
-            let edits: Vec<Edit> = st
-                .series
-                .iter()
-                .filter_map(|(&id, s)| {
-                    let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
-                    (s.indexed != Some(now)).then(|| Edit::Series {
-                        id,
-                        registered: now.0,
-                        quantum_ns: now.1,
-                        key: s.key.to_string(),
-                    })
-                })
-                .collect();
-            (open_min, edits, st.dirty.is_empty())
+            (open_min, st.dirty.is_empty())
         };
+        let series_edits = self.unindexed_series(None);
         let first_live = pinned.min(open_min);
         let segs = self.wal.segments();
         if segs.first().is_some_and(|&s| s < first_live) {
@@ -1168,21 +1195,7 @@ impl DiskStore {
             });
             self.index_append(m, &edits)?;
             m.first_live_wal = first_live;
-            {
-                let mut st = self.write_state();
-                for e in &edits {
-                    if let Edit::Series {
-                        id,
-                        registered,
-                        quantum_ns,
-                        ..
-                    } = e
-                        && let Some(s) = st.series.get_mut(id)
-                    {
-                        s.indexed = Some((*registered, *quantum_ns));
-                    }
-                }
-            }
+            self.mark_indexed(&edits);
             report.wal_segments_removed += self.wal.remove_before(first_live)?;
         }
         // Rotate a big segment, or an idle one, so a later step can remove it.
