@@ -47,6 +47,7 @@ use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;
 pub mod backend;
+pub mod bench;
 pub mod block;
 mod disk;
 mod frame;
