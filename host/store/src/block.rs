@@ -74,10 +74,10 @@ pub fn encode(
     frame::put_with(out, MAGIC, KIND_BLOCK_V1, |o| {
         o.push(codec.id());
         o.push(if no_events { FLAG_NO_EVENTS } else { 0 });
-        o.extend_from_slice(&series.to_le_bytes());
+        frame::put_varint(o, u64::from(series));
         o.extend_from_slice(&quantum.start.to_le_bytes());
-        o.extend_from_slice(&quantum.len.ns().to_le_bytes());
-        put_summary(o, &summary);
+        frame::put_varint(o, quantum.len.ns() as u64);
+        put_summary(o, &summary, quantum.start);
         let ts: Vec<i64> = points.iter().map(|p| p.ts).collect();
         let vals: Vec<f64> = points.iter().map(|p| p.value).collect();
         let evs: Vec<u64> = if no_events {
@@ -109,26 +109,28 @@ pub fn encode(
     summary
 }
 
-/// Summary layout shared with the index: count, min, max, sum, first and last points.
-pub(crate) fn put_summary(o: &mut Vec<u8>, s: &Summary) {
-    o.extend_from_slice(&s.count.to_le_bytes());
+/// Summary layout shared with the index (compact: a block costs its metadata once per
+/// quantum): count varint, min, max, sum as f64 bits, then first and last points as zigzag
+/// varint offset from `base` (the quantum start), varint event, f64 bits.
+pub(crate) fn put_summary(o: &mut Vec<u8>, s: &Summary, base: i64) {
+    frame::put_varint(o, s.count);
     for v in [s.min, s.max, s.sum] {
         o.extend_from_slice(&v.to_bits().to_le_bytes());
     }
     for p in [s.first, s.last] {
-        o.extend_from_slice(&p.ts.to_le_bytes());
-        o.extend_from_slice(&p.event.to_le_bytes());
+        frame::put_varint(o, frame::zigzag(p.ts.wrapping_sub(base)));
+        frame::put_varint(o, p.event);
         o.extend_from_slice(&p.value.to_bits().to_le_bytes());
     }
 }
 
-pub(crate) fn get_summary(r: &mut Reader<'_>) -> Result<Summary, Malformed> {
-    let count = r.u64()?;
+pub(crate) fn get_summary(r: &mut Reader<'_>, base: i64) -> Result<Summary, Malformed> {
+    let count = r.varint()?;
     let (min, max, sum) = (r.f64()?, r.f64()?, r.f64()?);
     let mut pt = || -> Result<Point, Malformed> {
         Ok(Point {
-            ts: r.i64()?,
-            event: r.u64()?,
+            ts: base.wrapping_add(frame::unzigzag(r.varint()?)),
+            event: r.varint()?,
             value: r.f64()?,
         })
     };
@@ -145,7 +147,7 @@ pub(crate) fn get_summary(r: &mut Reader<'_>) -> Result<Summary, Malformed> {
 }
 
 fn put_col(o: &mut Vec<u8>, col: &[u8]) {
-    o.extend_from_slice(&(col.len() as u32).to_le_bytes());
+    frame::put_varint(o, col.len() as u64);
     o.extend_from_slice(col);
 }
 
@@ -185,12 +187,15 @@ fn parse_header(body: &[u8]) -> Result<(Header, u8, Reader<'_>), Malformed> {
     let mut r = Reader::new(body);
     let codec = Codec::from_id(r.u8()?)?;
     let flags = r.u8()?;
-    let series = r.u32()?;
+    let series =
+        u32::try_from(r.varint()?).map_err(|_| Malformed("series id over 32 bits".into()))?;
     let start = r.i64()?;
-    let len = QuantumLen::new(r.i64()?).map_err(|e| Malformed(e.to_string()))?;
+    let len =
+        i64::try_from(r.varint()?).map_err(|_| Malformed("quantum length over 63 bits".into()))?;
+    let len = QuantumLen::new(len).map_err(|e| Malformed(e.to_string()))?;
     let quantum = Quantum::at(start, len)
         .ok_or_else(|| Malformed(format!("quantum start {start} is not aligned to {len:?}")))?;
-    let summary = get_summary(&mut r)?;
+    let summary = get_summary(&mut r, start)?;
     if summary.count == 0 || summary.count > MAX_POINTS as u64 {
         return Err(Malformed(format!("block claims {} points", summary.count)));
     }
@@ -230,15 +235,23 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, Malformed> {
 /// The header and points of the block frame `bytes` (checksum verified, points checked against
 /// the header).
 pub fn decode(bytes: &[u8]) -> Result<(Header, Vec<Point>), Malformed> {
+    let mut points = Vec::new();
+    let h = decode_into(bytes, &mut points)?;
+    Ok((h, points))
+}
+
+/// Like [`decode`], appending the points to `out` (which is left as it was on error). Saves
+/// a copy on the scan path.
+pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malformed> {
     let (h, flags, mut r) = parse_header(unframe(bytes)?)?;
     let n = h.summary.count as usize;
-    let ts_col = r.bytes32()?;
+    let ts_col = r.bytes_varint()?;
     let ev_col = if flags & FLAG_NO_EVENTS == 0 {
-        Some(r.bytes32()?)
+        Some(r.bytes_varint()?)
     } else {
         None
     };
-    let val_col = r.bytes32()?;
+    let val_col = r.bytes_varint()?;
     let (ts, evs, vals) = match h.codec {
         Codec::Pco => (
             pco_decode::<i64>(ts_col, n, "timestamp")?,
@@ -258,35 +271,34 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, Vec<Point>), Malformed> {
             xor::decode_values(val_col, n)?,
         ),
     };
-    let points: Vec<Point> = match evs {
-        Some(evs) => ts
-            .iter()
-            .zip(&evs)
-            .zip(&vals)
-            .map(|((&ts, &event), &value)| Point { ts, value, event })
-            .collect(),
-        None => ts
-            .iter()
-            .zip(&vals)
-            .map(|(&ts, &value)| Point {
-                ts,
-                value,
-                event: 0,
-            })
-            .collect(),
-    };
+    let base = out.len();
+    out.reserve(n);
+    match evs {
+        Some(evs) => out.extend(
+            ts.iter()
+                .zip(&evs)
+                .zip(&vals)
+                .map(|((&ts, &event), &value)| Point { ts, value, event }),
+        ),
+        None => out.extend(ts.iter().zip(&vals).map(|(&ts, &value)| Point {
+            ts,
+            value,
+            event: 0,
+        })),
+    }
     // A block whose columns disagree with its summary is as corrupt as a bad checksum.
-    let (first, last) = (points[0], points[n - 1]);
+    let (first, last) = (out[base], out[base + n - 1]);
     if first != h.summary.first
         || last != h.summary.last
         || !h.quantum.contains(first.ts)
         || !h.quantum.contains(last.ts)
     {
+        out.truncate(base);
         return Err(Malformed(
             "decoded points disagree with the block's summary or quantum".into(),
         ));
     }
-    Ok((h, points))
+    Ok(h)
 }
 
 /// Gorilla-style columns (Pelkonen et al., VLDB 2015), adapted to nanosecond timestamps.

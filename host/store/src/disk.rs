@@ -571,6 +571,13 @@ impl DiskStore {
 
     /// Reads and decodes a sealed block.
     fn load(&self, id: u32, start: i64, loc: &Loc) -> Result<Vec<Point>, Load> {
+        let mut out = Vec::new();
+        self.load_into(id, start, loc, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads and decodes a sealed block, appending its points to `out`.
+    fn load_into(&self, id: u32, start: i64, loc: &Loc, out: &mut Vec<Point>) -> Result<(), Load> {
         let path = seg_path(loc.seg);
         let bytes = match self.backend.read_at(&path, loc.offset, loc.len as usize) {
             Ok(b) => b,
@@ -595,12 +602,16 @@ impl DiskStore {
                 loc.offset, loc.len
             )))
         };
-        match block::decode(&bytes) {
-            Ok((h, pts)) if h.series == id && h.quantum.start == start => Ok(pts),
-            Ok((h, _)) => Err(corrupt(format!(
-                "it holds series id {} quantum {} instead",
-                h.series, h.quantum.start
-            ))),
+        let base = out.len();
+        match block::decode_into(&bytes, out) {
+            Ok(h) if h.series == id && h.quantum.start == start => Ok(()),
+            Ok(h) => {
+                out.truncate(base);
+                Err(corrupt(format!(
+                    "it holds series id {} quantum {} instead",
+                    h.series, h.quantum.start
+                )))
+            }
             Err(e) => Err(corrupt(e.0)),
         }
     }
@@ -1303,27 +1314,41 @@ impl DiskStore {
                 break;
             }
             for (start, sealed, open) in views {
-                let pts = match sealed {
-                    None => open,
-                    Some(loc) => match self.load(id, start, &loc) {
-                        Ok(p) => union(p, &open),
-                        Err(Load::Gone) if retries < 8 => {
-                            retries += 1;
-                            cursor = start;
-                            continue 'outer;
-                        }
-                        Err(Load::Gone) => {
-                            return Err(StoreError::Unavailable(
-                                "blocks kept moving during compaction; retry the read".into(),
-                            ));
-                        }
-                        Err(Load::Err(e)) => return Err(e),
-                    },
+                let base = out.len();
+                let r = match (sealed, open.is_empty()) {
+                    (None, _) => {
+                        out.extend_from_slice(&open);
+                        Ok(())
+                    }
+                    // The common case: decode straight into the result.
+                    (Some(loc), true) => self.load_into(id, start, &loc, &mut out),
+                    (Some(loc), false) => self.load(id, start, &loc).map(|p| {
+                        out.extend_from_slice(&union(p, &open));
+                    }),
                 };
-                let lo = pts.partition_point(|p| p.key() < from);
-                let hi = pts.partition_point(|p| p.ts < end);
-                let take = (want - out.len()).min(hi.saturating_sub(lo));
-                out.extend_from_slice(&pts[lo..lo + take]);
+                match r {
+                    Ok(()) => {}
+                    Err(Load::Gone) if retries < 8 => {
+                        retries += 1;
+                        cursor = start;
+                        continue 'outer;
+                    }
+                    Err(Load::Gone) => {
+                        return Err(StoreError::Unavailable(
+                            "blocks kept moving during compaction; retry the read".into(),
+                        ));
+                    }
+                    Err(Load::Err(e)) => return Err(e),
+                }
+                // Trim this block's points to [from, end) and to what is still wanted.
+                let added = &out[base..];
+                let lo = added.partition_point(|p| p.key() < from);
+                let hi = added.partition_point(|p| p.ts < end);
+                let keep_end = base + hi.min(lo + (want - base));
+                out.truncate(keep_end.max(base + lo));
+                if lo > 0 {
+                    out.drain(base..base + lo);
+                }
                 cursor = start + 1;
                 if out.len() >= want {
                     break 'outer;

@@ -216,9 +216,10 @@ impl<'a> Reader<'a> {
         )))
     }
 
-    /// A `u32`-length-prefixed byte string.
-    pub fn bytes32(&mut self) -> Result<&'a [u8], Malformed> {
-        let n = self.u32()? as usize;
+    /// A varint-length-prefixed byte string.
+    pub fn bytes_varint(&mut self) -> Result<&'a [u8], Malformed> {
+        let n =
+            usize::try_from(self.varint()?).map_err(|_| Malformed("length over usize".into()))?;
         self.take(n)
     }
 

@@ -80,12 +80,12 @@ pub fn put(out: &mut Vec<u8>, e: &Edit) {
             o.extend_from_slice(key.as_bytes());
         }),
         Edit::Put { id, start, loc } => frame::put_with(out, MAGIC, KIND_PUT, |o| {
-            o.extend_from_slice(&id.to_le_bytes());
+            frame::put_varint(o, u64::from(*id));
             o.extend_from_slice(&start.to_le_bytes());
-            o.extend_from_slice(&loc.seg.to_le_bytes());
-            o.extend_from_slice(&loc.offset.to_le_bytes());
-            o.extend_from_slice(&loc.len.to_le_bytes());
-            put_summary(o, &loc.summary);
+            frame::put_varint(o, u64::from(loc.seg));
+            frame::put_varint(o, loc.offset);
+            frame::put_varint(o, u64::from(loc.len));
+            put_summary(o, &loc.summary, *start);
         }),
         Edit::Expire { id, before } => frame::put_with(out, MAGIC, KIND_EXPIRE, |o| {
             o.extend_from_slice(&id.to_le_bytes());
@@ -117,16 +117,27 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Edit, Malformed> {
                 key,
             }
         }
-        KIND_PUT => Edit::Put {
-            id: r.u32()?,
-            start: r.i64()?,
-            loc: Loc {
-                seg: r.u32()?,
-                offset: r.u64()?,
-                len: r.u32()?,
-                summary: get_summary(&mut r)?,
-            },
-        },
+        KIND_PUT => {
+            let u32v = |r: &mut Reader<'_>, what: &str| {
+                u32::try_from(r.varint()?).map_err(|_| Malformed(format!("{what} over 32 bits")))
+            };
+            let id = u32v(&mut r, "series id")?;
+            let start = r.i64()?;
+            let seg = u32v(&mut r, "segment")?;
+            let offset = r.varint()?;
+            let len = u32v(&mut r, "block length")?;
+            let summary = get_summary(&mut r, start)?;
+            Edit::Put {
+                id,
+                start,
+                loc: Loc {
+                    seg,
+                    offset,
+                    len,
+                    summary,
+                },
+            }
+        }
         KIND_EXPIRE => Edit::Expire {
             id: r.u32()?,
             before: r.i64()?,
