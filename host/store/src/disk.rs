@@ -95,6 +95,9 @@ pub struct DiskConfig {
     pub block_segment_bytes: u64,
     /// Most points one maintenance step seals (default 4 Mi).
     pub step_max_points: usize,
+    /// The index log is rewritten as a snapshot once it is this large and 4 times its live
+    /// content (default 8 MiB).
+    pub index_rewrite_bytes: u64,
     /// Retention rules by metric prefix; series without a rule are kept forever.
     pub retention: Vec<RetentionRule>,
 }
@@ -111,6 +114,7 @@ impl Default for DiskConfig {
             wal_segment_bytes: 64 << 20,
             block_segment_bytes: 64 << 20,
             step_max_points: 4 << 20,
+            index_rewrite_bytes: 8 << 20,
             retention: Vec::new(),
         }
     }
@@ -1216,14 +1220,18 @@ impl DiskStore {
         Ok(())
     }
 
-    fn rewrite_index_if_bloated(&self, m: &mut Maint) -> Result<(), StoreError> {
+    fn rewrite_index_if_bloated(
+        &self,
+        m: &mut Maint,
+        report: &mut MaintenanceReport,
+    ) -> Result<(), StoreError> {
         let (blocks, series) = {
             let st = self.read_state();
             let blocks: usize = st.series.values().map(|s| s.blocks.len()).sum();
             (blocks, st.series.len())
         };
-        let live_estimate = (blocks * 140 + series * 80) as u64;
-        if m.index_len < (8 << 20) || m.index_len < 4 * live_estimate {
+        let live_estimate = (blocks * 90 + series * 60) as u64;
+        if m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate {
             return Ok(());
         }
         let mut buf = Vec::new();
@@ -1275,6 +1283,7 @@ impl DiskStore {
             .map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
         m.index_len = buf.len() as u64;
         m.index_torn = false;
+        report.index_rewrites += 1;
         let mut st = self.write_state();
         for (id, mark) in marks {
             if let Some(s) = st.series.get_mut(&id) {
@@ -1791,7 +1800,7 @@ impl Store for DiskStore {
         self.seal_step(&mut m, Some(now), None, &mut report)?;
         self.compact_step(&mut m, &mut report)?;
         self.checkpoint_step(&mut m, &mut report)?;
-        self.rewrite_index_if_bloated(&mut m)?;
+        self.rewrite_index_if_bloated(&mut m, &mut report)?;
         Ok(report)
     }
 }

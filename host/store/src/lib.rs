@@ -144,6 +144,8 @@ pub struct MaintenanceReport {
     pub compacted_segments: u64,
     /// Write-ahead log segments removed because everything in them is sealed.
     pub wal_segments_removed: u64,
+    /// Times the index log was rewritten as a compact snapshot.
+    pub index_rewrites: u64,
     /// Whether work is left that the step's bounds deferred.
     pub more: bool,
 }

@@ -57,6 +57,8 @@ struct State {
     write_fail: Option<FailKind>,
     read_fail: Option<FailKind>,
     bytes_appended: u64,
+    syncs: u64,
+    sync_delay: std::time::Duration,
 }
 
 /// The simulated disk. Clones share one disk.
@@ -130,6 +132,16 @@ impl SimBackend {
         {
             *b ^= xor;
         }
+    }
+
+    /// Makes every `sync` take `d` (like a real disk), so concurrent writers overlap.
+    pub fn set_sync_delay(&self, d: std::time::Duration) {
+        self.lock().sync_delay = d;
+    }
+
+    /// Number of successful syncs so far.
+    pub fn syncs(&self) -> u64 {
+        self.lock().syncs
     }
 
     /// Total bytes ever appended (to pick crash points).
@@ -273,8 +285,13 @@ impl Backend for SimBackend {
     }
 
     fn sync(&self, path: &str) -> io::Result<()> {
+        let delay = self.lock().sync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let mut s = self.lock();
         s.check_write()?;
+        s.syncs += 1;
         let f = s.files.get_mut(path).ok_or_else(|| not_found(path))?;
         f.synced = f.data.len();
         f.durable = true;

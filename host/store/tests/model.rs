@@ -59,7 +59,7 @@ fn check(store: &DiskStore, model: &[BTreeSet<PointKey>; 2]) -> Result<(), TestC
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Writes are idempotent, late data merges into sealed blocks, restarts lose nothing, and
     /// summaries always match the raw points.

@@ -37,6 +37,7 @@ pub fn small_config() -> DiskConfig {
         block_segment_bytes: 8 << 10,
         step_max_points: 2_000,
         max_block_points: 5_000,
+        index_rewrite_bytes: 2 << 10,
         ..DiskConfig::default()
     }
 }
