@@ -428,11 +428,12 @@ impl DiskStore {
         }
         // Segments nothing points at hold only data that is also in the log (a seal that
         // crashed before its index edit): drop them.
+        let referenced: BTreeSet<u32> = img.blocks.values().map(|l| l.seg).collect();
         let orphans: Vec<u32> = st
             .segs
-            .iter()
-            .filter(|(_, s)| s.live == 0)
-            .map(|(&k, _)| k)
+            .keys()
+            .filter(|k| !referenced.contains(k))
+            .copied()
             .collect();
         for seg in orphans {
             backend
