@@ -214,6 +214,8 @@ pub struct StoreBenchReport {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Runs {
     pub ingest_points_per_s: Vec<u64>,
+    /// The same ingest by one writer (each write pays its own fsync).
+    pub ingest_single_writer_points_per_s: Vec<u64>,
     pub scan_points_per_s: Vec<u64>,
     pub agg_day_1m_ms: Vec<f64>,
     pub agg_year_1h_ms: Vec<f64>,
@@ -336,6 +338,18 @@ pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchErr
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
     r.ingest_points_per_s = median_u(&r.runs.ingest_points_per_s);
+    // For comparison: one writer, so no two writes share an fsync.
+    let single = BenchOptions {
+        writers: 1,
+        ..opts.clone()
+    };
+    for rep in 0..opts.reps {
+        let p = fresh(dir, &format!("ingest1-{rep}"))?;
+        r.runs
+            .ingest_single_writer_points_per_s
+            .push(ingest(&p, &single, &config)?);
+        std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
+    }
 
     // Bytes per point: 10 series of each dataset, sealed.
     let per = opts.bytes_points / 10;

@@ -35,7 +35,9 @@
 //! ```
 //!
 //! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
-//! acknowledged points. Maintenance seals blocks whose quantum ended more than
+//! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
+//! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
+//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance seals blocks whose quantum ended more than
 //! [`DiskConfig::seal_grace_ns`] ago, merges late data, applies retention, compacts and
 //! checkpoints the log; without it the log and memory grow (writes then seal blocks themselves to
 //! stay within [`DiskConfig::max_open_points`]).

@@ -1,7 +1,7 @@
 //! The write-ahead log: its record format (pure functions) and the group-commit writer.
 //!
 //! The log is a sequence of segment files `wal/<seq>.wal`, each a sequence of frames (see
-//! [`crate::frame`]): a header, series definitions, and point records. A segment defines every
+//! FORMAT.md): a header, series definitions, and point records. A segment defines every
 //! series id it uses before using it, so each segment can be replayed on its own and deleted on
 //! its own once its points are sealed.
 //!
