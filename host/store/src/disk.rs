@@ -502,9 +502,10 @@ impl DiskStore {
     }
 
     fn problem(&self, p: String) {
-        tracing::warn!(problem = %p, "store problem");
         let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        if h.len() < 1000 {
+        // Maintenance retries what it could not do; report each problem once.
+        if h.len() < 1000 && !h.contains(&p) {
+            tracing::warn!(problem = %p, "store problem");
             h.push(p);
         }
     }
