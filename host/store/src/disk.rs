@@ -89,6 +89,8 @@ pub struct DiskConfig {
     pub max_open_points: usize,
     /// Most points accepted in one write (default 1 Mi).
     pub max_write_points: usize,
+    /// Most series in the dictionary (default 10 Mi); more is refused as [`StoreError::Full`].
+    pub max_series: usize,
     /// A log segment is rotated past this size (default 64 MiB).
     pub wal_segment_bytes: u64,
     /// A block segment file is rotated past this size (default 64 MiB).
@@ -111,6 +113,7 @@ impl Default for DiskConfig {
             max_block_points: 1 << 20,
             max_open_points: 8 << 20,
             max_write_points: 1 << 20,
+            max_series: 10 << 20,
             wal_segment_bytes: 64 << 20,
             block_segment_bytes: 64 << 20,
             step_max_points: 4 << 20,
@@ -665,6 +668,12 @@ impl DiskStore {
         ids.clear();
         check(&st, &mut ids)?;
         ids.clear();
+        let new: BTreeSet<&SeriesKey> = blocks
+            .iter()
+            .map(|b| &b.series)
+            .filter(|k| !st.ids.contains_key(*k))
+            .collect();
+        self.check_room(&st, new.len())?;
         for b in blocks {
             let id = ensure_series(&mut st, &b.series);
             let s = st.series.get_mut(&id).expect("just ensured");
@@ -672,6 +681,19 @@ impl DiskStore {
             ids.push(id);
         }
         Ok(ids)
+    }
+
+    /// Refuses to grow the dictionary past `max_series`.
+    fn check_room(&self, st: &State, new: usize) -> Result<(), StoreError> {
+        let cap = self.config.max_series.min(u32::MAX as usize);
+        if st.ids.len() + new > cap {
+            return Err(StoreError::Full(format!(
+                "the series dictionary holds {} series and {new} more were asked for; the limit is \
+                 {cap}: raise max_series, or use fewer distinct tag values",
+                st.ids.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Keys of the sealed parts of the blocks a write touches (to count new points exactly).
@@ -1674,6 +1696,9 @@ impl Store for DiskStore {
     fn register_series(&self, series: &[SeriesKey]) -> Result<(), StoreError> {
         let todo: Vec<Def> = {
             let mut st = self.write_state();
+            let new: BTreeSet<&SeriesKey> =
+                series.iter().filter(|k| !st.ids.contains_key(*k)).collect();
+            self.check_room(&st, new.len())?;
             series
                 .iter()
                 .filter_map(|k| {

@@ -399,3 +399,28 @@ fn real_files_round_trip_and_checkpoint() {
     assert!(got.windows(2).all(|w| w[0] < w[1]));
     assert!(dir.path().join("FORMAT").exists() && dir.path().join("index.log").exists());
 }
+
+#[test]
+fn the_dictionary_is_bounded() {
+    let store = open(
+        &SimBackend::new(),
+        DiskConfig {
+            max_series: 2,
+            ..small_config()
+        },
+    );
+    let keys: Vec<SeriesKey> = ["a", "b", "c"].iter().map(|s| s.parse().unwrap()).collect();
+    store.register_series(&keys[..2]).unwrap();
+    let err = store.register_series(&keys[2..]).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Full(_)) && err.to_string().contains("max_series"),
+        "{err}"
+    );
+    let err = store
+        .write(&blocks(&keys[2], qlen(), &pts(0, 3)))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Full(_)), "{err}");
+    // Known series keep working.
+    store.write(&blocks(&keys[0], qlen(), &pts(0, 3))).unwrap();
+    assert_eq!(store.list_series("").unwrap(), keys[..2].to_vec());
+}
