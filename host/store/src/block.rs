@@ -15,9 +15,10 @@ use crate::frame::{self, Malformed, Reader};
 pub const MAGIC: [u8; 4] = *b"\xA7BLK";
 /// Frame kind of a version-1 block.
 pub const KIND_BLOCK_V1: u8 = 1;
-/// Most points in one block; larger quanta are sealed in several generations of one block, each
-/// below this (enforced by the engine's size cap).
-pub const MAX_POINTS: usize = 1 << 24;
+/// Most points in one block. With the worst case of either codec (about 30 bytes per point on
+/// random data) a block stays below the 64 MiB frame limit; the engine also checks the encoded
+/// size. A quantum that would hold more must use a shorter quantum length.
+pub const MAX_POINTS: usize = 1 << 21;
 
 /// Column compression of a block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

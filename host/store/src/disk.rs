@@ -911,6 +911,18 @@ impl DiskStore {
             let q = Quantum::at(*start, *len).expect("block starts are aligned");
             let at = buf.len();
             let summary = block::encode(&mut buf, *id, q, &merged, self.config.codec);
+            if buf.len() - at > frame::MAX_PAYLOAD {
+                // Readers refuse frames this large; keep the points open instead.
+                buf.truncate(at);
+                self.problem(format!(
+                    "series id {id} quantum {start}: {} points encode to more than a block may hold \
+                     ({} bytes); they stay in memory and the log: use a shorter quantum for this class",
+                    merged.len(),
+                    frame::MAX_PAYLOAD
+                ));
+                outcome.push(Sealed::Skip);
+                continue;
+            }
             outcome.push(Sealed::Put(at, buf.len() - at, summary));
         }
 
