@@ -1,14 +1,14 @@
 //! Runs `timeshard bench store` (see shared/BENCHMARKS.md) and prints its JSON document.
 //!
 //! `cargo run --release -p timeshard-store --example bench_store [DIR] [--quick]`
-//! DIR defaults to `./bench-store-data` on the real disk (it is filled and cleared).
+//! DIR defaults to `target/bench-store` (on the real disk, ignored by git; filled and cleared).
 
 use std::path::PathBuf;
 
 use timeshard_store::bench::{self, BenchOptions};
 
 fn main() -> anyhow::Result<()> {
-    let mut dir = PathBuf::from("bench-store-data");
+    let mut dir = PathBuf::from("target/bench-store");
     let mut opts = BenchOptions::default();
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
