@@ -2,18 +2,66 @@
 //!
 //! A node stores the blocks (series, quantum) it replicates, plus the registrations of the
 //! series it holds in the series dictionary. Engines implement [`Store`]; the node holds an
-//! `Arc<dyn Store>` and never sees files. [`MemStore`] keeps everything in memory.
+//! `Arc<dyn Store>` and never sees files. [`DiskStore`] is the durable engine every node uses by
+//! default; [`MemStore`] keeps everything in memory (tests, tools).
 //!
 //! Stored data is a set of points (see [`timeshard_proto::point`]): writing a point twice stores
 //! it once, so replays, retries and repairs are harmless.
+//!
+//! # How a node uses the disk store
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use timeshard_store::{DiskConfig, DiskStore, RetentionRule, Store};
+//!
+//! # fn main() -> Result<(), timeshard_store::StoreError> {
+//! // One data directory per node; the store takes an exclusive lock on it.
+//! let config = DiskConfig {
+//!     retention: vec![RetentionRule::new("pmu.", 30 * 86_400 * 1_000_000_000)],
+//!     ..DiskConfig::default() // durable fsync policy, pco codec
+//! };
+//! let store: Arc<dyn Store> = Arc::new(DiskStore::open("/var/lib/timeshard/node-1".as_ref(), config)?);
+//! // A background task calls maintenance about once a second with the wall clock, and again at
+//! // once while it reports more work. Each call does a bounded step and holds no lock across I/O,
+//! // so it never stalls ingest.
+//! let now = std::time::SystemTime::now()
+//!     .duration_since(std::time::UNIX_EPOCH)
+//!     .map(|d| d.as_nanos() as i64)
+//!     .unwrap_or(0);
+//! let report = store.maintain(now)?;
+//! if report.more { /* call again right away */ }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
+//! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
+//! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
+//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance seals blocks whose quantum ended more than
+//! [`DiskConfig::seal_grace_ns`] ago, merges late data, applies retention, compacts and
+//! checkpoints the log; without it the log and memory grow (writes then seal blocks themselves to
+//! stay within [`DiskConfig::max_open_points`]).
 
 use std::fmt;
 
 use timeshard_proto::wire::BlockPoints;
-use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
+use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
+pub mod agg;
+pub mod backend;
+pub mod bench;
+pub mod block;
+mod disk;
+mod frame;
+mod index;
 mod mem;
+pub mod sim;
+pub mod wal;
 
+pub use agg::{Summary, WindowAggregate};
+pub use backend::{Backend, FileBackend};
+pub use block::Codec;
+pub use disk::{DiskConfig, DiskStats, DiskStore, FsyncPolicy, RetentionRule};
 pub use mem::MemStore;
 
 /// Failures of a store. Each says what failed and what to do.
@@ -38,6 +86,70 @@ pub enum StoreError {
     /// The store was closed or has failed earlier and accepts no more writes.
     #[error("store is unavailable: {0}")]
     Unavailable(String),
+    /// A write used another quantum length than the series already has. Nothing of the write
+    /// was stored.
+    #[error(
+        "series {series} is stored in quanta of {stored_ns} ns but the write uses {requested_ns} ns; \
+         a series keeps the quantum of its class: write with the original class, or use a new metric"
+    )]
+    QuantumMismatch {
+        series: SeriesKey,
+        stored_ns: i64,
+        requested_ns: i64,
+    },
+    /// A request that cannot be served as asked (nothing was changed).
+    #[error("invalid request: {0}")]
+    InvalidInput(String),
+    /// The directory holds data in an on-disk format this build cannot read.
+    #[error(
+        "{path}: on-disk format version {found} is newer than this build reads (up to {supported}); \
+         upgrade timeshard or point it at another data directory"
+    )]
+    UnsupportedFormat {
+        path: String,
+        found: u32,
+        supported: u32,
+    },
+}
+
+/// Which registered series to list: a metric prefix plus tags that must match exactly.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesFilter {
+    /// Series whose metric starts with this prefix (empty: all).
+    pub metric_prefix: String,
+    /// `(name, value)` pairs the series must carry.
+    pub tags: Vec<(String, String)>,
+}
+
+impl SeriesFilter {
+    /// Whether `series` passes the filter.
+    pub fn matches(&self, series: &SeriesKey) -> bool {
+        series.metric().starts_with(&self.metric_prefix)
+            && self
+                .tags
+                .iter()
+                .all(|(k, v)| series.tag(k) == Some(v.as_str()))
+    }
+}
+
+/// What one maintenance step did. The node calls [`Store::maintain`] again at once while
+/// `more` is set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Blocks sealed (compressed and written) from open or late data.
+    pub sealed_blocks: u64,
+    /// Points those blocks hold.
+    pub sealed_points: u64,
+    /// Blocks removed because retention expired them.
+    pub expired_blocks: u64,
+    /// Block segment files rewritten to reclaim space.
+    pub compacted_segments: u64,
+    /// Write-ahead log segments removed because everything in them is sealed.
+    pub wal_segments_removed: u64,
+    /// Times the index log was rewritten as a compact snapshot.
+    pub index_rewrites: u64,
+    /// Whether work is left that the step's bounds deferred.
+    pub more: bool,
 }
 
 /// One page of a read.
@@ -81,6 +193,51 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Registered series whose metric starts with `metric_prefix`, sorted.
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError>;
+
+    /// Registered series passing `filter` (metric prefix and exact tags), sorted.
+    fn find_series(&self, filter: &SeriesFilter) -> Result<Vec<SeriesKey>, StoreError> {
+        Ok(self
+            .list_series(&filter.metric_prefix)?
+            .into_iter()
+            .filter(|s| filter.matches(s))
+            .collect())
+    }
+
+    /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,
+    /// mean, first and last per window, for the windows that hold points, in time order.
+    /// Windows are aligned to multiples of `window_ns` since the epoch and trimmed to `range`.
+    /// First and last follow point identity order (time, event, value).
+    fn aggregate(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        window_ns: i64,
+    ) -> Result<Vec<WindowAggregate>, StoreError>;
+
+    /// One bounded step of background work at wall-clock time `now` (ns since the epoch):
+    /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs
+    /// for how often to call it.
+    fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError>;
+}
+
+/// Most windows one aggregate query may produce; a wider query must be split by the caller.
+pub const MAX_WINDOWS: i64 = 10_000_000;
+
+/// Checks a window width against a range, with a clear error.
+pub fn check_windows(range: &TimeRange, window_ns: i64) -> Result<(), StoreError> {
+    if window_ns <= 0 {
+        return Err(StoreError::InvalidInput(format!(
+            "aggregate window of {window_ns} ns: the window must be a positive number of nanoseconds"
+        )));
+    }
+    let windows = range.len_ns() / window_ns + 2;
+    if windows > MAX_WINDOWS {
+        return Err(StoreError::InvalidInput(format!(
+            "aggregate over {range:?} in windows of {window_ns} ns makes about {windows} windows; \
+             the limit is {MAX_WINDOWS}: use wider windows or a shorter range"
+        )));
+    }
+    Ok(())
 }
 
 pub use timeshard_proto::point::page_start;

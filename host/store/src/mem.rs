@@ -7,7 +7,11 @@ use std::sync::RwLock;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
-use crate::{ReadPage, Store, StoreError, WriteStats, page_start};
+use crate::agg::{Aggregator, WindowAggregate};
+use crate::{
+    MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start,
+};
+use timeshard_proto::Timestamp;
 
 /// Everything in memory; lost on restart.
 #[derive(Debug)]
@@ -112,6 +116,40 @@ impl Store for MemStore {
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {
         Ok(self.read_lock().registered.keys().filter(|s| s.metric().starts_with(metric_prefix)).cloned().collect())
+    }
+
+    fn aggregate(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        window_ns: i64,
+    ) -> Result<Vec<WindowAggregate>, StoreError> {
+        check_windows(&range, window_ns)?;
+        let inner = self.read_lock();
+        let mut agg = Aggregator::new(range, window_ns);
+        if let Some(set) = inner.series.get(series) {
+            let start = PointKey {
+                ts: range.start(),
+                event: 0,
+                value_bits: 0,
+            };
+            let points: Vec<Point> = set
+                .range(start..)
+                .take_while(|k| k.ts < range.end())
+                .map(|k| Point {
+                    ts: k.ts,
+                    value: f64::from_bits(k.value_bits),
+                    event: k.event,
+                })
+                .collect();
+            agg.push_points(&points);
+        }
+        Ok(agg.finish())
+    }
+
+    /// Nothing to maintain: the memory store neither seals nor expires.
+    fn maintain(&self, _now: Timestamp) -> Result<MaintenanceReport, StoreError> {
+        Ok(MaintenanceReport::default())
     }
 }
 

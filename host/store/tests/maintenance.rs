@@ -1,0 +1,107 @@
+//! Maintenance under pressure and over time: the memory valve, compaction of segments left
+//! with dead blocks by re-seals, index rewrites, and log checkpoints. Data stays intact
+//! through all of it, including restarts.
+
+mod common;
+
+use timeshard_proto::{Point, SeriesKey};
+use timeshard_store::sim::SimBackend;
+use timeshard_store::{DiskConfig, MaintenanceReport, Store};
+
+use common::*;
+
+#[test]
+fn writes_seal_by_themselves_when_maintenance_lags() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig {
+        max_open_points: 1_000,
+        ..small_config()
+    };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "pressure".parse().unwrap();
+    let mut peak = 0;
+    for b in 0..40i64 {
+        let pts: Vec<Point> = (0..250)
+            .map(|i| Point::new((b * 250 + i) * 10_000, i as f64))
+            .collect();
+        store.write(&blocks(&k, qlen(), &pts)).unwrap();
+        peak = peak.max(store.stats().open_points);
+    }
+    assert!(
+        peak <= 1_250,
+        "open points stay near the cap without maintenance: peak {peak}"
+    );
+    assert!(store.stats().sealed_blocks > 0);
+    assert_eq!(read_all(&store, &k, 997).len(), 10_000);
+    drop(store);
+    let store = open(&sim.crash(2), cfg());
+    assert_eq!(read_all(&store, &k, 10_000).len(), 10_000);
+    assert!(store.health().is_empty(), "{:?}", store.health());
+}
+
+#[test]
+fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
+    let sim = SimBackend::new();
+    let store = open(&sim, small_config());
+    let keys: Vec<SeriesKey> = (0..4)
+        .map(|i| format!("churn{{n={i}}}").parse().unwrap())
+        .collect();
+    let mut total = MaintenanceReport::default();
+    let mut add = |r: MaintenanceReport| {
+        total.sealed_blocks += r.sealed_blocks;
+        total.compacted_segments += r.compacted_segments;
+        total.index_rewrites += r.index_rewrites;
+        total.wal_segments_removed += r.wal_segments_removed;
+    };
+    for round in 0..30i64 {
+        for k in &keys {
+            // Each round adds one late event to every one of 10 old quanta: each re-seal leaves
+            // the previous copy of the block dead in its segment.
+            let pts: Vec<Point> = (0..10)
+                .map(|q| Point {
+                    ts: q * 1_000_000 + round,
+                    value: round as f64,
+                    event: 1,
+                })
+                .collect();
+            store.write(&blocks(k, qlen(), &pts)).unwrap();
+        }
+        loop {
+            let r = store.maintain(i64::MAX / 2).unwrap();
+            add(r);
+            if !r.more {
+                break;
+            }
+        }
+    }
+    assert!(total.sealed_blocks >= 30 * 40);
+    assert!(total.compacted_segments > 0, "{total:?}");
+    assert!(total.index_rewrites > 0, "{total:?}");
+    assert!(total.wal_segments_removed > 0, "{total:?}");
+    let live: usize = sim
+        .files()
+        .iter()
+        .filter(|(n, _)| n.starts_with("blocks/"))
+        .map(|(_, l)| l)
+        .sum();
+    assert!(
+        live < 64 << 10,
+        "dead blocks are reclaimed: {live} bytes of segments"
+    );
+    for k in &keys {
+        assert_eq!(read_all(&store, k, 33).len(), 300);
+    }
+    drop(store);
+    let store = open(&sim.crash(5), small_config());
+    assert!(store.health().is_empty(), "{:?}", store.health());
+    assert_eq!(
+        store.stats().open_points,
+        0,
+        "everything was sealed and the log checkpointed"
+    );
+    for k in &keys {
+        let got = read_all(&store, k, 1000);
+        assert_eq!(got.len(), 300);
+        assert_eq!(store.block_summary(k, 0).unwrap().unwrap().count, 30);
+    }
+}
