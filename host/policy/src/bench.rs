@@ -1,0 +1,1 @@
+//! The policy benchmark (placeholder while the host is written).
