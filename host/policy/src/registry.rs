@@ -537,6 +537,25 @@ impl Registry {
             .collect()
     }
 
+    /// Creates and drops one instance of an installed policy, calling nothing (for the
+    /// benchmark's `instantiate_us`).
+    pub(crate) fn instantiate_once(&self, policy: &PolicyRef) -> Result<(), PolicyError> {
+        let state = self.snapshot();
+        let installed = state
+            .installed
+            .get(policy)
+            .ok_or_else(|| PolicyError::NotInstalled {
+                policy: policy.to_string(),
+                installed: state.installed_list(),
+            })?;
+        let loaded = &installed.loaded;
+        self.runtime
+            .run(&loaded.label, loaded.limits, |store| match &loaded.pre {
+                crate::engine::Pre::Ingest(pre) => pre.instantiate(store).map(drop),
+                crate::engine::Pre::Query(pre) => pre.instantiate(store).map(drop),
+            })
+    }
+
     /// Compiled components in the content-hash cache.
     pub fn cached_components(&self) -> usize {
         self.runtime.cached_components()
