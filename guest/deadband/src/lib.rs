@@ -18,26 +18,25 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Rejection, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Rejection, Series, Setting};
 
 struct Deadband;
 
 impl Guest for Deadband {
-    fn process(
-        _: Series,
-        config: Vec<Setting>,
-        batch: Vec<Point>,
-    ) -> Result<IngestOutput, String> {
+    fn process(_: Series, config: Vec<Setting>, batch: Points) -> Result<IngestOutput, String> {
         let d = policy_guest::find(config.iter().map(|s| (&*s.name, &*s.value)), "d");
         let d = policy_guest::number("d", d, None).map_err(|e| e.to_string())?;
         if d < 0.0 {
             return Err(format!("setting \"d\" is {d}; it must be at least 0"));
         }
         let mut rejected = Vec::new();
-        let mut order: Vec<Point> = Vec::with_capacity(batch.len());
-        for (i, p) in batch.into_iter().enumerate() {
-            if p.value.is_finite() {
-                order.push(p);
+        let mut rows = Vec::with_capacity(batch.ts.len());
+        for (i, row) in policy_guest::rows(&batch.ts, &batch.value, &batch.event)
+            .into_iter()
+            .enumerate()
+        {
+            if row.value.is_finite() {
+                rows.push(row);
             } else {
                 rejected.push(Rejection {
                     index: i as u32,
@@ -45,20 +44,28 @@ impl Guest for Deadband {
                 });
             }
         }
-        order.sort_unstable_by_key(|p| (p.ts, p.event));
-        let mut keep: Vec<Point> = Vec::with_capacity(order.len());
+        if !rows.is_sorted_by_key(|r| (r.ts, r.event)) {
+            rows.sort_by_key(|r| (r.ts, r.event));
+        }
+        let mut keep = Points {
+            ts: Vec::new(),
+            value: Vec::new(),
+            event: Vec::new(),
+        };
         let mut last: Option<f64> = None;
-        for p in order {
+        for r in rows {
             let outside = match last {
                 None => true,
                 Some(v) => {
-                    let diff = p.value - v;
+                    let diff = r.value - v;
                     diff > d || diff < -d
                 }
             };
             if outside {
-                last = Some(p.value);
-                keep.push(p);
+                last = Some(r.value);
+                keep.ts.push(r.ts);
+                keep.value.push(r.value);
+                keep.event.push(r.event);
             }
         }
         Ok(IngestOutput { keep, rejected })

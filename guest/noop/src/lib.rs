@@ -11,12 +11,12 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Series, Setting};
 
 struct Noop;
 
 impl Guest for Noop {
-    fn process(_: Series, _: Vec<Setting>, batch: Vec<Point>) -> Result<IngestOutput, String> {
+    fn process(_: Series, _: Vec<Setting>, batch: Points) -> Result<IngestOutput, String> {
         Ok(IngestOutput {
             keep: batch,
             rejected: Vec::new(),

@@ -15,7 +15,7 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Rejection, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Rejection, Series, Setting};
 
 struct Validate;
 
@@ -25,27 +25,32 @@ fn setting(config: &[Setting], name: &'static str, default: f64) -> Result<f64, 
 }
 
 impl Guest for Validate {
-    fn process(
-        _: Series,
-        config: Vec<Setting>,
-        batch: Vec<Point>,
-    ) -> Result<IngestOutput, String> {
+    fn process(_: Series, config: Vec<Setting>, batch: Points) -> Result<IngestOutput, String> {
         let min = setting(&config, "min", -1e6)?;
         let max = setting(&config, "max", 1e6)?;
         if min > max {
             return Err(format!("setting \"min\" ({min}) is above \"max\" ({max})"));
         }
-        let mut keep = Vec::with_capacity(batch.len());
+        let Points { ts, value, event } = batch;
+        let n = ts.len();
+        let mut keep = Points {
+            ts: Vec::with_capacity(n),
+            value: Vec::with_capacity(n),
+            event: Vec::with_capacity(n),
+        };
         let mut rejected = Vec::new();
-        for (i, p) in batch.into_iter().enumerate() {
-            let reason = if p.value.is_nan() {
+        for i in 0..n {
+            let v = value[i];
+            let reason = if v.is_nan() {
                 "value is NaN".to_string()
-            } else if p.value.is_infinite() {
+            } else if v.is_infinite() {
                 "value is infinite".to_string()
-            } else if p.value < min || p.value > max {
-                format!("value {} is outside [{min}, {max}]", p.value)
+            } else if v < min || v > max {
+                format!("value {v} is outside [{min}, {max}]")
             } else {
-                keep.push(p);
+                keep.ts.push(ts[i]);
+                keep.value.push(v);
+                keep.event.push(event[i]);
                 continue;
             };
             rejected.push(Rejection {
@@ -53,9 +58,15 @@ impl Guest for Validate {
                 reason,
             });
         }
-        // Identity order, as the store keeps points: time, event id, value bits.
-        keep.sort_unstable_by_key(|p| (p.ts, p.event, p.value.to_bits()));
-        keep.dedup_by_key(|p| (p.ts, p.event, p.value.to_bits()));
+        // Identity order, as the store keeps points: time, event id, value bits. A batch from
+        // one device is usually sorted already.
+        if !policy_guest::strictly_sorted(&keep.ts, &keep.value, &keep.event) {
+            let mut rows = policy_guest::rows(&keep.ts, &keep.value, &keep.event);
+            rows.sort_unstable_by_key(policy_guest::Row::key);
+            rows.dedup_by_key(|r| r.key());
+            let (ts, value, event) = policy_guest::columns(&rows);
+            keep = Points { ts, value, event };
+        }
         Ok(IngestOutput { keep, rejected })
     }
 }

@@ -18,27 +18,35 @@ policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::query::Guest;
 use timeshard::policy::types::{
-    NamedValue, Partial, Point, QueryResult, Series, Setting, TimeRange,
+    NamedValue, Partial, Points, QueryResult, Series, Setting, TimeRange,
 };
 
 struct Rms;
+
+fn no_points() -> Points {
+    Points {
+        ts: Vec::new(),
+        value: Vec::new(),
+        event: Vec::new(),
+    }
+}
 
 impl Guest for Rms {
     fn summarize(
         _: Series,
         range: TimeRange,
         _: Vec<Setting>,
-        points: Vec<Point>,
+        points: Points,
     ) -> Result<Partial, String> {
         let (mut sum_sq, mut count) = (0.0f64, 0u64);
-        for p in points.iter().filter(|p| p.value.is_finite()) {
-            sum_sq += p.value * p.value;
+        for v in points.value.iter().filter(|v| v.is_finite()) {
+            sum_sq += v * v;
             count += 1;
         }
         Ok(Partial {
             range,
             numbers: vec![sum_sq, count as f64],
-            points: Vec::new(),
+            points: no_points(),
         })
     }
 
@@ -66,7 +74,7 @@ impl Guest for Rms {
         }
         Ok(QueryResult {
             values,
-            points: Vec::new(),
+            points: no_points(),
         })
     }
 }

@@ -8,6 +8,8 @@
 
 #![no_std]
 
+extern crate alloc;
+
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +20,7 @@ const PAGE: usize = 65_536;
 /// host, and with the pooling allocator the pages cost nothing until touched.
 const MIN_GROW_PAGES: usize = 16;
 
-/// A bump allocator over the linear memory above the initial memory size.
+/// A bump allocator over the linear memory above `__heap_base`.
 ///
 /// The host runs every call in a fresh instance and recycles its memory afterwards, so a
 /// policy never needs to give memory back: freeing only rolls back the most recent
@@ -64,9 +66,13 @@ unsafe impl GlobalAlloc for Bump {
         let mut next = self.next.load(Ordering::Relaxed);
         let mut end = self.end.load(Ordering::Relaxed);
         if next == 0 {
-            // Everything below the initial memory size belongs to the stack and static data.
-            next = core::arch::wasm32::memory_size(0) * PAGE;
-            end = next;
+            // The linker puts the stack and static data below `__heap_base`; the rest of the
+            // initial memory is free.
+            unsafe extern "C" {
+                static __heap_base: u8;
+            }
+            next = &raw const __heap_base as usize;
+            end = core::arch::wasm32::memory_size(0) * PAGE;
             self.end.store(end, Ordering::Relaxed);
         }
         let start = (next + layout.align() - 1) & !(layout.align() - 1);
@@ -322,4 +328,51 @@ pub fn sqrt(x: f64) -> f64 {
         y = 0.5 * (y + x / y);
     }
     y
+}
+
+/// One point, for policies that sort or reorder (batches arrive as columns).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Row {
+    pub ts: i64,
+    pub value: f64,
+    pub event: u64,
+}
+
+impl Row {
+    /// The identity order of the store: time, event id, value bits.
+    pub fn key(&self) -> (i64, u64, u64) {
+        (self.ts, self.event, self.value.to_bits())
+    }
+}
+
+/// Columns as rows.
+pub fn rows(ts: &[i64], value: &[f64], event: &[u64]) -> alloc::vec::Vec<Row> {
+    ts.iter()
+        .zip(value)
+        .zip(event)
+        .map(|((&ts, &value), &event)| Row { ts, value, event })
+        .collect()
+}
+
+/// Rows as columns `(ts, value, event)`.
+pub fn columns(
+    rows: &[Row],
+) -> (
+    alloc::vec::Vec<i64>,
+    alloc::vec::Vec<f64>,
+    alloc::vec::Vec<u64>,
+) {
+    (
+        rows.iter().map(|r| r.ts).collect(),
+        rows.iter().map(|r| r.value).collect(),
+        rows.iter().map(|r| r.event).collect(),
+    )
+}
+
+/// Whether the columns are strictly increasing in identity order (sorted, no duplicates): the
+/// common case of a batch from one device, which then needs no sort.
+pub fn strictly_sorted(ts: &[i64], value: &[f64], event: &[u64]) -> bool {
+    (1..ts.len()).all(|i| {
+        (ts[i - 1], event[i - 1], value[i - 1].to_bits()) < (ts[i], event[i], value[i].to_bits())
+    })
 }

@@ -22,8 +22,9 @@ wit_bindgen::generate!({ world: "query-policy", path: "../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::query::Guest;
+use policy_guest::Row;
 use timeshard::policy::types::{
-    NamedValue, Partial, Point, QueryResult, Series, Setting, TimeRange,
+    NamedValue, Partial, Points, QueryResult, Series, Setting, TimeRange,
 };
 
 const UP: u64 = 1;
@@ -34,12 +35,17 @@ fn threshold(params: &[Setting]) -> Result<f64, String> {
     policy_guest::number("threshold", value, None).map_err(|e| e.to_string())
 }
 
-fn crossing(prev: &Point, next: &Point, threshold: f64) -> Option<Point> {
+fn crossing(prev: &Row, next: &Row, threshold: f64) -> Option<Row> {
     let (was, is) = (prev.value >= threshold, next.value >= threshold);
-    (was != is).then_some(Point {
+    (was != is).then_some(Row {
         event: if is { UP } else { DOWN },
         ..*next
     })
+}
+
+fn to_points(rows: &[Row]) -> Points {
+    let (ts, value, event) = policy_guest::columns(rows);
+    Points { ts, value, event }
 }
 
 struct Crossings;
@@ -49,15 +55,16 @@ impl Guest for Crossings {
         _: Series,
         range: TimeRange,
         params: Vec<Setting>,
-        points: Vec<Point>,
+        points: Points,
     ) -> Result<Partial, String> {
         let threshold = threshold(&params)?;
-        let mut finite = points.iter().filter(|p| p.value.is_finite());
+        let rows = policy_guest::rows(&points.ts, &points.value, &points.event);
+        let mut finite = rows.iter().filter(|p| p.value.is_finite());
         let Some(first) = finite.next() else {
             return Ok(Partial {
                 range,
                 numbers: vec![0.0],
-                points: Vec::new(),
+                points: to_points(&[]),
             });
         };
         let mut out = vec![*first];
@@ -71,24 +78,25 @@ impl Guest for Crossings {
         Ok(Partial {
             range,
             numbers: vec![count as f64],
-            points: out,
+            points: to_points(&out),
         })
     }
 
     fn merge(params: Vec<Setting>, partials: Vec<Partial>) -> Result<QueryResult, String> {
         let threshold = threshold(&params)?;
-        let mut found: Vec<Point> = Vec::new();
-        let mut last: Option<Point> = None;
+        let mut found: Vec<Row> = Vec::new();
+        let mut last: Option<Row> = None;
         for (i, p) in partials.iter().enumerate() {
-            if p.points.is_empty() {
+            let rows = policy_guest::rows(&p.points.ts, &p.points.value, &p.points.event);
+            if rows.is_empty() {
                 continue;
             }
-            if p.points.len() < 2 {
+            if rows.len() < 2 {
                 return Err(alloc::format!(
                     "partial {i} has 1 point; a non-empty partial has its first and last points"
                 ));
             }
-            let (first, rest) = (&p.points[0], &p.points[1..]);
+            let (first, rest) = (&rows[0], &rows[1..]);
             let (end, inside) = rest.split_last().expect("at least two points");
             if let Some(prev) = &last {
                 found.extend(crossing(prev, first, threshold));
@@ -104,7 +112,7 @@ impl Guest for Crossings {
         ];
         Ok(QueryResult {
             values,
-            points: found,
+            points: to_points(&found),
         })
     }
 }

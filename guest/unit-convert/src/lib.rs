@@ -18,7 +18,7 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Series, Setting};
 
 /// A unit as `base = value * scale + offset` in its dimension's base unit.
 struct Unit {
@@ -90,11 +90,11 @@ impl Guest for Convert {
     fn process(
         _: Series,
         config: Vec<Setting>,
-        mut batch: Vec<Point>,
+        mut batch: Points,
     ) -> Result<IngestOutput, String> {
         let (scale, offset) = conversion(&config)?;
-        for p in &mut batch {
-            p.value = p.value * scale + offset;
+        for v in &mut batch.value {
+            *v = *v * scale + offset;
         }
         Ok(IngestOutput {
             keep: batch,

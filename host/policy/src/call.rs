@@ -26,20 +26,47 @@ pub(crate) struct Loaded {
     pub(crate) on_failure: crate::OnFailure,
 }
 
-fn to_wit(p: &Point) -> wit::Point {
-    wit::Point {
-        ts: p.ts,
-        value: p.value,
-        event: p.event,
+/// Points as the guest sees them: columns.
+fn to_columns(points: &[Point]) -> wit::Points {
+    wit::Points {
+        ts: points.iter().map(|p| p.ts).collect(),
+        value: points.iter().map(|p| p.value).collect(),
+        event: points.iter().map(|p| p.event).collect(),
     }
 }
 
-fn from_wit(p: &wit::Point) -> Point {
-    Point {
-        ts: p.ts,
-        value: p.value,
-        event: p.event,
+/// The longest column: how many points a guest tried to return.
+fn columns_len(cols: &wit::Points) -> usize {
+    cols.ts.len().max(cols.value.len()).max(cols.event.len())
+}
+
+/// Columns from a guest, checked: equal lengths, valid timestamps.
+fn from_columns(policy: &Loaded, what: &str, cols: wit::Points) -> Result<Vec<Point>, PolicyError> {
+    let n = cols.ts.len();
+    if cols.value.len() != n || cols.event.len() != n {
+        return Err(bad_output(
+            policy,
+            format!(
+                "{what} have columns of different lengths: {} timestamps, {} values, {} event ids",
+                n,
+                cols.value.len(),
+                cols.event.len()
+            ),
+        ));
     }
+    if let Some(ts) = cols.ts.iter().find(|&&ts| check_timestamp(ts).is_err()) {
+        return Err(bad_output(
+            policy,
+            format!("{what} include timestamp {ts}, outside the accepted range"),
+        ));
+    }
+    Ok((0..n)
+        .map(|i| Point {
+            ts: cols.ts[i],
+            value: cols.value[i],
+            event: cols.event[i],
+        })
+        .collect())
 }
 
 fn series_to_wit(series: &SeriesKey) -> wit::Series {
@@ -119,19 +146,6 @@ fn guest_error(runtime: &Runtime, policy: &Loaded, message: String) -> PolicyErr
     }
 }
 
-fn check_points(policy: &Loaded, what: &str, points: &[wit::Point]) -> Result<(), PolicyError> {
-    match points.iter().find(|p| check_timestamp(p.ts).is_err()) {
-        Some(p) => Err(bad_output(
-            policy,
-            format!(
-                "{what} include timestamp {}, outside the accepted range",
-                p.ts
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// Runs an ingest policy over one batch.
 pub(crate) fn ingest(
     runtime: &Runtime,
@@ -153,7 +167,7 @@ pub(crate) fn ingest(
             limit: limit as u64,
         });
     }
-    let batch: Vec<wit::Point> = points.iter().map(to_wit).collect();
+    let batch = to_columns(points);
     let series = series_to_wit(series);
     let out = runtime.run(&policy.label, policy.limits, |store| {
         let instance = pre.instantiate(&mut *store)?;
@@ -164,13 +178,9 @@ pub(crate) fn ingest(
     let out = out.map_err(|m| guest_error(runtime, policy, m))?;
 
     // No more points out than in, no more rejections than points, every index in range.
-    if out.keep.len() > points.len() {
-        return Err(too_many(
-            policy,
-            "points to keep",
-            out.keep.len(),
-            points.len(),
-        ));
+    let kept = columns_len(&out.keep);
+    if kept > points.len() {
+        return Err(too_many(policy, "points to keep", kept, points.len()));
     }
     if out.rejected.len() > points.len() {
         return Err(too_many(
@@ -180,7 +190,7 @@ pub(crate) fn ingest(
             points.len(),
         ));
     }
-    check_points(policy, "points to keep", &out.keep)?;
+    let keep = from_columns(policy, "points to keep", out.keep)?;
     let mut rejected = Vec::with_capacity(out.rejected.len());
     for r in out.rejected {
         let Some(point) = points.get(r.index as usize) else {
@@ -199,7 +209,7 @@ pub(crate) fn ingest(
         });
     }
     Ok(IngestOutcome {
-        keep: out.keep.iter().map(from_wit).collect(),
+        keep,
         rejected,
         policy: Some(policy.id.clone()),
         passed_through: None,
@@ -240,7 +250,7 @@ pub(crate) fn summarize(
     let series = series_to_wit(series);
     let mut partials = Vec::new();
     for (piece, piece_range) in pieces(points, range, runtime.limits.max_summarize_points)? {
-        let batch: Vec<wit::Point> = piece.iter().map(to_wit).collect();
+        let batch = to_columns(piece);
         let wit_range = range_to_wit(&piece_range);
         let out = runtime.run(&policy.label, policy.limits, |store| {
             let instance = pre.instantiate(&mut *store)?;
@@ -266,20 +276,21 @@ pub(crate) fn summarize(
                 MAX_PARTIAL_NUMBERS,
             ));
         }
-        if out.points.len() > piece.len() + 2 {
+        let got = columns_len(&out.points);
+        if got > piece.len() + 2 {
             return Err(too_many(
                 policy,
                 "points in a partial",
-                out.points.len(),
+                got,
                 piece.len() + 2,
             ));
         }
-        check_points(policy, "partial points", &out.points)?;
+        let points = from_columns(policy, "partial points", out.points)?;
         partials.push(Partial {
             policy: policy.id.clone(),
             range: piece_range,
             numbers: out.numbers,
-            points: out.points.iter().map(from_wit).collect(),
+            points,
         });
     }
     Ok(partials)
@@ -375,7 +386,7 @@ pub(crate) fn merge(
         .map(|p| wit::Partial {
             range: range_to_wit(&p.range),
             numbers: p.numbers.clone(),
-            points: p.points.iter().map(to_wit).collect(),
+            points: to_columns(&p.points),
         })
         .collect();
     let out = runtime.run(&policy.label, policy.limits, |store| {
@@ -393,15 +404,11 @@ pub(crate) fn merge(
             MAX_PARTIAL_NUMBERS,
         ));
     }
-    if out.points.len() > total {
-        return Err(too_many(
-            policy,
-            "points in a result",
-            out.points.len(),
-            total,
-        ));
+    let got = columns_len(&out.points);
+    if got > total {
+        return Err(too_many(policy, "points in a result", got, total));
     }
-    check_points(policy, "result points", &out.points)?;
+    let points = from_columns(policy, "result points", out.points)?;
     Ok(QueryResult {
         policy: policy.id.clone(),
         values: out
@@ -412,7 +419,7 @@ pub(crate) fn merge(
                 value: v.value,
             })
             .collect(),
-        points: out.points.iter().map(from_wit).collect(),
+        points,
     })
 }
 

@@ -10,13 +10,13 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Series, Setting};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn process(_: Series, _: Vec<Setting>, batch: Vec<Point>) -> Result<IngestOutput, String> {
-        let mut x = batch.len() as u64;
+    fn process(_: Series, _: Vec<Setting>, batch: Points) -> Result<IngestOutput, String> {
+        let mut x = batch.ts.len() as u64;
         loop {
             // black_box keeps the loop from being optimised into anything cleverer.
             x = core::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));

@@ -10,16 +10,16 @@ wit_bindgen::generate!({ world: "ingest-policy", path: "../../../wit" });
 policy_guest::guest_runtime!();
 
 use exports::timeshard::policy::ingest::Guest;
-use timeshard::policy::types::{IngestOutput, Point, Series, Setting};
+use timeshard::policy::types::{IngestOutput, Points, Series, Setting};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn process(_: Series, _: Vec<Setting>, batch: Vec<Point>) -> Result<IngestOutput, String> {
+    fn process(_: Series, _: Vec<Setting>, batch: Points) -> Result<IngestOutput, String> {
         let mut hoard: Vec<Vec<u8>> = Vec::new();
         loop {
             // 1 MiB at a time, written so the pages are really used.
-            hoard.push(alloc::vec![batch.len() as u8 | 1; 1 << 20]);
+            hoard.push(alloc::vec![batch.ts.len() as u8 | 1; 1 << 20]);
             core::hint::black_box(&hoard);
         }
     }
