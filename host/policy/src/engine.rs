@@ -8,9 +8,10 @@
 //!   pooling allocator and copy-on-write memory images that costs a few microseconds, and a
 //!   trapped, timed-out or over-limit instance is simply dropped (its slot is recycled), so no
 //!   state leaks from one call, or one series, to the next.
-//! - Deadlines are epochs: a thread increments the engine's epoch every `epoch_tick`, and each
-//!   store's deadline is `ceil(deadline / tick) + 1` ticks away, so a call is never stopped
-//!   before its deadline and is stopped at most one tick (plus scheduling) after it.
+//! - Deadlines are epochs: a thread advances the engine's epoch with the clock, one per
+//!   `epoch_tick` (catching up after oversleeping), and each store's deadline is
+//!   `ceil(deadline / tick) + 1` ticks away, so a call is never stopped before its deadline
+//!   and is stopped at most one tick (plus scheduling) after it.
 //! - The memory cap is enforced twice: by the pool's slot size (`Limits::memory_bytes`) and,
 //!   per policy, by the store's `ResourceLimiter`, which also records that it refused so a
 //!   resulting trap is reported as `MemoryLimit`.
@@ -108,9 +109,18 @@ impl Ticker {
         let thread = std::thread::Builder::new()
             .name("policy-epoch".into())
             .spawn(move || {
+                // The epoch follows the clock, not the number of wake-ups: a sleep that
+                // overslept (a busy machine) is made up at once, so deadlines stay in wall time.
+                let start = std::time::Instant::now();
+                let tick_ns = tick.as_nanos().max(1);
+                let mut ticks = 0u128;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    let due = start.elapsed().as_nanos() / tick_ns;
+                    while ticks < due {
+                        engine.increment_epoch();
+                        ticks += 1;
+                    }
                 }
             })
             .map_err(|e| PolicyError::Engine(format!("cannot start the epoch thread: {e}")))?;
