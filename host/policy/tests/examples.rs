@@ -327,3 +327,25 @@ fn partials_survive_serialization() {
     let r = f.registry.query_merge("rms", back, &Params::new()).unwrap();
     assert!((r.value("rms").unwrap() - 12.5f64.sqrt()).abs() < 1e-12);
 }
+
+#[test]
+fn every_example_guest_loads_importing_only_the_host() {
+    // Installing runs the import check: anything beyond timeshard:policy/host (a WASI
+    // interface pulled in by std, say) would be refused as a forbidden import.
+    let f = Fixture::new();
+    let guests = [
+        ("noop", Kind::Ingest),
+        ("pmu-validate", Kind::Ingest),
+        ("deadband", Kind::Ingest),
+        ("unit-convert", Kind::Ingest),
+        ("rms", Kind::Query),
+        ("threshold-crossings", Kind::Query),
+    ];
+    for (guest, kind) in guests {
+        let installed = f
+            .registry
+            .install(f.module(guest, "1.0.0", kind, Settings::default()));
+        assert!(installed.is_ok(), "{guest}: {}", installed.unwrap_err());
+    }
+    assert_eq!(f.registry.running().len(), guests.len());
+}
