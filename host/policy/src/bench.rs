@@ -49,6 +49,8 @@ pub struct Options {
     pub loop_samples: usize,
     /// Seconds of data for the push-down figure (one day by default).
     pub pushdown_seconds: i64,
+    /// The engine's limits. The looping guest always runs under the default 10 ms deadline.
+    pub limits: Limits,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             repetitions: 15,
             loop_samples: 100,
             pushdown_seconds: 86_400,
+            limits: Limits::default(),
         }
     }
 }
@@ -179,6 +182,7 @@ impl Bench {
         guest: &str,
         kind: Kind,
         config: &[(&str, &str)],
+        deadline_ms: Option<u64>,
     ) -> Result<PolicyRef, BenchError> {
         let bytes = std::fs::read(crate::guest_artifact(&self.guest_dir, guest)?)
             .map_err(|e| BenchError::Setup(format!("reading guest {guest}: {e}")))?;
@@ -192,6 +196,7 @@ impl Bench {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                deadline_ms,
                 ..Settings::default()
             },
         };
@@ -234,17 +239,19 @@ impl Bench {
 /// Runs the benchmark with the guests built under `guest_dir` (see guest/build.sh).
 pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchError> {
     let key = signing::generate_keypair().map_err(|e| BenchError::Setup(e.to_string()))?;
-    let registry = Registry::new(Limits::default(), TrustedKeys::new([key.public()]))?;
+    let registry = Registry::new(opts.limits.clone(), TrustedKeys::new([key.public()]))?;
     let bench = Bench {
         key,
         registry,
         guest_dir: guest_dir.to_path_buf(),
     };
-    bench.install("pmu-validate", Kind::Ingest, &[])?;
-    bench.install("deadband", Kind::Ingest, &[("d", "0.5")])?;
-    bench.install("noop", Kind::Ingest, &[])?;
-    bench.install("hostile-loop", Kind::Ingest, &[])?;
-    let rms = bench.install("rms", Kind::Query, &[])?;
+    bench.install("pmu-validate", Kind::Ingest, &[], None)?;
+    bench.install("deadband", Kind::Ingest, &[("d", "0.5")], None)?;
+    bench.install("noop", Kind::Ingest, &[], None)?;
+    let loop_deadline = Limits::default().deadline;
+    let loop_ms = loop_deadline.as_millis() as u64;
+    bench.install("hostile-loop", Kind::Ingest, &[], Some(loop_ms))?;
+    let rms = bench.install("rms", Kind::Query, &[], None)?;
 
     let series = pmu_series(0);
     let all: Vec<Point> = pmu(0).take(opts.batches.max(1) * 1000).collect();
@@ -284,7 +291,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
 
     // A loop stopped at its deadline.
     bench.bind_ingest("hostile-loop")?;
-    let deadline = bench.registry.limits().deadline;
+    let deadline = loop_deadline;
     let one = &batches[0];
     let mut late = Vec::with_capacity(opts.loop_samples);
     for _ in 0..opts.loop_samples.max(1) {

@@ -199,7 +199,7 @@ fn rms_pushed_down_matches_the_direct_computation() {
 fn large_quanta_are_summarized_in_pieces() {
     let limits = timeshard_policy::Limits {
         max_summarize_points: 64,
-        ..Default::default()
+        ..test_limits()
     };
     let f = Fixture::with_limits(limits);
     f.install_everywhere("rms", Kind::Query, Settings::default());

@@ -15,7 +15,11 @@ use timeshard_proto::SeriesKey;
 
 /// Binds `guest` as the ingest policy of `pmu.*` and pmu-validate to everything else.
 fn hostile_fixture(guest: &str, settings: Settings) -> Fixture {
-    let f = Fixture::new();
+    hostile_fixture_with(guest, settings, test_limits())
+}
+
+fn hostile_fixture_with(guest: &str, settings: Settings, limits: Limits) -> Fixture {
+    let f = Fixture::with_limits(limits);
     f.registry
         .install(f.module(guest, "1.0.0", Kind::Ingest, settings))
         .unwrap();
@@ -93,7 +97,7 @@ fn an_infinite_loop_is_stopped_while_other_calls_complete() {
 
 #[test]
 fn the_default_deadline_stops_a_loop() {
-    let f = hostile_fixture("hostile-loop", Settings::default());
+    let f = hostile_fixture_with("hostile-loop", Settings::default(), Limits::default());
     let err = f.registry.ingest(&series(), points(&[1.0])).unwrap_err();
     assert!(
         matches!(
@@ -128,7 +132,7 @@ fn a_memory_bomb_is_capped() {
 fn a_memory_cap_above_the_node_cap_is_refused() {
     let f = Fixture::with_limits(Limits {
         memory_bytes: 32 << 20,
-        ..Limits::default()
+        ..test_limits()
     });
     let m = f.module(
         "noop",
@@ -256,7 +260,7 @@ fn a_policy_of_the_wrong_world_is_refused() {
 fn oversized_input_is_refused_before_the_guest_runs() {
     let f = Fixture::with_limits(Limits {
         max_batch_points: 10,
-        ..Limits::default()
+        ..test_limits()
     });
     f.install_everywhere("noop", Kind::Ingest, Settings::default());
     let err = f

@@ -218,7 +218,7 @@ fn a_node_configures_itself_from_toml_and_reloads() {
     let toml = format!(
         r#"
         trusted_keys = [{public:?}]
-        deadline_ms = 50
+        deadline_ms = 5000
 
         [[modules]]
         name = "pmu-validate"
@@ -243,7 +243,7 @@ fn a_node_configures_itself_from_toml_and_reloads() {
     let config: Config = toml::from_str(&toml).unwrap();
     let (registry, report) = Registry::from_config(&config, dir.path()).unwrap();
     assert!(report.is_ok(), "{report:?}");
-    assert_eq!(registry.limits().deadline.as_millis(), 50);
+    assert_eq!(registry.limits().deadline.as_millis(), 5000);
     let out = registry.ingest(&series(), points(&[0.5, 2.0])).unwrap();
     assert_eq!(out.keep.len(), 1);
     assert_eq!(out.rejected.len(), 1);

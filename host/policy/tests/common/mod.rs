@@ -28,8 +28,11 @@ pub struct Fixture {
 }
 
 impl Fixture {
+    /// A fixture whose calls have a generous deadline: the tests share two busy cores, and a
+    /// test about what a policy computes must not fail because its thread waited for a CPU.
+    /// Tests about deadlines set their own.
     pub fn new() -> Fixture {
-        Fixture::with_limits(Limits::default())
+        Fixture::with_limits(test_limits())
     }
 
     pub fn with_limits(limits: Limits) -> Fixture {
@@ -76,6 +79,14 @@ impl Fixture {
             .bind(timeshard_policy::Bindings(vec![binding]))
             .unwrap();
         r
+    }
+}
+
+/// The default limits with a 10 s deadline.
+pub fn test_limits() -> Limits {
+    Limits {
+        deadline: std::time::Duration::from_secs(10),
+        ..Limits::default()
     }
 }
 
