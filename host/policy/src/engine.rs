@@ -1,0 +1,406 @@
+//! Engine policy, in one place: the wasmtime configuration (pooling allocator, epoch
+//! interruption, no fuel), the epoch ticker thread, the per-call store with its memory limiter
+//! and deadline, the linker that grants only the `host` interface, and the cache of compiled
+//! components by content hash.
+//!
+//! Implementation notes:
+//! - Every call gets a fresh instance from an `InstancePre`, in a fresh `Store`; with the
+//!   pooling allocator and copy-on-write memory images that costs a few microseconds, and a
+//!   trapped, timed-out or over-limit instance is simply dropped (its slot is recycled), so no
+//!   state leaks from one call, or one series, to the next.
+//! - Deadlines are epochs: a thread advances the engine's epoch with the clock, one per
+//!   `epoch_tick` (catching up after oversleeping), and each store's deadline is
+//!   `ceil(deadline / tick) + 1` ticks away, so a call is never stopped before its deadline
+//!   and is stopped at most one tick (plus scheduling) after it.
+//! - The memory cap is enforced twice: by the pool's slot size (`Limits::memory_bytes`) and,
+//!   per policy, by the store's `ResourceLimiter`, which also records that it refused so a
+//!   resulting trap is reported as `MemoryLimit`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    ResourceLimiter, Store, Trap,
+};
+
+use crate::bindings::{self, IngestPolicyPre, QueryPolicyPre};
+use crate::host_log::GuestLog;
+use crate::{Kind, PolicyError};
+
+/// The imports a policy component may have: the WIT package's `host` interface (and `types`,
+/// which holds only types).
+pub const ALLOWED_IMPORTS: &[&str] = &[
+    "timeshard:policy/host@0.1.0",
+    "timeshard:policy/types@0.1.0",
+];
+const ALLOWED_IMPORTS_TEXT: &str = "timeshard:policy/host@0.1.0 (logging)";
+
+/// Bounds on everything that crosses the guest boundary, for the whole node. A policy's
+/// [`crate::Settings`] may lower the deadline and memory cap, or raise the deadline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time a call may run (instantiation included). Default 10 ms.
+    pub deadline: Duration,
+    /// How often the epoch advances: the granularity of deadlines. Default 1 ms.
+    pub epoch_tick: Duration,
+    /// Linear memory one instance may use, and the size of a pool slot. Default 64 MiB.
+    pub memory_bytes: u64,
+    /// Instances that may run at once (pool slots). Default 64.
+    pub max_instances: u32,
+    /// Bytes of each pool slot's memory kept resident between calls and reset in place
+    /// (only the dirtied pages, where the kernel supports PAGEMAP_SCAN). Default 4 MiB.
+    pub memory_keep_resident: u64,
+    /// Points in one ingest batch. Default 100,000.
+    pub max_batch_points: usize,
+    /// Points in one `summarize` call; a larger quantum is split into several calls. Default
+    /// 262,144.
+    pub max_summarize_points: usize,
+    /// Partials in one merge. Default 1,000,000.
+    pub max_partials: usize,
+    /// Points carried by all partials of one merge. Default 1,000,000.
+    pub max_merge_points: usize,
+    /// Settings or parameters passed to one call. Default 64.
+    pub max_settings: usize,
+    /// Bytes of any string crossing the boundary (setting, reason, error, log line, value
+    /// name); longer ones are refused on the way in and truncated on the way out. Default 1 KiB.
+    pub max_string_bytes: usize,
+    /// Log lines a call may write. Default 16.
+    pub max_log_lines: u32,
+    /// Compiled components kept in the cache. Default 64.
+    pub max_cached_components: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_millis(10),
+            epoch_tick: Duration::from_millis(1),
+            memory_bytes: 64 << 20,
+            max_instances: 64,
+            memory_keep_resident: 4 << 20,
+            max_batch_points: 100_000,
+            max_summarize_points: 262_144,
+            max_partials: 1_000_000,
+            max_merge_points: 1_000_000,
+            max_settings: 64,
+            max_string_bytes: 1024,
+            max_log_lines: 16,
+            max_cached_components: 64,
+        }
+    }
+}
+
+/// Advances the engine's epoch until dropped.
+#[derive(Debug)]
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> Result<Ticker, PolicyError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("policy-epoch".into())
+            .spawn(move || {
+                // The epoch follows the clock, not the number of wake-ups: a sleep that
+                // overslept (a busy machine) is made up at once, so deadlines stay in wall time.
+                let start = std::time::Instant::now();
+                let tick_ns = tick.as_nanos().max(1);
+                let mut ticks = 0u128;
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    let due = start.elapsed().as_nanos() / tick_ns;
+                    while ticks < due {
+                        engine.increment_epoch();
+                        ticks += 1;
+                    }
+                }
+            })
+            .map_err(|e| PolicyError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Refuses memory and table growth past the call's caps, and remembers that it did.
+#[derive(Debug)]
+pub(crate) struct CallLimiter {
+    memory_bytes: usize,
+    pub(crate) refused: bool,
+}
+
+/// Table elements an instance may have; policies need a handful.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl ResourceLimiter for CallLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > MAX_TABLE_ELEMENTS {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// The data of one call's store.
+#[derive(Debug)]
+pub(crate) struct CallState {
+    pub(crate) policy: Arc<str>,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) log: GuestLog,
+}
+
+/// A compiled, type-checked policy, ready to instantiate.
+#[derive(Clone)]
+pub(crate) enum Pre {
+    Ingest(IngestPolicyPre<CallState>),
+    Query(QueryPolicyPre<CallState>),
+}
+
+/// The per-policy bounds of a call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallLimits {
+    pub(crate) deadline: Duration,
+    pub(crate) memory_bytes: u64,
+}
+
+/// The wasmtime engine and everything shared by all policies of a node.
+pub(crate) struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: Mutex<Cache>,
+    pub(crate) limits: Limits,
+    _ticker: Ticker,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Cache {
+    components: HashMap<[u8; 32], Component>,
+    order: VecDeque<[u8; 32]>,
+}
+
+impl Runtime {
+    pub(crate) fn new(limits: Limits) -> Result<Runtime, PolicyError> {
+        if limits.epoch_tick.is_zero() || limits.deadline.is_zero() {
+            return Err(PolicyError::Config(
+                "deadline and epoch_tick must be longer than zero".into(),
+            ));
+        }
+        let mut pool = PoolingAllocationConfig::new();
+        let n = limits.max_instances.max(1);
+        pool.total_component_instances(n)
+            // wit-bindgen components hold a few core instances, memories and tables.
+            .total_core_instances(n * 4)
+            .total_memories(n)
+            .total_tables(n * 2)
+            .max_memory_size(limits.memory_bytes as usize)
+            // Reset a recycled slot by rewriting only the pages the last call dirtied (found
+            // with PAGEMAP_SCAN on Linux 6.7+), instead of discarding them all and taking a
+            // page fault on each again: most of the cost of a call otherwise.
+            .pagemap_scan(Enabled::Auto)
+            .linear_memory_keep_resident(limits.memory_keep_resident as usize)
+            .table_keep_resident(64 << 10);
+
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(false)
+            .cranelift_opt_level(OptLevel::Speed)
+            // Traps are reported by kind, not by backtrace; capturing one costs time.
+            .wasm_backtrace_max_frames(None)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+
+        let mut linker = Linker::new(&engine);
+        bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: Mutex::new(Cache::default()),
+            limits,
+            _ticker: ticker,
+        })
+    }
+
+    /// Compiles (or takes from the cache) and type-checks a component whose signature has
+    /// already been verified.
+    pub(crate) fn load(&self, policy: &str, kind: Kind, bytes: &[u8]) -> Result<Pre, PolicyError> {
+        let component = self.compile(policy, bytes)?;
+        let ty = component.component_type();
+        for (name, _) in ty.imports(&self.engine) {
+            if !ALLOWED_IMPORTS.contains(&name) {
+                return Err(PolicyError::ForbiddenImport {
+                    policy: policy.to_string(),
+                    import: name.to_string(),
+                    allowed: ALLOWED_IMPORTS_TEXT,
+                });
+            }
+        }
+        let wrong = |e: wasmtime::Error| PolicyError::WrongWorld {
+            policy: policy.to_string(),
+            expected: kind,
+            reason: format!("{e:#}"),
+        };
+        let pre = self.linker.instantiate_pre(&component).map_err(wrong)?;
+        Ok(match kind {
+            Kind::Ingest => Pre::Ingest(IngestPolicyPre::new(pre).map_err(wrong)?),
+            Kind::Query => Pre::Query(QueryPolicyPre::new(pre).map_err(wrong)?),
+        })
+    }
+
+    fn compile(&self, policy: &str, bytes: &[u8]) -> Result<Component, PolicyError> {
+        let hash = crate::signing::sha256(bytes);
+        if let Some(c) = self.cache.lock().unwrap().components.get(&hash) {
+            return Ok(c.clone());
+        }
+        // Compile outside the lock: it takes milliseconds to seconds.
+        let component = Component::new(&self.engine, bytes).map_err(|e| {
+            let mut reason = format!("{e:#}");
+            if bytes.starts_with(b"\0asm\x01\0\0\0") {
+                reason.push_str("; this is a core module, not a component");
+            }
+            PolicyError::Malformed {
+                policy: policy.to_string(),
+                reason,
+            }
+        })?;
+        let mut cache = self.cache.lock().unwrap();
+        if !cache.components.contains_key(&hash) {
+            while cache.order.len() >= self.limits.max_cached_components.max(1) {
+                if let Some(old) = cache.order.pop_front() {
+                    cache.components.remove(&old);
+                }
+            }
+            cache.order.push_back(hash);
+            cache.components.insert(hash, component.clone());
+        }
+        Ok(component)
+    }
+
+    /// Compiled components in the cache.
+    pub(crate) fn cached_components(&self) -> usize {
+        self.cache.lock().unwrap().components.len()
+    }
+
+    /// Runs `f` in a fresh store under the call's deadline and memory cap, and turns a failure
+    /// into the matching typed error. The store (and its instance) is dropped on return,
+    /// which recycles the pool slot whatever happened.
+    pub(crate) fn run<T>(
+        &self,
+        policy: &Arc<str>,
+        limits: CallLimits,
+        f: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<T>,
+    ) -> Result<T, PolicyError> {
+        let state = CallState {
+            policy: policy.clone(),
+            limiter: CallLimiter {
+                memory_bytes: limits.memory_bytes.min(self.limits.memory_bytes) as usize,
+                refused: false,
+            },
+            log: GuestLog::new(self.limits.max_log_lines, self.limits.max_string_bytes),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let tick = self.limits.epoch_tick.as_nanos().max(1);
+        let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        match f(&mut store) {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.classify(e, &limits, store.data_mut())),
+        }
+    }
+
+    fn classify(
+        &self,
+        e: wasmtime::Error,
+        limits: &CallLimits,
+        state: &mut CallState,
+    ) -> PolicyError {
+        let policy = state.policy.to_string();
+        let trap = e.downcast_ref::<Trap>().copied();
+        if trap == Some(Trap::Interrupt) {
+            return PolicyError::Timeout {
+                policy,
+                deadline_ms: limits.deadline.as_millis() as u64,
+            };
+        }
+        if state.limiter.refused {
+            return PolicyError::MemoryLimit {
+                policy,
+                limit_bytes: state.limiter.memory_bytes as u64,
+            };
+        }
+        match trap {
+            Some(t) => PolicyError::Trap {
+                policy,
+                message: t.to_string(),
+                last_log: state.log.take_last(),
+            },
+            // Not a trap: instantiation failed (pool exhausted) or a value was rejected while
+            // crossing the boundary (e.g. invalid UTF-8 or a pointer out of bounds).
+            None => {
+                let message = format!("{e:#}");
+                if message.contains("instance") && message.contains("limit") {
+                    PolicyError::Instantiate {
+                        policy,
+                        reason: message,
+                    }
+                } else {
+                    PolicyError::Trap {
+                        policy,
+                        message,
+                        last_log: state.log.take_last(),
+                    }
+                }
+            }
+        }
+    }
+}

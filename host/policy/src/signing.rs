@@ -1,0 +1,435 @@
+//! Policy signatures: ed25519 keys, detached signatures over a module's exact bytes, and their
+//! file formats. The CLI's `timeshard policy keygen` and `timeshard policy sign` call
+//! [`generate_keypair`], [`SecretKey::write`] and [`sign_file`]; nodes call [`verify`] (through
+//! the registry) before compiling anything.
+//!
+//! File formats (text, one record per line, so they survive copy-paste and review):
+//!
+//! ```text
+//! # secret key file (mode 0600), 32-byte seed in hex
+//! timeshard-policy-secret-key-v1 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+//! # public key (a trusted key in node config, or a .pub file)
+//! timeshard-policy-public-key-v1 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29
+//! # detached signature, MODULE.wasm.sig
+//! timeshard-policy-signature-v1
+//! key 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29
+//! sha256 <the module's sha256, informational: tells a wrong file from a tampered one>
+//! sig <64-byte ed25519 signature over the module's bytes, hex>
+//! ```
+//!
+//! The signature covers the module's bytes exactly, not its hash or name: any change to the
+//! file invalidates it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+const SECRET_TAG: &str = "timeshard-policy-secret-key-v1";
+const PUBLIC_TAG: &str = "timeshard-policy-public-key-v1";
+const SIGNATURE_TAG: &str = "timeshard-policy-signature-v1";
+
+/// Reading, parsing or checking keys and signatures failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningError {
+    #[error("cannot read or write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{what} is malformed: {reason}; expected `{tag} <hex>` (generate one with `timeshard policy keygen`)"
+    )]
+    BadKey {
+        what: String,
+        tag: &'static str,
+        reason: String,
+    },
+    #[error("signature is malformed: {0}; sign the module again with `timeshard policy sign`")]
+    BadSignatureFile(String),
+    #[error("the system random number generator failed: {0}")]
+    Random(String),
+    /// The signing key is not among the trusted keys.
+    #[error("signed by key {key}, which is not trusted")]
+    Untrusted { key: String },
+    /// The signature does not match the bytes.
+    #[error("the signature by key {key} does not match the bytes")]
+    Mismatch { key: String },
+}
+
+/// The sha256 of `bytes`: the content hash under which compiled components are cached.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex<const N: usize>(s: &str) -> Result<[u8; N], String> {
+    let s = s.trim();
+    if s.len() != 2 * N {
+        return Err(format!("expected {} hex digits, found {}", 2 * N, s.len()));
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("{:?} is not hex", &s[2 * i..2 * i + 2]))?;
+    }
+    Ok(out)
+}
+
+/// The line after `tag`, from the first non-comment line of `text`.
+fn tagged<'a>(text: &'a str, tag: &str) -> Result<&'a str, String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or("the text is empty")?;
+    line.strip_prefix(tag)
+        .map(str::trim)
+        .ok_or_else(|| format!("it does not start with `{tag}`"))
+}
+
+/// A policy signing key. Keep it off the nodes: only its [`PublicKey`] goes there.
+pub struct SecretKey(SigningKey);
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretKey(public {})", self.public())
+    }
+}
+
+/// A policy verification key, trusted by the nodes that list it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({self})")
+    }
+}
+
+impl fmt::Display for PublicKey {
+    /// The key in hex: it is short enough to be its own fingerprint.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(self.0.as_bytes()))
+    }
+}
+
+/// A detached signature and the key that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    key: PublicKey,
+    sha256: [u8; 32],
+    sig: ed25519_dalek::Signature,
+}
+
+/// Generates a new signing key from the operating system's random number generator.
+pub fn generate_keypair() -> Result<SecretKey, SigningError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| SigningError::Random(e.to_string()))?;
+    Ok(SecretKey(SigningKey::from_bytes(&seed)))
+}
+
+/// Signs a module's exact bytes.
+pub fn sign(key: &SecretKey, module: &[u8]) -> Signature {
+    Signature {
+        key: key.public(),
+        sha256: sha256(module),
+        sig: key.0.sign(module),
+    }
+}
+
+/// Checks that `signature` is by one of `trusted` and covers exactly `module`. Returns the
+/// key that signed.
+pub fn verify<'a>(
+    trusted: &'a TrustedKeys,
+    module: &[u8],
+    signature: &Signature,
+) -> Result<&'a PublicKey, SigningError> {
+    let key = trusted
+        .0
+        .iter()
+        .find(|k| **k == signature.key)
+        .ok_or_else(|| SigningError::Untrusted {
+            key: signature.key.to_string(),
+        })?;
+    // Strict verification refuses weak keys and malleable signatures.
+    key.0
+        .verify_strict(module, &signature.sig)
+        .map_err(|_| SigningError::Mismatch {
+            key: key.to_string(),
+        })?;
+    Ok(key)
+}
+
+/// The path of the detached signature of `module`: `MODULE.wasm.sig`.
+pub fn signature_path(module: &Path) -> PathBuf {
+    let mut s = module.as_os_str().to_owned();
+    s.push(".sig");
+    PathBuf::from(s)
+}
+
+/// Signs the module file at `module` with the key file at `key` and writes the detached
+/// signature next to it (`MODULE.wasm.sig`). Returns the signature's path.
+pub fn sign_file(key: &Path, module: &Path) -> Result<PathBuf, SigningError> {
+    let key = SecretKey::read(key)?;
+    let bytes = std::fs::read(module).map_err(|source| SigningError::Io {
+        path: module.to_path_buf(),
+        source,
+    })?;
+    let path = signature_path(module);
+    std::fs::write(&path, sign(&key, &bytes).to_text()).map_err(|source| SigningError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+fn read_text(path: &Path) -> Result<String, SigningError> {
+    std::fs::read_to_string(path).map_err(|source| SigningError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl SecretKey {
+    /// The public half, to configure as trusted on the nodes.
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    /// The key file's text.
+    pub fn to_text(&self) -> String {
+        format!("{SECRET_TAG} {}\n", hex(self.0.as_bytes()))
+    }
+
+    /// Parses a key file's text.
+    pub fn from_text(text: &str) -> Result<SecretKey, SigningError> {
+        let bad = |reason| SigningError::BadKey {
+            what: "secret key".into(),
+            tag: SECRET_TAG,
+            reason,
+        };
+        let seed = unhex::<32>(tagged(text, SECRET_TAG).map_err(bad)?).map_err(bad)?;
+        Ok(SecretKey(SigningKey::from_bytes(&seed)))
+    }
+
+    /// Reads a key file.
+    pub fn read(path: &Path) -> Result<SecretKey, SigningError> {
+        SecretKey::from_text(&read_text(path)?).map_err(|e| match e {
+            SigningError::BadKey { tag, reason, .. } => SigningError::BadKey {
+                what: format!("secret key file {}", path.display()),
+                tag,
+                reason,
+            },
+            e => e,
+        })
+    }
+
+    /// Writes the key file, readable by its owner only, and the public key next to it as
+    /// `PATH.pub`. Refuses to overwrite an existing key.
+    pub fn write(&self, path: &Path) -> Result<(), SigningError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SigningError::Io { path, source }
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(path).map_err(io(path))?;
+        std::io::Write::write_all(&mut file, self.to_text().as_bytes()).map_err(io(path))?;
+        let mut public = path.as_os_str().to_owned();
+        public.push(".pub");
+        let public = PathBuf::from(public);
+        std::fs::write(&public, self.public().to_text()).map_err(io(&public))
+    }
+}
+
+impl PublicKey {
+    /// The public key's text: `timeshard-policy-public-key-v1 <hex>`.
+    pub fn to_text(&self) -> String {
+        format!("{PUBLIC_TAG} {self}\n")
+    }
+
+    /// Parses a public key, with or without its `timeshard-policy-public-key-v1` tag.
+    pub fn from_text(text: &str) -> Result<PublicKey, SigningError> {
+        let bad = |reason: String| SigningError::BadKey {
+            what: "public key".into(),
+            tag: PUBLIC_TAG,
+            reason,
+        };
+        let body = tagged(text, PUBLIC_TAG).or_else(|_| {
+            let t = text.trim();
+            if t.is_empty() {
+                Err("the text is empty".to_string())
+            } else {
+                Ok(t)
+            }
+        });
+        let bytes = unhex::<32>(body.map_err(bad)?).map_err(bad)?;
+        VerifyingKey::from_bytes(&bytes)
+            .map(PublicKey)
+            .map_err(|_| bad("not a valid ed25519 point".into()))
+    }
+}
+
+impl Signature {
+    /// The key that made the signature.
+    pub fn key(&self) -> &PublicKey {
+        &self.key
+    }
+
+    /// The signature file's text.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{SIGNATURE_TAG}\nkey {}\nsha256 {}\nsig {}\n",
+            self.key,
+            hex(&self.sha256),
+            hex(&self.sig.to_bytes())
+        )
+    }
+
+    /// Parses a signature file's text.
+    pub fn from_text(text: &str) -> Result<Signature, SigningError> {
+        let bad = SigningError::BadSignatureFile;
+        let mut lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        if lines.next() != Some(SIGNATURE_TAG) {
+            return Err(bad(format!("the first line is not `{SIGNATURE_TAG}`")));
+        }
+        let (mut key, mut sha, mut sig) = (None, None, None);
+        for line in lines {
+            let (field, value) = line
+                .split_once(' ')
+                .ok_or_else(|| bad(format!("line {line:?} is not `field value`")))?;
+            match field {
+                "key" => key = Some(PublicKey::from_text(value).map_err(|e| bad(e.to_string()))?),
+                "sha256" => {
+                    sha = Some(unhex::<32>(value).map_err(|e| bad(format!("sha256: {e}")))?)
+                }
+                "sig" => sig = Some(unhex::<64>(value).map_err(|e| bad(format!("sig: {e}")))?),
+                other => return Err(bad(format!("unknown field {other:?}"))),
+            }
+        }
+        Ok(Signature {
+            key: key.ok_or_else(|| bad("no `key` line".into()))?,
+            sha256: sha.ok_or_else(|| bad("no `sha256` line".into()))?,
+            sig: ed25519_dalek::Signature::from_bytes(
+                &sig.ok_or_else(|| bad("no `sig` line".into()))?,
+            ),
+        })
+    }
+
+    /// Reads a signature file.
+    pub fn read(path: &Path) -> Result<Signature, SigningError> {
+        Signature::from_text(&read_text(path)?)
+    }
+}
+
+/// The policy keys a node trusts.
+#[derive(Clone, Debug, Default)]
+pub struct TrustedKeys(Vec<PublicKey>);
+
+impl TrustedKeys {
+    /// Trusts `keys`.
+    pub fn new(keys: impl IntoIterator<Item = PublicKey>) -> TrustedKeys {
+        TrustedKeys(keys.into_iter().collect())
+    }
+
+    /// Parses public keys as written in node configuration.
+    pub fn from_texts<'a>(
+        texts: impl IntoIterator<Item = &'a str>,
+    ) -> Result<TrustedKeys, SigningError> {
+        texts
+            .into_iter()
+            .map(PublicKey::from_text)
+            .collect::<Result<_, _>>()
+            .map(TrustedKeys)
+    }
+
+    /// The trusted keys.
+    pub fn keys(&self) -> &[PublicKey] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_formats_round_trip() {
+        let key = generate_keypair().unwrap();
+        let again = SecretKey::from_text(&key.to_text()).unwrap();
+        assert_eq!(again.public(), key.public());
+        assert_eq!(
+            PublicKey::from_text(&key.public().to_text()).unwrap(),
+            key.public()
+        );
+        // Bare hex works in configuration too.
+        assert_eq!(
+            PublicKey::from_text(&key.public().to_string()).unwrap(),
+            key.public()
+        );
+        let sig = sign(&key, b"module bytes");
+        assert_eq!(Signature::from_text(&sig.to_text()).unwrap(), sig);
+    }
+
+    #[test]
+    fn verify_refuses_wrong_key_and_changed_bytes() {
+        let (a, b) = (generate_keypair().unwrap(), generate_keypair().unwrap());
+        let trusted = TrustedKeys::new([a.public()]);
+        let sig = sign(&a, b"module bytes");
+        assert_eq!(
+            verify(&trusted, b"module bytes", &sig).unwrap(),
+            &a.public()
+        );
+        assert!(matches!(
+            verify(&trusted, b"module bytez", &sig),
+            Err(SigningError::Mismatch { .. })
+        ));
+        assert!(matches!(
+            verify(&trusted, b"module bytes", &sign(&b, b"module bytes")),
+            Err(SigningError::Untrusted { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_texts_are_refused_with_the_expected_form() {
+        let e = SecretKey::from_text("hello").unwrap_err().to_string();
+        assert!(e.contains(SECRET_TAG), "{e}");
+        assert!(PublicKey::from_text("abcd").is_err());
+        assert!(Signature::from_text("timeshard-policy-signature-v1\nkey 00\n").is_err());
+        assert!(Signature::from_text("").is_err());
+    }
+
+    #[test]
+    fn key_files_are_written_once_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.key");
+        let key = generate_keypair().unwrap();
+        key.write(&path).unwrap();
+        assert!(
+            key.write(&path).is_err(),
+            "an existing key is not overwritten"
+        );
+        assert_eq!(SecretKey::read(&path).unwrap().public(), key.public());
+        let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
+        assert_eq!(PublicKey::from_text(&public).unwrap(), key.public());
+
+        let module = dir.path().join("m.wasm");
+        std::fs::write(&module, b"\0asm bytes").unwrap();
+        let sig_path = sign_file(&path, &module).unwrap();
+        assert_eq!(sig_path, dir.path().join("m.wasm.sig"));
+        let sig = Signature::read(&sig_path).unwrap();
+        verify(&TrustedKeys::new([key.public()]), b"\0asm bytes", &sig).unwrap();
+    }
+}
