@@ -21,9 +21,7 @@ fn main() -> anyhow::Result<()> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json = Some(PathBuf::from(args.next().context("--json needs a path")?)),
-            "--guest-dir" => {
-                guest_dir = PathBuf::from(args.next().context("--guest-dir needs a path")?)
-            }
+            "--guest-dir" => guest_dir = PathBuf::from(args.next().context("--guest-dir needs a path")?),
             "--quick" => {
                 opts.repetitions = 5;
                 opts.loop_samples = 20;

@@ -33,10 +33,7 @@ use timeshard_proto::time::quanta;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
 use crate::signing::{self, TrustedKeys};
-use crate::{
-    Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry,
-    Settings,
-};
+use crate::{Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -115,9 +112,7 @@ pub const PMU_T0: Timestamp = 1_700_000_000 * 1_000_000_000;
 
 /// The series key of PMU bus `bus`.
 pub fn pmu_series(bus: u32) -> SeriesKey {
-    format!("pmu.phase{{bus={bus},site=atl}}")
-        .parse()
-        .expect("a valid literal key")
+    format!("pmu.phase{{bus={bus},site=atl}}").parse().expect("a valid literal key")
 }
 
 /// The `pmu` dataset of BENCHMARKS.md for one bus: 60 Hz from [`PMU_T0`],
@@ -136,11 +131,7 @@ pub fn pmu(bus: u32) -> impl Iterator<Item = Point> {
 }
 
 /// The native ingest path the policies are compared with: what `pmu-validate` does, in Rust.
-pub fn native_validate(
-    batch: Vec<Point>,
-    min: f64,
-    max: f64,
-) -> (Vec<Point>, Vec<(usize, &'static str)>) {
+pub fn native_validate(batch: Vec<Point>, min: f64, max: f64) -> (Vec<Point>, Vec<(usize, &'static str)>) {
     let mut keep = Vec::with_capacity(batch.len());
     let mut rejected = Vec::new();
     for (i, p) in batch.into_iter().enumerate() {
@@ -192,10 +183,7 @@ impl Bench {
             signature: Some(signing::sign(&self.key, &bytes).to_text()),
             wasm: bytes,
             settings: Settings {
-                config: config
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
+                config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
                 deadline_ms,
                 ..Settings::default()
             },
@@ -213,12 +201,7 @@ impl Bench {
     }
 
     /// Median ns per point of `registry.ingest` over `batches`.
-    fn ingest_ns_per_point(
-        &self,
-        series: &SeriesKey,
-        batches: &[Vec<Point>],
-        reps: usize,
-    ) -> Result<f64, BenchError> {
+    fn ingest_ns_per_point(&self, series: &SeriesKey, batches: &[Vec<Point>], reps: usize) -> Result<f64, BenchError> {
         let points: usize = batches.iter().map(Vec::len).sum();
         let mut samples = Vec::with_capacity(reps);
         // One untimed pass warms the pool slots and caches.
@@ -240,11 +223,7 @@ impl Bench {
 pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchError> {
     let key = signing::generate_keypair().map_err(|e| BenchError::Setup(e.to_string()))?;
     let registry = Registry::new(opts.limits.clone(), TrustedKeys::new([key.public()]))?;
-    let bench = Bench {
-        key,
-        registry,
-        guest_dir: guest_dir.to_path_buf(),
-    };
+    let bench = Bench { key, registry, guest_dir: guest_dir.to_path_buf() };
     bench.install("pmu-validate", Kind::Ingest, &[], None)?;
     bench.install("deadband", Kind::Ingest, &[("d", "0.5")], None)?;
     bench.install("noop", Kind::Ingest, &[], None)?;
@@ -299,9 +278,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         match bench.registry.ingest(&series, one.clone()) {
             Err(PolicyError::Timeout { .. }) => {}
             other => {
-                return Err(BenchError::Setup(format!(
-                    "the looping guest was not stopped by its deadline: {other:?}"
-                )));
+                return Err(BenchError::Setup(format!("the looping guest was not stopped by its deadline: {other:?}")));
             }
         }
         let elapsed = start.elapsed();
@@ -309,18 +286,11 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
     }
     let loop_stop_ms_p99 = percentile(late, 0.99);
 
-    let pushdown = if opts.pushdown_seconds > 0 {
-        Some(pushdown(&bench.registry, &rms, opts.pushdown_seconds)?)
-    } else {
-        None
-    };
+    let pushdown =
+        if opts.pushdown_seconds > 0 { Some(pushdown(&bench.registry, &rms, opts.pushdown_seconds)?) } else { None };
 
     Ok(PolicyBenchReport {
-        ns_per_point: NsPerPoint {
-            native,
-            wasm_validate,
-            wasm_deadband,
-        },
+        ns_per_point: NsPerPoint { native, wasm_validate, wasm_deadband },
         call_overhead_ns,
         instantiate_us,
         loop_stop_ms_p99,
@@ -335,8 +305,8 @@ fn pushdown(registry: &Registry, rms: &PolicyRef, seconds: i64) -> Result<Pushdo
     let series = pmu_series(0);
     let n = (seconds * 60) as usize;
     let points: Vec<Point> = pmu(0).take(n).collect();
-    let range = TimeRange::new(PMU_T0, PMU_T0 + seconds * 1_000_000_000)
-        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    let range =
+        TimeRange::new(PMU_T0, PMU_T0 + seconds * 1_000_000_000).map_err(|e| BenchError::Setup(e.to_string()))?;
     // Each quantum's points, as the owners' stores would hand them over.
     let mut per_quantum: Vec<(TimeRange, &[Point])> = Vec::new();
     let mut rest = &points[..];
@@ -378,17 +348,11 @@ fn pushdown(registry: &Registry, rms: &PolicyRef, seconds: i64) -> Result<Pushdo
     // The two must agree, or the figure means nothing.
     let pushed = result.value("rms").unwrap_or(f64::NAN);
     if (pushed - native_rms).abs() > 1e-9 * native_rms.abs().max(1.0) {
-        return Err(BenchError::Setup(format!(
-            "push-down RMS {pushed} differs from the raw RMS {native_rms}"
-        )));
+        return Err(BenchError::Setup(format!("push-down RMS {pushed} differs from the raw RMS {native_rms}")));
     }
     Ok(Pushdown {
         policy: "rms".into(),
-        span: if seconds == 86_400 {
-            "1d".into()
-        } else {
-            format!("{seconds}s")
-        },
+        span: if seconds == 86_400 { "1d".into() } else { format!("{seconds}s") },
         bytes_pushdown,
         bytes_raw,
         ms_pushdown,
@@ -443,21 +407,13 @@ mod tests {
             assert_eq!((p.value * 1000.0).round() / 1000.0, p.value, "3 decimals");
         }
         // Deterministic.
-        assert_eq!(
-            pmu(0).take(100).collect::<Vec<_>>(),
-            pmu(0).take(100).collect::<Vec<_>>()
-        );
+        assert_eq!(pmu(0).take(100).collect::<Vec<_>>(), pmu(0).take(100).collect::<Vec<_>>());
         assert_ne!(pmu(0).nth(5), pmu(1).nth(5));
     }
 
     #[test]
     fn native_validation_matches_the_guest_semantics() {
-        let mut batch = vec![
-            Point::new(3, 1.0),
-            Point::new(1, f64::NAN),
-            Point::new(2, 5.0),
-            Point::new(3, 1.0),
-        ];
+        let mut batch = vec![Point::new(3, 1.0), Point::new(1, f64::NAN), Point::new(2, 5.0), Point::new(3, 1.0)];
         batch.push(Point::new(0, f64::INFINITY));
         let (keep, rejected) = native_validate(batch, -2.0, 2.0);
         assert_eq!(keep, vec![Point::new(3, 1.0)]);

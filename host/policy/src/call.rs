@@ -11,9 +11,7 @@ use crate::bindings::types as wit;
 use crate::engine::{CallLimits, Pre, Runtime};
 use crate::host_log::truncate;
 use crate::types::MAX_PARTIAL_NUMBERS;
-use crate::{
-    IngestOutcome, NamedValue, Params, Partial, PolicyError, PolicyRef, QueryResult, Rejection,
-};
+use crate::{IngestOutcome, NamedValue, Params, Partial, PolicyError, PolicyRef, QueryResult, Rejection};
 
 /// A loaded policy: what [`Runtime::load`] made of a module, with its settings.
 pub(crate) struct Loaded {
@@ -55,18 +53,9 @@ fn from_columns(policy: &Loaded, what: &str, cols: wit::Points) -> Result<Vec<Po
         ));
     }
     if let Some(ts) = cols.ts.iter().find(|&&ts| check_timestamp(ts).is_err()) {
-        return Err(bad_output(
-            policy,
-            format!("{what} include timestamp {ts}, outside the accepted range"),
-        ));
+        return Err(bad_output(policy, format!("{what} include timestamp {ts}, outside the accepted range")));
     }
-    Ok((0..n)
-        .map(|i| Point {
-            ts: cols.ts[i],
-            value: cols.value[i],
-            event: cols.event[i],
-        })
-        .collect())
+    Ok((0..n).map(|i| Point { ts: cols.ts[i], value: cols.value[i], event: cols.event[i] }).collect())
 }
 
 fn series_to_wit(series: &SeriesKey) -> wit::Series {
@@ -75,19 +64,13 @@ fn series_to_wit(series: &SeriesKey) -> wit::Series {
         metric: series.metric().to_string(),
         tags: series
             .tags()
-            .map(|(name, value)| wit::Setting {
-                name: name.to_string(),
-                value: value.to_string(),
-            })
+            .map(|(name, value)| wit::Setting { name: name.to_string(), value: value.to_string() })
             .collect(),
     }
 }
 
 fn range_to_wit(r: &TimeRange) -> wit::TimeRange {
-    wit::TimeRange {
-        start: r.start(),
-        end: r.end(),
-    }
+    wit::TimeRange { start: r.start(), end: r.end() }
 }
 
 /// Settings or parameters as the guest sees them, bounded.
@@ -98,11 +81,7 @@ pub(crate) fn settings_to_wit(
 ) -> Result<Vec<wit::Setting>, PolicyError> {
     let limits = &runtime.limits;
     if params.len() > limits.max_settings {
-        return Err(PolicyError::InputTooLarge {
-            what,
-            got: params.len() as u64,
-            limit: limits.max_settings as u64,
-        });
+        return Err(PolicyError::InputTooLarge { what, got: params.len() as u64, limit: limits.max_settings as u64 });
     }
     params
         .iter()
@@ -115,35 +94,21 @@ pub(crate) fn settings_to_wit(
                     limit: limits.max_string_bytes as u64,
                 });
             }
-            Ok(wit::Setting {
-                name: name.clone(),
-                value: value.clone(),
-            })
+            Ok(wit::Setting { name: name.clone(), value: value.clone() })
         })
         .collect()
 }
 
 fn too_many(policy: &Loaded, what: &'static str, got: usize, limit: usize) -> PolicyError {
-    PolicyError::OutputTooLarge {
-        policy: policy.id.to_string(),
-        what,
-        got: got as u64,
-        limit: limit as u64,
-    }
+    PolicyError::OutputTooLarge { policy: policy.id.to_string(), what, got: got as u64, limit: limit as u64 }
 }
 
 fn bad_output(policy: &Loaded, reason: String) -> PolicyError {
-    PolicyError::BadOutput {
-        policy: policy.id.to_string(),
-        reason,
-    }
+    PolicyError::BadOutput { policy: policy.id.to_string(), reason }
 }
 
 fn guest_error(runtime: &Runtime, policy: &Loaded, message: String) -> PolicyError {
-    PolicyError::Guest {
-        policy: policy.id.to_string(),
-        message: truncate(message, runtime.limits.max_string_bytes),
-    }
+    PolicyError::Guest { policy: policy.id.to_string(), message: truncate(message, runtime.limits.max_string_bytes) }
 }
 
 /// Runs an ingest policy over one batch.
@@ -154,10 +119,7 @@ pub(crate) fn ingest(
     points: &[Point],
 ) -> Result<IngestOutcome, PolicyError> {
     let Pre::Ingest(pre) = &policy.pre else {
-        return Err(PolicyError::Config(format!(
-            "{} is a query policy, bound as an ingest policy",
-            policy.id
-        )));
+        return Err(PolicyError::Config(format!("{} is a query policy, bound as an ingest policy", policy.id)));
     };
     let limit = runtime.limits.max_batch_points;
     if points.len() > limit {
@@ -171,9 +133,7 @@ pub(crate) fn ingest(
     let series = series_to_wit(series);
     let out = runtime.run(&policy.label, policy.limits, |store| {
         let instance = pre.instantiate(&mut *store)?;
-        instance
-            .timeshard_policy_ingest()
-            .call_process(store, &series, &policy.config, &batch)
+        instance.timeshard_policy_ingest().call_process(store, &series, &policy.config, &batch)
     })?;
     let out = out.map_err(|m| guest_error(runtime, policy, m))?;
 
@@ -183,12 +143,7 @@ pub(crate) fn ingest(
         return Err(too_many(policy, "points to keep", kept, points.len()));
     }
     if out.rejected.len() > points.len() {
-        return Err(too_many(
-            policy,
-            "rejections",
-            out.rejected.len(),
-            points.len(),
-        ));
+        return Err(too_many(policy, "rejections", out.rejected.len(), points.len()));
     }
     let keep = from_columns(policy, "points to keep", out.keep)?;
     let mut rejected = Vec::with_capacity(out.rejected.len());
@@ -196,24 +151,12 @@ pub(crate) fn ingest(
         let Some(point) = points.get(r.index as usize) else {
             return Err(bad_output(
                 policy,
-                format!(
-                    "a rejection names point {} of a batch of {}",
-                    r.index,
-                    points.len()
-                ),
+                format!("a rejection names point {} of a batch of {}", r.index, points.len()),
             ));
         };
-        rejected.push(Rejection {
-            point: *point,
-            reason: truncate(r.reason, runtime.limits.max_string_bytes),
-        });
+        rejected.push(Rejection { point: *point, reason: truncate(r.reason, runtime.limits.max_string_bytes) });
     }
-    Ok(IngestOutcome {
-        keep,
-        rejected,
-        policy: Some(policy.id.clone()),
-        passed_through: None,
-    })
+    Ok(IngestOutcome { keep, rejected, policy: Some(policy.id.clone()), passed_through: None })
 }
 
 /// Runs a query policy's `summarize` over the points of one quantum (`range` is the part of
@@ -227,16 +170,10 @@ pub(crate) fn summarize(
     params: &Params,
 ) -> Result<Vec<Partial>, PolicyError> {
     let Pre::Query(pre) = &policy.pre else {
-        return Err(PolicyError::Config(format!(
-            "{} is an ingest policy, not a query policy",
-            policy.id
-        )));
+        return Err(PolicyError::Config(format!("{} is an ingest policy, not a query policy", policy.id)));
     };
     if let Some(p) = points.iter().find(|p| !range.contains(p.ts)) {
-        return Err(PolicyError::Config(format!(
-            "point at {} is outside the summarized range {range:?}",
-            p.ts
-        )));
+        return Err(PolicyError::Config(format!("point at {} is outside the summarized range {range:?}", p.ts)));
     }
     let mut sorted;
     let points = if points.is_sorted() {
@@ -254,9 +191,7 @@ pub(crate) fn summarize(
         let wit_range = range_to_wit(&piece_range);
         let out = runtime.run(&policy.label, policy.limits, |store| {
             let instance = pre.instantiate(&mut *store)?;
-            instance
-                .timeshard_policy_query()
-                .call_summarize(store, &series, wit_range, &params, &batch)
+            instance.timeshard_policy_query().call_summarize(store, &series, wit_range, &params, &batch)
         })?;
         let out = out.map_err(|m| guest_error(runtime, policy, m))?;
         if (out.range.start, out.range.end) != (wit_range.start, wit_range.end) {
@@ -269,29 +204,14 @@ pub(crate) fn summarize(
             ));
         }
         if out.numbers.len() > MAX_PARTIAL_NUMBERS {
-            return Err(too_many(
-                policy,
-                "numbers in a partial",
-                out.numbers.len(),
-                MAX_PARTIAL_NUMBERS,
-            ));
+            return Err(too_many(policy, "numbers in a partial", out.numbers.len(), MAX_PARTIAL_NUMBERS));
         }
         let got = columns_len(&out.points);
         if got > piece.len() + 2 {
-            return Err(too_many(
-                policy,
-                "points in a partial",
-                got,
-                piece.len() + 2,
-            ));
+            return Err(too_many(policy, "points in a partial", got, piece.len() + 2));
         }
         let points = from_columns(policy, "partial points", out.points)?;
-        partials.push(Partial {
-            policy: policy.id.clone(),
-            range: piece_range,
-            numbers: out.numbers,
-            points,
-        });
+        partials.push(Partial { policy: policy.id.clone(), range: piece_range, numbers: out.numbers, points });
     }
     Ok(partials)
 }
@@ -299,11 +219,7 @@ pub(crate) fn summarize(
 /// Splits sorted `points` in `range` into consecutive pieces of at most `max` points, each
 /// with the sub-range it covers. A split never separates points with the same timestamp, so
 /// the sub-ranges are disjoint and cover `range`.
-fn pieces(
-    points: &[Point],
-    range: TimeRange,
-    max: usize,
-) -> Result<Vec<(&[Point], TimeRange)>, PolicyError> {
+fn pieces(points: &[Point], range: TimeRange, max: usize) -> Result<Vec<(&[Point], TimeRange)>, PolicyError> {
     let max = max.max(1);
     let mut out = Vec::new();
     let (mut rest, mut start) = (points, range.start());
@@ -316,14 +232,14 @@ fn pieces(
             break;
         }
         let end = rest[cut].ts;
-        let sub = TimeRange::new(start, end)
-            .map_err(|e| PolicyError::Config(format!("cannot split the range: {e}")))?;
+        let sub =
+            TimeRange::new(start, end).map_err(|e| PolicyError::Config(format!("cannot split the range: {e}")))?;
         out.push((&rest[..cut], sub));
         rest = &rest[cut..];
         start = end;
     }
-    let sub = TimeRange::new(start, range.end())
-        .map_err(|e| PolicyError::Config(format!("cannot split the range: {e}")))?;
+    let sub =
+        TimeRange::new(start, range.end()).map_err(|e| PolicyError::Config(format!("cannot split the range: {e}")))?;
     out.push((rest, sub));
     Ok(out)
 }
@@ -336,10 +252,7 @@ pub(crate) fn merge(
     params: &Params,
 ) -> Result<QueryResult, PolicyError> {
     let Pre::Query(pre) = &policy.pre else {
-        return Err(PolicyError::Config(format!(
-            "{} is an ingest policy, not a query policy",
-            policy.id
-        )));
+        return Err(PolicyError::Config(format!("{} is an ingest policy, not a query policy", policy.id)));
     };
     let limits = &runtime.limits;
     if partials.len() > limits.max_partials {
@@ -357,24 +270,15 @@ pub(crate) fn merge(
             limit: limits.max_merge_points as u64,
         });
     }
-    let bad = |reason: String| PolicyError::BadPartials {
-        policy: policy.id.to_string(),
-        reason,
-    };
-    if let Some(p) = partials
-        .iter()
-        .find(|p| p.numbers.len() > MAX_PARTIAL_NUMBERS)
-    {
+    let bad = |reason: String| PolicyError::BadPartials { policy: policy.id.to_string(), reason };
+    if let Some(p) = partials.iter().find(|p| p.numbers.len() > MAX_PARTIAL_NUMBERS) {
         return Err(bad(format!(
             "a partial carries {} numbers; at most {MAX_PARTIAL_NUMBERS} are accepted",
             p.numbers.len()
         )));
     }
     partials.sort_by_key(|p| (p.range.start(), p.range.end()));
-    if let Some(w) = partials
-        .windows(2)
-        .find(|w| w[0].range.end() > w[1].range.start())
-    {
+    if let Some(w) = partials.windows(2).find(|w| w[0].range.end() > w[1].range.start()) {
         return Err(bad(format!(
             "partials for {:?} and {:?} overlap: each piece of the range must be summarized once",
             w[0].range, w[1].range
@@ -391,18 +295,11 @@ pub(crate) fn merge(
         .collect();
     let out = runtime.run(&policy.label, policy.limits, |store| {
         let instance = pre.instantiate(&mut *store)?;
-        instance
-            .timeshard_policy_query()
-            .call_merge(store, &params, &wit_partials)
+        instance.timeshard_policy_query().call_merge(store, &params, &wit_partials)
     })?;
     let out = out.map_err(|m| guest_error(runtime, policy, m))?;
     if out.values.len() > MAX_PARTIAL_NUMBERS {
-        return Err(too_many(
-            policy,
-            "values in a result",
-            out.values.len(),
-            MAX_PARTIAL_NUMBERS,
-        ));
+        return Err(too_many(policy, "values in a result", out.values.len(), MAX_PARTIAL_NUMBERS));
     }
     let got = columns_len(&out.points);
     if got > total {
@@ -414,10 +311,7 @@ pub(crate) fn merge(
         values: out
             .values
             .into_iter()
-            .map(|v| NamedValue {
-                name: truncate(v.name, limits.max_string_bytes),
-                value: v.value,
-            })
+            .map(|v| NamedValue { name: truncate(v.name, limits.max_string_bytes), value: v.value })
             .collect(),
         points,
     })
@@ -441,10 +335,7 @@ mod tests {
         for w in parts.windows(2) {
             assert_eq!(w[0].1.end(), w[1].1.start());
         }
-        assert_eq!(
-            parts.iter().map(|(p, _)| p.len()).sum::<usize>(),
-            points.len()
-        );
+        assert_eq!(parts.iter().map(|(p, _)| p.len()).sum::<usize>(), points.len());
         for (piece, r) in &parts {
             assert!(piece.iter().all(|p| r.contains(p.ts)), "{r:?}");
         }

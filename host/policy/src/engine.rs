@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{
-    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
-    ResourceLimiter, Store, Trap,
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, ResourceLimiter, Store,
+    Trap,
 };
 
 use crate::bindings::{self, IngestPolicyPre, QueryPolicyPre};
@@ -34,10 +34,7 @@ use crate::{Kind, PolicyError};
 
 /// The imports a policy component may have: the WIT package's `host` interface (and `types`,
 /// which holds only types).
-pub const ALLOWED_IMPORTS: &[&str] = &[
-    "timeshard:policy/host@0.1.0",
-    "timeshard:policy/types@0.1.0",
-];
+pub const ALLOWED_IMPORTS: &[&str] = &["timeshard:policy/host@0.1.0", "timeshard:policy/types@0.1.0"];
 const ALLOWED_IMPORTS_TEXT: &str = "timeshard:policy/host@0.1.0 (logging)";
 
 /// Bounds on everything that crosses the guest boundary, for the whole node. A policy's
@@ -124,10 +121,7 @@ impl Ticker {
                 }
             })
             .map_err(|e| PolicyError::Engine(format!("cannot start the epoch thread: {e}")))?;
-        Ok(Ticker {
-            stop,
-            thread: Some(thread),
-        })
+        Ok(Ticker { stop, thread: Some(thread) })
     }
 }
 
@@ -151,12 +145,7 @@ pub(crate) struct CallLimiter {
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 impl ResourceLimiter for CallLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_bytes {
             self.refused = true;
             return Ok(false);
@@ -164,12 +153,7 @@ impl ResourceLimiter for CallLimiter {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > MAX_TABLE_ELEMENTS {
             self.refused = true;
             return Ok(false);
@@ -211,9 +195,7 @@ pub(crate) struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("limits", &self.limits)
-            .finish_non_exhaustive()
+        f.debug_struct("Runtime").field("limits", &self.limits).finish_non_exhaustive()
     }
 }
 
@@ -226,9 +208,7 @@ struct Cache {
 impl Runtime {
     pub(crate) fn new(limits: Limits) -> Result<Runtime, PolicyError> {
         if limits.epoch_tick.is_zero() || limits.deadline.is_zero() {
-            return Err(PolicyError::Config(
-                "deadline and epoch_tick must be longer than zero".into(),
-            ));
+            return Err(PolicyError::Config("deadline and epoch_tick must be longer than zero".into()));
         }
         let mut pool = PoolingAllocationConfig::new();
         let n = limits.max_instances.max(1);
@@ -260,13 +240,7 @@ impl Runtime {
         bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
-        Ok(Runtime {
-            engine,
-            linker,
-            cache: Mutex::new(Cache::default()),
-            limits,
-            _ticker: ticker,
-        })
+        Ok(Runtime { engine, linker, cache: Mutex::new(Cache::default()), limits, _ticker: ticker })
     }
 
     /// Compiles (or takes from the cache) and type-checks a component whose signature has
@@ -306,10 +280,7 @@ impl Runtime {
             if bytes.starts_with(b"\0asm\x01\0\0\0") {
                 reason.push_str("; this is a core module, not a component");
             }
-            PolicyError::Malformed {
-                policy: policy.to_string(),
-                reason,
-            }
+            PolicyError::Malformed { policy: policy.to_string(), reason }
         })?;
         let mut cache = self.cache.lock().unwrap();
         if !cache.components.contains_key(&hash) {
@@ -358,47 +329,25 @@ impl Runtime {
         }
     }
 
-    fn classify(
-        &self,
-        e: wasmtime::Error,
-        limits: &CallLimits,
-        state: &mut CallState,
-    ) -> PolicyError {
+    fn classify(&self, e: wasmtime::Error, limits: &CallLimits, state: &mut CallState) -> PolicyError {
         let policy = state.policy.to_string();
         let trap = e.downcast_ref::<Trap>().copied();
         if trap == Some(Trap::Interrupt) {
-            return PolicyError::Timeout {
-                policy,
-                deadline_ms: limits.deadline.as_millis() as u64,
-            };
+            return PolicyError::Timeout { policy, deadline_ms: limits.deadline.as_millis() as u64 };
         }
         if state.limiter.refused {
-            return PolicyError::MemoryLimit {
-                policy,
-                limit_bytes: state.limiter.memory_bytes as u64,
-            };
+            return PolicyError::MemoryLimit { policy, limit_bytes: state.limiter.memory_bytes as u64 };
         }
         match trap {
-            Some(t) => PolicyError::Trap {
-                policy,
-                message: t.to_string(),
-                last_log: state.log.take_last(),
-            },
+            Some(t) => PolicyError::Trap { policy, message: t.to_string(), last_log: state.log.take_last() },
             // Not a trap: instantiation failed (pool exhausted) or a value was rejected while
             // crossing the boundary (e.g. invalid UTF-8 or a pointer out of bounds).
             None => {
                 let message = format!("{e:#}");
                 if message.contains("instance") && message.contains("limit") {
-                    PolicyError::Instantiate {
-                        policy,
-                        reason: message,
-                    }
+                    PolicyError::Instantiate { policy, reason: message }
                 } else {
-                    PolicyError::Trap {
-                        policy,
-                        message,
-                        last_log: state.log.take_last(),
-                    }
+                    PolicyError::Trap { policy, message, last_log: state.log.take_last() }
                 }
             }
         }

@@ -36,11 +36,7 @@ pub enum PolicyError {
         "policy {policy}: the signature by key {key} does not match the module's bytes (sha256 {sha256}); the \
          module was changed after signing, or the .sig belongs to another build: sign the exact file you install"
     )]
-    BadSignature {
-        policy: String,
-        key: String,
-        sha256: String,
-    },
+    BadSignature { policy: String, key: String, sha256: String },
     /// The bytes are not a WebAssembly component wasmtime can compile.
     #[error(
         "policy {policy} is not a valid WebAssembly component ({reason}); build it with \
@@ -52,27 +48,13 @@ pub enum PolicyError {
         "policy {policy} imports `{import}`, which policies may not use: the host grants only {allowed}; build \
          the guest without std and WASI (see guest/support)"
     )]
-    ForbiddenImport {
-        policy: String,
-        import: String,
-        allowed: &'static str,
-    },
+    ForbiddenImport { policy: String, import: String, allowed: &'static str },
     /// The component does not implement the world it was installed as.
-    #[error(
-        "policy {policy} is not an {expected} policy ({reason}); check its `kind` and its WIT world"
-    )]
-    WrongWorld {
-        policy: String,
-        expected: Kind,
-        reason: String,
-    },
+    #[error("policy {policy} is not an {expected} policy ({reason}); check its `kind` and its WIT world")]
+    WrongWorld { policy: String, expected: Kind, reason: String },
     /// The guest trapped (panic, `unreachable`, out-of-bounds access, stack overflow...).
     #[error("policy {policy} trapped: {message}{}", last_log.as_ref().map(|l| format!(" (its last log line: {l})")).unwrap_or_default())]
-    Trap {
-        policy: String,
-        message: String,
-        last_log: Option<String>,
-    },
+    Trap { policy: String, message: String, last_log: Option<String> },
     /// The call ran past its deadline and was stopped.
     #[error(
         "policy {policy} ran past its deadline of {deadline_ms} ms and was stopped; fix the policy or raise its \
@@ -87,12 +69,7 @@ pub enum PolicyError {
     MemoryLimit { policy: String, limit_bytes: u64 },
     /// The guest returned more than the host accepts.
     #[error("policy {policy} returned {got} {what}; at most {limit} are accepted")]
-    OutputTooLarge {
-        policy: String,
-        what: &'static str,
-        got: u64,
-        limit: u64,
-    },
+    OutputTooLarge { policy: String, what: &'static str, got: u64, limit: u64 },
     /// The guest returned something inconsistent (an index out of range, a bad timestamp...).
     #[error("policy {policy} returned an invalid result: {reason}")]
     BadOutput { policy: String, reason: String },
@@ -101,18 +78,12 @@ pub enum PolicyError {
     Guest { policy: String, message: String },
     /// The input is larger than the host passes to a guest.
     #[error("{what}: {got} is more than the limit of {limit}; split the request")]
-    InputTooLarge {
-        what: &'static str,
-        got: u64,
-        limit: u64,
-    },
+    InputTooLarge { what: &'static str, got: u64, limit: u64 },
     /// No instance could be created (e.g. every pooled slot is in use).
     #[error("cannot instantiate policy {policy}: {reason}; retry, or raise `max_instances`")]
     Instantiate { policy: String, reason: String },
     /// The named policy (or version) is not installed on this node.
-    #[error(
-        "policy {policy} is not installed on this node; install it first (installed: {installed})"
-    )]
+    #[error("policy {policy} is not installed on this node; install it first (installed: {installed})")]
     NotInstalled { policy: String, installed: String },
     /// The query policy is not bound to the series.
     #[error(
@@ -168,10 +139,9 @@ impl PolicyError {
     pub fn kind(&self) -> FailureKind {
         use PolicyError::*;
         match self {
-            Unsigned { .. }
-            | MalformedSignature { .. }
-            | Untrusted { .. }
-            | BadSignature { .. } => FailureKind::Signature,
+            Unsigned { .. } | MalformedSignature { .. } | Untrusted { .. } | BadSignature { .. } => {
+                FailureKind::Signature
+            }
             Malformed { .. } => FailureKind::Malformed,
             ForbiddenImport { .. } => FailureKind::ForbiddenImport,
             WrongWorld { .. } => FailureKind::WrongWorld,

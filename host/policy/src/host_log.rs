@@ -16,12 +16,7 @@ pub(crate) struct GuestLog {
 
 impl GuestLog {
     pub(crate) fn new(max_lines: u32, max_bytes: usize) -> GuestLog {
-        GuestLog {
-            lines: 0,
-            max_lines,
-            max_bytes,
-            last: None,
-        }
+        GuestLog { lines: 0, max_lines, max_bytes, last: None }
     }
 
     /// The last line logged, truncated.

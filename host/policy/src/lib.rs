@@ -79,33 +79,24 @@ mod types;
 pub use engine::Limits;
 pub use error::{FailureKind, PolicyError};
 pub use registry::{
-    ApplyReport, Binding, Bindings, Config, Module, ModuleConfig, OnFailure, Registry, Running,
-    Selector, Settings,
+    ApplyReport, Binding, Bindings, Config, Module, ModuleConfig, OnFailure, Registry, Running, Selector, Settings,
 };
 pub use types::{
-    Failure, IngestOutcome, Kind, MAX_NAME_BYTES, MAX_PARTIAL_NUMBERS, NamedValue, Params, Partial,
-    PolicyRef, PolicySpec, QueryResult, Rejection,
+    Failure, IngestOutcome, Kind, MAX_NAME_BYTES, MAX_PARTIAL_NUMBERS, NamedValue, Params, Partial, PolicyRef,
+    PolicySpec, QueryResult, Rejection,
 };
 
 /// The guest component `name` (a crate of the `guest/` workspace, e.g. `pmu-validate`) as
 /// built by `guest/build.sh`, under `guest_dir`.
-pub fn guest_artifact(
-    guest_dir: &std::path::Path,
-    name: &str,
-) -> Result<std::path::PathBuf, PolicyError> {
-    let path = guest_dir
-        .join("target/wasm32-wasip2/release")
-        .join(format!("{}.wasm", name.replace('-', "_")));
+pub fn guest_artifact(guest_dir: &std::path::Path, name: &str) -> Result<std::path::PathBuf, PolicyError> {
+    let path = guest_dir.join("target/wasm32-wasip2/release").join(format!("{}.wasm", name.replace('-', "_")));
     if path.is_file() {
         Ok(path)
     } else {
         Err(PolicyError::Io {
             source: std::io::Error::new(
                 std::io::ErrorKind::NotFound,
-                format!(
-                    "guest component {name} is not built; run {}/build.sh first",
-                    guest_dir.display()
-                ),
+                format!("guest component {name} is not built; run {}/build.sh first", guest_dir.display()),
             ),
             path,
         })

@@ -21,9 +21,7 @@ use timeshard_proto::{Point, SeriesKey, TimeRange};
 use crate::call::{self, Loaded};
 use crate::engine::{CallLimits, Limits, Runtime};
 use crate::signing::{self, Signature, SigningError, TrustedKeys};
-use crate::{
-    Failure, IngestOutcome, Kind, Params, Partial, PolicyError, PolicyRef, PolicySpec, QueryResult,
-};
+use crate::{Failure, IngestOutcome, Kind, Params, Partial, PolicyError, PolicyRef, PolicySpec, QueryResult};
 
 /// What to do with a batch when its ingest policy fails (trap, timeout, limit, error).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,28 +74,16 @@ impl Module {
         signature: Option<&Path>,
         settings: Settings,
     ) -> Result<Module, PolicyError> {
-        let bytes = std::fs::read(wasm).map_err(|source| PolicyError::Io {
-            path: wasm.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(wasm).map_err(|source| PolicyError::Io { path: wasm.to_path_buf(), source })?;
         let sig_path = signature.map_or_else(|| signing::signature_path(wasm), Path::to_path_buf);
         let signature = match std::fs::read_to_string(&sig_path) {
             Ok(s) => Some(s),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && signature.is_none() => None,
             Err(source) => {
-                return Err(PolicyError::Io {
-                    path: sig_path,
-                    source,
-                });
+                return Err(PolicyError::Io { path: sig_path, source });
             }
         };
-        Ok(Module {
-            policy,
-            kind,
-            wasm: bytes,
-            signature,
-            settings,
-        })
+        Ok(Module { policy, kind, wasm: bytes, signature, settings })
     }
 }
 
@@ -116,10 +102,7 @@ impl Selector {
     /// Whether `series` matches.
     pub fn matches(&self, series: &SeriesKey) -> bool {
         series.metric().starts_with(&self.metric_prefix)
-            && self
-                .tags
-                .iter()
-                .all(|(k, v)| series.tag(k) == Some(v.as_str()))
+            && self.tags.iter().all(|(k, v)| series.tag(k) == Some(v.as_str()))
     }
 }
 
@@ -282,10 +265,7 @@ impl State {
             Some(v) => v,
             None => self.current.get(&spec.name)?,
         };
-        self.installed.get(&PolicyRef {
-            name: spec.name.clone(),
-            version: version.clone(),
-        })
+        self.installed.get(&PolicyRef { name: spec.name.clone(), version: version.clone() })
     }
 
     fn installed_list(&self) -> String {
@@ -355,10 +335,7 @@ impl Registry {
     /// A registry set up from the node's `[policy]` configuration, with paths relative to
     /// `base_dir`. Modules that fail to load are in the report, not an error: the node starts
     /// without them.
-    pub fn from_config(
-        config: &Config,
-        base_dir: &Path,
-    ) -> Result<(Registry, ApplyReport), PolicyError> {
+    pub fn from_config(config: &Config, base_dir: &Path) -> Result<(Registry, ApplyReport), PolicyError> {
         let registry = Registry::new(config.limits(), config.trusted()?)?;
         let report = registry.apply(config, base_dir);
         Ok((registry, report))
@@ -383,26 +360,14 @@ impl Registry {
             let policy = match PolicyRef::new(&m.name, &m.version) {
                 Ok(p) => p,
                 Err(e) => {
-                    report.failed.push((
-                        PolicyRef {
-                            name: m.name.clone(),
-                            version: m.version.clone(),
-                        },
-                        e,
-                    ));
+                    report.failed.push((PolicyRef { name: m.name.clone(), version: m.version.clone() }, e));
                     continue;
                 }
             };
             let wasm = base_dir.join(&m.wasm);
             let sig = m.signature.as_ref().map(|s| base_dir.join(s));
-            let result = Module::from_files(
-                policy.clone(),
-                m.kind,
-                &wasm,
-                sig.as_deref(),
-                m.settings.clone(),
-            )
-            .and_then(|module| self.install(module));
+            let result = Module::from_files(policy.clone(), m.kind, &wasm, sig.as_deref(), m.settings.clone())
+                .and_then(|module| self.install(module));
             match result {
                 Ok(p) => report.installed.push(p),
                 Err(e) => report.failed.push((policy, e)),
@@ -420,41 +385,20 @@ impl Registry {
         let label = module.policy.to_string();
         let sha256 = signing::sha256(&module.wasm);
         // The signature is checked before anything looks at the bytes.
-        let signature = module
-            .signature
-            .as_deref()
-            .ok_or_else(|| PolicyError::Unsigned {
-                policy: label.clone(),
-            })?;
-        let signature =
-            Signature::from_text(signature).map_err(|e| PolicyError::MalformedSignature {
-                policy: label.clone(),
-                reason: e.to_string(),
-            })?;
-        let signer =
-            signing::verify(&self.trusted, &module.wasm, &signature).map_err(|e| match e {
-                SigningError::Untrusted { key } => PolicyError::Untrusted {
-                    policy: label.clone(),
-                    key,
-                },
-                SigningError::Mismatch { key } => PolicyError::BadSignature {
-                    policy: label.clone(),
-                    key,
-                    sha256: signing::hex(&sha256),
-                },
-                other => PolicyError::MalformedSignature {
-                    policy: label.clone(),
-                    reason: other.to_string(),
-                },
-            })?;
+        let signature = module.signature.as_deref().ok_or_else(|| PolicyError::Unsigned { policy: label.clone() })?;
+        let signature = Signature::from_text(signature)
+            .map_err(|e| PolicyError::MalformedSignature { policy: label.clone(), reason: e.to_string() })?;
+        let signer = signing::verify(&self.trusted, &module.wasm, &signature).map_err(|e| match e {
+            SigningError::Untrusted { key } => PolicyError::Untrusted { policy: label.clone(), key },
+            SigningError::Mismatch { key } => {
+                PolicyError::BadSignature { policy: label.clone(), key, sha256: signing::hex(&sha256) }
+            }
+            other => PolicyError::MalformedSignature { policy: label.clone(), reason: other.to_string() },
+        })?;
         let signed_by = signer.to_string();
 
         let limits = self.call_limits(&label, &module.settings)?;
-        let config = call::settings_to_wit(
-            "policy config values",
-            &module.settings.config,
-            &self.runtime,
-        )?;
+        let config = call::settings_to_wit("policy config values", &module.settings.config, &self.runtime)?;
         let pre = self.runtime.load(&label, module.kind, &module.wasm)?;
         let installed = Arc::new(Installed {
             loaded: Loaded {
@@ -472,14 +416,10 @@ impl Registry {
 
         let _write = self.write.lock().unwrap();
         let old = self.snapshot();
-        let mut next = State {
-            installed: old.installed.clone(),
-            current: old.current.clone(),
-            bindings: old.bindings.clone(),
-        };
+        let mut next =
+            State { installed: old.installed.clone(), current: old.current.clone(), bindings: old.bindings.clone() };
         next.installed.insert(module.policy.clone(), installed);
-        next.current
-            .insert(module.policy.name.clone(), module.policy.version.clone());
+        next.current.insert(module.policy.name.clone(), module.policy.version.clone());
         // A new version of another kind would break the bindings that use the name.
         next.check(&next.bindings)?;
         *self.state.write().unwrap() = Arc::new(next);
@@ -498,12 +438,7 @@ impl Registry {
             Some(mib) => mib << 20,
             None => node.memory_bytes,
         };
-        Ok(CallLimits {
-            deadline: settings
-                .deadline_ms
-                .map_or(node.deadline, Duration::from_millis),
-            memory_bytes,
-        })
+        Ok(CallLimits { deadline: settings.deadline_ms.map_or(node.deadline, Duration::from_millis), memory_bytes })
     }
 
     /// Replaces the bindings, atomically. Refused (the old ones stay) if they name a policy
@@ -512,11 +447,7 @@ impl Registry {
         let _write = self.write.lock().unwrap();
         let old = self.snapshot();
         old.check(&bindings)?;
-        let next = State {
-            installed: old.installed.clone(),
-            current: old.current.clone(),
-            bindings,
-        };
+        let next = State { installed: old.installed.clone(), current: old.current.clone(), bindings };
         *self.state.write().unwrap() = Arc::new(next);
         Ok(())
     }
@@ -541,19 +472,15 @@ impl Registry {
     /// benchmark's `instantiate_us`).
     pub(crate) fn instantiate_once(&self, policy: &PolicyRef) -> Result<(), PolicyError> {
         let state = self.snapshot();
-        let installed = state
-            .installed
-            .get(policy)
-            .ok_or_else(|| PolicyError::NotInstalled {
-                policy: policy.to_string(),
-                installed: state.installed_list(),
-            })?;
+        let installed = state.installed.get(policy).ok_or_else(|| PolicyError::NotInstalled {
+            policy: policy.to_string(),
+            installed: state.installed_list(),
+        })?;
         let loaded = &installed.loaded;
-        self.runtime
-            .run(&loaded.label, loaded.limits, |store| match &loaded.pre {
-                crate::engine::Pre::Ingest(pre) => pre.instantiate(store).map(drop),
-                crate::engine::Pre::Query(pre) => pre.instantiate(store).map(drop),
-            })
+        self.runtime.run(&loaded.label, loaded.limits, |store| match &loaded.pre {
+            crate::engine::Pre::Ingest(pre) => pre.instantiate(store).map(drop),
+            crate::engine::Pre::Query(pre) => pre.instantiate(store).map(drop),
+        })
     }
 
     /// Compiled components in the content-hash cache.
@@ -574,11 +501,7 @@ impl Registry {
         let Some(binding) = state.bindings.for_series(series) else {
             return Vec::new();
         };
-        binding
-            .query
-            .iter()
-            .filter_map(|s| state.resolve(s).map(|i| i.loaded.id.clone()))
-            .collect()
+        binding.query.iter().filter_map(|s| state.resolve(s).map(|i| i.loaded.id.clone())).collect()
     }
 
     /// Runs the ingest policy bound to `series` over a batch (the node calls this on the
@@ -587,24 +510,12 @@ impl Registry {
     /// If the policy fails, the batch is refused with the error, or, if the policy's
     /// `on_failure` is `pass-through`, kept unprocessed with the failure in
     /// [`IngestOutcome::passed_through`].
-    pub fn ingest(
-        &self,
-        series: &SeriesKey,
-        points: Vec<Point>,
-    ) -> Result<IngestOutcome, PolicyError> {
+    pub fn ingest(&self, series: &SeriesKey, points: Vec<Point>) -> Result<IngestOutcome, PolicyError> {
         let state = self.snapshot();
-        let Some(policy) = state
-            .bindings
-            .for_series(series)
-            .and_then(|b| b.ingest.as_ref())
-            .and_then(|s| state.resolve(s))
+        let Some(policy) =
+            state.bindings.for_series(series).and_then(|b| b.ingest.as_ref()).and_then(|s| state.resolve(s))
         else {
-            return Ok(IngestOutcome {
-                keep: points,
-                rejected: Vec::new(),
-                policy: None,
-                passed_through: None,
-            });
+            return Ok(IngestOutcome { keep: points, rejected: Vec::new(), policy: None, passed_through: None });
         };
         match call::ingest(&self.runtime, &policy.loaded, series, &points) {
             Ok(outcome) => Ok(outcome),
@@ -614,10 +525,7 @@ impl Registry {
                     keep: points,
                     rejected: Vec::new(),
                     policy: Some(policy.loaded.id.clone()),
-                    passed_through: Some(Failure {
-                        kind: e.kind(),
-                        message: e.to_string(),
-                    }),
+                    passed_through: Some(Failure { kind: e.kind(), message: e.to_string() }),
                 })
             }
             Err(e) => Err(e),
@@ -638,10 +546,7 @@ impl Registry {
         params: &Params,
     ) -> Result<Vec<Partial>, PolicyError> {
         let state = self.snapshot();
-        let not_bound = || PolicyError::NotBound {
-            policy: name.to_string(),
-            series: series.to_string(),
-        };
+        let not_bound = || PolicyError::NotBound { policy: name.to_string(), series: series.to_string() };
         let spec = state
             .bindings
             .for_series(series)
@@ -649,57 +554,33 @@ impl Registry {
             .ok_or_else(not_bound)?;
         let policy = state
             .resolve(spec)
-            .ok_or_else(|| PolicyError::NotInstalled {
-                policy: spec.to_string(),
-                installed: state.installed_list(),
-            })?;
+            .ok_or_else(|| PolicyError::NotInstalled { policy: spec.to_string(), installed: state.installed_list() })?;
         call::summarize(&self.runtime, &policy.loaded, series, range, points, params)
     }
 
     /// Merges the partials of query policy `name` on the coordinator, with the exact version
     /// that made them (all partials must come from one version; during a rollout, retry when
     /// the owners agree).
-    pub fn query_merge(
-        &self,
-        name: &str,
-        partials: Vec<Partial>,
-        params: &Params,
-    ) -> Result<QueryResult, PolicyError> {
+    pub fn query_merge(&self, name: &str, partials: Vec<Partial>, params: &Params) -> Result<QueryResult, PolicyError> {
         let state = self.snapshot();
         let version = match partials.first() {
             Some(p) => p.policy.version.clone(),
-            None => state
-                .current
-                .get(name)
-                .cloned()
-                .ok_or_else(|| PolicyError::NotInstalled {
-                    policy: name.to_string(),
-                    installed: state.installed_list(),
-                })?,
+            None => state.current.get(name).cloned().ok_or_else(|| PolicyError::NotInstalled {
+                policy: name.to_string(),
+                installed: state.installed_list(),
+            })?,
         };
-        if let Some(p) = partials
-            .iter()
-            .find(|p| p.policy.name != name || p.policy.version != version)
-        {
+        if let Some(p) = partials.iter().find(|p| p.policy.name != name || p.policy.version != version) {
             return Err(PolicyError::BadPartials {
                 policy: format!("{name}@{version}"),
-                reason: format!(
-                    "a partial was made by {}; all must come from one version",
-                    p.policy
-                ),
+                reason: format!("a partial was made by {}; all must come from one version", p.policy),
             });
         }
-        let id = PolicyRef {
-            name: name.to_string(),
-            version,
-        };
+        let id = PolicyRef { name: name.to_string(), version };
         let policy = state
             .installed
             .get(&id)
-            .ok_or_else(|| PolicyError::NotInstalled {
-                policy: id.to_string(),
-                installed: state.installed_list(),
-            })?;
+            .ok_or_else(|| PolicyError::NotInstalled { policy: id.to_string(), installed: state.installed_list() })?;
         call::merge(&self.runtime, &policy.loaded, partials, params)
     }
 }

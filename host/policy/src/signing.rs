@@ -39,14 +39,8 @@ pub enum SigningError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "{what} is malformed: {reason}; expected `{tag} <hex>` (generate one with `timeshard policy keygen`)"
-    )]
-    BadKey {
-        what: String,
-        tag: &'static str,
-        reason: String,
-    },
+    #[error("{what} is malformed: {reason}; expected `{tag} <hex>` (generate one with `timeshard policy keygen`)")]
+    BadKey { what: String, tag: &'static str, reason: String },
     #[error("signature is malformed: {0}; sign the module again with `timeshard policy sign`")]
     BadSignatureFile(String),
     #[error("the system random number generator failed: {0}")]
@@ -84,14 +78,8 @@ fn unhex<const N: usize>(s: &str) -> Result<[u8; N], String> {
 
 /// The line after `tag`, from the first non-comment line of `text`.
 fn tagged<'a>(text: &'a str, tag: &str) -> Result<&'a str, String> {
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .ok_or("the text is empty")?;
-    line.strip_prefix(tag)
-        .map(str::trim)
-        .ok_or_else(|| format!("it does not start with `{tag}`"))
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).ok_or("the text is empty")?;
+    line.strip_prefix(tag).map(str::trim).ok_or_else(|| format!("it does not start with `{tag}`"))
 }
 
 /// A policy signing key. Keep it off the nodes: only its [`PublicKey`] goes there.
@@ -137,11 +125,7 @@ pub fn generate_keypair() -> Result<SecretKey, SigningError> {
 
 /// Signs a module's exact bytes.
 pub fn sign(key: &SecretKey, module: &[u8]) -> Signature {
-    Signature {
-        key: key.public(),
-        sha256: sha256(module),
-        sig: key.0.sign(module),
-    }
+    Signature { key: key.public(), sha256: sha256(module), sig: key.0.sign(module) }
 }
 
 /// Checks that `signature` is by one of `trusted` and covers exactly `module`. Returns the
@@ -155,15 +139,9 @@ pub fn verify<'a>(
         .0
         .iter()
         .find(|k| **k == signature.key)
-        .ok_or_else(|| SigningError::Untrusted {
-            key: signature.key.to_string(),
-        })?;
+        .ok_or_else(|| SigningError::Untrusted { key: signature.key.to_string() })?;
     // Strict verification refuses weak keys and malleable signatures.
-    key.0
-        .verify_strict(module, &signature.sig)
-        .map_err(|_| SigningError::Mismatch {
-            key: key.to_string(),
-        })?;
+    key.0.verify_strict(module, &signature.sig).map_err(|_| SigningError::Mismatch { key: key.to_string() })?;
     Ok(key)
 }
 
@@ -178,23 +156,15 @@ pub fn signature_path(module: &Path) -> PathBuf {
 /// signature next to it (`MODULE.wasm.sig`). Returns the signature's path.
 pub fn sign_file(key: &Path, module: &Path) -> Result<PathBuf, SigningError> {
     let key = SecretKey::read(key)?;
-    let bytes = std::fs::read(module).map_err(|source| SigningError::Io {
-        path: module.to_path_buf(),
-        source,
-    })?;
+    let bytes = std::fs::read(module).map_err(|source| SigningError::Io { path: module.to_path_buf(), source })?;
     let path = signature_path(module);
-    std::fs::write(&path, sign(&key, &bytes).to_text()).map_err(|source| SigningError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    std::fs::write(&path, sign(&key, &bytes).to_text())
+        .map_err(|source| SigningError::Io { path: path.clone(), source })?;
     Ok(path)
 }
 
 fn read_text(path: &Path) -> Result<String, SigningError> {
-    std::fs::read_to_string(path).map_err(|source| SigningError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| SigningError::Io { path: path.to_path_buf(), source })
 }
 
 impl SecretKey {
@@ -210,11 +180,7 @@ impl SecretKey {
 
     /// Parses a key file's text.
     pub fn from_text(text: &str) -> Result<SecretKey, SigningError> {
-        let bad = |reason| SigningError::BadKey {
-            what: "secret key".into(),
-            tag: SECRET_TAG,
-            reason,
-        };
+        let bad = |reason| SigningError::BadKey { what: "secret key".into(), tag: SECRET_TAG, reason };
         let seed = unhex::<32>(tagged(text, SECRET_TAG).map_err(bad)?).map_err(bad)?;
         Ok(SecretKey(SigningKey::from_bytes(&seed)))
     }
@@ -222,11 +188,9 @@ impl SecretKey {
     /// Reads a key file.
     pub fn read(path: &Path) -> Result<SecretKey, SigningError> {
         SecretKey::from_text(&read_text(path)?).map_err(|e| match e {
-            SigningError::BadKey { tag, reason, .. } => SigningError::BadKey {
-                what: format!("secret key file {}", path.display()),
-                tag,
-                reason,
-            },
+            SigningError::BadKey { tag, reason, .. } => {
+                SigningError::BadKey { what: format!("secret key file {}", path.display()), tag, reason }
+            }
             e => e,
         })
     }
@@ -259,23 +223,13 @@ impl PublicKey {
 
     /// Parses a public key, with or without its `timeshard-policy-public-key-v1` tag.
     pub fn from_text(text: &str) -> Result<PublicKey, SigningError> {
-        let bad = |reason: String| SigningError::BadKey {
-            what: "public key".into(),
-            tag: PUBLIC_TAG,
-            reason,
-        };
+        let bad = |reason: String| SigningError::BadKey { what: "public key".into(), tag: PUBLIC_TAG, reason };
         let body = tagged(text, PUBLIC_TAG).or_else(|_| {
             let t = text.trim();
-            if t.is_empty() {
-                Err("the text is empty".to_string())
-            } else {
-                Ok(t)
-            }
+            if t.is_empty() { Err("the text is empty".to_string()) } else { Ok(t) }
         });
         let bytes = unhex::<32>(body.map_err(bad)?).map_err(bad)?;
-        VerifyingKey::from_bytes(&bytes)
-            .map(PublicKey)
-            .map_err(|_| bad("not a valid ed25519 point".into()))
+        VerifyingKey::from_bytes(&bytes).map(PublicKey).map_err(|_| bad("not a valid ed25519 point".into()))
     }
 }
 
@@ -287,34 +241,23 @@ impl Signature {
 
     /// The signature file's text.
     pub fn to_text(&self) -> String {
-        format!(
-            "{SIGNATURE_TAG}\nkey {}\nsha256 {}\nsig {}\n",
-            self.key,
-            hex(&self.sha256),
-            hex(&self.sig.to_bytes())
-        )
+        format!("{SIGNATURE_TAG}\nkey {}\nsha256 {}\nsig {}\n", self.key, hex(&self.sha256), hex(&self.sig.to_bytes()))
     }
 
     /// Parses a signature file's text.
     pub fn from_text(text: &str) -> Result<Signature, SigningError> {
         let bad = SigningError::BadSignatureFile;
-        let mut lines = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
         if lines.next() != Some(SIGNATURE_TAG) {
             return Err(bad(format!("the first line is not `{SIGNATURE_TAG}`")));
         }
         let (mut key, mut sha, mut sig) = (None, None, None);
         for line in lines {
-            let (field, value) = line
-                .split_once(' ')
-                .ok_or_else(|| bad(format!("line {line:?} is not `field value`")))?;
+            let (field, value) =
+                line.split_once(' ').ok_or_else(|| bad(format!("line {line:?} is not `field value`")))?;
             match field {
                 "key" => key = Some(PublicKey::from_text(value).map_err(|e| bad(e.to_string()))?),
-                "sha256" => {
-                    sha = Some(unhex::<32>(value).map_err(|e| bad(format!("sha256: {e}")))?)
-                }
+                "sha256" => sha = Some(unhex::<32>(value).map_err(|e| bad(format!("sha256: {e}")))?),
                 "sig" => sig = Some(unhex::<64>(value).map_err(|e| bad(format!("sig: {e}")))?),
                 other => return Err(bad(format!("unknown field {other:?}"))),
             }
@@ -322,9 +265,7 @@ impl Signature {
         Ok(Signature {
             key: key.ok_or_else(|| bad("no `key` line".into()))?,
             sha256: sha.ok_or_else(|| bad("no `sha256` line".into()))?,
-            sig: ed25519_dalek::Signature::from_bytes(
-                &sig.ok_or_else(|| bad("no `sig` line".into()))?,
-            ),
+            sig: ed25519_dalek::Signature::from_bytes(&sig.ok_or_else(|| bad("no `sig` line".into()))?),
         })
     }
 
@@ -345,14 +286,8 @@ impl TrustedKeys {
     }
 
     /// Parses public keys as written in node configuration.
-    pub fn from_texts<'a>(
-        texts: impl IntoIterator<Item = &'a str>,
-    ) -> Result<TrustedKeys, SigningError> {
-        texts
-            .into_iter()
-            .map(PublicKey::from_text)
-            .collect::<Result<_, _>>()
-            .map(TrustedKeys)
+    pub fn from_texts<'a>(texts: impl IntoIterator<Item = &'a str>) -> Result<TrustedKeys, SigningError> {
+        texts.into_iter().map(PublicKey::from_text).collect::<Result<_, _>>().map(TrustedKeys)
     }
 
     /// The trusted keys.
@@ -370,15 +305,9 @@ mod tests {
         let key = generate_keypair().unwrap();
         let again = SecretKey::from_text(&key.to_text()).unwrap();
         assert_eq!(again.public(), key.public());
-        assert_eq!(
-            PublicKey::from_text(&key.public().to_text()).unwrap(),
-            key.public()
-        );
+        assert_eq!(PublicKey::from_text(&key.public().to_text()).unwrap(), key.public());
         // Bare hex works in configuration too.
-        assert_eq!(
-            PublicKey::from_text(&key.public().to_string()).unwrap(),
-            key.public()
-        );
+        assert_eq!(PublicKey::from_text(&key.public().to_string()).unwrap(), key.public());
         let sig = sign(&key, b"module bytes");
         assert_eq!(Signature::from_text(&sig.to_text()).unwrap(), sig);
     }
@@ -388,14 +317,8 @@ mod tests {
         let (a, b) = (generate_keypair().unwrap(), generate_keypair().unwrap());
         let trusted = TrustedKeys::new([a.public()]);
         let sig = sign(&a, b"module bytes");
-        assert_eq!(
-            verify(&trusted, b"module bytes", &sig).unwrap(),
-            &a.public()
-        );
-        assert!(matches!(
-            verify(&trusted, b"module bytez", &sig),
-            Err(SigningError::Mismatch { .. })
-        ));
+        assert_eq!(verify(&trusted, b"module bytes", &sig).unwrap(), &a.public());
+        assert!(matches!(verify(&trusted, b"module bytez", &sig), Err(SigningError::Mismatch { .. })));
         assert!(matches!(
             verify(&trusted, b"module bytes", &sign(&b, b"module bytes")),
             Err(SigningError::Untrusted { .. })
@@ -417,10 +340,7 @@ mod tests {
         let path = dir.path().join("policy.key");
         let key = generate_keypair().unwrap();
         key.write(&path).unwrap();
-        assert!(
-            key.write(&path).is_err(),
-            "an existing key is not overwritten"
-        );
+        assert!(key.write(&path).is_err(), "an existing key is not overwritten");
         assert_eq!(SecretKey::read(&path).unwrap().public(), key.public());
         let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
         assert_eq!(PublicKey::from_text(&public).unwrap(), key.public());

@@ -41,8 +41,7 @@ impl fmt::Display for Kind {
 fn check_name(what: &str, s: &str) -> Result<(), PolicyError> {
     let ok = !s.is_empty()
         && s.len() <= MAX_NAME_BYTES
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'));
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'));
     if ok {
         Ok(())
     } else {
@@ -66,10 +65,7 @@ impl PolicyRef {
     pub fn new(name: &str, version: &str) -> Result<PolicyRef, PolicyError> {
         check_name("name", name)?;
         check_name("version", version)?;
-        Ok(PolicyRef {
-            name: name.to_string(),
-            version: version.to_string(),
-        })
+        Ok(PolicyRef { name: name.to_string(), version: version.to_string() })
     }
 }
 
@@ -82,9 +78,9 @@ impl fmt::Display for PolicyRef {
 impl FromStr for PolicyRef {
     type Err = PolicyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (name, version) = s.split_once('@').ok_or_else(|| {
-            PolicyError::Config(format!("{s:?} names no version: write name@version"))
-        })?;
+        let (name, version) = s
+            .split_once('@')
+            .ok_or_else(|| PolicyError::Config(format!("{s:?} names no version: write name@version")))?;
         PolicyRef::new(name, version)
     }
 }
@@ -126,17 +122,11 @@ impl FromStr for PolicySpec {
         match s.split_once('@') {
             Some(_) => {
                 let r: PolicyRef = s.parse()?;
-                Ok(PolicySpec {
-                    name: r.name,
-                    version: Some(r.version),
-                })
+                Ok(PolicySpec { name: r.name, version: Some(r.version) })
             }
             None => {
                 check_name("name", s)?;
-                Ok(PolicySpec {
-                    name: s.to_string(),
-                    version: None,
-                })
+                Ok(PolicySpec { name: s.to_string(), version: None })
             }
         }
     }

@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use timeshard_policy::{
-    Binding, Bindings, FailureKind, Kind, Limits, OnFailure, PolicyError, Registry, Settings,
-};
+use timeshard_policy::{Binding, Bindings, FailureKind, Kind, Limits, OnFailure, PolicyError, Registry, Settings};
 use timeshard_proto::SeriesKey;
 
 /// Binds `guest` as the ingest policy of `pmu.*` and pmu-validate to everything else.
@@ -20,19 +18,12 @@ fn hostile_fixture(guest: &str, settings: Settings) -> Fixture {
 
 fn hostile_fixture_with(guest: &str, settings: Settings, limits: Limits) -> Fixture {
     let f = Fixture::with_limits(limits);
-    f.registry
-        .install(f.module(guest, "1.0.0", Kind::Ingest, settings))
-        .unwrap();
-    f.registry
-        .install(f.module("pmu-validate", "1.0.0", Kind::Ingest, Settings::default()))
-        .unwrap();
+    f.registry.install(f.module(guest, "1.0.0", Kind::Ingest, settings)).unwrap();
+    f.registry.install(f.module("pmu-validate", "1.0.0", Kind::Ingest, Settings::default())).unwrap();
     let mut hostile = Binding::default();
     hostile.select.metric_prefix = "pmu.".into();
     hostile.ingest = Some(guest.parse().unwrap());
-    let good = Binding {
-        ingest: Some("pmu-validate".parse().unwrap()),
-        ..Binding::default()
-    };
+    let good = Binding { ingest: Some("pmu-validate".parse().unwrap()), ..Binding::default() };
     f.registry.bind(Bindings(vec![hostile, good])).unwrap();
     f
 }
@@ -43,9 +34,7 @@ fn good_series() -> SeriesKey {
 
 /// A good call on the same registry still works.
 fn still_serving(registry: &Registry) {
-    let out = registry
-        .ingest(&good_series(), points(&[1.0, f64::NAN]))
-        .unwrap();
+    let out = registry.ingest(&good_series(), points(&[1.0, f64::NAN])).unwrap();
     assert_eq!(out.keep.len(), 1);
     assert_eq!(out.rejected.len(), 1);
 }
@@ -53,10 +42,7 @@ fn still_serving(registry: &Registry) {
 #[test]
 fn an_infinite_loop_is_stopped_while_other_calls_complete() {
     // A longer deadline than the default leaves room to watch other calls complete meanwhile.
-    let looping = Settings {
-        deadline_ms: Some(300),
-        ..Settings::default()
-    };
+    let looping = Settings { deadline_ms: Some(300), ..Settings::default() };
     let f = Arc::new(hostile_fixture("hostile-loop", looping));
     let done = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -77,16 +63,7 @@ fn an_infinite_loop_is_stopped_while_other_calls_complete() {
     let during = done.load(Ordering::Relaxed) - before;
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
-    assert!(
-        matches!(
-            err,
-            PolicyError::Timeout {
-                deadline_ms: 300,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, PolicyError::Timeout { deadline_ms: 300, .. }), "{err}");
     assert!(err.to_string().contains("deadline of 300 ms"), "{err}");
     assert!(during > 0, "no other call completed while the loop ran");
     still_serving(&f.registry);
@@ -99,75 +76,30 @@ fn an_infinite_loop_is_stopped_while_other_calls_complete() {
 fn the_default_deadline_stops_a_loop() {
     let f = hostile_fixture_with("hostile-loop", Settings::default(), Limits::default());
     let err = f.registry.ingest(&series(), points(&[1.0])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PolicyError::Timeout {
-                deadline_ms: 10,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, PolicyError::Timeout { deadline_ms: 10, .. }), "{err}");
 }
 
 #[test]
 fn a_memory_bomb_is_capped() {
-    let f = hostile_fixture(
-        "hostile-memory-bomb",
-        Settings {
-            memory_mib: Some(16),
-            ..Settings::default()
-        },
-    );
+    let f = hostile_fixture("hostile-memory-bomb", Settings { memory_mib: Some(16), ..Settings::default() });
     let err = f.registry.ingest(&series(), points(&[1.0])).unwrap_err();
-    assert!(
-        matches!(err, PolicyError::MemoryLimit { limit_bytes, .. } if limit_bytes == 16 << 20),
-        "{err}"
-    );
+    assert!(matches!(err, PolicyError::MemoryLimit { limit_bytes, .. } if limit_bytes == 16 << 20), "{err}");
     still_serving(&f.registry);
 }
 
 #[test]
 fn a_memory_cap_above_the_node_cap_is_refused() {
-    let f = Fixture::with_limits(Limits {
-        memory_bytes: 32 << 20,
-        ..test_limits()
-    });
-    let m = f.module(
-        "noop",
-        "1.0.0",
-        Kind::Ingest,
-        Settings {
-            memory_mib: Some(64),
-            ..Settings::default()
-        },
-    );
+    let f = Fixture::with_limits(Limits { memory_bytes: 32 << 20, ..test_limits() });
+    let m = f.module("noop", "1.0.0", Kind::Ingest, Settings { memory_mib: Some(64), ..Settings::default() });
     let err = f.registry.install(m).unwrap_err();
-    assert!(
-        err.to_string().contains("above the node's cap of 32 MiB"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("above the node's cap of 32 MiB"), "{err}");
 }
 
 #[test]
 fn an_oversized_output_is_refused() {
     let f = hostile_fixture("hostile-oversized", Settings::default());
-    let err = f
-        .registry
-        .ingest(&series(), points(&[1.0, 2.0, 3.0]))
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PolicyError::OutputTooLarge {
-                got: 30,
-                limit: 3,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let err = f.registry.ingest(&series(), points(&[1.0, 2.0, 3.0])).unwrap_err();
+    assert!(matches!(err, PolicyError::OutputTooLarge { got: 30, limit: 3, .. }), "{err}");
     still_serving(&f.registry);
 }
 
@@ -185,13 +117,7 @@ fn a_panic_is_a_trap_with_its_message() {
 
 #[test]
 fn a_failing_policy_can_pass_batches_through() {
-    let f = hostile_fixture(
-        "hostile-panic",
-        Settings {
-            on_failure: OnFailure::PassThrough,
-            ..Settings::default()
-        },
-    );
+    let f = hostile_fixture("hostile-panic", Settings { on_failure: OnFailure::PassThrough, ..Settings::default() });
     let batch = points(&[1.0, f64::NAN]);
     let out = f.registry.ingest(&series(), batch.clone()).unwrap();
     assert_eq!(out.keep, batch, "passed through unprocessed");
@@ -203,15 +129,7 @@ fn a_failing_policy_can_pass_batches_through() {
 #[test]
 fn a_component_importing_wasi_is_refused_at_load() {
     let f = Fixture::new();
-    let err = f
-        .registry
-        .install(f.module(
-            "hostile-wasi-fs",
-            "1.0.0",
-            Kind::Ingest,
-            Settings::default(),
-        ))
-        .unwrap_err();
+    let err = f.registry.install(f.module("hostile-wasi-fs", "1.0.0", Kind::Ingest, Settings::default())).unwrap_err();
     let PolicyError::ForbiddenImport { import, .. } = &err else {
         panic!("expected a forbidden import, got {err}");
     };
@@ -235,10 +153,7 @@ fn malformed_bytes_are_refused_at_load() {
         // Signed, so that it is the bytes, not the signature, that are refused.
         let m = f.module_from_bytes("bad", "1.0.0", Kind::Ingest, bytes, Settings::default());
         let err = f.registry.install(m).unwrap_err();
-        assert!(
-            matches!(err, PolicyError::Malformed { .. }),
-            "{what}: {err}"
-        );
+        assert!(matches!(err, PolicyError::Malformed { .. }), "{what}: {err}");
         if what == "core module" {
             assert!(err.to_string().contains("not a component"), "{err}");
         }
@@ -249,33 +164,14 @@ fn malformed_bytes_are_refused_at_load() {
 #[test]
 fn a_policy_of_the_wrong_world_is_refused() {
     let f = Fixture::new();
-    let err = f
-        .registry
-        .install(f.module("rms", "1.0.0", Kind::Ingest, Settings::default()))
-        .unwrap_err();
+    let err = f.registry.install(f.module("rms", "1.0.0", Kind::Ingest, Settings::default())).unwrap_err();
     assert!(matches!(err, PolicyError::WrongWorld { .. }), "{err}");
 }
 
 #[test]
 fn oversized_input_is_refused_before_the_guest_runs() {
-    let f = Fixture::with_limits(Limits {
-        max_batch_points: 10,
-        ..test_limits()
-    });
+    let f = Fixture::with_limits(Limits { max_batch_points: 10, ..test_limits() });
     f.install_everywhere("noop", Kind::Ingest, Settings::default());
-    let err = f
-        .registry
-        .ingest(&series(), points(&[0.0; 11]))
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PolicyError::InputTooLarge {
-                got: 11,
-                limit: 10,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let err = f.registry.ingest(&series(), points(&[0.0; 11])).unwrap_err();
+    assert!(matches!(err, PolicyError::InputTooLarge { got: 11, limit: 10, .. }), "{err}");
 }

@@ -5,9 +5,7 @@ mod common;
 
 use common::*;
 use timeshard_policy::signing;
-use timeshard_policy::{
-    Binding, Bindings, Config, FailureKind, Kind, PolicyError, Registry, Settings,
-};
+use timeshard_policy::{Binding, Bindings, Config, FailureKind, Kind, PolicyError, Registry, Settings};
 
 #[test]
 fn unsigned_modules_are_refused() {
@@ -64,12 +62,7 @@ fn a_new_version_swaps_in_and_a_bad_one_leaves_the_last_good() {
     assert_eq!(run().keep[0].value, 2000.0);
 
     // v2 swaps in for the next batch.
-    let v2 = f.module(
-        "unit-convert",
-        "2.0.0",
-        Kind::Ingest,
-        settings(&[("scale", "10")]),
-    );
+    let v2 = f.module("unit-convert", "2.0.0", Kind::Ingest, settings(&[("scale", "10")]));
     f.registry.install(v2).unwrap();
     let out = run();
     assert_eq!(out.keep[0].value, 20.0);
@@ -79,21 +72,9 @@ fn a_new_version_swaps_in_and_a_bad_one_leaves_the_last_good() {
     let mut v3 = f.module("unit-convert", "3.0.0", Kind::Ingest, Settings::default());
     v3.wasm.push(0);
     assert!(f.registry.install(v3).is_err());
-    let v4 = f.module_from_bytes(
-        "unit-convert",
-        "4.0.0",
-        Kind::Ingest,
-        b"junk".to_vec(),
-        Settings::default(),
-    );
+    let v4 = f.module_from_bytes("unit-convert", "4.0.0", Kind::Ingest, b"junk".to_vec(), Settings::default());
     assert!(f.registry.install(v4).is_err());
-    let v5 = f.module_from_bytes(
-        "unit-convert",
-        "5.0.0",
-        Kind::Ingest,
-        wasm("hostile-wasi-fs"),
-        Settings::default(),
-    );
+    let v5 = f.module_from_bytes("unit-convert", "5.0.0", Kind::Ingest, wasm("hostile-wasi-fs"), Settings::default());
     assert!(f.registry.install(v5).is_err());
     let out = run();
     assert_eq!(out.keep[0].value, 20.0);
@@ -101,43 +82,18 @@ fn a_new_version_swaps_in_and_a_bad_one_leaves_the_last_good() {
 
     let running = f.registry.running();
     assert_eq!(running.len(), 2);
-    assert!(
-        running
-            .iter()
-            .any(|r| r.policy.version == "2.0.0" && r.current)
-    );
-    assert!(
-        running
-            .iter()
-            .any(|r| r.policy.version == "1.0.0" && !r.current)
-    );
+    assert!(running.iter().any(|r| r.policy.version == "2.0.0" && r.current));
+    assert!(running.iter().any(|r| r.policy.version == "1.0.0" && !r.current));
 }
 
 #[test]
 fn pinned_bindings_keep_their_version() {
     let f = Fixture::new();
+    f.registry.install(f.module("unit-convert", "1.0.0", Kind::Ingest, settings(&[("scale", "2")]))).unwrap();
     f.registry
-        .install(f.module(
-            "unit-convert",
-            "1.0.0",
-            Kind::Ingest,
-            settings(&[("scale", "2")]),
-        ))
+        .bind(Bindings(vec![Binding { ingest: Some("unit-convert@1.0.0".parse().unwrap()), ..Binding::default() }]))
         .unwrap();
-    f.registry
-        .bind(Bindings(vec![Binding {
-            ingest: Some("unit-convert@1.0.0".parse().unwrap()),
-            ..Binding::default()
-        }]))
-        .unwrap();
-    f.registry
-        .install(f.module(
-            "unit-convert",
-            "2.0.0",
-            Kind::Ingest,
-            settings(&[("scale", "3")]),
-        ))
-        .unwrap();
+    f.registry.install(f.module("unit-convert", "2.0.0", Kind::Ingest, settings(&[("scale", "3")]))).unwrap();
     let out = f.registry.ingest(&series(), points(&[1.0])).unwrap();
     assert_eq!(out.keep[0].value, 2.0);
 }
@@ -146,16 +102,10 @@ fn pinned_bindings_keep_their_version() {
 fn bindings_naming_missing_or_mismatched_policies_are_refused() {
     let f = Fixture::new();
     f.install_everywhere("noop", Kind::Ingest, Settings::default());
-    let missing = Bindings(vec![Binding {
-        ingest: Some("nope".parse().unwrap()),
-        ..Binding::default()
-    }]);
+    let missing = Bindings(vec![Binding { ingest: Some("nope".parse().unwrap()), ..Binding::default() }]);
     let err = f.registry.bind(missing).unwrap_err();
     assert!(matches!(err, PolicyError::NotInstalled { .. }), "{err}");
-    let wrong_kind = Bindings(vec![Binding {
-        query: vec!["noop".parse().unwrap()],
-        ..Binding::default()
-    }]);
+    let wrong_kind = Bindings(vec![Binding { query: vec!["noop".parse().unwrap()], ..Binding::default() }]);
     assert!(f.registry.bind(wrong_kind).is_err());
     // The old bindings stay.
     assert!(f.registry.ingest_policy(&series()).is_some());
@@ -164,15 +114,9 @@ fn bindings_naming_missing_or_mismatched_policies_are_refused() {
 #[test]
 fn selectors_match_metric_prefix_and_tags_first_binding_wins() {
     let f = Fixture::new();
-    f.registry
-        .install(f.module("noop", "1.0.0", Kind::Ingest, Settings::default()))
-        .unwrap();
-    f.registry
-        .install(f.module("deadband", "1.0.0", Kind::Ingest, settings(&[("d", "1")])))
-        .unwrap();
-    f.registry
-        .install(f.module("rms", "1.0.0", Kind::Query, Settings::default()))
-        .unwrap();
+    f.registry.install(f.module("noop", "1.0.0", Kind::Ingest, Settings::default())).unwrap();
+    f.registry.install(f.module("deadband", "1.0.0", Kind::Ingest, settings(&[("d", "1")]))).unwrap();
+    f.registry.install(f.module("rms", "1.0.0", Kind::Query, Settings::default())).unwrap();
     let toml = r#"
         [[bindings]]
         select = { metric_prefix = "pmu.", tags = { site = "atl" } }
@@ -184,23 +128,12 @@ fn selectors_match_metric_prefix_and_tags_first_binding_wins() {
     "#;
     let config: Config = toml::from_str(toml).unwrap();
     f.registry.bind(config.bindings).unwrap();
-    let policy = |s: &str| {
-        f.registry
-            .ingest_policy(&s.parse().unwrap())
-            .map(|p| p.name)
-    };
-    assert_eq!(
-        policy("pmu.phase{bus=7,site=atl}").as_deref(),
-        Some("deadband")
-    );
+    let policy = |s: &str| f.registry.ingest_policy(&s.parse().unwrap()).map(|p| p.name);
+    assert_eq!(policy("pmu.phase{bus=7,site=atl}").as_deref(), Some("deadband"));
     assert_eq!(policy("pmu.phase{bus=7,site=nyc}").as_deref(), Some("noop"));
     assert_eq!(policy("grid.freq{site=atl}").as_deref(), Some("noop"));
     assert_eq!(f.registry.query_policies(&series()).len(), 1);
-    assert!(
-        f.registry
-            .query_policies(&"x{site=nyc}".parse().unwrap())
-            .is_empty()
-    );
+    assert!(f.registry.query_policies(&"x{site=nyc}".parse().unwrap()).is_empty());
 }
 
 #[test]
@@ -261,10 +194,7 @@ fn a_node_configures_itself_from_toml_and_reloads() {
     assert_eq!(out.keep.len(), 1);
 
     // A node that trusts nobody runs nothing.
-    let untrusting = Config {
-        trusted_keys: vec![],
-        ..config
-    };
+    let untrusting = Config { trusted_keys: vec![], ..config };
     let (registry, report) = Registry::from_config(&untrusting, dir.path()).unwrap();
     assert_eq!(report.failed.len(), 2);
     assert!(report.bindings_error.is_some());
@@ -275,13 +205,9 @@ fn a_node_configures_itself_from_toml_and_reloads() {
 fn compiled_components_are_cached_by_content() {
     let f = Fixture::new();
     for v in ["1.0.0", "1.0.1", "1.0.2"] {
-        f.registry
-            .install(f.module("noop", v, Kind::Ingest, Settings::default()))
-            .unwrap();
+        f.registry.install(f.module("noop", v, Kind::Ingest, Settings::default())).unwrap();
     }
     assert_eq!(f.registry.cached_components(), 1);
-    f.registry
-        .install(f.module("deadband", "1.0.0", Kind::Ingest, Settings::default()))
-        .unwrap();
+    f.registry.install(f.module("deadband", "1.0.0", Kind::Ingest, Settings::default())).unwrap();
     assert_eq!(f.registry.cached_components(), 2);
 }

@@ -47,14 +47,7 @@ impl Summary {
             max = max.max(p.value);
             sum += p.value;
         }
-        Some(Summary {
-            count: points.len() as u64,
-            min,
-            max,
-            sum,
-            first,
-            last,
-        })
+        Some(Summary { count: points.len() as u64, min, max, sum, first, last })
     }
 
     /// The summary of the union of two disjoint point sets.
@@ -101,12 +94,7 @@ impl Aggregator {
     /// Windows of `window_ns` (positive; see [`crate::check_windows`]) aligned to the epoch and
     /// trimmed to `range`.
     pub fn new(range: TimeRange, window_ns: i64) -> Aggregator {
-        Aggregator {
-            range,
-            window_ns: window_ns.max(1),
-            current: None,
-            out: Vec::new(),
-        }
+        Aggregator { range, window_ns: window_ns.max(1), current: None, out: Vec::new() }
     }
 
     /// The window index of `ts`.
@@ -117,9 +105,7 @@ impl Aggregator {
     /// Whether every instant of `[start, end)` lies in the range and in one window, so a
     /// summary of it can be used whole.
     pub fn fits_one_window(&self, start: Timestamp, end: Timestamp) -> bool {
-        start >= self.range.start()
-            && end <= self.range.end()
-            && self.window_of(start) == self.window_of(end - 1)
+        start >= self.range.start() && end <= self.range.end() && self.window_of(start) == self.window_of(end - 1)
     }
 
     /// Adds points sorted by identity, later than everything fed before. Points outside the
@@ -212,10 +198,7 @@ mod tests {
         assert_eq!(w.len(), 4);
         assert_eq!((w[0].start, w[0].end, w[0].count), (5, 10, 5));
         assert_eq!((w[3].start, w[3].end, w[3].count), (30, 35, 5));
-        assert_eq!(
-            (w[1].min, w[1].max, w[1].sum, w[1].mean),
-            (10.0, 19.0, 145.0, 14.5)
-        );
+        assert_eq!((w[1].min, w[1].max, w[1].sum, w[1].mean), (10.0, 19.0, 145.0, 14.5));
         assert_eq!((w[1].first, w[1].last), (10.0, 19.0));
         assert!(a_fits());
         fn a_fits() -> bool {

@@ -47,14 +47,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
 /// Maps an I/O failure to the store error a caller can act on.
 pub(crate) fn io_error(context: String, e: io::Error) -> StoreError {
     match e.kind() {
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => StoreError::Full(format!(
-            "{context}: {e}; free disk space (or shorten retention) and retry"
-        )),
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
-            StoreError::PermissionDenied(format!(
-                "{context}: {e}; give the node's user read and write access to its data directory"
-            ))
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
+            StoreError::Full(format!("{context}: {e}; free disk space (or shorten retention) and retry"))
         }
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => StoreError::PermissionDenied(format!(
+            "{context}: {e}; give the node's user read and write access to its data directory"
+        )),
         _ => StoreError::Io { context, source: e },
     }
 }
@@ -100,11 +98,7 @@ impl FileBackend {
             }
             Err(fs::TryLockError::Error(e)) => return Err(io_error(ctx("locking"), e)),
         }
-        Ok(FileBackend {
-            root: root.to_path_buf(),
-            files: Mutex::new(HashMap::new()),
-            _lock: lock,
-        })
+        Ok(FileBackend { root: root.to_path_buf(), files: Mutex::new(HashMap::new()), _lock: lock })
     }
 
     /// The directory this backend owns.
@@ -114,10 +108,7 @@ impl FileBackend {
 
     fn path(&self, p: &str) -> io::Result<PathBuf> {
         if p.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("bad store path {p:?}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad store path {p:?}")));
         }
         Ok(self.root.join(p))
     }
@@ -135,17 +126,9 @@ impl FileBackend {
         if create && let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(&path)?;
+        let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(&path)?;
         let len = file.metadata()?.len();
-        let h = Arc::new(Handle {
-            file,
-            state: Mutex::new((len, !existed)),
-        });
+        let h = Arc::new(Handle { file, state: Mutex::new((len, !existed)) });
         Ok(self.handles().entry(p.to_string()).or_insert(h).clone())
     }
 
@@ -204,10 +187,7 @@ impl Backend for FileBackend {
     fn sync(&self, path: &str) -> io::Result<()> {
         let h = self.handle(path, false)?;
         h.file.sync_data()?;
-        let new = std::mem::replace(
-            &mut h.state.lock().unwrap_or_else(|e| e.into_inner()).1,
-            false,
-        );
+        let new = std::mem::replace(&mut h.state.lock().unwrap_or_else(|e| e.into_inner()).1, false);
         if new && let Err(e) = self.sync_dir_of(path) {
             h.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
             return Err(e);
@@ -256,10 +236,7 @@ mod tests {
     fn files_append_read_replace_and_lock() {
         let dir = tempfile::tempdir().unwrap();
         let b = FileBackend::open(dir.path()).unwrap();
-        assert!(matches!(
-            FileBackend::open(dir.path()),
-            Err(StoreError::Unavailable(_))
-        ));
+        assert!(matches!(FileBackend::open(dir.path()), Err(StoreError::Unavailable(_))));
         assert_eq!(b.append("wal/1.wal", b"hello").unwrap(), 0);
         assert_eq!(b.append("wal/1.wal", b" world").unwrap(), 5);
         b.sync("wal/1.wal").unwrap();

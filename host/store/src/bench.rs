@@ -42,11 +42,7 @@ fn unit(x: u64) -> f64 {
 
 /// Series key of `pmu` bus `bus`.
 pub fn pmu_series(bus: u32) -> SeriesKey {
-    SeriesKey::new(
-        "pmu.phase",
-        [("bus", bus.to_string().as_str()), ("site", "atl")],
-    )
-    .expect("valid key")
+    SeriesKey::new("pmu.phase", [("bus", bus.to_string().as_str()), ("site", "atl")]).expect("valid key")
 }
 
 /// Series key of `counter` meter `id`.
@@ -59,10 +55,7 @@ pub fn pmu_point(bus: u32, i: u64) -> Point {
     let ts = T0_NS + (i as i64) * 1_000_000_000 / 60;
     let t = (ts - T0_NS) as f64 / 1e9;
     let seed = SEED.wrapping_add(u64::from(bus).wrapping_mul(GOLDEN));
-    let (u1, u2) = (
-        unit(seed.wrapping_add(2 * i)),
-        unit(seed.wrapping_add(2 * i + 1)),
-    );
+    let (u1, u2) = (unit(seed.wrapping_add(2 * i)), unit(seed.wrapping_add(2 * i + 1)));
     let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
     let v = 50.0 * (std::f64::consts::TAU * 0.05 * t).sin() + 0.05 * z;
     Point::new(ts, (v * 1000.0).round() / 1000.0)
@@ -75,9 +68,7 @@ pub fn pmu_points(bus: u32, first: u64, n: usize) -> impl Iterator<Item = Point>
 
 /// The first `n` samples of `counter` meter `id`.
 pub fn counter_points(id: u32, n: usize) -> impl Iterator<Item = Point> {
-    let seed = SEED
-        .wrapping_add(0xC0FF_EE00)
-        .wrapping_add(u64::from(id).wrapping_mul(GOLDEN));
+    let seed = SEED.wrapping_add(0xC0FF_EE00).wrapping_add(u64::from(id).wrapping_mul(GOLDEN));
     let mut value = 0u64;
     (0..n as u64).map(move |i| {
         if i > 0 {
@@ -94,11 +85,7 @@ pub fn to_blocks(series: &SeriesKey, len: QuantumLen, points: &[Point]) -> Vec<B
         let q = len.quantum_of(p.ts);
         match out.last_mut() {
             Some(b) if b.quantum == q => b.points.push(*p),
-            _ => out.push(BlockPoints {
-                series: series.clone(),
-                quantum: q,
-                points: vec![*p],
-            }),
+            _ => out.push(BlockPoints { series: series.clone(), quantum: q, points: vec![*p] }),
         }
     }
     out
@@ -339,15 +326,10 @@ pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchErr
     }
     r.ingest_points_per_s = median_u(&r.runs.ingest_points_per_s);
     // For comparison: one writer, so no two writes share an fsync.
-    let single = BenchOptions {
-        writers: 1,
-        ..opts.clone()
-    };
+    let single = BenchOptions { writers: 1, ..opts.clone() };
     for rep in 0..opts.reps {
         let p = fresh(dir, &format!("ingest1-{rep}"))?;
-        r.runs
-            .ingest_single_writer_points_per_s
-            .push(ingest(&p, &single, &config)?);
+        r.runs.ingest_single_writer_points_per_s.push(ingest(&p, &single, &config)?);
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
 
@@ -358,17 +340,9 @@ pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchErr
         let store = DiskStore::open(&p, config.clone())?;
         for s in 0..10u32 {
             let (key, len, pts): (SeriesKey, QuantumLen, Vec<Point>) = if is_pmu {
-                (
-                    pmu_series(s),
-                    opts.pmu_quantum,
-                    pmu_points(s, 0, per).collect(),
-                )
+                (pmu_series(s), opts.pmu_quantum, pmu_points(s, 0, per).collect())
             } else {
-                (
-                    counter_series(s),
-                    opts.counter_quantum,
-                    counter_points(s, per).collect(),
-                )
+                (counter_series(s), opts.counter_quantum, counter_points(s, per).collect())
             };
             for chunk in pts.chunks(opts.batch_points) {
                 store.write(&to_blocks(&key, len, chunk))?;
@@ -417,10 +391,8 @@ fn ingest(dir: &Path, opts: &BenchOptions, config: &DiskConfig) -> Result<u64, B
     let samples = opts.ingest_points / opts.ingest_series as usize;
     let batches: Vec<Vec<Vec<BlockPoints>>> = (0..writers)
         .map(|w| {
-            let series: Vec<u32> = (w * per_writer
-                ..((w + 1) * per_writer).min(opts.ingest_series as usize))
-                .map(|s| s as u32)
-                .collect();
+            let series: Vec<u32> =
+                (w * per_writer..((w + 1) * per_writer).min(opts.ingest_series as usize)).map(|s| s as u32).collect();
             (0..samples.div_ceil(ticks))
                 .map(|b| {
                     let first = (b * ticks) as u64;
@@ -436,12 +408,7 @@ fn ingest(dir: &Path, opts: &BenchOptions, config: &DiskConfig) -> Result<u64, B
                 .collect()
         })
         .collect();
-    let total: usize = batches
-        .iter()
-        .flatten()
-        .flatten()
-        .map(|b| b.points.len())
-        .sum();
+    let total: usize = batches.iter().flatten().flatten().map(|b| b.points.len()).sum();
     let clock = AtomicI64::new(T0_NS);
     let done = AtomicBool::new(false);
     let store = Arc::new(store);
@@ -501,8 +468,7 @@ fn day_and_year(
     }
     settle(&store, i64::MAX / 2)?;
     let day_ns = (opts.day_points as i64) * 1_000_000_000 / 60;
-    let day =
-        TimeRange::new(T0_NS, T0_NS + day_ns).map_err(|e| BenchError::Check(e.to_string()))?;
+    let day = TimeRange::new(T0_NS, T0_NS + day_ns).map_err(|e| BenchError::Check(e.to_string()))?;
     let minute = 60_000_000_000;
     for _ in 0..opts.reps.max(3) {
         let start = Instant::now();
@@ -518,27 +484,17 @@ fn day_and_year(
         }
         let secs = start.elapsed().as_secs_f64();
         if n != opts.day_points {
-            return Err(BenchError::Check(format!(
-                "scan returned {n} points, expected {}",
-                opts.day_points
-            )));
+            return Err(BenchError::Check(format!("scan returned {n} points, expected {}", opts.day_points)));
         }
         r.runs.scan_points_per_s.push((n as f64 / secs) as u64);
 
         let start = Instant::now();
         let w = store.aggregate(&key, day, minute)?;
-        r.runs
-            .agg_day_1m_ms
-            .push(start.elapsed().as_secs_f64() * 1e3);
+        r.runs.agg_day_1m_ms.push(start.elapsed().as_secs_f64() * 1e3);
         // Windows are aligned to the epoch; T0 is not on a minute boundary.
         let want = (day.end() - 1).div_euclid(minute) - day.start().div_euclid(minute) + 1;
-        if w.len() as i64 != want
-            || w.iter().map(|w| w.count).sum::<u64>() != opts.day_points as u64
-        {
-            return Err(BenchError::Check(format!(
-                "day aggregate made {} windows, expected {want}",
-                w.len()
-            )));
+        if w.len() as i64 != want || w.iter().map(|w| w.count).sum::<u64>() != opts.day_points as u64 {
+            return Err(BenchError::Check(format!("day aggregate made {} windows, expected {want}", w.len())));
         }
 
         // For comparison: the same windows computed from a raw read.
@@ -547,15 +503,12 @@ fn day_and_year(
         let mut agg = crate::agg::Aggregator::new(day, minute);
         agg.push_points(&raw.points);
         let w2 = agg.finish();
-        r.runs
-            .agg_day_1m_from_raw_ms
-            .push(start.elapsed().as_secs_f64() * 1e3);
+        r.runs.agg_day_1m_from_raw_ms.push(start.elapsed().as_secs_f64() * 1e3);
         // Sums of summaries add per-block partial sums, so their last bits may differ from a
         // point-by-point sum; everything else must be identical.
         let same = w2.len() == w.len()
             && w.iter().zip(&w2).all(|(a, b)| {
-                (a.start, a.end, a.count, a.first_ts, a.last_ts)
-                    == (b.start, b.end, b.count, b.first_ts, b.last_ts)
+                (a.start, a.end, a.count, a.first_ts, a.last_ts) == (b.start, b.end, b.count, b.first_ts, b.last_ts)
                     && (a.min, a.max, a.first, a.last) == (b.min, b.max, b.first, b.last)
                     && (a.sum - b.sum).abs() <= 1e-9 * (1.0 + a.sum.abs())
             });
@@ -593,9 +546,7 @@ fn day_and_year(
     for _ in 0..opts.reps.max(3) {
         let start = Instant::now();
         let w = store.aggregate(&key, year, hour)?;
-        r.runs
-            .agg_year_1h_ms
-            .push(start.elapsed().as_secs_f64() * 1e3);
+        r.runs.agg_year_1h_ms.push(start.elapsed().as_secs_f64() * 1e3);
         if w.iter().map(|w| w.count).sum::<u64>() != opts.year_points as u64 {
             return Err(BenchError::Check("year aggregate lost points".into()));
         }
@@ -608,20 +559,14 @@ fn day_and_year(
 
 /// Writes `recovery_points` without maintenance (all in the log), "kills" the store by dropping
 /// it without any shutdown step, and times the reopen. Returns (s per GB of log, log bytes).
-fn recovery(
-    dir: &Path,
-    opts: &BenchOptions,
-    config: &DiskConfig,
-) -> Result<(f64, u64), BenchError> {
+fn recovery(dir: &Path, opts: &BenchOptions, config: &DiskConfig) -> Result<(f64, u64), BenchError> {
     let series = opts.ingest_series.max(1);
     let per = opts.recovery_points / series as usize;
     {
         let store = DiskStore::open(dir, config.clone())?;
         let mut first = 0;
         while first < per {
-            let n = (opts.batch_points / series as usize)
-                .max(1)
-                .min(per - first);
+            let n = (opts.batch_points / series as usize).max(1).min(per - first);
             let batch: Vec<BlockPoints> = (0..series)
                 .flat_map(|s| {
                     let pts: Vec<Point> = pmu_points(s, first as u64, n).collect();
@@ -638,10 +583,7 @@ fn recovery(
     let secs = start.elapsed().as_secs_f64();
     let held = store.stats().open_points;
     if held != (per * series as usize) as u64 {
-        return Err(BenchError::Check(format!(
-            "recovered {held} points, expected {}",
-            per * series as usize
-        )));
+        return Err(BenchError::Check(format!("recovered {held} points, expected {}", per * series as usize)));
     }
     Ok((secs / (log_bytes as f64 / 1e9), log_bytes))
 }
@@ -680,20 +622,12 @@ fn compare_codecs(points: &[Point], len: QuantumLen, reps: usize) -> CodecCompar
             let t = Instant::now();
             let decoded: usize = encoded.iter().map(|(a, b, n)| dec(a, b, *n)).sum();
             let dec_s = t.elapsed().as_secs_f64();
-            assert_eq!(
-                decoded,
-                points.len(),
-                "codec comparison decoded every point"
-            );
+            assert_eq!(decoded, points.len(), "codec comparison decoded every point");
             figures.push((bytes as f64 / n, (n / enc_s) as u64, (n / dec_s) as u64));
         }
         figures.sort_by_key(|f| f.1);
         let m = figures[figures.len() / 2];
-        CodecFigures {
-            bytes_per_point: m.0,
-            encode_points_per_s: m.1,
-            decode_points_per_s: m.2,
-        }
+        CodecFigures { bytes_per_point: m.0, encode_points_per_s: m.1, decode_points_per_s: m.2 }
     };
     let pco_enc = |level: usize| {
         move |ts: &[i64], vs: &[f64]| {
@@ -733,15 +667,8 @@ mod tests {
         assert_eq!(p[0].ts, T0_NS);
         assert_eq!(p[1].ts - p[0].ts, 16_666_666);
         assert_eq!(p[60].ts, T0_NS + 1_000_000_000);
-        assert!(
-            p.iter()
-                .all(|p| ((p.value * 1000.0).round() / 1000.0).to_bits() == p.value.to_bits())
-        );
-        assert!(
-            p[0].value.abs() < 0.3,
-            "sin(0) plus small noise: {}",
-            p[0].value
-        );
+        assert!(p.iter().all(|p| ((p.value * 1000.0).round() / 1000.0).to_bits() == p.value.to_bits()));
+        assert!(p[0].value.abs() < 0.3, "sin(0) plus small noise: {}", p[0].value);
         // Random access equals sequential generation.
         assert_eq!(pmu_points(3, 60, 1).next(), Some(p[60]));
         assert_ne!(pmu_point(4, 0), pmu_point(3, 0));
@@ -773,9 +700,6 @@ mod tests {
         ] {
             assert!(json.get(key).is_some(), "{key}");
         }
-        assert!(
-            json["bytes_per_point"].get("pmu").is_some()
-                && json["bytes_per_point"].get("counter").is_some()
-        );
+        assert!(json["bytes_per_point"].get("pmu").is_some() && json["bytes_per_point"].get("counter").is_some());
     }
 }

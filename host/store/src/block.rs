@@ -59,17 +59,8 @@ pub struct Header {
 }
 
 /// Encodes sorted, deduplicated, non-empty `points` of one block as a frame appended to `out`.
-pub fn encode(
-    out: &mut Vec<u8>,
-    series: u32,
-    quantum: Quantum,
-    points: &[Point],
-    codec: Codec,
-) -> Summary {
-    assert!(
-        !points.is_empty() && points.len() <= MAX_POINTS,
-        "the engine seals only non-empty, size-capped blocks"
-    );
+pub fn encode(out: &mut Vec<u8>, series: u32, quantum: Quantum, points: &[Point], codec: Codec) -> Summary {
+    assert!(!points.is_empty() && points.len() <= MAX_POINTS, "the engine seals only non-empty, size-capped blocks");
     let summary = Summary::of(points).expect("non-empty");
     let no_events = points.iter().all(|p| p.event == 0);
     frame::put_with(out, MAGIC, KIND_BLOCK_V1, |o| {
@@ -81,11 +72,7 @@ pub fn encode(
         put_summary(o, &summary, quantum.start);
         let ts: Vec<i64> = points.iter().map(|p| p.ts).collect();
         let vals: Vec<f64> = points.iter().map(|p| p.value).collect();
-        let evs: Vec<u64> = if no_events {
-            Vec::new()
-        } else {
-            points.iter().map(|p| p.event).collect()
-        };
+        let evs: Vec<u64> = if no_events { Vec::new() } else { points.iter().map(|p| p.event).collect() };
         match codec {
             Codec::Pco => {
                 put_col(o, &pco_i64(&ts));
@@ -129,22 +116,11 @@ pub(crate) fn get_summary(r: &mut Reader<'_>, base: i64) -> Result<Summary, Malf
     let count = r.varint()?;
     let (min, max, sum) = (r.f64()?, r.f64()?, r.f64()?);
     let mut pt = || -> Result<Point, Malformed> {
-        Ok(Point {
-            ts: base.wrapping_add(frame::unzigzag(r.varint()?)),
-            event: r.varint()?,
-            value: r.f64()?,
-        })
+        Ok(Point { ts: base.wrapping_add(frame::unzigzag(r.varint()?)), event: r.varint()?, value: r.f64()? })
     };
     let first = pt()?;
     let last = pt()?;
-    Ok(Summary {
-        count,
-        min,
-        max,
-        sum,
-        first,
-        last,
-    })
+    Ok(Summary { count, min, max, sum, first, last })
 }
 
 fn put_col(o: &mut Vec<u8>, col: &[u8]) {
@@ -168,18 +144,10 @@ fn pco_f64(v: &[f64]) -> Vec<u8> {
     pco::standalone::simple_compress(v, &pco_config()).expect("pco accepts any f64 slice")
 }
 
-fn pco_decode<T: pco::data_types::Number>(
-    b: &[u8],
-    n: usize,
-    what: &str,
-) -> Result<Vec<T>, Malformed> {
-    let v: Vec<T> = pco::standalone::simple_decompress(b)
-        .map_err(|e| Malformed(format!("{what} column: {e}")))?;
+fn pco_decode<T: pco::data_types::Number>(b: &[u8], n: usize, what: &str) -> Result<Vec<T>, Malformed> {
+    let v: Vec<T> = pco::standalone::simple_decompress(b).map_err(|e| Malformed(format!("{what} column: {e}")))?;
     if v.len() != n {
-        return Err(Malformed(format!(
-            "{what} column holds {} numbers, the header says {n}",
-            v.len()
-        )));
+        return Err(Malformed(format!("{what} column holds {} numbers, the header says {n}", v.len())));
     }
     Ok(v)
 }
@@ -188,39 +156,23 @@ fn parse_header(body: &[u8]) -> Result<(Header, u8, Reader<'_>), Malformed> {
     let mut r = Reader::new(body);
     let codec = Codec::from_id(r.u8()?)?;
     let flags = r.u8()?;
-    let series =
-        u32::try_from(r.varint()?).map_err(|_| Malformed("series id over 32 bits".into()))?;
+    let series = u32::try_from(r.varint()?).map_err(|_| Malformed("series id over 32 bits".into()))?;
     let start = r.i64()?;
-    let len =
-        i64::try_from(r.varint()?).map_err(|_| Malformed("quantum length over 63 bits".into()))?;
+    let len = i64::try_from(r.varint()?).map_err(|_| Malformed("quantum length over 63 bits".into()))?;
     let len = QuantumLen::new(len).map_err(|e| Malformed(e.to_string()))?;
-    let quantum = Quantum::at(start, len)
-        .ok_or_else(|| Malformed(format!("quantum start {start} is not aligned to {len:?}")))?;
+    let quantum =
+        Quantum::at(start, len).ok_or_else(|| Malformed(format!("quantum start {start} is not aligned to {len:?}")))?;
     let summary = get_summary(&mut r, start)?;
     if summary.count == 0 || summary.count > MAX_POINTS as u64 {
         return Err(Malformed(format!("block claims {} points", summary.count)));
     }
-    Ok((
-        Header {
-            series,
-            quantum,
-            codec,
-            summary,
-        },
-        flags,
-        r,
-    ))
+    Ok((Header { series, quantum, codec, summary }, flags, r))
 }
 
 fn unframe(bytes: &[u8]) -> Result<&[u8], Malformed> {
-    let f = frame::parse_at(bytes, MAGIC, 0)
-        .ok_or_else(|| Malformed("bad magic, length or checksum".into()))?;
+    let f = frame::parse_at(bytes, MAGIC, 0).ok_or_else(|| Malformed("bad magic, length or checksum".into()))?;
     if f.len != bytes.len() {
-        return Err(Malformed(format!(
-            "frame is {} bytes but {} were stored for it",
-            f.len,
-            bytes.len()
-        )));
+        return Err(Malformed(format!("frame is {} bytes but {} were stored for it", f.len, bytes.len())));
     }
     if f.kind != KIND_BLOCK_V1 {
         return Err(Malformed(format!("unknown block kind {}", f.kind)));
@@ -247,18 +199,12 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malform
     let (h, flags, mut r) = parse_header(unframe(bytes)?)?;
     let n = h.summary.count as usize;
     let ts_col = r.bytes_varint()?;
-    let ev_col = if flags & FLAG_NO_EVENTS == 0 {
-        Some(r.bytes_varint()?)
-    } else {
-        None
-    };
+    let ev_col = if flags & FLAG_NO_EVENTS == 0 { Some(r.bytes_varint()?) } else { None };
     let val_col = r.bytes_varint()?;
     let (ts, evs, vals) = match h.codec {
         Codec::Pco => (
             pco_decode::<i64>(ts_col, n, "timestamp")?,
-            ev_col
-                .map(|c| pco_decode::<u64>(c, n, "event"))
-                .transpose()?,
+            ev_col.map(|c| pco_decode::<u64>(c, n, "event")).transpose()?,
             pco_decode::<f64>(val_col, n, "value")?,
         ),
         Codec::Xor => (
@@ -275,17 +221,10 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malform
     let base = out.len();
     out.reserve(n);
     match evs {
-        Some(evs) => out.extend(
-            ts.iter()
-                .zip(&evs)
-                .zip(&vals)
-                .map(|((&ts, &event), &value)| Point { ts, value, event }),
-        ),
-        None => out.extend(ts.iter().zip(&vals).map(|(&ts, &value)| Point {
-            ts,
-            value,
-            event: 0,
-        })),
+        Some(evs) => {
+            out.extend(ts.iter().zip(&evs).zip(&vals).map(|((&ts, &event), &value)| Point { ts, value, event }))
+        }
+        None => out.extend(ts.iter().zip(&vals).map(|(&ts, &value)| Point { ts, value, event: 0 })),
     }
     // A block whose columns disagree with its summary is as corrupt as a bad checksum.
     let (first, last) = (out[base], out[base + n - 1]);
@@ -295,9 +234,7 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malform
         || !h.quantum.contains(last.ts)
     {
         out.truncate(base);
-        return Err(Malformed(
-            "decoded points disagree with the block's summary or quantum".into(),
-        ));
+        return Err(Malformed("decoded points disagree with the block's summary or quantum".into()));
     }
     Ok(h)
 }
@@ -505,19 +442,9 @@ mod tests {
             Just(-0.0),
             any::<u64>().prop_map(f64::from_bits),
         ];
-        proptest::collection::vec(
-            (0i64..10_000, prop_oneof![Just(0u64), any::<u64>()], value),
-            1..300,
-        )
-        .prop_map(|v| {
-            let mut pts: Vec<Point> = v
-                .into_iter()
-                .map(|(ts, event, value)| Point {
-                    ts: 1_000_000 + ts * 997,
-                    event,
-                    value,
-                })
-                .collect();
+        proptest::collection::vec((0i64..10_000, prop_oneof![Just(0u64), any::<u64>()], value), 1..300).prop_map(|v| {
+            let mut pts: Vec<Point> =
+                v.into_iter().map(|(ts, event, value)| Point { ts: 1_000_000 + ts * 997, event, value }).collect();
             timeshard_proto::point::sort_dedup(&mut pts);
             pts
         })

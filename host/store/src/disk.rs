@@ -37,9 +37,7 @@ use crate::block::{self, Codec};
 use crate::frame;
 use crate::index::{self, Edit, Image, Loc};
 use crate::wal::{self, Def, Record, Wal};
-use crate::{
-    MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start,
-};
+use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start};
 
 /// On-disk format version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -65,10 +63,7 @@ pub struct RetentionRule {
 
 impl RetentionRule {
     pub fn new(metric_prefix: impl Into<String>, keep_ns: i64) -> RetentionRule {
-        RetentionRule {
-            metric_prefix: metric_prefix.into(),
-            keep_ns,
-        }
+        RetentionRule { metric_prefix: metric_prefix.into(), keep_ns }
     }
 }
 
@@ -304,10 +299,7 @@ impl DiskStore {
     }
 
     /// Opens the store over any backend (tests use [`crate::sim::SimBackend`]).
-    pub fn open_with_backend(
-        backend: Arc<dyn Backend>,
-        mut config: DiskConfig,
-    ) -> Result<DiskStore, StoreError> {
+    pub fn open_with_backend(backend: Arc<dyn Backend>, mut config: DiskConfig) -> Result<DiskStore, StoreError> {
         config.max_block_points = config.max_block_points.clamp(1, block::MAX_POINTS / 2);
         let mut problems = Vec::new();
         check_format(&*backend, &mut problems)?;
@@ -344,20 +336,13 @@ impl DiskStore {
                 if scan.valid_len < bytes.len() {
                     backend
                         .truncate(index::PATH, scan.valid_len as u64)
-                        .map_err(|e| {
-                            io_error(format!("cutting the torn tail of {}", index::PATH), e)
-                        })?;
+                        .map_err(|e| io_error(format!("cutting the torn tail of {}", index::PATH), e))?;
                 }
                 maint.index_len = scan.valid_len as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let mut out = Vec::new();
-                index::put(
-                    &mut out,
-                    &Edit::Header {
-                        version: FORMAT_VERSION,
-                    },
-                );
+                index::put(&mut out, &Edit::Header { version: FORMAT_VERSION });
                 backend
                     .append(index::PATH, &out)
                     .and_then(|_| backend.sync(index::PATH))
@@ -394,14 +379,11 @@ impl DiskStore {
             );
             st.next_id = st.next_id.max(id + 1);
         }
-        let seg_names = backend
-            .list("blocks")
-            .map_err(|e| io_error("listing blocks/".into(), e))?;
+        let seg_names = backend.list("blocks").map_err(|e| io_error("listing blocks/".into(), e))?;
         for name in &seg_names {
             if let Some(seg) = parse_seg_name(name) {
-                let bytes = backend
-                    .len(&seg_path(seg))
-                    .map_err(|e| io_error(format!("reading {}", seg_path(seg)), e))?;
+                let bytes =
+                    backend.len(&seg_path(seg)).map_err(|e| io_error(format!("reading {}", seg_path(seg)), e))?;
                 st.segs.insert(seg, SegStat { bytes, live: 0 });
             }
         }
@@ -410,9 +392,7 @@ impl DiskStore {
                 continue;
             };
             match st.segs.get_mut(&loc.seg) {
-                Some(seg) if loc.offset + u64::from(loc.len) <= seg.bytes => {
-                    seg.live += u64::from(loc.len)
-                }
+                Some(seg) if loc.offset + u64::from(loc.len) <= seg.bytes => seg.live += u64::from(loc.len),
                 _ => problems.push(format!(
                     "index: the block of {} at quantum {start} points past the end of {}; reading it \
                      will fail until it is re-replicated",
@@ -420,28 +400,14 @@ impl DiskStore {
                     seg_path(loc.seg)
                 )),
             }
-            s.blocks.insert(
-                start,
-                Block {
-                    sealed: Some(*loc),
-                    open_min_seg: u64::MAX,
-                    ..Block::default()
-                },
-            );
+            s.blocks.insert(start, Block { sealed: Some(*loc), open_min_seg: u64::MAX, ..Block::default() });
         }
         // Segments nothing points at hold only data that is also in the log (a seal that
         // crashed before its index edit): drop them.
         let referenced: BTreeSet<u32> = img.blocks.values().map(|l| l.seg).collect();
-        let orphans: Vec<u32> = st
-            .segs
-            .keys()
-            .filter(|k| !referenced.contains(k))
-            .copied()
-            .collect();
+        let orphans: Vec<u32> = st.segs.keys().filter(|k| !referenced.contains(k)).copied().collect();
         for seg in orphans {
-            backend
-                .remove(&seg_path(seg))
-                .map_err(|e| io_error(format!("removing unused {}", seg_path(seg)), e))?;
+            backend.remove(&seg_path(seg)).map_err(|e| io_error(format!("removing unused {}", seg_path(seg)), e))?;
             st.segs.remove(&seg);
         }
         maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
@@ -449,9 +415,7 @@ impl DiskStore {
         // Replay the log.
         let mut wal_segs = BTreeSet::new();
         let mut last_seq = img.first_live_wal.saturating_sub(1);
-        let names = backend
-            .list("wal")
-            .map_err(|e| io_error("listing wal/".into(), e))?;
+        let names = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
         for name in names {
             let Some(seq) = wal::parse_segment_name(&name) else {
                 continue;
@@ -460,15 +424,11 @@ impl DiskStore {
             last_seq = last_seq.max(seq);
             if seq < img.first_live_wal {
                 // Checkpointed before a crash interrupted its removal.
-                backend
-                    .remove(&path)
-                    .map_err(|e| io_error(format!("removing checkpointed {path}"), e))?;
+                backend.remove(&path).map_err(|e| io_error(format!("removing checkpointed {path}"), e))?;
                 continue;
             }
             wal_segs.insert(seq);
-            let bytes = backend
-                .read_all(&path)
-                .map_err(|e| io_error(format!("reading log segment {path}"), e))?;
+            let bytes = backend.read_all(&path).map_err(|e| io_error(format!("reading log segment {path}"), e))?;
             replay_segment(&mut st, seq, &path, &bytes, &mut problems)?;
         }
 
@@ -498,10 +458,7 @@ impl DiskStore {
     /// Problems found at open or by maintenance that the store worked around (damaged bytes
     /// skipped, blocks it could not merge). Empty when all is well.
     pub fn health(&self) -> Vec<String> {
-        self.health
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn problem(&self, p: String) {
@@ -533,11 +490,7 @@ impl DiskStore {
 
     /// The summary of one block (series, quantum start) over all its points, sealed and late,
     /// computed canonically; `None` if the block holds nothing.
-    pub fn block_summary(
-        &self,
-        series: &SeriesKey,
-        quantum_start: Timestamp,
-    ) -> Result<Option<Summary>, StoreError> {
+    pub fn block_summary(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<Summary>, StoreError> {
         for _ in 0..4 {
             let (id, sealed, open) = {
                 let st = self.read_state();
@@ -559,9 +512,7 @@ impl DiskStore {
                 Err(Load::Err(e)) => return Err(e),
             }
         }
-        Err(StoreError::Unavailable(
-            "block kept moving during compaction; retry".into(),
-        ))
+        Err(StoreError::Unavailable("block kept moving during compaction; retry".into()))
     }
 
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -600,11 +551,7 @@ impl DiskStore {
         };
         self.decoded.fetch_add(1, Ordering::Relaxed);
         let corrupt = |why: String| {
-            let key = self
-                .read_state()
-                .series
-                .get(&id)
-                .map_or_else(|| format!("id {id}"), |s| s.key.to_string());
+            let key = self.read_state().series.get(&id).map_or_else(|| format!("id {id}"), |s| s.key.to_string());
             Load::Err(StoreError::Corrupt(format!(
                 "the block of {key} at quantum {start} ({path}, offset {}, {} bytes) is damaged: {why}; \
                  other blocks are still served; re-replicate this one from a replica",
@@ -616,10 +563,7 @@ impl DiskStore {
             Ok(h) if h.series == id && h.quantum.start == start => Ok(()),
             Ok(h) => {
                 out.truncate(base);
-                Err(corrupt(format!(
-                    "it holds series id {} quantum {} instead",
-                    h.series, h.quantum.start
-                )))
+                Err(corrupt(format!("it holds series id {} quantum {} instead", h.series, h.quantum.start)))
             }
             Err(e) => Err(corrupt(e.0)),
         }
@@ -668,11 +612,7 @@ impl DiskStore {
         ids.clear();
         check(&st, &mut ids)?;
         ids.clear();
-        let new: BTreeSet<&SeriesKey> = blocks
-            .iter()
-            .map(|b| &b.series)
-            .filter(|k| !st.ids.contains_key(*k))
-            .collect();
+        let new: BTreeSet<&SeriesKey> = blocks.iter().map(|b| &b.series).filter(|k| !st.ids.contains_key(*k)).collect();
         self.check_room(&st, new.len())?;
         for b in blocks {
             let id = ensure_series(&mut st, &b.series);
@@ -697,11 +637,7 @@ impl DiskStore {
     }
 
     /// Keys of the sealed parts of the blocks a write touches (to count new points exactly).
-    fn sealed_keys(
-        &self,
-        blocks: &[BlockPoints],
-        ids: &[u32],
-    ) -> HashMap<(u32, i64), Vec<PointKey>> {
+    fn sealed_keys(&self, blocks: &[BlockPoints], ids: &[u32]) -> HashMap<(u32, i64), Vec<PointKey>> {
         let locs: Vec<(u32, i64, Loc)> = {
             let st = self.read_state();
             blocks
@@ -745,15 +681,10 @@ impl DiskStore {
         }
         let ctx = || format!("appending {} edits to {}", edits.len(), index::PATH);
         if m.index_torn {
-            self.backend
-                .truncate(index::PATH, m.index_len)
-                .map_err(|e| io_error(ctx(), e))?;
+            self.backend.truncate(index::PATH, m.index_len).map_err(|e| io_error(ctx(), e))?;
             m.index_torn = false;
         }
-        let r = self
-            .backend
-            .append(index::PATH, &buf)
-            .and_then(|_| self.backend.sync(index::PATH));
+        let r = self.backend.append(index::PATH, &buf).and_then(|_| self.backend.sync(index::PATH));
         match r {
             Ok(()) => {
                 m.index_len += buf.len() as u64;
@@ -773,10 +704,7 @@ impl DiskStore {
             m.seg_len = 0;
         }
         let path = seg_path(m.seg);
-        let r = self
-            .backend
-            .append(&path, buf)
-            .and_then(|at| self.backend.sync(&path).map(|()| at));
+        let r = self.backend.append(&path, buf).and_then(|at| self.backend.sync(&path).map(|()| at));
         match r {
             Ok(at) => {
                 m.seg_len = at + buf.len() as u64;
@@ -789,10 +717,7 @@ impl DiskStore {
                 let _ = self.backend.truncate(&path, m.seg_len);
                 m.seg += 1;
                 m.seg_len = 0;
-                Err(io_error(
-                    format!("writing {} bytes of sealed blocks to {path}", buf.len()),
-                    e,
-                ))
+                Err(io_error(format!("writing {} bytes of sealed blocks to {path}", buf.len()), e))
             }
         }
     }
@@ -926,38 +851,26 @@ impl DiskStore {
             outcome.push(Sealed::Put(at, buf.len() - at, summary));
         }
 
-        let written = if buf.is_empty() {
-            Ok(None)
-        } else {
-            self.segment_append(m, &buf).map(Some)
-        };
-        let written =
-            written.and_then(|w| {
-                let Some((seg, base)) = w else {
-                    return Ok(None);
-                };
-                // A block's series must be in the index before the block is.
-                let ids: BTreeSet<u32> = snaps.iter().map(|s| s.0).collect();
-                let mut edits = self.unindexed_series(Some(&ids));
-                edits.extend(snaps.iter().zip(&outcome).filter_map(
-                    |((id, start, ..), o)| match o {
-                        Sealed::Put(at, n, summary) => Some(Edit::Put {
-                            id: *id,
-                            start: *start,
-                            loc: Loc {
-                                seg,
-                                offset: base + *at as u64,
-                                len: *n as u32,
-                                summary: *summary,
-                            },
-                        }),
-                        _ => None,
-                    },
-                ));
-                self.index_append(m, &edits)?;
-                self.mark_indexed(&edits);
-                Ok(Some((seg, base)))
-            });
+        let written = if buf.is_empty() { Ok(None) } else { self.segment_append(m, &buf).map(Some) };
+        let written = written.and_then(|w| {
+            let Some((seg, base)) = w else {
+                return Ok(None);
+            };
+            // A block's series must be in the index before the block is.
+            let ids: BTreeSet<u32> = snaps.iter().map(|s| s.0).collect();
+            let mut edits = self.unindexed_series(Some(&ids));
+            edits.extend(snaps.iter().zip(&outcome).filter_map(|((id, start, ..), o)| match o {
+                Sealed::Put(at, n, summary) => Some(Edit::Put {
+                    id: *id,
+                    start: *start,
+                    loc: Loc { seg, offset: base + *at as u64, len: *n as u32, summary: *summary },
+                }),
+                _ => None,
+            }));
+            self.index_append(m, &edits)?;
+            self.mark_indexed(&edits);
+            Ok(Some((seg, base)))
+        });
 
         // Apply (or, after a failure, just end the snapshots: the points stay open).
         let mut st = self.write_state();
@@ -972,12 +885,7 @@ impl DiskStore {
                 continue;
             }
             if let (Sealed::Put(at, n, summary), Ok(Some((seg, base)))) = (o, &written) {
-                let loc = Loc {
-                    seg: *seg,
-                    offset: base + *at as u64,
-                    len: *n as u32,
-                    summary: *summary,
-                };
+                let loc = Loc { seg: *seg, offset: base + *at as u64, len: *n as u32, summary: *summary };
                 if let Some(old) = b.sealed.replace(loc)
                     && let Some(s) = st.segs.get_mut(&old.seg)
                 {
@@ -1005,18 +913,9 @@ impl DiskStore {
         written.map(|_| ())
     }
 
-    fn expire_step(
-        &self,
-        m: &mut Maint,
-        now: Timestamp,
-        report: &mut MaintenanceReport,
-    ) -> Result<(), StoreError> {
+    fn expire_step(&self, m: &mut Maint, now: Timestamp, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         const MAX_BLOCKS: usize = 10_000;
-        let rules = self
-            .retention
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let rules = self.retention.read().unwrap_or_else(|e| e.into_inner()).clone();
         if rules.is_empty() {
             return Ok(());
         }
@@ -1065,10 +964,7 @@ impl DiskStore {
         if todo.is_empty() {
             return Ok(());
         }
-        let edits: Vec<Edit> = todo
-            .iter()
-            .map(|&(id, before)| Edit::Expire { id, before })
-            .collect();
+        let edits: Vec<Edit> = todo.iter().map(|&(id, before)| Edit::Expire { id, before }).collect();
         self.index_append(m, &edits)?;
         let mut st = self.write_state();
         let st = &mut *st;
@@ -1094,17 +990,11 @@ impl DiskStore {
         Ok(())
     }
 
-    fn compact_step(
-        &self,
-        m: &mut Maint,
-        report: &mut MaintenanceReport,
-    ) -> Result<(), StoreError> {
+    fn compact_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (seg, live) = {
             let st = self.read_state();
-            let Some((&seg, s)) = st
-                .segs
-                .iter()
-                .find(|&(&k, s)| k != m.seg && !m.stuck.contains(&k) && s.live * 2 < s.bytes)
+            let Some((&seg, s)) =
+                st.segs.iter().find(|&(&k, s)| k != m.seg && !m.stuck.contains(&k) && s.live * 2 < s.bytes)
             else {
                 return Ok(());
             };
@@ -1114,9 +1004,9 @@ impl DiskStore {
                 st.series
                     .iter()
                     .flat_map(|(&id, s)| {
-                        s.blocks.iter().filter_map(move |(&start, b)| {
-                            b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l))
-                        })
+                        s.blocks
+                            .iter()
+                            .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
                     })
                     .collect()
             };
@@ -1149,36 +1039,23 @@ impl DiskStore {
                 .map(|&(id, start, loc, at)| Edit::Put {
                     id,
                     start,
-                    loc: Loc {
-                        seg: new_seg,
-                        offset: base + at as u64,
-                        ..loc
-                    },
+                    loc: Loc { seg: new_seg, offset: base + at as u64, ..loc },
                 })
                 .collect();
             self.index_append(m, &edits)?;
             let mut st = self.write_state();
             let st = &mut *st;
             for (id, start, loc, at) in placed {
-                if let Some(b) = st
-                    .series
-                    .get_mut(&id)
-                    .and_then(|s| s.blocks.get_mut(&start))
+                if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start))
                     && b.sealed == Some(loc)
                 {
-                    b.sealed = Some(Loc {
-                        seg: new_seg,
-                        offset: base + at as u64,
-                        ..loc
-                    });
+                    b.sealed = Some(Loc { seg: new_seg, offset: base + at as u64, ..loc });
                     st.segs.entry(new_seg).or_default().live += u64::from(loc.len);
                 }
             }
         }
         self.write_state().segs.remove(&seg);
-        self.backend
-            .remove(&path)
-            .map_err(|e| io_error(format!("removing compacted {path}"), e))?;
+        self.backend.remove(&path).map_err(|e| io_error(format!("removing compacted {path}"), e))?;
         report.compacted_segments += 1;
         report.more = true;
         Ok(())
@@ -1206,12 +1083,7 @@ impl DiskStore {
     fn mark_indexed(&self, edits: &[Edit]) {
         let mut st = self.write_state();
         for e in edits {
-            if let Edit::Series {
-                id,
-                registered,
-                quantum_ns,
-                ..
-            } = e
+            if let Edit::Series { id, registered, quantum_ns, .. } = e
                 && let Some(s) = st.series.get_mut(id)
             {
                 s.indexed = Some((*registered, *quantum_ns));
@@ -1219,21 +1091,13 @@ impl DiskStore {
         }
     }
 
-    fn checkpoint_step(
-        &self,
-        m: &mut Maint,
-        report: &mut MaintenanceReport,
-    ) -> Result<(), StoreError> {
+    fn checkpoint_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         // The log's pins first, then the blocks': a write applied in between is seen by one.
         let pinned = self.wal.first_pinned();
         let (open_min, idle) = {
             let st = self.read_state();
-            let open_min = st
-                .dirty
-                .iter()
-                .map(|(id, start)| st.series[id].blocks[start].open_min_seg)
-                .min()
-                .unwrap_or(u64::MAX);
+            let open_min =
+                st.dirty.iter().map(|(id, start)| st.series[id].blocks[start].open_min_seg).min().unwrap_or(u64::MAX);
             (open_min, st.dirty.is_empty())
         };
         let series_edits = self.unindexed_series(None);
@@ -1241,9 +1105,7 @@ impl DiskStore {
         let segs = self.wal.segments();
         if segs.first().is_some_and(|&s| s < first_live) {
             let mut edits = series_edits;
-            edits.push(Edit::Checkpoint {
-                first_live_wal: first_live,
-            });
+            edits.push(Edit::Checkpoint { first_live_wal: first_live });
             self.index_append(m, &edits)?;
             m.first_live_wal = first_live;
             self.mark_indexed(&edits);
@@ -1256,11 +1118,7 @@ impl DiskStore {
         Ok(())
     }
 
-    fn rewrite_index_if_bloated(
-        &self,
-        m: &mut Maint,
-        report: &mut MaintenanceReport,
-    ) -> Result<(), StoreError> {
+    fn rewrite_index_if_bloated(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (blocks, series) = {
             let st = self.read_state();
             let blocks: usize = st.series.values().map(|s| s.blocks.len()).sum();
@@ -1274,32 +1132,16 @@ impl DiskStore {
         let mut marks = Vec::new();
         {
             let st = self.read_state();
-            index::put(
-                &mut buf,
-                &Edit::Header {
-                    version: FORMAT_VERSION,
-                },
-            );
+            index::put(&mut buf, &Edit::Header { version: FORMAT_VERSION });
             for (&id, s) in &st.series {
                 let q = s.quantum.map_or(0, QuantumLen::ns);
                 index::put(
                     &mut buf,
-                    &Edit::Series {
-                        id,
-                        registered: s.registered,
-                        quantum_ns: q,
-                        key: s.key.to_string(),
-                    },
+                    &Edit::Series { id, registered: s.registered, quantum_ns: q, key: s.key.to_string() },
                 );
                 marks.push((id, (s.registered, q)));
                 if s.expired_before > 0 {
-                    index::put(
-                        &mut buf,
-                        &Edit::Expire {
-                            id,
-                            before: s.expired_before,
-                        },
-                    );
+                    index::put(&mut buf, &Edit::Expire { id, before: s.expired_before });
                 }
                 for (&start, b) in &s.blocks {
                     if let Some(loc) = b.sealed {
@@ -1307,16 +1149,9 @@ impl DiskStore {
                     }
                 }
             }
-            index::put(
-                &mut buf,
-                &Edit::Checkpoint {
-                    first_live_wal: m.first_live_wal,
-                },
-            );
+            index::put(&mut buf, &Edit::Checkpoint { first_live_wal: m.first_live_wal });
         }
-        self.backend
-            .write_atomic(index::PATH, &buf)
-            .map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
+        self.backend.write_atomic(index::PATH, &buf).map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
         m.index_len = buf.len() as u64;
         m.index_torn = false;
         report.index_rewrites += 1;
@@ -1453,17 +1288,12 @@ fn apply_points(
     if quantum.end() <= s.expired_before || points.is_empty() {
         return 0;
     }
-    let b = s.blocks.entry(quantum.start).or_insert_with(|| Block {
-        open_min_seg: u64::MAX,
-        ..Block::default()
-    });
+    let b = s.blocks.entry(quantum.start).or_insert_with(|| Block { open_min_seg: u64::MAX, ..Block::default() });
     let before = b.open.len();
     // Points new to the block: not open yet and, for late data, not in the sealed part.
     let new_vs_sealed = sealed.map(|keys| {
-        points
-            .iter()
-            .filter(|p| keys.binary_search(&p.key()).is_err() && b.open.binary_search(p).is_err())
-            .count() as u64
+        points.iter().filter(|p| keys.binary_search(&p.key()).is_err() && b.open.binary_search(p).is_err()).count()
+            as u64
     });
     b.open = union(std::mem::take(&mut b.open), points);
     let added = b.open.len() - before;
@@ -1483,16 +1313,12 @@ fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(),
     match backend.read_all(FORMAT_PATH) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
-            let version = text
-                .lines()
-                .find_map(|l| l.strip_prefix("format "))
-                .and_then(|v| v.trim().parse::<u32>().ok());
+            let version =
+                text.lines().find_map(|l| l.strip_prefix("format ")).and_then(|v| v.trim().parse::<u32>().ok());
             match version {
-                Some(v) if v > FORMAT_VERSION => Err(StoreError::UnsupportedFormat {
-                    path: FORMAT_PATH.into(),
-                    found: v,
-                    supported: FORMAT_VERSION,
-                }),
+                Some(v) if v > FORMAT_VERSION => {
+                    Err(StoreError::UnsupportedFormat { path: FORMAT_PATH.into(), found: v, supported: FORMAT_VERSION })
+                }
                 Some(_) => Ok(()),
                 None => Err(StoreError::Corrupt(format!(
                     "{FORMAT_PATH} does not name a format version (it reads {text:?}); this does not \
@@ -1501,9 +1327,7 @@ fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(),
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let existing = backend
-                .list("wal")
-                .map_err(|e| io_error("listing wal/".into(), e))?;
+            let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
             if !existing.is_empty() || backend.len(index::PATH).is_ok() {
                 problems.push(format!(
                     "{FORMAT_PATH} was missing in a data directory with data; assumed format {FORMAT_VERSION}"
@@ -1527,9 +1351,8 @@ fn replay_segment(
 ) -> Result<(), StoreError> {
     let scan = frame::scan(bytes, wal::MAGIC);
     for (at, n) in &scan.skipped {
-        problems.push(format!(
-            "{path}: {n} damaged bytes at offset {at} skipped; the records after them were replayed"
-        ));
+        problems
+            .push(format!("{path}: {n} damaged bytes at offset {at} skipped; the records after them were replayed"));
     }
     // Ids of this segment's definitions, which may differ from ours if the dictionary lost an
     // entry; map them through the key.
@@ -1538,10 +1361,7 @@ fn replay_segment(
         let rec = match wal::decode(f.kind, f.body) {
             Ok(r) => r,
             Err(e) => {
-                problems.push(format!(
-                    "{path}: record at offset {} does not decode ({e}); skipped",
-                    f.offset
-                ));
+                problems.push(format!("{path}: record at offset {} does not decode ({e}); skipped", f.offset));
                 continue;
             }
         };
@@ -1554,11 +1374,7 @@ fn replay_segment(
                 });
             }
             Record::Header { .. } => {}
-            Record::Series {
-                id,
-                registered,
-                key,
-            } => match key.parse::<SeriesKey>() {
+            Record::Series { id, registered, key } => match key.parse::<SeriesKey>() {
                 Ok(k) => {
                     let ours = match st.series.get(&id) {
                         Some(s) if s.key == k => id,
@@ -1587,11 +1403,7 @@ fn replay_segment(
                 }
                 Err(e) => problems.push(format!("{path}: series id {id} has a bad key: {e}")),
             },
-            Record::Points {
-                id,
-                quantum,
-                mut points,
-            } => {
+            Record::Points { id, quantum, mut points } => {
                 let Some(&ours) = local.get(&id) else {
                     problems.push(format!(
                         "{path}: {} points of series id {id}, which the segment never defined; skipped",
@@ -1658,11 +1470,7 @@ impl Store for DiskStore {
                 continue;
             }
             if seen.insert(id) {
-                defs.push(Def {
-                    id,
-                    registered: false,
-                    key: b.series.clone(),
-                });
+                defs.push(Def { id, registered: false, key: b.series.clone() });
             }
             wal::put_points(&mut data, id, b.quantum, &b.points);
             let mut pts = b.points.clone();
@@ -1708,18 +1516,13 @@ impl Store for DiskStore {
     fn register_series(&self, series: &[SeriesKey]) -> Result<(), StoreError> {
         let todo: Vec<Def> = {
             let mut st = self.write_state();
-            let new: BTreeSet<&SeriesKey> =
-                series.iter().filter(|k| !st.ids.contains_key(*k)).collect();
+            let new: BTreeSet<&SeriesKey> = series.iter().filter(|k| !st.ids.contains_key(*k)).collect();
             self.check_room(&st, new.len())?;
             series
                 .iter()
                 .filter_map(|k| {
                     let id = ensure_series(&mut st, k);
-                    (!st.series[&id].registered).then(|| Def {
-                        id,
-                        registered: true,
-                        key: k.clone(),
-                    })
+                    (!st.series[&id].registered).then(|| Def { id, registered: true, key: k.clone() })
                 })
                 .collect()
         };
@@ -1740,10 +1543,7 @@ impl Store for DiskStore {
 
     fn has_series(&self, series: &SeriesKey) -> Result<bool, StoreError> {
         let st = self.read_state();
-        Ok(st
-            .ids
-            .get(series)
-            .is_some_and(|id| st.series[id].registered))
+        Ok(st.ids.get(series).is_some_and(|id| st.series[id].registered))
     }
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {
@@ -1782,10 +1582,9 @@ impl Store for DiskStore {
                         let whole = agg.fits_one_window(start, start + len.ns());
                         match (b.sealed, b.open.is_empty()) {
                             (Some(loc), true) if whole => AggView::Summary(start, loc.summary),
-                            (None, false) if whole => AggView::Summary(
-                                start,
-                                Summary::of(&b.open).expect("open is not empty"),
-                            ),
+                            (None, false) if whole => {
+                                AggView::Summary(start, Summary::of(&b.open).expect("open is not empty"))
+                            }
                             _ => {
                                 let lo = b.open.partition_point(|p| p.ts < range.start());
                                 let hi = b.open.partition_point(|p| p.ts < range.end());

@@ -157,16 +157,9 @@ impl<'a> Reader<'a> {
     }
 
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
-        let s = self
-            .bytes
-            .get(self.at..self.at.saturating_add(n))
-            .ok_or_else(|| {
-                Malformed(format!(
-                    "truncated: needed {n} bytes at offset {} of {}",
-                    self.at,
-                    self.bytes.len()
-                ))
-            })?;
+        let s = self.bytes.get(self.at..self.at.saturating_add(n)).ok_or_else(|| {
+            Malformed(format!("truncated: needed {n} bytes at offset {} of {}", self.at, self.bytes.len()))
+        })?;
         self.at += n;
         Ok(s)
     }
@@ -176,21 +169,15 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u16(&mut self) -> Result<u16, Malformed> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
 
     pub fn u32(&mut self) -> Result<u32, Malformed> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
     pub fn u64(&mut self) -> Result<u64, Malformed> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
     pub fn i64(&mut self) -> Result<i64, Malformed> {
@@ -210,16 +197,12 @@ impl<'a> Reader<'a> {
                 return Ok(v);
             }
         }
-        Err(Malformed(format!(
-            "varint longer than 10 bytes at offset {}",
-            self.at
-        )))
+        Err(Malformed(format!("varint longer than 10 bytes at offset {}", self.at)))
     }
 
     /// A varint-length-prefixed byte string.
     pub fn bytes_varint(&mut self) -> Result<&'a [u8], Malformed> {
-        let n =
-            usize::try_from(self.varint()?).map_err(|_| Malformed("length over usize".into()))?;
+        let n = usize::try_from(self.varint()?).map_err(|_| Malformed("length over usize".into()))?;
         self.take(n)
     }
 
@@ -251,10 +234,7 @@ mod tests {
         let mut bad = f.clone();
         bad[two_end - 1] ^= 0xff;
         let s = scan(&bad, M);
-        assert_eq!(
-            s.frames.iter().map(|f| f.kind).collect::<Vec<_>>(),
-            vec![1, 3]
-        );
+        assert_eq!(s.frames.iter().map(|f| f.kind).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(s.skipped.len(), 1);
     }
 

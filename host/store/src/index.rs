@@ -67,12 +67,7 @@ pub enum Edit {
 pub fn put(out: &mut Vec<u8>, e: &Edit) {
     match e {
         Edit::Header { version } => frame::put(out, MAGIC, KIND_HEADER, &version.to_le_bytes()),
-        Edit::Series {
-            id,
-            registered,
-            quantum_ns,
-            key,
-        } => frame::put_with(out, MAGIC, KIND_SERIES, |o| {
+        Edit::Series { id, registered, quantum_ns, key } => frame::put_with(out, MAGIC, KIND_SERIES, |o| {
             o.extend_from_slice(&id.to_le_bytes());
             o.push(u8::from(*registered));
             o.extend_from_slice(&quantum_ns.to_le_bytes());
@@ -91,9 +86,7 @@ pub fn put(out: &mut Vec<u8>, e: &Edit) {
             o.extend_from_slice(&id.to_le_bytes());
             o.extend_from_slice(&before.to_le_bytes());
         }),
-        Edit::Checkpoint { first_live_wal } => {
-            frame::put(out, MAGIC, KIND_CHECKPOINT, &first_live_wal.to_le_bytes())
-        }
+        Edit::Checkpoint { first_live_wal } => frame::put(out, MAGIC, KIND_CHECKPOINT, &first_live_wal.to_le_bytes()),
     }
 }
 
@@ -107,15 +100,9 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Edit, Malformed> {
             let registered = r.u8()? != 0;
             let quantum_ns = r.i64()?;
             let n = r.u16()? as usize;
-            let key = std::str::from_utf8(r.take(n)?)
-                .map_err(|_| Malformed("series key is not UTF-8".into()))?
-                .to_string();
-            Edit::Series {
-                id,
-                registered,
-                quantum_ns,
-                key,
-            }
+            let key =
+                std::str::from_utf8(r.take(n)?).map_err(|_| Malformed("series key is not UTF-8".into()))?.to_string();
+            Edit::Series { id, registered, quantum_ns, key }
         }
         KIND_PUT => {
             let u32v = |r: &mut Reader<'_>, what: &str| {
@@ -127,24 +114,10 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Edit, Malformed> {
             let offset = r.varint()?;
             let len = u32v(&mut r, "block length")?;
             let summary = get_summary(&mut r, start)?;
-            Edit::Put {
-                id,
-                start,
-                loc: Loc {
-                    seg,
-                    offset,
-                    len,
-                    summary,
-                },
-            }
+            Edit::Put { id, start, loc: Loc { seg, offset, len, summary } }
         }
-        KIND_EXPIRE => Edit::Expire {
-            id: r.u32()?,
-            before: r.i64()?,
-        },
-        KIND_CHECKPOINT => Edit::Checkpoint {
-            first_live_wal: r.u64()?,
-        },
+        KIND_EXPIRE => Edit::Expire { id: r.u32()?, before: r.i64()? },
+        KIND_CHECKPOINT => Edit::Checkpoint { first_live_wal: r.u64()? },
         k => return Err(Malformed(format!("unknown index edit kind {k}"))),
     };
     if !r.is_empty() {
@@ -178,18 +151,11 @@ impl Image {
     pub fn apply(&mut self, e: Edit) {
         match e {
             Edit::Header { version } => self.version = self.version.max(version),
-            Edit::Series {
-                id,
-                registered,
-                quantum_ns,
-                key,
-            } => {
+            Edit::Series { id, registered, quantum_ns, key } => {
                 let s = self.series.entry(id).or_default();
                 if !s.key.is_empty() && s.key != key {
-                    self.problems.push(format!(
-                        "index names series id {id} both {:?} and {key:?}; keeping the first",
-                        s.key
-                    ));
+                    self.problems
+                        .push(format!("index names series id {id} both {:?} and {key:?}; keeping the first", s.key));
                     return;
                 }
                 s.key = key;
@@ -205,9 +171,7 @@ impl Image {
                 let s = self.series.entry(id).or_default();
                 s.expired_before = s.expired_before.max(before);
             }
-            Edit::Checkpoint { first_live_wal } => {
-                self.first_live_wal = self.first_live_wal.max(first_live_wal)
-            }
+            Edit::Checkpoint { first_live_wal } => self.first_live_wal = self.first_live_wal.max(first_live_wal),
         }
     }
 
@@ -241,34 +205,13 @@ mod tests {
     #[test]
     fn edits_round_trip_and_replay() {
         let summary = Summary::of(&[Point::new(5, 1.0)]).unwrap();
-        let loc = Loc {
-            seg: 2,
-            offset: 99,
-            len: 40,
-            summary,
-        };
+        let loc = Loc { seg: 2, offset: 99, len: 40, summary };
         let edits = vec![
             Edit::Header { version: 1 },
-            Edit::Series {
-                id: 0,
-                registered: true,
-                quantum_ns: 1_000_000,
-                key: "m{a=1}".into(),
-            },
-            Edit::Put {
-                id: 0,
-                start: 0,
-                loc,
-            },
-            Edit::Put {
-                id: 0,
-                start: 1_000_000,
-                loc,
-            },
-            Edit::Expire {
-                id: 0,
-                before: 1_000_000,
-            },
+            Edit::Series { id: 0, registered: true, quantum_ns: 1_000_000, key: "m{a=1}".into() },
+            Edit::Put { id: 0, start: 0, loc },
+            Edit::Put { id: 0, start: 1_000_000, loc },
+            Edit::Expire { id: 0, before: 1_000_000 },
             Edit::Checkpoint { first_live_wal: 7 },
         ];
         let mut out = Vec::new();
@@ -276,11 +219,7 @@ mod tests {
             put(&mut out, e);
         }
         let s = frame::scan(&out, MAGIC);
-        let got: Vec<Edit> = s
-            .frames
-            .iter()
-            .map(|f| decode(f.kind, f.body).unwrap())
-            .collect();
+        let got: Vec<Edit> = s.frames.iter().map(|f| decode(f.kind, f.body).unwrap()).collect();
         assert_eq!(got, edits);
         let mut img = Image::default();
         for e in got {

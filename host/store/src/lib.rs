@@ -92,11 +92,7 @@ pub enum StoreError {
         "series {series} is stored in quanta of {stored_ns} ns but the write uses {requested_ns} ns; \
          a series keeps the quantum of its class: write with the original class, or use a new metric"
     )]
-    QuantumMismatch {
-        series: SeriesKey,
-        stored_ns: i64,
-        requested_ns: i64,
-    },
+    QuantumMismatch { series: SeriesKey, stored_ns: i64, requested_ns: i64 },
     /// A request that cannot be served as asked (nothing was changed).
     #[error("invalid request: {0}")]
     InvalidInput(String),
@@ -105,11 +101,7 @@ pub enum StoreError {
         "{path}: on-disk format version {found} is newer than this build reads (up to {supported}); \
          upgrade timeshard or point it at another data directory"
     )]
-    UnsupportedFormat {
-        path: String,
-        found: u32,
-        supported: u32,
-    },
+    UnsupportedFormat { path: String, found: u32, supported: u32 },
 }
 
 /// Which registered series to list: a metric prefix plus tags that must match exactly.
@@ -125,10 +117,7 @@ impl SeriesFilter {
     /// Whether `series` passes the filter.
     pub fn matches(&self, series: &SeriesKey) -> bool {
         series.metric().starts_with(&self.metric_prefix)
-            && self
-                .tags
-                .iter()
-                .all(|(k, v)| series.tag(k) == Some(v.as_str()))
+            && self.tags.iter().all(|(k, v)| series.tag(k) == Some(v.as_str()))
     }
 }
 
@@ -196,11 +185,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Registered series passing `filter` (metric prefix and exact tags), sorted.
     fn find_series(&self, filter: &SeriesFilter) -> Result<Vec<SeriesKey>, StoreError> {
-        Ok(self
-            .list_series(&filter.metric_prefix)?
-            .into_iter()
-            .filter(|s| filter.matches(s))
-            .collect())
+        Ok(self.list_series(&filter.metric_prefix)?.into_iter().filter(|s| filter.matches(s)).collect())
     }
 
     /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,

@@ -8,9 +8,7 @@ use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
 use crate::agg::{Aggregator, WindowAggregate};
-use crate::{
-    MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start,
-};
+use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start};
 use timeshard_proto::Timestamp;
 
 /// Everything in memory; lost on restart.
@@ -128,19 +126,11 @@ impl Store for MemStore {
         let inner = self.read_lock();
         let mut agg = Aggregator::new(range, window_ns);
         if let Some(set) = inner.series.get(series) {
-            let start = PointKey {
-                ts: range.start(),
-                event: 0,
-                value_bits: 0,
-            };
+            let start = PointKey { ts: range.start(), event: 0, value_bits: 0 };
             let points: Vec<Point> = set
                 .range(start..)
                 .take_while(|k| k.ts < range.end())
-                .map(|k| Point {
-                    ts: k.ts,
-                    value: f64::from_bits(k.value_bits),
-                    event: k.event,
-                })
+                .map(|k| Point { ts: k.ts, value: f64::from_bits(k.value_bits), event: k.event })
                 .collect();
             agg.push_points(&points);
         }

@@ -27,14 +27,10 @@ pub enum FailKind {
 impl FailKind {
     fn error(self) -> io::Error {
         match self {
-            FailKind::DiskFull => io::Error::new(
-                io::ErrorKind::StorageFull,
-                "no space left on device (simulated)",
-            ),
-            FailKind::PermissionDenied => io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "permission denied (simulated)",
-            ),
+            FailKind::DiskFull => io::Error::new(io::ErrorKind::StorageFull, "no space left on device (simulated)"),
+            FailKind::PermissionDenied => {
+                io::Error::new(io::ErrorKind::PermissionDenied, "permission denied (simulated)")
+            }
             FailKind::Crashed => io::Error::other("the process crashed (simulated)"),
         }
     }
@@ -151,11 +147,7 @@ impl SimBackend {
 
     /// Files and their lengths.
     pub fn files(&self) -> Vec<(String, usize)> {
-        self.lock()
-            .files
-            .iter()
-            .map(|(k, f)| (k.clone(), f.data.len()))
-            .collect()
+        self.lock().files.iter().map(|(k, f)| (k.clone(), f.data.len())).collect()
     }
 
     /// The disk a restart after a power cut finds, chosen by `seed`.
@@ -177,41 +169,19 @@ impl SimBackend {
                     *b = rng.next_u64() as u8;
                 }
             }
-            files.insert(
-                name.clone(),
-                SimFile {
-                    synced: data.len(),
-                    data,
-                    durable: true,
-                },
-            );
+            files.insert(name.clone(), SimFile { synced: data.len(), data, durable: true });
         }
         for (name, data) in &s.ghosts {
             if !files.contains_key(name) && rng.below(2) == 0 {
-                files.insert(
-                    name.clone(),
-                    SimFile {
-                        synced: data.len(),
-                        data: data.clone(),
-                        durable: true,
-                    },
-                );
+                files.insert(name.clone(), SimFile { synced: data.len(), data: data.clone(), durable: true });
             }
         }
-        SimBackend {
-            state: Arc::new(Mutex::new(State {
-                files,
-                ..State::default()
-            })),
-        }
+        SimBackend { state: Arc::new(Mutex::new(State { files, ..State::default() })) }
     }
 }
 
 fn not_found(path: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{path}: no such file (simulated)"),
-    )
+    io::Error::new(io::ErrorKind::NotFound, format!("{path}: no such file (simulated)"))
 }
 
 impl State {
@@ -242,10 +212,7 @@ impl Backend for SimBackend {
     fn len(&self, path: &str) -> io::Result<u64> {
         let s = self.lock();
         s.check_read()?;
-        s.files
-            .get(path)
-            .map(|f| f.data.len() as u64)
-            .ok_or_else(|| not_found(path))
+        s.files.get(path).map(|f| f.data.len() as u64).ok_or_else(|| not_found(path))
     }
 
     fn read_at(&self, path: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -256,12 +223,7 @@ impl Backend for SimBackend {
         f.data
             .get(start..start.saturating_add(len))
             .map(<[u8]>::to_vec)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("{path}: read past the end"),
-                )
-            })
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("{path}: read past the end")))
     }
 
     fn append(&self, path: &str, data: &[u8]) -> io::Result<u64> {
@@ -320,14 +282,7 @@ impl Backend for SimBackend {
             }
             *left -= data.len() as u64;
         }
-        s.files.insert(
-            path.to_string(),
-            SimFile {
-                data: data.to_vec(),
-                synced: data.len(),
-                durable: true,
-            },
-        );
+        s.files.insert(path.to_string(), SimFile { data: data.to_vec(), synced: data.len(), durable: true });
         Ok(())
     }
 

@@ -39,17 +39,9 @@ pub enum Record {
     /// First record of a segment.
     Header { version: u32, seq: u64 },
     /// Series `id` is `key`; `registered` when it was registered (not only written).
-    Series {
-        id: u32,
-        registered: bool,
-        key: String,
-    },
+    Series { id: u32, registered: bool, key: String },
     /// Points of series `id` in `quantum`.
-    Points {
-        id: u32,
-        quantum: Quantum,
-        points: Vec<Point>,
-    },
+    Points { id: u32, quantum: Quantum, points: Vec<Point> },
 }
 
 /// Appends a segment header.
@@ -96,29 +88,21 @@ pub fn put_points(out: &mut Vec<u8>, id: u32, quantum: Quantum, points: &[Point]
 pub fn decode(kind: u8, body: &[u8]) -> Result<Record, Malformed> {
     let mut r = Reader::new(body);
     let rec = match kind {
-        KIND_HEADER => Record::Header {
-            version: r.u32()?,
-            seq: r.u64()?,
-        },
+        KIND_HEADER => Record::Header { version: r.u32()?, seq: r.u64()? },
         KIND_SERIES => {
             let id = r.u32()?;
             let registered = r.u8()? != 0;
             let n = r.u16()? as usize;
-            let key = std::str::from_utf8(r.take(n)?)
-                .map_err(|_| Malformed("series key is not UTF-8".into()))?
-                .to_string();
-            Record::Series {
-                id,
-                registered,
-                key,
-            }
+            let key =
+                std::str::from_utf8(r.take(n)?).map_err(|_| Malformed("series key is not UTF-8".into()))?.to_string();
+            Record::Series { id, registered, key }
         }
         KIND_POINTS => {
             let id = r.u32()?;
             let start = r.i64()?;
             let len = QuantumLen::new(r.i64()?).map_err(|e| Malformed(e.to_string()))?;
-            let quantum = Quantum::at(start, len)
-                .ok_or_else(|| Malformed(format!("unaligned quantum start {start}")))?;
+            let quantum =
+                Quantum::at(start, len).ok_or_else(|| Malformed(format!("unaligned quantum start {start}")))?;
             let n = r.u32()? as usize;
             if n > MAX_RECORD_POINTS {
                 return Err(Malformed(format!("record claims {n} points")));
@@ -135,11 +119,7 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Record, Malformed> {
                 points.push(Point { ts, value, event });
                 prev = ts;
             }
-            Record::Points {
-                id,
-                quantum,
-                points,
-            }
+            Record::Points { id, quantum, points }
         }
         k => return Err(Malformed(format!("unknown record kind {k}"))),
     };
@@ -207,12 +187,7 @@ pub(crate) struct Wal {
 
 impl Wal {
     /// A writer that starts a new segment after `last_seq`; `segments` are the live ones.
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        fsync: FsyncPolicy,
-        last_seq: u64,
-        segments: BTreeSet<u64>,
-    ) -> Wal {
+    pub fn new(backend: Arc<dyn Backend>, fsync: FsyncPolicy, last_seq: u64, segments: BTreeSet<u64>) -> Wal {
         Wal {
             backend,
             fsync,
@@ -252,9 +227,7 @@ impl Wal {
         let mine = g.group.clone();
         loop {
             if let Some(r) = mine.get() {
-                return r
-                    .clone()
-                    .map_err(|f| io_error(f.context, std::io::Error::new(f.kind, f.msg)));
+                return r.clone().map_err(|f| io_error(f.context, std::io::Error::new(f.kind, f.msg)));
             }
             if !g.leading {
                 g = self.lead(g);
@@ -354,11 +327,7 @@ impl Wal {
     pub fn first_pinned(&self) -> u64 {
         let g = self.lock();
         let next = if g.start_new { g.seq + 1 } else { g.seq };
-        [g.unapplied.keys().next().copied(), g.inflight, Some(next)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(next)
+        [g.unapplied.keys().next().copied(), g.inflight, Some(next)].into_iter().flatten().min().unwrap_or(next)
     }
 
     /// Live segment numbers.
@@ -390,9 +359,7 @@ impl Wal {
         let mut removed = 0;
         for seq in doomed {
             let path = segment_path(seq);
-            self.backend
-                .remove(&path)
-                .map_err(|e| io_error(format!("removing checkpointed log segment {path}"), e))?;
+            self.backend.remove(&path).map_err(|e| io_error(format!("removing checkpointed log segment {path}"), e))?;
             self.lock().segments.remove(&seq);
             removed += 1;
         }
@@ -437,12 +404,7 @@ mod tests {
     fn concurrent_writers_share_fsyncs_and_all_land() {
         let b = crate::sim::SimBackend::new();
         b.set_sync_delay(std::time::Duration::from_millis(2));
-        let wal = Arc::new(Wal::new(
-            Arc::new(b.clone()),
-            FsyncPolicy::Durable,
-            0,
-            BTreeSet::new(),
-        ));
+        let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, 0, BTreeSet::new()));
         let q = Quantum::at(0, QuantumLen::new(1_000_000).unwrap()).unwrap();
         let key: SeriesKey = "m".parse().unwrap();
         std::thread::scope(|s| {
@@ -452,26 +414,8 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..50u64 {
                         let mut data = Vec::new();
-                        put_points(
-                            &mut data,
-                            0,
-                            q,
-                            &[Point {
-                                ts: (i % 1000) as i64,
-                                value: 0.0,
-                                event: t,
-                            }],
-                        );
-                        let seq = wal
-                            .commit(
-                                vec![Def {
-                                    id: 0,
-                                    registered: false,
-                                    key: key.clone(),
-                                }],
-                                &data,
-                            )
-                            .unwrap();
+                        put_points(&mut data, 0, q, &[Point { ts: (i % 1000) as i64, value: 0.0, event: t }]);
+                        let seq = wal.commit(vec![Def { id: 0, registered: false, key: key.clone() }], &data).unwrap();
                         wal.applied(seq);
                     }
                 });
@@ -479,19 +423,9 @@ mod tests {
         });
         let bytes = b.read_all(&segment_path(1)).unwrap();
         let s = frame::scan(&bytes, MAGIC);
-        let recs: Vec<Record> = s
-            .frames
-            .iter()
-            .map(|f| decode(f.kind, f.body).unwrap())
-            .collect();
-        let points = recs
-            .iter()
-            .filter(|r| matches!(r, Record::Points { .. }))
-            .count();
-        let defs = recs
-            .iter()
-            .filter(|r| matches!(r, Record::Series { .. }))
-            .count();
+        let recs: Vec<Record> = s.frames.iter().map(|f| decode(f.kind, f.body).unwrap()).collect();
+        let points = recs.iter().filter(|r| matches!(r, Record::Points { .. })).count();
+        let defs = recs.iter().filter(|r| matches!(r, Record::Series { .. })).count();
         assert_eq!(points, 200);
         // 200 commits; while one fsync runs the other writers queue and share the next.
         assert!(b.syncs() < 150, "{} fsyncs for 200 commits", b.syncs());

@@ -20,9 +20,7 @@ fn value_of(ts: i64, event: u64) -> f64 {
 }
 
 fn keys() -> Vec<SeriesKey> {
-    (0..3)
-        .map(|i| format!("crash{{dev={i}}}").parse().unwrap())
-        .collect()
+    (0..3).map(|i| format!("crash{{dev={i}}}").parse().unwrap()).collect()
 }
 
 /// Counts a finished writer however it ends.
@@ -36,8 +34,7 @@ impl Drop for Finish<'_> {
 /// Runs 3 writers and a maintenance thread until the disk dies; returns the acknowledged points
 /// per series.
 fn ingest_until_death(store: &DiskStore, seed: u64) -> Vec<BTreeSet<PointKey>> {
-    let acked: Vec<Mutex<BTreeSet<PointKey>>> =
-        (0..3).map(|_| Mutex::new(BTreeSet::new())).collect();
+    let acked: Vec<Mutex<BTreeSet<PointKey>>> = (0..3).map(|_| Mutex::new(BTreeSet::new())).collect();
     let dead = AtomicBool::new(false);
     let done = AtomicUsize::new(0);
     let clock = AtomicI64::new(0);
@@ -54,19 +51,11 @@ fn ingest_until_death(store: &DiskStore, seed: u64) -> Vec<BTreeSet<PointKey>> {
                     }
                     let si = rng.below(3) as usize;
                     // Mostly in order, sometimes late (older quanta), sometimes a replay.
-                    let base = if rng.below(5) == 0 {
-                        rng.below(i as u64 * 50_000 + 1) as i64
-                    } else {
-                        i * 50_000
-                    };
+                    let base = if rng.below(5) == 0 { rng.below(i as u64 * 50_000 + 1) as i64 } else { i * 50_000 };
                     let pts: Vec<Point> = (0..1 + rng.below(20) as i64)
                         .map(|j| {
                             let ts = base + j * 7_000;
-                            Point {
-                                ts,
-                                event: t,
-                                value: value_of(ts, t),
-                            }
+                            Point { ts, event: t, value: value_of(ts, t) }
                         })
                         .collect();
                     clock.fetch_max(base, Ordering::Relaxed);
@@ -118,32 +107,20 @@ fn every_acknowledged_point_survives_a_crash_at_any_offset() {
                     "seed {seed}/{image_seed} (crash after {appended} bytes): acknowledged points lost, e.g. {missing:?}"
                 );
                 for p in &got {
-                    assert_eq!(
-                        p.value,
-                        value_of(p.ts, p.event),
-                        "a point that was never written appeared"
-                    );
+                    assert_eq!(p.value, value_of(p.ts, p.event), "a point that was never written appeared");
                 }
             }
             // The restarted store works: it ingests, seals and restarts again.
             let k: SeriesKey = "after{crash=1}".parse().unwrap();
-            store
-                .write(&blocks(&k, qlen(), &[Point::new(5, 1.0)]))
-                .unwrap();
+            store.write(&blocks(&k, qlen(), &[Point::new(5, 1.0)])).unwrap();
             settle(&store, i64::MAX / 2);
             drop(store);
             let again = open(&image, small_config());
             assert_eq!(read_all(&again, &k, 10).len(), 1);
         }
     }
-    assert!(
-        sealed >= 30,
-        "crashes should often hit a store with sealed blocks, did {sealed} times"
-    );
-    assert!(
-        died >= 25,
-        "the disk should die mid-run in most runs, did in {died}"
-    );
+    assert!(sealed >= 30, "crashes should often hit a store with sealed blocks, did {sealed} times");
+    assert!(died >= 25, "the disk should die mid-run in most runs, did in {died}");
 }
 
 #[test]
@@ -155,23 +132,13 @@ fn a_torn_last_record_is_dropped_and_the_rest_replayed() {
     store.write(&blocks(&k, qlen(), &pts)).unwrap();
     // The next write dies 20 bytes in: a torn record at the end of the log.
     sim.fail_writes_after(20, FailKind::Crashed);
-    let more: Vec<Point> = (100..200)
-        .map(|i| Point::new(i * 10_000, i as f64))
-        .collect();
+    let more: Vec<Point> = (100..200).map(|i| Point::new(i * 10_000, i as f64)).collect();
     assert!(store.write(&blocks(&k, qlen(), &more)).is_err());
     drop(store);
     let image = sim.crash(7);
-    let wal: Vec<_> = image
-        .files()
-        .into_iter()
-        .filter(|(n, _)| n.starts_with("wal/"))
-        .collect();
+    let wal: Vec<_> = image.files().into_iter().filter(|(n, _)| n.starts_with("wal/")).collect();
     assert!(!wal.is_empty());
     let store = open(&image, small_config());
     assert_eq!(read_all(&store, &k, 1000).len(), 100);
-    assert!(
-        store.health().is_empty(),
-        "a torn tail is expected after a crash: {:?}",
-        store.health()
-    );
+    assert!(store.health().is_empty(), "a torn tail is expected after a crash: {:?}", store.health());
 }

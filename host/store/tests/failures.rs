@@ -12,9 +12,7 @@ use timeshard_store::{DiskConfig, DiskStore, RetentionRule, SeriesFilter, Store,
 use common::*;
 
 fn pts(from: i64, to: i64) -> Vec<Point> {
-    (from..to)
-        .map(|i| Point::new(i * 100_000, i as f64))
-        .collect()
+    (from..to).map(|i| Point::new(i * 100_000, i as f64)).collect()
 }
 
 #[test]
@@ -26,15 +24,9 @@ fn disk_full_refuses_writes_clearly_and_recovers_when_space_returns() {
     sim.fail_writes_after(10, FailKind::DiskFull);
     let err = store.write(&blocks(&k, qlen(), &pts(50, 100))).unwrap_err();
     assert!(matches!(err, StoreError::Full(_)), "{err}");
-    assert!(
-        err.to_string().contains("write-ahead log") && err.to_string().contains("free disk space"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("write-ahead log") && err.to_string().contains("free disk space"), "{err}");
     // Maintenance fails the same way, and reads keep working from memory.
-    assert!(matches!(
-        store.maintain(i64::MAX / 2),
-        Err(StoreError::Full(_))
-    ));
+    assert!(matches!(store.maintain(i64::MAX / 2), Err(StoreError::Full(_))));
     assert_eq!(read_all(&store, &k, 1000).len(), 50);
     // Space is back: writes and sealing resume, and a restart holds exactly the acknowledged.
     sim.heal();
@@ -45,10 +37,7 @@ fn disk_full_refuses_writes_clearly_and_recovers_when_space_returns() {
     let store = open(&sim.crash(1), small_config());
     let got = read_all(&store, &k, 1000);
     assert_eq!(got.len(), 100);
-    assert!(
-        got.iter()
-            .all(|p| p.ts < 50 * 100_000 || p.ts >= 100 * 100_000)
-    );
+    assert!(got.iter().all(|p| p.ts < 50 * 100_000 || p.ts >= 100 * 100_000));
 }
 
 #[test]
@@ -63,33 +52,21 @@ fn permission_denied_is_reported_and_reads_still_work() {
     let err = store.write(&blocks(&k, qlen(), &pts(40, 50))).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
     assert!(err.to_string().contains("read and write access"), "{err}");
-    assert!(matches!(
-        store.maintain(i64::MAX / 2),
-        Err(StoreError::PermissionDenied(_))
-    ));
+    assert!(matches!(store.maintain(i64::MAX / 2), Err(StoreError::PermissionDenied(_))));
     assert_eq!(read_all(&store, &k, 7).len(), 40);
     // Unreadable files: reads of sealed blocks fail clearly instead of returning less.
     sim.fail_reads(FailKind::PermissionDenied);
-    let err = store
-        .read(&k, TimeRange::new(0, 10_000_000).unwrap(), None, 100)
-        .unwrap_err();
+    let err = store.read(&k, TimeRange::new(0, 10_000_000).unwrap(), None, 100).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
     // Opening an unreadable directory fails clearly.
-    let err =
-        DiskStore::open_with_backend(std::sync::Arc::new(sim.clone()), small_config()).unwrap_err();
+    let err = DiskStore::open_with_backend(std::sync::Arc::new(sim.clone()), small_config()).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
 }
 
 #[test]
 fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     let sim = SimBackend::new();
-    let store = open(
-        &sim,
-        DiskConfig {
-            block_segment_bytes: 1 << 20,
-            ..small_config()
-        },
-    );
+    let store = open(&sim, DiskConfig { block_segment_bytes: 1 << 20, ..small_config() });
     let a: SeriesKey = "corrupt{s=a}".parse().unwrap();
     let b: SeriesKey = "corrupt{s=b}".parse().unwrap();
     store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
@@ -97,42 +74,22 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     store.write(&blocks(&b, qlen(), &pts(0, 30))).unwrap();
     settle(&store, i64::MAX / 2);
     // Flip a byte inside the first block of series a (the first frame of the first segment).
-    let (seg, _) = sim
-        .files()
-        .into_iter()
-        .find(|(n, _)| n.starts_with("blocks/"))
-        .unwrap();
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
     sim.corrupt(&seg, 40, 0x5a);
     let first_q = TimeRange::new(0, 1_000_000).unwrap();
     let err = store.read(&a, first_q, None, 100).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("corrupt{s=a}") && msg.contains("quantum 0") && msg.contains("replica"),
-        "{msg}"
-    );
+    assert!(msg.contains("corrupt{s=a}") && msg.contains("quantum 0") && msg.contains("replica"), "{msg}");
     // The other quanta of a, and all of b, are served.
-    let rest = store
-        .read(
-            &a,
-            TimeRange::new(1_000_000, 10_000_000).unwrap(),
-            None,
-            100,
-        )
-        .unwrap();
+    let rest = store.read(&a, TimeRange::new(1_000_000, 10_000_000).unwrap(), None, 100).unwrap();
     assert_eq!(rest.points.len(), 20);
     assert_eq!(read_all(&store, &b, 100).len(), 30);
     // Late data into the damaged block is kept (in memory and the log), never dropped, and
     // the problem is reported.
-    store
-        .write(&blocks(&a, qlen(), &[Point::new(500_000, 99.0)]))
-        .unwrap();
+    store.write(&blocks(&a, qlen(), &[Point::new(500_000, 99.0)])).unwrap();
     settle(&store, i64::MAX / 2);
-    assert!(
-        store.health().iter().any(|h| h.contains("unmerged")),
-        "{:?}",
-        store.health()
-    );
+    assert!(store.health().iter().any(|h| h.contains("unmerged")), "{:?}", store.health());
     drop(store);
     let store = open(&sim, small_config());
     let err = store.block_summary(&a, 0).unwrap_err();
@@ -147,28 +104,15 @@ fn damaged_log_bytes_in_the_middle_are_skipped_and_reported() {
     let store = open(&sim, small_config());
     let k: SeriesKey = "mid".parse().unwrap();
     for i in 0..5 {
-        store
-            .write(&blocks(&k, qlen(), &pts(i * 10, i * 10 + 10)))
-            .unwrap();
+        store.write(&blocks(&k, qlen(), &pts(i * 10, i * 10 + 10))).unwrap();
     }
     drop(store);
-    let (wal, len) = sim
-        .files()
-        .into_iter()
-        .find(|(n, _)| n.starts_with("wal/"))
-        .unwrap();
+    let (wal, len) = sim.files().into_iter().find(|(n, _)| n.starts_with("wal/")).unwrap();
     sim.corrupt(&wal, len / 2, 0xff);
     let store = open(&sim, small_config());
     let got = read_all(&store, &k, 100).len();
-    assert!(
-        (30..50).contains(&got),
-        "one record lost to the damage, the rest replayed: {got}"
-    );
-    assert!(
-        store.health().iter().any(|h| h.contains("damaged bytes")),
-        "{:?}",
-        store.health()
-    );
+    assert!((30..50).contains(&got), "one record lost to the damage, the rest replayed: {got}");
+    assert!(store.health().iter().any(|h| h.contains("damaged bytes")), "{:?}", store.health());
 }
 
 #[test]
@@ -180,32 +124,15 @@ fn a_write_with_another_quantum_is_refused_whole() {
     let mut batch = blocks(&"q2".parse().unwrap(), qlen(), &pts(0, 5));
     batch.extend(blocks(&k, other, &pts(20, 30)));
     let err = store.write(&batch).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::QuantumMismatch {
-                stored_ns: 1_000_000,
-                requested_ns: 2_000_000,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_eq!(
-        read_all(&store, &"q2".parse().unwrap(), 10).len(),
-        0,
-        "nothing of the batch was stored"
-    );
+    assert!(matches!(err, StoreError::QuantumMismatch { stored_ns: 1_000_000, requested_ns: 2_000_000, .. }), "{err}");
+    assert_eq!(read_all(&store, &"q2".parse().unwrap(), 10).len(), 0, "nothing of the batch was stored");
     // Points outside their quantum are refused too.
     let bad = vec![BlockPoints {
         series: k.clone(),
         quantum: Quantum::at(0, qlen()).unwrap(),
         points: vec![Point::new(5_000_000, 1.0)],
     }];
-    assert!(matches!(
-        store.write(&bad),
-        Err(StoreError::InvalidInput(_))
-    ));
+    assert!(matches!(store.write(&bad), Err(StoreError::InvalidInput(_))));
     assert_eq!(read_all(&store, &k, 100).len(), 10);
 }
 
@@ -213,10 +140,7 @@ fn a_write_with_another_quantum_is_refused_whole() {
 fn retention_removes_expired_blocks_for_good() {
     let sim = SimBackend::new();
     let cfg = || DiskConfig {
-        retention: vec![
-            RetentionRule::new("tmp.", 5_000_000),
-            RetentionRule::new("tmp.keep", 1 << 60),
-        ],
+        retention: vec![RetentionRule::new("tmp.", 5_000_000), RetentionRule::new("tmp.keep", 1 << 60)],
         ..small_config()
     };
     let store = open(&sim, cfg());
@@ -240,9 +164,7 @@ fn retention_removes_expired_blocks_for_good() {
     drop(store);
     let store = open(&sim.crash(3), cfg());
     assert_eq!(read_all(&store, &gone, 1000).len(), 30);
-    store
-        .write(&blocks(&gone, qlen(), &[Point::new(1_000, 5.0)]))
-        .unwrap();
+    store.write(&blocks(&gone, qlen(), &[Point::new(1_000, 5.0)])).unwrap();
     assert_eq!(read_all(&store, &gone, 1000).len(), 30);
 }
 
@@ -250,31 +172,22 @@ fn retention_removes_expired_blocks_for_good() {
 fn registrations_persist_and_filter_by_metric_and_tags() {
     let sim = SimBackend::new();
     let store = open(&sim, small_config());
-    let keys: Vec<SeriesKey> = [
-        "pmu.phase{bus=1,site=atl}",
-        "pmu.phase{bus=2,site=atl}",
-        "pmu.freq{bus=1,site=sfo}",
-        "cpu",
-    ]
-    .iter()
-    .map(|s| s.parse().unwrap())
-    .collect();
+    let keys: Vec<SeriesKey> =
+        ["pmu.phase{bus=1,site=atl}", "pmu.phase{bus=2,site=atl}", "pmu.freq{bus=1,site=sfo}", "cpu"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
     store.register_series(&keys).unwrap();
     store.register_series(&keys[..1]).unwrap();
     // Written but unregistered series are not listed.
-    store
-        .write(&blocks(&"pmu.other".parse().unwrap(), qlen(), &pts(0, 3)))
-        .unwrap();
+    store.write(&blocks(&"pmu.other".parse().unwrap(), qlen(), &pts(0, 3))).unwrap();
     drop(store);
     let store = open(&sim.crash(9), small_config());
     assert!(store.has_series(&keys[0]).unwrap());
     assert!(!store.has_series(&"pmu.other".parse().unwrap()).unwrap());
     assert_eq!(store.list_series("pmu.").unwrap().len(), 3);
     let atl = store
-        .find_series(&SeriesFilter {
-            metric_prefix: "pmu.".into(),
-            tags: vec![("site".into(), "atl".into())],
-        })
+        .find_series(&SeriesFilter { metric_prefix: "pmu.".into(), tags: vec![("site".into(), "atl".into())] })
         .unwrap();
     assert_eq!(atl, keys[..2].to_vec());
     // The dictionary survives checkpoints that delete the log.
@@ -295,13 +208,9 @@ fn a_newer_format_is_refused_with_a_clear_error() {
     let sim = SimBackend::new();
     drop(open(&sim, small_config()));
     use timeshard_store::Backend;
-    sim.write_atomic("FORMAT", b"timeshard-store\nformat 99\n")
-        .unwrap();
+    sim.write_atomic("FORMAT", b"timeshard-store\nformat 99\n").unwrap();
     let err = DiskStore::open_with_backend(std::sync::Arc::new(sim), small_config()).unwrap_err();
-    assert!(
-        matches!(err, StoreError::UnsupportedFormat { found: 99, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, StoreError::UnsupportedFormat { found: 99, .. }), "{err}");
     assert!(err.to_string().contains("upgrade"), "{err}");
 }
 
@@ -313,21 +222,14 @@ fn whole_quantum_windows_use_summaries_without_decoding() {
     settle(&store, i64::MAX / 2);
     assert_eq!(store.stats().sealed_blocks, 20);
     let before = store.stats();
-    let w = store
-        .aggregate(&k, TimeRange::new(0, 20_000_000).unwrap(), 2_000_000)
-        .unwrap();
+    let w = store.aggregate(&k, TimeRange::new(0, 20_000_000).unwrap(), 2_000_000).unwrap();
     let after = store.stats();
     assert_eq!(w.len(), 10);
     assert_eq!(w[0].count, 20);
-    assert_eq!(
-        after.blocks_decoded, before.blocks_decoded,
-        "no raw block was decoded"
-    );
+    assert_eq!(after.blocks_decoded, before.blocks_decoded, "no raw block was decoded");
     assert_eq!(after.summaries_used - before.summaries_used, 20);
     // A window that cuts a quantum decodes exactly the cut blocks.
-    let w = store
-        .aggregate(&k, TimeRange::new(500_000, 19_500_000).unwrap(), 2_000_000)
-        .unwrap();
+    let w = store.aggregate(&k, TimeRange::new(500_000, 19_500_000).unwrap(), 2_000_000).unwrap();
     assert_eq!(w[0].count, 15);
     assert_eq!(store.stats().blocks_decoded - after.blocks_decoded, 2);
 }
@@ -335,37 +237,22 @@ fn whole_quantum_windows_use_summaries_without_decoding() {
 #[test]
 fn late_data_weeks_later_merges_into_its_old_quantum() {
     let sim = SimBackend::new();
-    let cfg = || DiskConfig {
-        max_open_points: 1 << 20,
-        ..DiskConfig::default()
-    };
+    let cfg = || DiskConfig { max_open_points: 1 << 20, ..DiskConfig::default() };
     let store = open(&sim, cfg());
     let k: SeriesKey = "dev.temp{id=7}".parse().unwrap();
     let len = QuantumLen::DEFAULT;
     let day = 86_400_000_000_000i64;
     let t0 = 1_700_000_000_000_000_000i64;
-    let early: Vec<Point> = (0..600)
-        .map(|i| Point::new(t0 + i * 100_000_000, 1.0))
-        .collect();
+    let early: Vec<Point> = (0..600).map(|i| Point::new(t0 + i * 100_000_000, 1.0)).collect();
     store.write(&blocks(&k, len, &early)).unwrap();
     settle(&store, t0 + day);
     let q = len.quantum_of(t0).start;
     assert_eq!(store.block_summary(&k, q).unwrap().unwrap().count, 100);
     // Three weeks later the device uploads what it buffered: other events at the same times.
-    let late: Vec<Point> = (0..100)
-        .map(|i| Point {
-            ts: t0 + i * 100_000_000,
-            value: 2.0,
-            event: 1,
-        })
-        .collect();
+    let late: Vec<Point> = (0..100).map(|i| Point { ts: t0 + i * 100_000_000, value: 2.0, event: 1 }).collect();
     let stats = store.write(&blocks(&k, len, &late)).unwrap();
     assert_eq!(stats.new_points, 100);
-    assert_eq!(
-        store.write(&blocks(&k, len, &late)).unwrap().new_points,
-        0,
-        "a replay adds nothing"
-    );
+    assert_eq!(store.write(&blocks(&k, len, &late)).unwrap().new_points, 0, "a replay adds nothing");
     let s = store.block_summary(&k, q).unwrap().unwrap();
     assert_eq!((s.count, s.sum, s.max), (200, 300.0, 2.0));
     settle(&store, t0 + 21 * day);
@@ -384,10 +271,7 @@ fn real_files_round_trip_and_checkpoint() {
         let store = DiskStore::open(dir.path(), small_config()).unwrap();
         store.register_series(std::slice::from_ref(&k)).unwrap();
         store.write(&blocks(&k, qlen(), &pts(0, 1000))).unwrap();
-        assert!(matches!(
-            DiskStore::open(dir.path(), small_config()),
-            Err(StoreError::Unavailable(_))
-        ));
+        assert!(matches!(DiskStore::open(dir.path(), small_config()), Err(StoreError::Unavailable(_))));
         settle(&store, i64::MAX / 2);
         store.write(&blocks(&k, qlen(), &pts(1000, 1100))).unwrap();
     }
@@ -402,23 +286,12 @@ fn real_files_round_trip_and_checkpoint() {
 
 #[test]
 fn the_dictionary_is_bounded() {
-    let store = open(
-        &SimBackend::new(),
-        DiskConfig {
-            max_series: 2,
-            ..small_config()
-        },
-    );
+    let store = open(&SimBackend::new(), DiskConfig { max_series: 2, ..small_config() });
     let keys: Vec<SeriesKey> = ["a", "b", "c"].iter().map(|s| s.parse().unwrap()).collect();
     store.register_series(&keys[..2]).unwrap();
     let err = store.register_series(&keys[2..]).unwrap_err();
-    assert!(
-        matches!(err, StoreError::Full(_)) && err.to_string().contains("max_series"),
-        "{err}"
-    );
-    let err = store
-        .write(&blocks(&keys[2], qlen(), &pts(0, 3)))
-        .unwrap_err();
+    assert!(matches!(err, StoreError::Full(_)) && err.to_string().contains("max_series"), "{err}");
+    let err = store.write(&blocks(&keys[2], qlen(), &pts(0, 3))).unwrap_err();
     assert!(matches!(err, StoreError::Full(_)), "{err}");
     // Known series keep working.
     store.write(&blocks(&keys[0], qlen(), &pts(0, 3))).unwrap();

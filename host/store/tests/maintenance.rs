@@ -13,24 +13,16 @@ use common::*;
 #[test]
 fn writes_seal_by_themselves_when_maintenance_lags() {
     let sim = SimBackend::new();
-    let cfg = || DiskConfig {
-        max_open_points: 1_000,
-        ..small_config()
-    };
+    let cfg = || DiskConfig { max_open_points: 1_000, ..small_config() };
     let store = open(&sim, cfg());
     let k: SeriesKey = "pressure".parse().unwrap();
     let mut peak = 0;
     for b in 0..40i64 {
-        let pts: Vec<Point> = (0..250)
-            .map(|i| Point::new((b * 250 + i) * 10_000, i as f64))
-            .collect();
+        let pts: Vec<Point> = (0..250).map(|i| Point::new((b * 250 + i) * 10_000, i as f64)).collect();
         store.write(&blocks(&k, qlen(), &pts)).unwrap();
         peak = peak.max(store.stats().open_points);
     }
-    assert!(
-        peak <= 1_250,
-        "open points stay near the cap without maintenance: peak {peak}"
-    );
+    assert!(peak <= 1_250, "open points stay near the cap without maintenance: peak {peak}");
     assert!(store.stats().sealed_blocks > 0);
     assert_eq!(read_all(&store, &k, 997).len(), 10_000);
     drop(store);
@@ -43,9 +35,7 @@ fn writes_seal_by_themselves_when_maintenance_lags() {
 fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
     let sim = SimBackend::new();
     let store = open(&sim, small_config());
-    let keys: Vec<SeriesKey> = (0..4)
-        .map(|i| format!("churn{{n={i}}}").parse().unwrap())
-        .collect();
+    let keys: Vec<SeriesKey> = (0..4).map(|i| format!("churn{{n={i}}}").parse().unwrap()).collect();
     let mut total = MaintenanceReport::default();
     let mut add = |r: MaintenanceReport| {
         total.sealed_blocks += r.sealed_blocks;
@@ -57,13 +47,8 @@ fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
         for k in &keys {
             // Each round adds one late event to every one of 10 old quanta: each re-seal leaves
             // the previous copy of the block dead in its segment.
-            let pts: Vec<Point> = (0..10)
-                .map(|q| Point {
-                    ts: q * 1_000_000 + round,
-                    value: round as f64,
-                    event: 1,
-                })
-                .collect();
+            let pts: Vec<Point> =
+                (0..10).map(|q| Point { ts: q * 1_000_000 + round, value: round as f64, event: 1 }).collect();
             store.write(&blocks(k, qlen(), &pts)).unwrap();
         }
         loop {
@@ -78,27 +63,15 @@ fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
     assert!(total.compacted_segments > 0, "{total:?}");
     assert!(total.index_rewrites > 0, "{total:?}");
     assert!(total.wal_segments_removed > 0, "{total:?}");
-    let live: usize = sim
-        .files()
-        .iter()
-        .filter(|(n, _)| n.starts_with("blocks/"))
-        .map(|(_, l)| l)
-        .sum();
-    assert!(
-        live < 64 << 10,
-        "dead blocks are reclaimed: {live} bytes of segments"
-    );
+    let live: usize = sim.files().iter().filter(|(n, _)| n.starts_with("blocks/")).map(|(_, l)| l).sum();
+    assert!(live < 64 << 10, "dead blocks are reclaimed: {live} bytes of segments");
     for k in &keys {
         assert_eq!(read_all(&store, k, 33).len(), 300);
     }
     drop(store);
     let store = open(&sim.crash(5), small_config());
     assert!(store.health().is_empty(), "{:?}", store.health());
-    assert_eq!(
-        store.stats().open_points,
-        0,
-        "everything was sealed and the log checkpointed"
-    );
+    assert_eq!(store.stats().open_points, 0, "everything was sealed and the log checkpointed");
     for k in &keys {
         let got = read_all(&store, k, 1000);
         assert_eq!(got.len(), 300);

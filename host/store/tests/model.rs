@@ -43,13 +43,11 @@ fn check(store: &DiskStore, model: &[BTreeSet<PointKey>; 2]) -> Result<(), TestC
         // Every block summary equals the one recomputed from the raw points.
         let mut by_q: BTreeMap<i64, Vec<Point>> = BTreeMap::new();
         for k in set {
-            by_q.entry(qlen().quantum_of(k.ts).start)
-                .or_default()
-                .push(Point {
-                    ts: k.ts,
-                    value: f64::from_bits(k.value_bits),
-                    event: k.event,
-                });
+            by_q.entry(qlen().quantum_of(k.ts).start).or_default().push(Point {
+                ts: k.ts,
+                value: f64::from_bits(k.value_bits),
+                event: k.event,
+            });
         }
         for (q, pts) in &by_q {
             prop_assert_eq!(store.block_summary(s, *q).unwrap(), Summary::of(pts));

@@ -28,11 +28,7 @@ fn batch(writer: u32, round: u32, b: i64) -> Vec<BlockPoints> {
     let mut out: Vec<BlockPoints> = Vec::new();
     for i in 0..POINTS {
         let ts = first + i * STEP;
-        let p = Point {
-            ts,
-            value: (b * 1000 + i) as f64,
-            event: u64::from(round),
-        };
+        let p = Point { ts, value: (b * 1000 + i) as f64, event: u64::from(round) };
         let q = len.quantum_of(ts);
         match out.last_mut() {
             Some(bp) if bp.quantum == q => bp.points.push(p),
@@ -53,9 +49,7 @@ fn child(dir: &Path, round: u32) {
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                store
-                    .maintain(clock.load(Ordering::Relaxed))
-                    .expect("maintenance");
+                store.maintain(clock.load(Ordering::Relaxed)).expect("maintenance");
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
@@ -76,10 +70,7 @@ fn child(dir: &Path, round: u32) {
 
 fn main() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
-        let round = std::env::var("TIMESHARD_SIGKILL_ROUND")
-            .unwrap()
-            .parse()
-            .unwrap();
+        let round = std::env::var("TIMESHARD_SIGKILL_ROUND").unwrap().parse().unwrap();
         child(Path::new(&dir), round);
         return;
     }
@@ -93,22 +84,14 @@ fn main() {
             .spawn()
             .unwrap();
         let stdout = proc.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<String>>()
-        });
+        let reader =
+            std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>());
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(after_ms));
         proc.kill().unwrap(); // SIGKILL on Unix
         proc.wait().unwrap();
         let lines = reader.join().unwrap();
-        assert!(
-            !lines.is_empty(),
-            "round {round}: the child acknowledged nothing in {:?}",
-            start.elapsed()
-        );
+        assert!(!lines.is_empty(), "round {round}: the child acknowledged nothing in {:?}", start.elapsed());
         for l in &lines {
             let (w, b) = l.split_once(' ').unwrap();
             acked.push((w.parse().unwrap(), round, b.parse().unwrap()));
@@ -131,18 +114,12 @@ fn main() {
             for &(aw, r, b) in acked.iter().filter(|a| a.0 == w) {
                 for bp in batch(aw, r, b) {
                     for p in bp.points {
-                        assert!(
-                            got.contains(&p.key()),
-                            "round {round}: acknowledged point {p:?} of writer {w} lost"
-                        );
+                        assert!(got.contains(&p.key()), "round {round}: acknowledged point {p:?} of writer {w} lost");
                     }
                 }
             }
         }
-        println!(
-            "round {round}: killed after {after_ms} ms, {} acknowledged batches checked",
-            acked.len()
-        );
+        println!("round {round}: killed after {after_ms} ms, {} acknowledged batches checked", acked.len());
     }
     println!("sigkill: 1 passed; 0 failed");
 }

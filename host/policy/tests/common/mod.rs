@@ -66,38 +66,24 @@ impl Fixture {
 
     /// Installs guest `guest` and binds it to every series (ingest or query by `kind`).
     pub fn install_everywhere(&self, guest: &str, kind: Kind, settings: Settings) -> PolicyRef {
-        let r = self
-            .registry
-            .install(self.module(guest, "1.0.0", kind, settings))
-            .unwrap();
+        let r = self.registry.install(self.module(guest, "1.0.0", kind, settings)).unwrap();
         let mut binding = timeshard_policy::Binding::default();
         match kind {
             Kind::Ingest => binding.ingest = Some(guest.parse().unwrap()),
             Kind::Query => binding.query = vec![guest.parse().unwrap()],
         }
-        self.registry
-            .bind(timeshard_policy::Bindings(vec![binding]))
-            .unwrap();
+        self.registry.bind(timeshard_policy::Bindings(vec![binding])).unwrap();
         r
     }
 }
 
 /// The default limits with a 10 s deadline.
 pub fn test_limits() -> Limits {
-    Limits {
-        deadline: std::time::Duration::from_secs(10),
-        ..Limits::default()
-    }
+    Limits { deadline: std::time::Duration::from_secs(10), ..Limits::default() }
 }
 
 pub fn settings(config: &[(&str, &str)]) -> Settings {
-    Settings {
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..Settings::default()
-    }
+    Settings { config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Settings::default() }
 }
 
 pub fn series() -> SeriesKey {
@@ -108,9 +94,5 @@ pub const T0: i64 = 1_700_000_000_000_000_000;
 
 /// Points at 60 Hz from T0 with the given values.
 pub fn points(values: &[f64]) -> Vec<Point> {
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| Point::new(T0 + i as i64 * 1_000_000_000 / 60, v))
-        .collect()
+    values.iter().enumerate().map(|(i, &v)| Point::new(T0 + i as i64 * 1_000_000_000 / 60, v)).collect()
 }
