@@ -165,15 +165,32 @@ impl LimitsConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// `memory`: everything in RAM, lost on restart.
+    /// `disk`: the durable engine in `<data_dir>/store` (write-ahead log, compressed blocks).
+    /// `memory`: everything in RAM, lost on restart (tests, throwaway clusters).
     pub engine: StoreEngine,
+    /// When the disk engine acknowledges a write: `durable` (after fsync; survives power loss)
+    /// or `os-buffered` (after the OS has it; survives a crash of the node, not of the machine).
+    pub fsync: Fsync,
+    /// The disk engine seals (compresses) a block once its quantum ended this long ago; later
+    /// points still merge in as late data.
+    #[serde(with = "humantime_serde")]
+    pub seal_grace: Duration,
+    /// How often the disk engine's maintenance runs (sealing, retention, log checkpoints).
+    #[serde(with = "humantime_serde")]
+    pub maintenance_interval: Duration,
     /// Most points the memory engine holds before refusing writes.
     pub memory_max_points: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { engine: StoreEngine::Memory, memory_max_points: 200_000_000 }
+        StoreConfig {
+            engine: StoreEngine::Disk,
+            fsync: Fsync::Durable,
+            seal_grace: Duration::from_secs(30),
+            maintenance_interval: Duration::from_secs(1),
+            memory_max_points: 200_000_000,
+        }
     }
 }
 
@@ -181,7 +198,16 @@ impl Default for StoreConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreEngine {
+    Disk,
     Memory,
+}
+
+/// When writes are acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fsync {
+    Durable,
+    OsBuffered,
 }
 
 /// One series class as written in the config file.
@@ -203,6 +229,9 @@ pub struct ClassConfig {
     pub w: u8,
     /// Replicas a read asks.
     pub r: u8,
+    /// How long points are kept, by event time (e.g. `30days`); unset keeps them forever.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Duration>,
 }
 
 impl Default for ClassConfig {
@@ -216,6 +245,7 @@ impl Default for ClassConfig {
             rf: d.replication.rf,
             w: d.replication.w,
             r: d.replication.r,
+            retention: None,
         }
     }
 }
@@ -277,6 +307,17 @@ impl NodeConfig {
         Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
     }
 
+    /// Retention rules of the store, one per class that sets a retention.
+    pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
+        self.classes
+            .iter()
+            .filter_map(|c| {
+                let keep = i64::try_from(c.retention?.as_nanos()).unwrap_or(i64::MAX);
+                Some(timeshard_store::RetentionRule::new(c.metric_prefix.clone(), keep))
+            })
+            .collect()
+    }
+
     /// Checks settings that have no valid default when given badly.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |setting: &str, message: &str| {
@@ -299,6 +340,12 @@ impl NodeConfig {
         }
         if self.dht.request_timeout.is_zero() || self.dht.connect_timeout.is_zero() || self.dht.idle_timeout.is_zero() {
             return invalid("dht", "timeouts must be positive");
+        }
+        if self.classes.iter().any(|c| c.retention.is_some_and(|r| r.is_zero())) {
+            return invalid("class.retention", "must be positive; leave it out to keep points forever");
+        }
+        if self.store.maintenance_interval.is_zero() {
+            return invalid("store.maintenance_interval", "must be positive");
         }
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {

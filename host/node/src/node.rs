@@ -9,13 +9,13 @@ use anyhow::{Context, Result};
 use timeshard_proto::Contact;
 use timeshard_proto::wire::Limits;
 use timeshard_sdk::tls::Identity;
-use timeshard_store::{MemStore, Store};
+use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::config::{NodeConfig, StoreEngine};
+use crate::config::{Fsync, NodeConfig, StoreEngine};
 use crate::coordinator::Coordinator;
 use crate::dht::Dht;
 use crate::net::Net;
@@ -79,7 +79,59 @@ pub struct RunningNode {
 fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>> {
     Ok(match config.store.engine {
         StoreEngine::Memory => Arc::new(MemStore::new(config.store.memory_max_points)),
+        StoreEngine::Disk => {
+            let dir = config.data_dir.join("store");
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+            let disk = DiskConfig {
+                fsync: match config.store.fsync {
+                    Fsync::Durable => FsyncPolicy::Durable,
+                    Fsync::OsBuffered => FsyncPolicy::OsBuffered,
+                },
+                seal_grace_ns: i64::try_from(config.store.seal_grace.as_nanos()).unwrap_or(i64::MAX),
+                retention: config.retention_rules(),
+                ..DiskConfig::default()
+            };
+            let store =
+                DiskStore::open(&dir, disk).with_context(|| format!("cannot open the store in {}", dir.display()))?;
+            for problem in store.health() {
+                warn!(%problem, "store health");
+            }
+            Arc::new(store)
+        }
     })
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Runs the store's maintenance (sealing, late data, retention, log checkpoints) in bounded
+/// steps on a blocking thread, so ingest never waits for it.
+async fn maintain_store(node: Arc<Node>) {
+    let mut tick = tokio::time::interval(node.config.store.maintenance_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = node.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        loop {
+            let store = node.store.clone();
+            match tokio::task::spawn_blocking(move || store.maintain(now_ns())).await {
+                Ok(Ok(report)) if report.more => continue,
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "store maintenance failed; will retry");
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, "store maintenance task failed");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
@@ -132,6 +184,7 @@ impl RunningNode {
             info!(peers, "joined the network");
         }
         node.tasks.spawn(maintain(node.clone(), seeds));
+        node.tasks.spawn(maintain_store(node.clone()));
         Ok(RunningNode { node })
     }
 
