@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
-use timeshard_proto::wire::{Limits, NodeStatus, Request, Response, SeriesPoints};
+use timeshard_proto::wire::{
+    Limits, MAX_REPORTED_REJECTIONS, NodeStatus, QueryOutput, RejectedPoint, Request, Response, SeriesPoints,
+};
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
 use crate::Error;
@@ -42,12 +44,16 @@ impl Default for ClientOptions {
 }
 
 /// A node's acknowledgement of a write.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WriteAck {
-    /// Points the write carried (after removing duplicates within the batch).
+    /// Points stored (after ingest policies and removing duplicates within the batch).
     pub points: u64,
     /// (series, quantum) blocks the points fell into.
     pub blocks: u64,
+    /// Points an ingest policy refused.
+    pub rejected: u64,
+    /// The first refused points with the policy's reasons.
+    pub rejections: Vec<RejectedPoint>,
 }
 
 /// A connection to one node. Cheap to clone; clones share the connection, and concurrent
@@ -113,9 +119,12 @@ impl Client {
         let mut ack = WriteAck::default();
         for chunk in split_batch(batch, self.options.max_batch_points.max(1)) {
             match self.call(Request::Write { batch: chunk.into_iter().map(Into::into).collect() }).await? {
-                Response::Written { points, blocks } => {
+                Response::Written { points, blocks, rejected, rejections } => {
                     ack.points += points;
                     ack.blocks += blocks;
+                    ack.rejected += rejected;
+                    let room = MAX_REPORTED_REJECTIONS.saturating_sub(ack.rejections.len());
+                    ack.rejections.extend(rejections.into_iter().take(room));
                 }
                 other => return Err(self.unexpected(&other)),
             }
@@ -155,6 +164,29 @@ impl Client {
         };
         match self.call(req).await? {
             Response::Page { points, next } => Ok((points, next)),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Runs query policy `policy` over `range` of `series`: the nodes that own each quantum
+    /// reduce their points, and the node this client talks to merges the partial results.
+    /// `params` are passed to the policy (e.g. `[("threshold", "49.5")]`).
+    pub async fn query(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        policy: &str,
+        params: &[(&str, &str)],
+    ) -> Result<QueryOutput, Error> {
+        let req = Request::Query {
+            series: series.to_string(),
+            start: range.start(),
+            end: range.end(),
+            policy: policy.to_string(),
+            params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        match self.call(req).await? {
+            Response::QueryResult(out) => Ok(out),
             other => Err(self.unexpected(&other)),
         }
     }

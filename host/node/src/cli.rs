@@ -48,6 +48,11 @@ enum Command {
     Put(PutArgs),
     /// Read a time range of one series as CSV or JSON.
     Get(GetArgs),
+    /// Run a query policy (WebAssembly) over a time range, pushed down to the nodes that hold it.
+    Query(QueryArgs),
+    /// Sign policy modules: create a signing key, sign a component.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Show what a node knows of itself and the cluster.
     Status(ConnArgs),
     /// Create a development CA and issue node and client certificates.
@@ -176,6 +181,56 @@ struct GetArgs {
     /// How timestamps are printed.
     #[arg(long, value_enum, default_value = "ns")]
     time: TimeFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(long_about = "\
+Runs a query policy over [START, END) of one series. The nodes that own each quantum run the
+policy over their raw points and send back only a small partial result; the node you talk to
+merges them. The policy must be installed and bound to the series on every node ([policy] in
+the node configuration).
+
+  timeshard query 'pmu.phase{bus=7,site=atl}' --policy rms --start 2023-11-14T22:13:20Z --end now
+  timeshard query 'pmu.phase{bus=7,site=atl}' --policy threshold-crossings --param threshold=49.5 \\
+      --start 2023-11-14T22:13:20Z --end now")]
+struct QueryArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// The series.
+    series: String,
+    /// The query policy, by name (the version bound on the nodes runs).
+    #[arg(long)]
+    policy: String,
+    /// First instant of the range.
+    #[arg(long)]
+    start: String,
+    /// First instant after the range.
+    #[arg(long)]
+    end: String,
+    /// A parameter for the policy, NAME=VALUE; repeat for several.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "csv")]
+    format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Create an ed25519 signing key; prints the public key line for the nodes' trusted_keys.
+    Keygen {
+        /// Where to write the secret key (created with mode 0600; never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Sign a policy component; writes MODULE.sig next to it.
+    Sign {
+        /// The secret key file from `timeshard policy keygen`.
+        #[arg(long)]
+        key: PathBuf,
+        /// The component (.wasm) to sign.
+        module: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -307,6 +362,12 @@ async fn put(args: PutArgs) -> Result<()> {
     let client = args.conn.connect().await?;
     let ack = client.write_batch(batch).await?;
     eprintln!("wrote {} points in {} blocks through {}", ack.points, ack.blocks, client.addr());
+    if ack.rejected > 0 {
+        eprintln!("{} points were refused by an ingest policy:", ack.rejected);
+        for r in ack.rejections.iter().take(20) {
+            eprintln!("  {} {}={}: {}", r.series, r.point.ts, r.point.value, r.reason);
+        }
+    }
     client.close().await;
     Ok(())
 }
@@ -348,6 +409,67 @@ async fn get(args: GetArgs) -> Result<()> {
     }
     out.flush()?;
     client.close().await;
+    Ok(())
+}
+
+async fn query(args: QueryArgs) -> Result<()> {
+    let series: SeriesKey = args.series.parse()?;
+    let range = TimeRange::new(parse_time(&args.start)?, parse_time(&args.end)?)?;
+    let params: Vec<(&str, &str)> = args
+        .params
+        .iter()
+        .map(|p| p.split_once('=').ok_or_else(|| anyhow!("parameter {p:?} is not NAME=VALUE")))
+        .collect::<Result<_>>()?;
+    let client = args.conn.connect().await?;
+    let out = client.query(&series, range, &args.policy, &params).await?;
+    match args.format {
+        Format::Csv => {
+            println!("# {}@{} over {series}", out.policy, out.version);
+            for (name, value) in &out.values {
+                println!("{name},{value}");
+            }
+            if !out.points.is_empty() {
+                println!("ts,value,event");
+                for p in &out.points {
+                    println!("{},{},{}", p.ts, p.value, p.event);
+                }
+            }
+        }
+        Format::Json => {
+            let values: serde_json::Map<String, serde_json::Value> =
+                out.values.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+            let points: Vec<serde_json::Value> = out
+                .points
+                .iter()
+                .map(|p| serde_json::json!({"ts": p.ts, "value": p.value, "event": p.event}))
+                .collect();
+            let doc = serde_json::json!({"policy": out.policy, "version": out.version, "series": series.as_str(),
+                "values": values, "points": points});
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+    }
+    client.close().await;
+    Ok(())
+}
+
+fn policy_command(cmd: PolicyCommand) -> Result<()> {
+    use timeshard_policy::signing;
+    match cmd {
+        PolicyCommand::Keygen { out } => {
+            if out.exists() {
+                bail!("{} exists; a signing key is never overwritten", out.display());
+            }
+            let key = signing::generate_keypair()?;
+            key.write(&out)?;
+            println!("wrote the secret key to {}; keep it off the nodes", out.display());
+            println!("add this line to trusted_keys in the nodes' [policy] section:");
+            println!("{}", key.public().to_text());
+        }
+        PolicyCommand::Sign { key, module } => {
+            let sig = signing::sign_file(&key, &module)?;
+            println!("signed {} -> {}", module.display(), sig.display());
+        }
+    }
     Ok(())
 }
 
@@ -394,10 +516,34 @@ async fn run_node(args: NodeArgs) -> Result<()> {
     if let Some(path) = &args.ready_file {
         write_ready_file(path, &node)?;
     }
-    wait_for_stop_signal().await?;
+    serve_until_stopped(&node, args.config.as_deref()).await?;
     tracing::info!("stop signal received; shutting down");
     node.shutdown().await;
     Ok(())
+}
+
+/// Serves until SIGTERM or SIGINT; on SIGHUP, re-reads the config file's `[policy]` section
+/// and swaps in new policy versions (a module that fails to load leaves the last good one).
+async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup())?;
+    let stop = wait_for_stop_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = &mut stop => return r,
+            _ = hup.recv() => {
+                let (Some(path), Some(registry)) = (config, node.node().coordinator().policies()) else {
+                    tracing::warn!("SIGHUP: nothing to reload (no config file, or no [policy] section at start)");
+                    continue;
+                };
+                match NodeConfig::load(path) {
+                    Ok(cfg) => crate::policies::reload(registry, &cfg),
+                    Err(e) => tracing::warn!(error = %e, "SIGHUP: config not reloaded"),
+                }
+            }
+        }
+    }
 }
 
 /// Waits for SIGTERM or SIGINT (Ctrl-C).
@@ -444,6 +590,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Put(a) => put(a).await,
         Command::Get(a) => get(a).await,
+        Command::Query(a) => query(a).await,
+        Command::Policy(p) => policy_command(p),
         Command::Status(a) => status(a).await,
         Command::Pki(PkiCommand::Init { dir }) => {
             pki::init(&dir)?;

@@ -45,6 +45,8 @@ pub struct ClusterOptions {
     pub store: StoreConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    /// Policies of every node (use absolute paths for the modules).
+    pub policy: timeshard_policy::Config,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
 }
@@ -60,6 +62,7 @@ impl ClusterOptions {
             store: StoreConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            policy: timeshard_policy::Config::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
         }
     }
@@ -117,6 +120,8 @@ impl LocalCluster {
             limits: o.limits.clone(),
             store: o.store.clone(),
             classes: o.classes.clone(),
+            policy: o.policy.clone(),
+            base_dir: o.dir.join(format!("node-{i}")),
         }
     }
 

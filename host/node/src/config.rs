@@ -29,6 +29,12 @@ pub struct NodeConfig {
     /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,
+    /// WebAssembly policies: trusted signing keys, modules and their bindings to series (see
+    /// `timeshard_policy::Config`). Every node of a cluster must have the same query policies.
+    pub policy: timeshard_policy::Config,
+    /// Directory that relative paths resolve against: the config file's. Not part of the file.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
 }
 
 impl Default for NodeConfig {
@@ -42,6 +48,8 @@ impl Default for NodeConfig {
             limits: LimitsConfig::default(),
             store: StoreConfig::default(),
             classes: Vec::new(),
+            policy: timeshard_policy::Config::default(),
+            base_dir: PathBuf::from("."),
         }
     }
 }
@@ -275,6 +283,7 @@ impl NodeConfig {
 
     /// Makes relative paths absolute against `base`.
     pub fn resolve_paths(&mut self, base: &Path) {
+        self.base_dir = base.to_path_buf();
         for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key] {
             if p.is_relative() {
                 *p = base.join(&*p);

@@ -5,18 +5,25 @@
 //! Series seen for the first time are registered in the series dictionary (also RF replicas,
 //! W acknowledgements) in the same round. A read sends one request per quantum, in parallel, to
 //! R replicas each, and merges, deduplicates, sorts and trims the answers exactly to the range.
+//!
+//! With policies configured, a write first runs the ingest policy bound to each series, and a
+//! query policy is pushed down: the owners of each block reduce its raw points to a partial,
+//! and only partials travel to this node, which merges them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use timeshard_policy::Registry;
 use timeshard_proto::class::SeriesClass;
 use timeshard_proto::key::{self, series_meta_id};
 use timeshard_proto::placement::{WritePlan, WriteProgress, merge_replica_answers, split_batch};
 use timeshard_proto::point::page_start;
 use timeshard_proto::time::{self, Quantum};
-use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response, SeriesPoints};
+use timeshard_proto::wire::{
+    ErrorCode, ErrorReply, PartialResult, QueryOutput, RejectedPoint, Request, Response, SeriesPoints,
+};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::Store;
 use tokio::sync::mpsc;
@@ -24,6 +31,7 @@ use tracing::warn;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
+use crate::policies;
 use crate::server::serve_replica;
 
 /// Placement lookups a write runs at once.
@@ -32,6 +40,8 @@ const PLACEMENT_PARALLELISM: usize = 32;
 const REGISTERED_CACHE_MAX: usize = 100_000;
 /// Points a read may hold in flight across the quanta it fetches in parallel.
 const READ_POINT_BUDGET: usize = 2_000_000;
+/// Most quanta one policy query may span.
+const MAX_QUERY_QUANTA: u64 = 1_000_000;
 
 /// Where one part of a write goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,16 +60,73 @@ pub struct Coordinator {
     classes: Classes,
     limits: LimitsConfig,
     registered: Mutex<HashSet<SeriesKey>>,
+    policies: Option<Arc<Registry>>,
+}
+
+/// What a coordinated write did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WriteOutcome {
+    /// Points stored (after policies and deduplication within the batch).
+    pub points: u64,
+    /// (series, quantum) blocks they fell into.
+    pub blocks: u64,
+    /// Points an ingest policy refused, and the first of them with reasons.
+    pub rejected: u64,
+    pub rejections: Vec<RejectedPoint>,
 }
 
 fn unavailable(message: String) -> ErrorReply {
     ErrorReply::new(ErrorCode::Unavailable, message)
 }
 
+/// Whether an error from one replica may not recur at another (so asking the next helps).
+fn is_replica_fault(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Unavailable | ErrorCode::Overloaded | ErrorCode::Storage | ErrorCode::Internal | ErrorCode::TooLarge
+    )
+}
+
 impl Coordinator {
     /// A coordinator placing data through `dht` and storing this node's share in `store`.
-    pub fn new(dht: Arc<Dht>, store: Arc<dyn Store>, classes: Classes, limits: LimitsConfig) -> Coordinator {
-        Coordinator { dht, store, classes, limits, registered: Mutex::new(HashSet::new()) }
+    pub fn new(
+        dht: Arc<Dht>,
+        store: Arc<dyn Store>,
+        classes: Classes,
+        limits: LimitsConfig,
+        policies: Option<Arc<Registry>>,
+    ) -> Coordinator {
+        Coordinator { dht, store, classes, limits, registered: Mutex::new(HashSet::new()), policies }
+    }
+
+    /// The policy registry, if this node runs policies.
+    pub fn policies(&self) -> Option<&Arc<Registry>> {
+        self.policies.as_ref()
+    }
+
+    fn registry(&self) -> Result<Arc<Registry>, ErrorReply> {
+        self.policies.clone().ok_or_else(|| {
+            ErrorReply::new(
+                ErrorCode::Policy,
+                "this node runs no policies: configure [policy] with trusted keys, modules and bindings",
+            )
+        })
+    }
+
+    /// Answers a peer's request to run a query policy over this node's part of a block.
+    pub async fn summarize_local(&self, req: Request) -> Response {
+        let Request::Summarize { series, range, policy, params, .. } = req else {
+            return Response::Error(ErrorReply::new(ErrorCode::Internal, "not a summarize request"));
+        };
+        let registry = match self.registry() {
+            Ok(r) => r,
+            Err(e) => return Response::Error(e),
+        };
+        let params = params.into_iter().collect();
+        match policies::summarize(self.store.clone(), registry, series, range, policy, params).await {
+            Ok(partials) => Response::Partials { partials },
+            Err(e) => Response::Error(e),
+        }
     }
 
     /// The class table.
@@ -70,16 +137,44 @@ impl Coordinator {
     /// Sends `req` to `contact`, or serves it locally if that is this node.
     async fn replica_call(&self, contact: &Contact, req: Request) -> Result<Response, ErrorReply> {
         if contact.id == self.dht.me().id {
-            return match serve_replica(&self.store, req).await {
+            let local = match req {
+                Request::Summarize { .. } => self.summarize_local(req).await,
+                req => serve_replica(&self.store, req).await,
+            };
+            return match local {
                 Response::Error(e) => Err(e),
                 r => Ok(r),
             };
         }
-        self.dht.call(contact, &req).await.map_err(|e| unavailable(e.to_string()))
+        match self.dht.call(contact, &req).await {
+            Ok(resp) => Ok(resp),
+            // The replica answered: its error says what is wrong, with its own code.
+            Err(crate::net::NetError::Call { source: timeshard_sdk::transport::CallError::Remote(reply), .. }) => {
+                Err(reply)
+            }
+            Err(e) => Err(unavailable(e.to_string())),
+        }
     }
 
-    /// Writes a validated batch. Returns (points, blocks) once every block has W acks.
-    pub async fn write(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
+    /// Writes a validated batch: runs ingest policies, then returns once every block has W
+    /// acknowledgements.
+    pub async fn write(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<WriteOutcome, ErrorReply> {
+        let (batch, rejected, rejections) = match &self.policies {
+            Some(registry) => {
+                let ingested = policies::ingest(registry.clone(), batch).await?;
+                (ingested.batch, ingested.rejected, ingested.rejections)
+            }
+            None => (batch, 0, Vec::new()),
+        };
+        if batch.is_empty() {
+            return Ok(WriteOutcome { rejected, rejections, ..WriteOutcome::default() });
+        }
+        let (points, blocks) = self.replicate(batch).await?;
+        Ok(WriteOutcome { points, blocks, rejected, rejections })
+    }
+
+    /// Places and stores a batch; returns (points, blocks) once every block has W acks.
+    async fn replicate(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
         let new_series: Vec<SeriesKey> = {
             let known = self.registered.lock().expect("registered lock");
             let mut seen = HashSet::new();
@@ -227,6 +322,57 @@ impl Coordinator {
         Ok((out, None))
     }
 
+    /// The replicas of block `id`, the local node first (no network) and peers that failed
+    /// lately last.
+    async fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
+        let mut replicas = self.dht.replicas(id, usize::from(class.replication.rf)).await;
+        let me = self.dht.me().id;
+        replicas.sort_by_key(|c| (c.id != me, self.dht.is_suspect(&c.id)));
+        replicas
+    }
+
+    /// Asks `r` of `replicas` with `ask`, moving on to the next replica whenever one fails.
+    /// Fails if fewer than `r` answer.
+    async fn ask_replicas<T, F, Fut>(
+        replicas: &[Contact],
+        r: usize,
+        what: impl FnOnce() -> String,
+        ask: F,
+    ) -> Result<Vec<T>, ErrorReply>
+    where
+        F: Fn(Contact) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ErrorReply>>,
+    {
+        let mut candidates = replicas.iter().copied();
+        let mut in_flight: FuturesUnordered<_> = candidates.by_ref().take(r).map(&ask).collect();
+        let mut answers = Vec::with_capacity(r);
+        let mut last_error = None;
+        while let Some(result) = in_flight.next().await {
+            match result {
+                Ok(answer) => {
+                    answers.push(answer);
+                    if answers.len() == r {
+                        return Ok(answers);
+                    }
+                }
+                // Another replica cannot do better with a request that is itself wrong.
+                Err(e) if !is_replica_fault(e.code) => return Err(e),
+                Err(e) => {
+                    last_error = Some(e);
+                    if let Some(next) = candidates.next() {
+                        in_flight.push(ask(next));
+                    }
+                }
+            }
+        }
+        Err(unavailable(format!(
+            "only {} of the {r} replicas needed answered for {}{}",
+            answers.len(),
+            what(),
+            last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
+        )))
+    }
+
     /// Reads one block from R of its replicas and merges the answers.
     #[allow(clippy::too_many_arguments)]
     async fn fetch_block(
@@ -239,11 +385,7 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let mut replicas = self.dht.replicas(id, usize::from(class.replication.rf)).await;
-        // Local first (no network), peers that failed lately last.
-        let me = self.dht.me().id;
-        replicas.sort_by_key(|c| (c.id != me, self.dht.is_suspect(&c.id)));
-        let r = usize::from(class.replication.r);
+        let replicas = self.ordered_replicas(id, class).await;
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits.max_page_points);
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
@@ -263,40 +405,101 @@ impl Coordinator {
                 }
             }
         };
-        let mut candidates = replicas.iter().copied();
-        let mut in_flight: FuturesUnordered<_> = candidates.by_ref().take(r).map(fetch).collect();
-        let mut answers = Vec::with_capacity(r);
-        let mut last_error = None;
-        while let Some(result) = in_flight.next().await {
-            match result {
-                Ok(points) => {
-                    answers.push(points);
-                    if answers.len() == r {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    last_error = Some(e);
-                    if let Some(next) = candidates.next() {
-                        in_flight.push(fetch(next));
-                    }
-                }
-            }
-        }
-        if answers.len() < r {
-            return Err(unavailable(format!(
-                "only {} of the {r} replicas a read needs answered for {series} at quantum {}{}",
-                answers.len(),
-                quantum.start,
-                last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
-            )));
-        }
+        let r = usize::from(class.replication.r);
+        let what = || format!("{series} at quantum {}", quantum.start);
+        let answers = Self::ask_replicas(&replicas, r, what, fetch).await?;
         let mut merged = merge_replica_answers(answers, &part);
         if let Some(a) = after {
             merged.retain(|p| p.key() > a);
         }
         merged.truncate(limit);
         Ok(merged)
+    }
+
+    /// Runs query policy `policy` over one block on R of its owners. Equal partials from the R
+    /// owners mean they hold the same points; if they differ (a replica missed a write), the
+    /// raw points of those owners are merged here and the policy runs over them instead.
+    async fn summarize_block(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        quantum: Quantum,
+        part: TimeRange,
+        policy: &str,
+        params: &[(String, String)],
+    ) -> Result<Vec<PartialResult>, ErrorReply> {
+        let id = key::block_id(class.format, series, &quantum);
+        let replicas = self.ordered_replicas(id, class).await;
+        let summarize = |c: Contact| async move {
+            let req = Request::Summarize {
+                series: series.clone(),
+                quantum,
+                range: part,
+                policy: policy.to_string(),
+                params: params.to_vec(),
+            };
+            match self.replica_call(&c, req).await? {
+                Response::Partials { partials } => Ok(partials),
+                other => Err(unavailable(format!("unexpected answer to a summarize: {other:?}"))),
+            }
+        };
+        let r = usize::from(class.replication.r);
+        let what = || format!("{series} at quantum {}", quantum.start);
+        let mut answers = Self::ask_replicas(&replicas, r, what, summarize).await?;
+        if answers.windows(2).all(|w| w[0] == w[1]) {
+            return Ok(answers.swap_remove(0));
+        }
+        let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
+        let params = params.iter().cloned().collect();
+        policies::summarize_points(self.registry()?, series.clone(), part, points, policy.to_string(), params).await
+    }
+
+    /// Runs query policy `policy` over `range` of `series`: pushed down to the owners of each
+    /// quantum, merged here.
+    pub async fn query(
+        self: &Arc<Self>,
+        series: SeriesKey,
+        range: TimeRange,
+        policy: String,
+        params: Vec<(String, String)>,
+    ) -> Result<QueryOutput, ErrorReply> {
+        let registry = self.registry()?;
+        if !registry.query_policies(&series).iter().any(|p| p.name == policy) {
+            let bound: Vec<String> = registry.query_policies(&series).iter().map(ToString::to_string).collect();
+            return Err(ErrorReply::new(
+                ErrorCode::Policy,
+                format!(
+                    "query policy {policy} is not bound to {series} (bound: {}); add it to a [[policy.bindings]] entry \
+                     on every node",
+                    if bound.is_empty() { "none".to_string() } else { bound.join(", ") }
+                ),
+            ));
+        }
+        let class = self.classes.of(&series).clone();
+        let quanta = time::quanta_count(range, class.quantum);
+        if quanta > MAX_QUERY_QUANTA {
+            return Err(ErrorReply::new(
+                ErrorCode::InvalidRange,
+                format!("the range spans {quanta} quanta; a policy query may span {MAX_QUERY_QUANTA}: split it"),
+            ));
+        }
+        let mut partials = Vec::new();
+        let mut quanta = time::quanta(range, class.quantum).peekable();
+        while quanta.peek().is_some() {
+            let window: Vec<(Quantum, TimeRange)> = quanta.by_ref().take(self.limits.read_parallelism).collect();
+            let calls =
+                window.iter().map(|(q, part)| self.summarize_block(&series, &class, *q, *part, &policy, &params));
+            for result in futures::future::join_all(calls).await {
+                partials.extend(result?);
+            }
+        }
+        let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
+        Ok(QueryOutput {
+            policy: result.policy.name,
+            version: result.policy.version,
+            values: result.values.into_iter().map(|v| (v.name, v.value)).collect(),
+            points: result.points,
+        })
     }
 
     /// Whether `series` is registered in the series dictionary.

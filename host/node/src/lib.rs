@@ -18,6 +18,7 @@ pub mod dht;
 pub mod net;
 pub mod node;
 pub mod pki;
+pub mod policies;
 pub mod server;
 pub mod stats;
 

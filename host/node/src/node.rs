@@ -157,7 +157,9 @@ impl RunningNode {
         let store = open_store(&config)?;
         let classes = config.class_table()?;
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
-        let coordinator = Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone()));
+        let policies = crate::policies::open(&config)?;
+        let coordinator =
+            Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone(), policies));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),

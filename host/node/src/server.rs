@@ -155,7 +155,12 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
                 Err(e) => return Response::Error(e.into()),
             };
             match node.coordinator().write(batch).await {
-                Ok((points, blocks)) => Response::Written { points, blocks },
+                Ok(w) => Response::Written {
+                    points: w.points,
+                    blocks: w.blocks,
+                    rejected: w.rejected,
+                    rejections: w.rejections,
+                },
                 Err(e) => Response::Error(e),
             }
         }
@@ -166,6 +171,17 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
             };
             match node.coordinator().read(series, range, after, limit).await {
                 Ok((points, next)) => Response::Page { points, next },
+                Err(e) => Response::Error(e),
+            }
+        }
+        req @ Request::Summarize { .. } => node.coordinator().summarize_local(req).await,
+        Request::Query { series, start, end, policy, params } => {
+            let (series, range) = match wire::check_read(&series, start, end) {
+                Ok(r) => r,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().query(series, range, policy, params).await {
+                Ok(out) => Response::QueryResult(out),
                 Err(e) => Response::Error(e),
             }
         }

@@ -97,6 +97,9 @@ pub enum Request {
     /// Whether the receiver holds the registration of `series`; answered with
     /// [`Response::SeriesKnown`].
     HasSeries { series: SeriesKey },
+    /// Run query policy `policy` over the raw points of one block within `range` (inside
+    /// `quantum`); answered with [`Response::Partials`].
+    Summarize { series: SeriesKey, quantum: Quantum, range: TimeRange, policy: String, params: Vec<(String, String)> },
 
     /// Client: write points, coordinated by the receiver; answered with [`Response::Written`].
     /// Checked with [`check_write`].
@@ -107,6 +110,9 @@ pub enum Request {
     /// Client: what the receiver knows of itself and the cluster; answered with
     /// [`Response::Status`].
     Status,
+    /// Client: run query policy `policy` over `[start, end)` of one series, pushed down to the
+    /// nodes that own each quantum; answered with [`Response::QueryResult`].
+    Query { series: String, start: i64, end: i64, policy: String, params: Vec<(String, String)> },
 }
 
 /// An answer to a [`Request`].
@@ -132,7 +138,17 @@ pub enum Response {
     Written {
         points: u64,
         blocks: u64,
+        /// Points an ingest policy refused.
+        rejected: u64,
+        /// The first of them with reasons (at most [`MAX_REPORTED_REJECTIONS`]).
+        rejections: Vec<RejectedPoint>,
     },
+    /// Partial results of a query policy over one block.
+    Partials {
+        partials: Vec<PartialResult>,
+    },
+    /// The merged result of a query policy.
+    QueryResult(QueryOutput),
     /// One page of a read, sorted and deduplicated. If `next` is set the range holds more:
     /// ask again with `after = next`.
     Page {
@@ -194,6 +210,44 @@ pub enum ErrorCode {
     Storage,
     /// Anything else; the message says what.
     Internal,
+    /// An ingest policy refused the whole batch; nothing of it was stored.
+    Rejected,
+    /// A query policy is not installed, not bound to the series, or failed.
+    Policy,
+}
+
+/// Most rejected points a write answer lists one by one.
+pub const MAX_REPORTED_REJECTIONS: usize = 1_000;
+/// Most parameters of a query, and their longest name or value in bytes.
+pub const MAX_QUERY_PARAMS: usize = 64;
+pub const MAX_PARAM_BYTES: usize = 1_024;
+
+/// A point an ingest policy refused, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectedPoint {
+    pub series: String,
+    pub point: Point,
+    pub reason: String,
+}
+
+/// A query policy's partial result over one piece of one block, sent from the node that owns
+/// the block to the coordinator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartialResult {
+    pub policy: String,
+    pub version: String,
+    pub range: TimeRange,
+    pub numbers: Vec<f64>,
+    pub points: Vec<Point>,
+}
+
+/// The merged result of a query policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueryOutput {
+    pub policy: String,
+    pub version: String,
+    pub values: Vec<(String, f64)>,
+    pub points: Vec<Point>,
 }
 
 /// Framing failures.
@@ -257,6 +311,12 @@ pub enum InvalidRequest {
     Series(#[from] SeriesKeyError),
     #[error(transparent)]
     Range(TimeError),
+    #[error(
+        "a query carries {count} parameters or one longer than {MAX_PARAM_BYTES} bytes; the limit is {MAX_QUERY_PARAMS}"
+    )]
+    BadParams { count: usize },
+    #[error("policy name {0:?} is empty or longer than 64 bytes")]
+    BadPolicyName(String),
 }
 
 impl InvalidRequest {
@@ -270,6 +330,7 @@ impl InvalidRequest {
             InvalidRequest::TooManyContacts { .. } => ErrorCode::Malformed,
             InvalidRequest::Series(_) => ErrorCode::InvalidSeries,
             InvalidRequest::Range(_) => ErrorCode::InvalidRange,
+            InvalidRequest::BadParams { .. } | InvalidRequest::BadPolicyName(_) => ErrorCode::Malformed,
         }
     }
 }
@@ -292,6 +353,18 @@ fn check_points<'a>(
         {
             return Err(InvalidRequest::OutsideQuantum { series: series.clone(), ts: p.ts, quantum: q.start });
         }
+    }
+    Ok(())
+}
+
+fn check_policy(policy: &str, params: &[(String, String)]) -> Result<(), InvalidRequest> {
+    if policy.is_empty() || policy.len() > 64 {
+        return Err(InvalidRequest::BadPolicyName(policy.chars().take(80).collect()));
+    }
+    if params.len() > MAX_QUERY_PARAMS
+        || params.iter().any(|(k, v)| k.len() > MAX_PARAM_BYTES || v.len() > MAX_PARAM_BYTES)
+    {
+        return Err(InvalidRequest::BadParams { count: params.len() });
     }
     Ok(())
 }
@@ -361,6 +434,13 @@ impl Request {
                 check_page(*limit, limits)
             }
             Request::Read { limit, .. } => check_page(*limit, limits),
+            Request::Summarize { quantum, range, policy, params, .. } => {
+                if quantum.clip(range) != Some(*range) {
+                    return Err(InvalidRequest::RangeOutsideQuantum { range: *range, quantum: quantum.start });
+                }
+                check_policy(policy, params)
+            }
+            Request::Query { policy, params, .. } => check_policy(policy, params),
             Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
         }
     }
@@ -374,6 +454,7 @@ impl Request {
                 | Request::Fetch { .. }
                 | Request::RegisterSeries { .. }
                 | Request::HasSeries { .. }
+                | Request::Summarize { .. }
         )
     }
 
@@ -389,6 +470,8 @@ impl Request {
             Request::Write { .. } => "write",
             Request::Read { .. } => "read",
             Request::Status => "status",
+            Request::Summarize { .. } => "summarize",
+            Request::Query { .. } => "query",
         }
     }
 }

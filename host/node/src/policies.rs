@@ -1,0 +1,182 @@
+//! The node's side of WebAssembly policies: the registry built from the `[policy]` section,
+//! ingest policies on the receiving node before replication, and query policies pushed down to
+//! the owners of each block (see `timeshard-policy` for the sandbox itself).
+
+use std::sync::Arc;
+
+use timeshard_policy::{Params, Partial, PolicyError, PolicyRef, Registry};
+use timeshard_proto::wire::{
+    ErrorCode, ErrorReply, MAX_REPORTED_REJECTIONS, PartialResult, RejectedPoint, SeriesPoints,
+};
+use timeshard_proto::{Point, SeriesKey, TimeRange};
+use timeshard_store::Store;
+use tracing::warn;
+
+use crate::config::NodeConfig;
+
+/// Points a quantum may hold for a query policy to run over it on its owner.
+const MAX_SUMMARIZE_POINTS: usize = 20_000_000;
+
+/// Builds the registry when the configuration has a `[policy]` section with trusted keys or
+/// modules; a module that fails to load is reported and skipped.
+pub fn open(config: &NodeConfig) -> anyhow::Result<Option<Arc<Registry>>> {
+    let section = &config.policy;
+    if section.modules.is_empty() && section.trusted_keys.is_empty() {
+        return Ok(None);
+    }
+    let (registry, report) = Registry::from_config(section, &config.base_dir)?;
+    for (policy, error) in &report.failed {
+        warn!(%policy, %error, "policy not loaded");
+    }
+    if let Some(error) = &report.bindings_error {
+        warn!(%error, "policy bindings not applied; no series has policies until they are fixed");
+    }
+    Ok(Some(Arc::new(registry)))
+}
+
+/// Re-applies the `[policy]` section (hot reload): new versions swap in atomically, and a
+/// module that fails to load leaves the last good version running.
+pub fn reload(registry: &Registry, config: &NodeConfig) {
+    let report = registry.apply(&config.policy, &config.base_dir);
+    for (policy, error) in &report.failed {
+        warn!(%policy, %error, "policy not reloaded; the last good version keeps running");
+    }
+    if let Some(error) = &report.bindings_error {
+        warn!(%error, "policy bindings not changed; the previous bindings stay");
+    }
+    tracing::info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
+}
+
+fn policy_error(code: ErrorCode, e: &PolicyError) -> ErrorReply {
+    ErrorReply::new(code, e.to_string())
+}
+
+/// What ingest policies made of a batch.
+#[derive(Debug, Default)]
+pub struct Ingested {
+    pub batch: Vec<SeriesPoints>,
+    pub rejected: u64,
+    pub rejections: Vec<RejectedPoint>,
+}
+
+/// Runs the ingest policy bound to each series of `batch` (on a blocking thread). A policy that
+/// fails refuses the whole batch, unless it is configured to pass batches through.
+pub async fn ingest(registry: Arc<Registry>, batch: Vec<SeriesPoints>) -> Result<Ingested, ErrorReply> {
+    if batch.iter().all(|s| registry.ingest_policy(&s.series).is_none()) {
+        return Ok(Ingested { batch, ..Ingested::default() });
+    }
+    let work = tokio::task::spawn_blocking(move || {
+        let mut out = Ingested::default();
+        for SeriesPoints { series, points } in batch {
+            let outcome = registry.ingest(&series, points).map_err(|e| {
+                ErrorReply::new(
+                    ErrorCode::Rejected,
+                    format!("the ingest policy of {series} refused the batch; nothing was stored: {e}"),
+                )
+            })?;
+            out.rejected += outcome.rejected.len() as u64;
+            for r in outcome.rejected {
+                if out.rejections.len() < MAX_REPORTED_REJECTIONS {
+                    out.rejections.push(RejectedPoint { series: series.to_string(), point: r.point, reason: r.reason });
+                }
+            }
+            if !outcome.keep.is_empty() {
+                out.batch.push(SeriesPoints { series, points: outcome.keep });
+            }
+        }
+        Ok(out)
+    });
+    work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("ingest policy task failed: {e}")))?
+}
+
+/// A policy partial as it crosses the network.
+pub fn to_wire(p: Partial) -> PartialResult {
+    PartialResult {
+        policy: p.policy.name,
+        version: p.policy.version,
+        range: p.range,
+        numbers: p.numbers,
+        points: p.points,
+    }
+}
+
+/// A partial off the network.
+pub fn from_wire(p: PartialResult) -> Result<Partial, ErrorReply> {
+    let policy = PolicyRef::new(&p.policy, &p.version).map_err(|e| policy_error(ErrorCode::Malformed, &e))?;
+    Ok(Partial { policy, range: p.range, numbers: p.numbers, points: p.points })
+}
+
+/// Runs query policy `policy` over this node's raw points of `series` in `range` (one block's
+/// part of a query), on a blocking thread.
+pub async fn summarize(
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+    series: SeriesKey,
+    range: TimeRange,
+    policy: String,
+    params: Params,
+) -> Result<Vec<PartialResult>, ErrorReply> {
+    let work = tokio::task::spawn_blocking(move || {
+        let points = read_all(&*store, &series, range, MAX_SUMMARIZE_POINTS)?;
+        registry
+            .query_map(&policy, &series, range, &points, &params)
+            .map(|ps| ps.into_iter().map(to_wire).collect())
+            .map_err(|e| policy_error(ErrorCode::Policy, &e))
+    });
+    work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
+}
+
+/// Runs query policy `policy` over points the coordinator gathered itself (when the owners'
+/// partials disagreed), on a blocking thread.
+pub async fn summarize_points(
+    registry: Arc<Registry>,
+    series: SeriesKey,
+    range: TimeRange,
+    points: Vec<Point>,
+    policy: String,
+    params: Params,
+) -> Result<Vec<PartialResult>, ErrorReply> {
+    let work = tokio::task::spawn_blocking(move || {
+        registry
+            .query_map(&policy, &series, range, &points, &params)
+            .map(|ps| ps.into_iter().map(to_wire).collect())
+            .map_err(|e| policy_error(ErrorCode::Policy, &e))
+    });
+    work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
+}
+
+/// Merges the partials of a whole query on the coordinator, on a blocking thread.
+pub async fn merge(
+    registry: Arc<Registry>,
+    policy: String,
+    partials: Vec<PartialResult>,
+    params: Params,
+) -> Result<timeshard_policy::QueryResult, ErrorReply> {
+    let partials = partials.into_iter().map(from_wire).collect::<Result<Vec<_>, _>>()?;
+    let work = tokio::task::spawn_blocking(move || {
+        registry.query_merge(&policy, partials, &params).map_err(|e| policy_error(ErrorCode::Policy, &e))
+    });
+    work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query merge task failed: {e}")))?
+}
+
+/// Every point of `series` in `range` from the local store, refusing more than `max`.
+fn read_all(store: &dyn Store, series: &SeriesKey, range: TimeRange, max: usize) -> Result<Vec<Point>, ErrorReply> {
+    let mut points = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .read(series, range, after, 100_000)
+            .map_err(|e| ErrorReply::new(ErrorCode::Storage, format!("this node's store failed: {e}")))?;
+        after = page.points.last().map(Point::key).or(after);
+        points.extend(page.points);
+        if points.len() > max {
+            return Err(ErrorReply::new(
+                ErrorCode::Policy,
+                format!("{series} holds more than {max} points in one quantum; use a shorter quantum for its class"),
+            ));
+        }
+        if !page.more {
+            return Ok(points);
+        }
+    }
+}
