@@ -1,6 +1,7 @@
 //! One request, one bidirectional QUIC stream: framing and the request/response exchange.
 //! Shared by the SDK and the node (which is a client of its peers).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quinn::{Connection, RecvStream, SendStream};
@@ -29,14 +30,38 @@ pub enum CallError {
     Remote(ErrorReply),
 }
 
-/// Writes one frame and finishes the stream.
-pub async fn write_frame<T: serde::Serialize>(send: &mut SendStream, msg: &T, limit: u32) -> Result<(), CallError> {
+/// Application bytes (frames, headers included) a party sent and received.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl Traffic {
+    /// Counts `n` bytes sent.
+    pub fn sent(&self, n: usize) {
+        self.sent.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes received.
+    pub fn received(&self, n: usize) {
+        self.received.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// (sent, received) so far.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.sent.load(Ordering::Relaxed), self.received.load(Ordering::Relaxed))
+    }
+}
+
+/// Writes one frame and finishes the stream; returns the bytes written.
+pub async fn write_frame<T: serde::Serialize>(send: &mut SendStream, msg: &T, limit: u32) -> Result<usize, CallError> {
     let frame = wire::encode(msg, limit)?;
     send.write_all(&frame).await?;
     // The peer may already have stopped reading (e.g. it refused the frame as too large);
     // finishing a stopped stream is not an error worth reporting.
     let _ = send.finish();
-    Ok(())
+    Ok(frame.len())
 }
 
 /// Reads one frame, refusing bodies above `limit` before reading them.
@@ -55,10 +80,25 @@ pub async fn read_frame_bytes(recv: &mut RecvStream, limit: u32) -> Result<Vec<u
 /// Sends `req` on a new stream of `conn` and waits at most `timeout` for the response.
 /// An [`Response::Error`] comes back as [`CallError::Remote`].
 pub async fn call(conn: &Connection, req: &Request, limit: u32, timeout: Duration) -> Result<Response, CallError> {
+    call_counted(conn, req, limit, timeout, None).await
+}
+
+/// [`call`], counting the bytes of both frames in `traffic`.
+pub async fn call_counted(
+    conn: &Connection,
+    req: &Request,
+    limit: u32,
+    timeout: Duration,
+    traffic: Option<&Traffic>,
+) -> Result<Response, CallError> {
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await?;
-        write_frame(&mut send, req, limit).await?;
+        let sent = write_frame(&mut send, req, limit).await?;
         let body = read_frame_bytes(&mut recv, limit).await?;
+        if let Some(t) = traffic {
+            t.sent(sent);
+            t.received(HEADER_BYTES + body.len());
+        }
         match wire::decode::<Response>(&body)? {
             Response::Error(e) => Err(CallError::Remote(e)),
             other => Ok(other),

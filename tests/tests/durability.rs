@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timeshard_node::config::ClassConfig;
-use timeshard_node::datasets::{self, T0};
+use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
 

@@ -2,7 +2,7 @@
 //! every acknowledged point is still readable, point for point, and writes still succeed.
 
 use rand::{Rng, SeedableRng};
-use timeshard_node::datasets::{self, T0};
+use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
 

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use timeshard_node::datasets::{self, T0};
 use timeshard_policy::signing;
+use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, TimeRange};
 

@@ -12,8 +12,8 @@ use timeshard_sdk::SeriesPoints;
 
 use crate::cli::wait_for_stop_signal;
 use crate::cluster::{ClusterOptions, LocalCluster};
-use crate::datasets::{self, T0};
 use crate::stats::Latencies;
+use timeshard_proto::datasets::{self, T0};
 
 /// Options of the demo.
 #[derive(Debug, Args)]

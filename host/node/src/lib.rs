@@ -12,7 +12,6 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod coordinator;
-pub mod datasets;
 pub mod demo;
 pub mod dht;
 pub mod net;

@@ -15,7 +15,7 @@ use rustls::server::WebPkiClientVerifier;
 use timeshard_proto::Id;
 use timeshard_proto::wire::{ALPN, Request, Response};
 use timeshard_sdk::tls::{self, Identity, NODE_NAME, PeerIdentity};
-use timeshard_sdk::transport::{self, CallError};
+use timeshard_sdk::transport::{self, CallError, Traffic};
 
 use crate::config::NodeConfig;
 
@@ -98,6 +98,7 @@ pub struct Net {
     connect_timeout: Duration,
     max_pool: usize,
     on_dialed: std::sync::OnceLock<DialedHook>,
+    traffic: Traffic,
 }
 
 struct DialedHook(DialedHandler);
@@ -125,6 +126,7 @@ impl Net {
             connect_timeout: cfg.dht.connect_timeout,
             max_pool: cfg.limits.max_connections,
             on_dialed: std::sync::OnceLock::new(),
+            traffic: Traffic::default(),
         })
     }
 
@@ -217,10 +219,16 @@ impl Net {
         {
             return Err(NetError::IdMismatch { addr, expected, got: peer.id });
         }
-        let resp = transport::call(&conn, req, self.max_message_bytes, self.request_timeout)
-            .await
-            .map_err(|source| NetError::Call { addr, source })?;
+        let resp =
+            transport::call_counted(&conn, req, self.max_message_bytes, self.request_timeout, Some(&self.traffic))
+                .await
+                .map_err(|source| NetError::Call { addr, source })?;
         Ok((resp, peer))
+    }
+
+    /// Application bytes this node sent and received, as a server and as a client of its peers.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     /// Closes every connection and stops accepting.

@@ -76,7 +76,7 @@ async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity)
     }
 }
 
-async fn respond(send: &mut SendStream, resp: &Response, limit: u32) {
+async fn respond(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) {
     let result = match transport::write_frame(send, resp, limit).await {
         Err(CallError::Frame(FrameError::TooLarge { len, limit })) => {
             let e = ErrorReply::new(
@@ -87,8 +87,9 @@ async fn respond(send: &mut SendStream, resp: &Response, limit: u32) {
         }
         other => other,
     };
-    if let Err(e) = result {
-        debug!(error = %e, "could not send a response");
+    match result {
+        Ok(n) => node.net().traffic().sent(n),
+        Err(e) => debug!(error = %e, "could not send a response"),
     }
 }
 
@@ -103,15 +104,23 @@ async fn serve_stream(
     let Ok(_permit) = node.request_slots().clone().try_acquire_owned() else {
         let e =
             ErrorReply::new(ErrorCode::Overloaded, "the node is serving its maximum number of requests; retry shortly");
-        return respond(&mut send, &Response::Error(e), limit).await;
+        return respond(&node, &mut send, &Response::Error(e), limit).await;
     };
     let read = tokio::time::timeout(node.config().dht.request_timeout, transport::read_frame_bytes(&mut recv, limit));
     let body = match read.await {
-        Ok(Ok(b)) => b,
+        Ok(Ok(b)) => {
+            node.net().traffic().received(wire::HEADER_BYTES + b.len());
+            b
+        }
         Ok(Err(CallError::Frame(e @ FrameError::TooLarge { .. }))) => {
             let _ = recv.stop(VarInt::from_u32(STOP_LIMIT));
-            return respond(&mut send, &Response::Error(ErrorReply::new(ErrorCode::TooLarge, e.to_string())), limit)
-                .await;
+            return respond(
+                &node,
+                &mut send,
+                &Response::Error(ErrorReply::new(ErrorCode::TooLarge, e.to_string())),
+                limit,
+            )
+            .await;
         }
         Ok(Err(e)) => return debug!(%remote, error = %e, "could not read a request"),
         Err(_) => return debug!(%remote, "request not received in time"),
@@ -125,7 +134,7 @@ async fn serve_stream(
             handle(&node, peer, req).await
         }
     };
-    respond(&mut send, &resp, limit).await;
+    respond(&node, &mut send, &resp, limit).await;
 }
 
 /// Validates and answers one request.
@@ -189,6 +198,8 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
             id: node.dht().me().id,
             addr: node.dht().me().addr,
             peers: node.dht().peer_count() as u32,
+            bytes_sent: node.net().traffic().totals().0,
+            bytes_received: node.net().traffic().totals().1,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }),
     }

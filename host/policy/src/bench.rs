@@ -25,12 +25,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand_distr::{Distribution, Normal};
 use serde::Serialize;
+use timeshard_proto::datasets::{T0, pmu, pmu_series};
 use timeshard_proto::time::quanta;
-use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange, Timestamp};
+use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 
 use crate::signing::{self, TrustedKeys};
 use crate::{Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings};
@@ -105,29 +103,6 @@ pub struct PolicyBenchReport {
     pub instantiate_us: f64,
     pub loop_stop_ms_p99: f64,
     pub pushdown: Option<Pushdown>,
-}
-
-/// Start of the `pmu` dataset: 1,700,000,000 s after the Unix epoch, in nanoseconds.
-pub const PMU_T0: Timestamp = 1_700_000_000 * 1_000_000_000;
-
-/// The series key of PMU bus `bus`.
-pub fn pmu_series(bus: u32) -> SeriesKey {
-    format!("pmu.phase{{bus={bus},site=atl}}").parse().expect("a valid literal key")
-}
-
-/// The `pmu` dataset of BENCHMARKS.md for one bus: 60 Hz from [`PMU_T0`],
-/// `50 sin(2 pi 0.05 t) + N(0, 0.05)` rounded to 3 decimals, `t` in seconds since `PMU_T0`.
-/// The same generator, seed and all, as the node's benchmark datasets, so both load the same
-/// points.
-pub fn pmu(bus: u32) -> impl Iterator<Item = Point> {
-    let mut rng = StdRng::seed_from_u64(0x7113_5a4d ^ u64::from(bus));
-    let noise = Normal::new(0.0, 0.05).expect("valid sigma");
-    (0u64..).map(move |i| {
-        let ts = PMU_T0 + (i as i64) * 1_000_000_000 / 60;
-        let t = (ts - PMU_T0) as f64 / 1e9;
-        let v = 50.0 * (2.0 * std::f64::consts::PI * 0.05 * t).sin() + noise.sample(&mut rng);
-        Point::new(ts, (v * 1000.0).round() / 1000.0)
-    })
 }
 
 /// The native ingest path the policies are compared with: what `pmu-validate` does, in Rust.
@@ -305,8 +280,7 @@ fn pushdown(registry: &Registry, rms: &PolicyRef, seconds: i64) -> Result<Pushdo
     let series = pmu_series(0);
     let n = (seconds * 60) as usize;
     let points: Vec<Point> = pmu(0).take(n).collect();
-    let range =
-        TimeRange::new(PMU_T0, PMU_T0 + seconds * 1_000_000_000).map_err(|e| BenchError::Setup(e.to_string()))?;
+    let range = TimeRange::new(T0, T0 + seconds * 1_000_000_000).map_err(|e| BenchError::Setup(e.to_string()))?;
     // Each quantum's points, as the owners' stores would hand them over.
     let mut per_quantum: Vec<(TimeRange, &[Point])> = Vec::new();
     let mut rest = &points[..];
@@ -394,22 +368,6 @@ pub fn summary(r: &PolicyBenchReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pmu_follows_its_definition() {
-        let pts: Vec<Point> = pmu(0).take(61).collect();
-        assert_eq!(pts[0].ts, PMU_T0);
-        assert_eq!(pts[1].ts, PMU_T0 + 16_666_666);
-        assert_eq!(pts[60].ts, PMU_T0 + 1_000_000_000);
-        for (i, p) in pts.iter().enumerate() {
-            let clean = 50.0 * (2.0 * std::f64::consts::PI * 0.05 * i as f64 / 60.0).sin();
-            assert!((p.value - clean).abs() < 0.5, "noise is small: {p:?}");
-            assert_eq!((p.value * 1000.0).round() / 1000.0, p.value, "3 decimals");
-        }
-        // Deterministic.
-        assert_eq!(pmu(0).take(100).collect::<Vec<_>>(), pmu(0).take(100).collect::<Vec<_>>());
-        assert_ne!(pmu(0).nth(5), pmu(1).nth(5));
-    }
 
     #[test]
     fn native_validation_matches_the_guest_semantics() {

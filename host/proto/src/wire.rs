@@ -165,6 +165,9 @@ pub struct NodeStatus {
     pub id: Id,
     pub addr: std::net::SocketAddr,
     pub peers: u32,
+    /// Application bytes (message frames) this node has sent and received since it started.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
     pub version: String,
 }
 

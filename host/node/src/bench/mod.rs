@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 pub mod paper;
+pub mod policy;
 
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
@@ -16,6 +17,9 @@ pub enum BenchCommand {
     /// One node's storage engine on the real disk: ingest, bytes per point, scan, aggregates,
     /// recovery.
     Store(StoreArgs),
+    /// WebAssembly policies: per-point cost, call overhead, instantiation, deadline stop, and
+    /// push-down on a cluster of node processes. Needs guest/build.sh first.
+    Policy(policy::PolicyArgs),
 }
 
 /// Options of `bench store`.
@@ -38,6 +42,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Paper(a) => paper::run(a).await,
         BenchCommand::Store(a) => store(a).await,
+        BenchCommand::Policy(a) => policy::run(a).await,
     }
 }
 

@@ -14,8 +14,8 @@ use timeshard_sdk::SeriesPoints;
 
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::config::ClassConfig;
-use crate::datasets::{self, T0};
 use crate::stats::{Latencies, round3};
+use timeshard_proto::datasets::{self, T0};
 
 /// Options of `bench paper`.
 #[derive(Debug, Args)]
@@ -231,6 +231,16 @@ async fn ingest(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json::
         "ingest: {points} points in {secs:.1} s = {rate:.0} points/s (RF 3, W 2, batches of 5000, {} in flight)",
         args.in_flight
     );
+    // Check, outside the timing, that what was acknowledged reads back: every batch carried
+    // the next 50 points of each series.
+    let reader = cluster.client(cluster.len() - 1).await?;
+    let expected = points / u64::from(SERIES);
+    let written_until = datasets::pmu_ts(expected);
+    let got = reader.read(&datasets::pmu_series(0), TimeRange::new(T0, written_until + 1_000_000_000)?).await?;
+    if got.len() as u64 != expected {
+        bail!("after ingest, series 0 holds {} points; {expected} were acknowledged", got.len());
+    }
+    reader.close().await;
     client.close().await;
     Ok(json!({"rf": 3, "w": 2, "batch": SERIES as usize * PER_SERIES, "points_per_s": rate.round() as u64,
         "points": points, "seconds": round3(secs), "in_flight": args.in_flight}))

@@ -1,0 +1,167 @@
+//! `timeshard bench policy`: the policy host's figures (from `timeshard_policy::bench`, in this
+//! process) plus the push-down figure measured on a cluster of node processes: RMS over one
+//! day of 60 Hz data computed on the owner nodes and merged, versus fetching the raw points
+//! and computing it at the client.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+use timeshard_policy::signing;
+use timeshard_proto::datasets::{self, T0};
+use timeshard_proto::{Point, TimeRange};
+use timeshard_sdk::{Client, SeriesPoints};
+
+use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::stats::{Latencies, round3};
+
+/// Options of `bench policy`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// The guest workspace, built by guest/build.sh.
+    #[arg(long, default_value = "guest")]
+    guest_dir: PathBuf,
+    /// Node processes for the push-down figure.
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+    /// Seconds of 60 Hz data for the push-down figure (one day by default).
+    #[arg(long, default_value_t = 86_400)]
+    pushdown_seconds: i64,
+    /// Repetitions of each push-down measurement (median reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Fewer repetitions and one hour of push-down data, to check the benchmark runs.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Runs the benchmark.
+pub async fn run(mut args: PolicyArgs) -> Result<()> {
+    if args.quick {
+        args.pushdown_seconds = args.pushdown_seconds.min(3_600);
+        args.reps = args.reps.min(2);
+    }
+    let mut opts = timeshard_policy::bench::Options::default();
+    if args.quick {
+        opts.repetitions = 3;
+        opts.loop_samples = 20;
+        opts.pushdown_seconds = 3_600;
+    }
+    let guest_dir = args.guest_dir.clone();
+    eprintln!("measuring the policy host (in this process)");
+    let host = tokio::task::spawn_blocking(move || timeshard_policy::bench::run(&guest_dir, &opts)).await??;
+    eprint!("{}", timeshard_policy::bench::summary(&host));
+    let mut report = serde_json::to_value(&host)?;
+    // The in-process estimate stays for comparison; the cluster figure is the benchmark's.
+    report["pushdown_single_process"] = report["pushdown"].take();
+    report["pushdown"] = pushdown(&args).await?;
+    super::write_json(&args.json, &report)?;
+    println!("wrote {}", args.json.display());
+    Ok(())
+}
+
+/// Sum over the cluster of the application bytes every node has sent.
+async fn cluster_bytes_sent(clients: &[Client]) -> Result<u64> {
+    let mut total = 0;
+    for c in clients {
+        total += c.status().await?.bytes_sent;
+    }
+    Ok(total)
+}
+
+async fn pushdown(args: &PolicyArgs) -> Result<serde_json::Value> {
+    let rms_wasm = timeshard_policy::guest_artifact(&args.guest_dir, "rms")?;
+    let dir = std::env::temp_dir().join(format!("timeshard-bench-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = pushdown_in(args, &dir, &rms_wasm).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn pushdown_in(args: &PolicyArgs, dir: &Path, rms_wasm: &Path) -> Result<serde_json::Value> {
+    let key_file = dir.join("policy.key");
+    let key = signing::generate_keypair()?;
+    key.write(&key_file)?;
+    let wasm = dir.join("rms.wasm");
+    std::fs::copy(rms_wasm, &wasm).context("copying the rms component")?;
+    signing::sign_file(&key_file, &wasm)?;
+    let mut options = ClusterOptions::new(args.nodes, dir.join("cluster"), std::env::current_exe()?);
+    options.log = "warn".into();
+    options.policy = toml::from_str(&format!(
+        "trusted_keys = [{:?}]\n[[modules]]\nname = \"rms\"\nversion = \"1.0.0\"\nkind = \"query\"\nwasm = {:?}\n\
+         [[bindings]]\nselect = {{ metric_prefix = \"pmu.\" }}\nquery = [\"rms\"]\n",
+        key.public().to_text().trim(),
+        wasm.display().to_string(),
+    ))?;
+    eprintln!("starting {} node processes for the push-down figure", args.nodes);
+    let cluster = LocalCluster::start(options).await?;
+    let outcome = measure(&cluster, args).await;
+    cluster.shutdown().await?;
+    outcome
+}
+
+async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json::Value> {
+    cluster.wait_converged(Duration::from_secs(60)).await?;
+    let series = datasets::pmu_series(0);
+    let n = (args.pushdown_seconds * 60) as usize;
+    let writer = cluster.client(0).await?;
+    eprintln!("writing {n} points ({} s of 60 Hz data)", args.pushdown_seconds);
+    for first in (0..n).step_by(50_000) {
+        let points: Vec<Point> = datasets::pmu_points(0, first as u64, 50_000.min(n - first)).collect();
+        writer.write_batch(vec![SeriesPoints { series: series.clone(), points }]).await?;
+    }
+    let range = TimeRange::new(T0, T0 + args.pushdown_seconds * 1_000_000_000)?;
+    let mut observers = Vec::new();
+    for i in 0..cluster.len() {
+        observers.push(cluster.client(i).await?);
+    }
+    let client = cluster.client(cluster.len() - 1).await?;
+
+    let (mut t_push, mut t_raw) = (Latencies::default(), Latencies::default());
+    let (mut bytes_push, mut bytes_raw) = (Vec::new(), Vec::new());
+    let (mut rms_push, mut rms_raw) = (0.0, 0.0);
+    for _ in 0..args.reps.max(1) {
+        let before = cluster_bytes_sent(&observers).await?;
+        let t = Instant::now();
+        let out = client.query(&series, range, "rms", &[]).await?;
+        t_push.push(t.elapsed());
+        bytes_push.push(cluster_bytes_sent(&observers).await? - before);
+        rms_push = out.values.iter().find(|(k, _)| k == "rms").map(|(_, v)| *v).context("no rms in the answer")?;
+
+        let before = cluster_bytes_sent(&observers).await?;
+        let t = Instant::now();
+        let points = client.read(&series, range).await?;
+        rms_raw = (points.iter().map(|p| p.value * p.value).sum::<f64>() / points.len() as f64).sqrt();
+        t_raw.push(t.elapsed());
+        bytes_raw.push(cluster_bytes_sent(&observers).await? - before);
+        if points.len() != n {
+            bail!("the raw read returned {} points, {n} were written", points.len());
+        }
+    }
+    if (rms_push - rms_raw).abs() > 1e-9 * rms_raw.abs().max(1.0) {
+        bail!("push-down RMS {rms_push} differs from the raw RMS {rms_raw}");
+    }
+    bytes_push.sort_unstable();
+    bytes_raw.sort_unstable();
+    let (bp, br) = (bytes_push[bytes_push.len() / 2], bytes_raw[bytes_raw.len() / 2]);
+    println!(
+        "push-down over {} node processes: rms of {n} points moves {bp} bytes in {:.1} ms; fetching them raw moves {br} \
+         bytes in {:.1} ms ({:.0}x fewer bytes)",
+        cluster.len(),
+        t_push.percentile_ms(50.0),
+        t_raw.percentile_ms(50.0),
+        br as f64 / bp.max(1) as f64
+    );
+    Ok(
+        json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
+        "bytes_pushdown": bp, "bytes_raw": br,
+        "ms_pushdown": round3(t_push.percentile_ms(50.0)), "ms_raw": round3(t_raw.percentile_ms(50.0)),
+        "scope": "cluster", "nodes": cluster.len(), "points": n, "rms": rms_push,
+        "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"}),
+    )
+}
