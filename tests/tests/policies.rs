@@ -137,3 +137,62 @@ async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()
     assert_eq!(cluster.shutdown().await?, 4);
     Ok(())
 }
+
+/// An ingest policy that loops forever is stopped at its deadline: its writer gets a typed
+/// refusal, and the node keeps answering everyone else meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_policy_is_stopped_while_the_node_keeps_serving() -> anyhow::Result<()> {
+    let (mut options, dir) = timeshard_tests::cluster_options(1, BIN);
+    options.classes =
+        vec![timeshard_node::config::ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    let key_file = dir.path().join("policy.key");
+    let key = signing::generate_keypair()?;
+    key.write(&key_file)?;
+    let looping = signed_guest(dir.path(), &key_file, "hostile-loop");
+    options.policy = toml::from_str(&format!(
+        r#"
+        trusted_keys = ["{}"]
+        deadline_ms = 50
+        [[modules]]
+        name = "spin"
+        version = "1.0.0"
+        kind = "ingest"
+        wasm = "{}"
+        [[bindings]]
+        select = {{ metric_prefix = "hostile." }}
+        ingest = "spin"
+        "#,
+        key.public().to_text().trim(),
+        looping.display()
+    ))?;
+    let cluster = timeshard_tests::start(options).await?;
+    let client = cluster.client(0).await?;
+    let hostile = "hostile.loop".parse()?;
+    let calm = "calm.series".parse()?;
+
+    let stuck = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut errors = Vec::new();
+            for i in 0..10 {
+                errors.push(client.write(&hostile, &[Point::new(T0 + i, 1.0)]).await.unwrap_err());
+            }
+            errors
+        })
+    };
+    // Meanwhile the node answers writes and reads of other series.
+    for i in 0..100 {
+        let p = Point::new(T0 + i, i as f64);
+        client.write(&calm, &[p]).await?;
+        assert_eq!(client.read(&calm, TimeRange::new(p.ts, p.ts + 1)?).await?, vec![p]);
+    }
+    for e in stuck.await? {
+        assert_eq!(e.code(), Some(ErrorCode::Rejected), "{e}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+    }
+    let range = TimeRange::new(T0, T0 + 100)?;
+    let err = client.read(&"hostile.loop".parse()?, range).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::UnknownSeries), "nothing of the refused batches was stored: {err}");
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
