@@ -20,7 +20,8 @@ async fn main() -> anyhow::Result<()> {
     let series: SeriesKey = "example.temperature{room=lab,sensor=3}".parse()?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as i64;
     let start = now - 60_000_000_000;
-    let points: Vec<Point> = (0..600).map(|i| Point::new(start + i * 100_000_000, 21.0 + (i as f64 / 100.0).sin())).collect();
+    let points: Vec<Point> =
+        (0..600).map(|i| Point::new(start + i * 100_000_000, 21.0 + (i as f64 / 100.0).sin())).collect();
 
     // Acknowledged once every block (series, 10 s quantum) is on W replicas.
     let ack = client.write(&series, &points).await?;

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
+use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
-    Limits, MAX_REPORTED_REJECTIONS, NodeStatus, QueryOutput, RejectedPoint, Request, Response, SeriesPoints,
+    Limits, MAX_REPORTED_REJECTIONS, NodeStatus, QueryOutput, RejectedPoint, Request, Response, SeriesFilter,
+    SeriesPoints,
 };
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
@@ -187,6 +189,32 @@ impl Client {
         };
         match self.call(req).await? {
             Response::QueryResult(out) => Ok(out),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Min, max, sum, count, first and last of `range` of `series` in windows of `width_ns`
+    /// nanoseconds aligned to the Unix epoch (e.g. one minute: `60_000_000_000`), trimmed to
+    /// the range. Only windows holding points are returned. Whole quanta inside a window are
+    /// answered from block summaries, without reading their points.
+    pub async fn aggregate(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        width_ns: i64,
+    ) -> Result<Vec<WindowStats>, Error> {
+        let req = Request::Aggregate { series: series.to_string(), start: range.start(), end: range.end(), width_ns };
+        match self.call(req).await? {
+            Response::Windows { windows } => Ok(windows),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// The series of the whole cluster passing `filter`, sorted, at most `limit`; the flag says
+    /// whether the limit cut the list.
+    pub async fn list_series(&self, filter: SeriesFilter, limit: u32) -> Result<(Vec<SeriesKey>, bool), Error> {
+        match self.call(Request::ListSeries { filter, limit }).await? {
+            Response::SeriesList { series, more } => Ok((series, more)),
             other => Err(self.unexpected(&other)),
         }
     }

@@ -28,7 +28,10 @@ pub mod tls;
 pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
-pub use timeshard_proto::wire::{ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesPoints};
+pub use timeshard_proto::window::WindowStats;
+pub use timeshard_proto::wire::{
+    ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter, SeriesPoints,
+};
 pub use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
 use std::net::SocketAddr;

@@ -58,6 +58,19 @@ async fn put_get_and_status_round_trip() -> anyhow::Result<()> {
     assert!(ok, "{err}");
     assert!(out.contains("\"series\": \"cli.other{a=1,b=2}\"") && out.contains("2023-11-14T22:13:20"), "{out}");
 
+    // Windows: the four points of `series` fall into the 10 s window at 1700000000.
+    let (ok, out, err) = run(&[&["get"], &conn[..], &[series], &range[..], &["--window", "10s"]].concat(), None);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "start,end,count,min,max,mean,sum,first,last\n1700000000000000000,1700000003000000000,4,-4,3.25,0.8125,3.25,1.5,-4\n"
+    );
+    let (ok, out, err) = run(&[&["series"], &conn[..], &["--metric", "cli."]].concat(), None);
+    assert!(ok, "{err}");
+    assert_eq!(out, "cli.other{a=1,b=2}\ncli.test{room=lab}\n");
+    let (ok, out, _) = run(&[&["series"], &conn[..], &["--tag", "room=lab"]].concat(), None);
+    assert!(ok && out == "cli.test{room=lab}\n", "{out}");
+
     // Bad input is reported, not hidden.
     let (ok, _, err) = run(&[&["get"], &conn[..], &[series, "--start", "5", "--end", "1"]].concat(), None);
     assert!(!ok && err.contains("inverted"), "{err}");

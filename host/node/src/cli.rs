@@ -46,8 +46,10 @@ enum Command {
     Demo(crate::demo::DemoArgs),
     /// Write points: as arguments (TS=VALUE ...) or as CSV on standard input.
     Put(PutArgs),
-    /// Read a time range of one series as CSV or JSON.
+    /// Read a time range of one series as CSV or JSON, raw or in aggregated windows.
     Get(GetArgs),
+    /// List the series of the cluster, by metric prefix and tags.
+    Series(SeriesArgs),
     /// Run a query policy (WebAssembly) over a time range, pushed down to the nodes that hold it.
     Query(QueryArgs),
     /// Sign policy modules: create a signing key, sign a component.
@@ -160,10 +162,14 @@ enum TimeFormat {
 #[derive(Debug, Args)]
 #[command(long_about = "\
 Reads [START, END) of one series (the end is exclusive), trimmed exactly, sorted by time.
+With --window, prints one row per window instead (aligned to the epoch, trimmed to the range):
+count, min, max, mean, sum, first and last; whole quanta inside a window are answered from
+block summaries without reading their points.
 
 Times are nanoseconds since the Unix epoch, RFC 3339 (2023-11-14T22:13:20Z), `now`, or
 `now-DURATION` (now-15m).
-  timeshard get 'pmu.phase{bus=7,site=atl}' --start 2023-11-14T22:13:20Z --end 2023-11-14T22:16:20Z")]
+  timeshard get 'pmu.phase{bus=7,site=atl}' --start 2023-11-14T22:13:20Z --end 2023-11-14T22:16:20Z
+  timeshard get 'pmu.phase{bus=7,site=atl}' --start now-1d --end now --window 1m")]
 struct GetArgs {
     #[command(flatten)]
     conn: ConnArgs,
@@ -181,6 +187,24 @@ struct GetArgs {
     /// How timestamps are printed.
     #[arg(long, value_enum, default_value = "ns")]
     time: TimeFormat,
+    /// Aggregate in windows of this width (e.g. 10s, 1m, 1h) instead of printing raw points.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    window: Option<std::time::Duration>,
+}
+
+#[derive(Debug, Args)]
+struct SeriesArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// Only series whose metric starts with this.
+    #[arg(long, default_value = "")]
+    metric: String,
+    /// Only series with this tag, NAME=VALUE; repeat for several.
+    #[arg(long = "tag")]
+    tags: Vec<String>,
+    /// Most series to print.
+    #[arg(long, default_value_t = 10_000)]
+    limit: u32,
 }
 
 #[derive(Debug, Args)]
@@ -376,6 +400,13 @@ async fn get(args: GetArgs) -> Result<()> {
     let series: SeriesKey = args.series.parse()?;
     let range = TimeRange::new(parse_time(&args.start)?, parse_time(&args.end)?)?;
     let client = args.conn.connect().await?;
+    if let Some(width) = args.window {
+        let width_ns = i64::try_from(width.as_nanos()).context("window too wide")?;
+        let windows = client.aggregate(&series, range, width_ns).await?;
+        print_windows(&series, &windows, args.format, args.time)?;
+        client.close().await;
+        return Ok(());
+    }
     let points = client.read(&series, range).await?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -470,6 +501,71 @@ fn policy_command(cmd: PolicyCommand) -> Result<()> {
             println!("signed {} -> {}", module.display(), sig.display());
         }
     }
+    Ok(())
+}
+
+fn print_windows(
+    series: &SeriesKey,
+    windows: &[timeshard_sdk::WindowStats],
+    format: Format,
+    time: TimeFormat,
+) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match format {
+        Format::Csv => {
+            writeln!(out, "start,end,count,min,max,mean,sum,first,last")?;
+            for w in windows {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{}",
+                    format_time(w.start, time),
+                    format_time(w.end, time),
+                    w.count,
+                    w.min,
+                    w.max,
+                    w.mean(),
+                    w.sum,
+                    w.first,
+                    w.last
+                )?;
+            }
+        }
+        Format::Json => {
+            let num = |v: f64| if v.is_finite() { serde_json::json!(v) } else { serde_json::json!(v.to_string()) };
+            let rows: Vec<serde_json::Value> = windows
+                .iter()
+                .map(|w| {
+                    serde_json::json!({"start": format_time(w.start, time), "end": format_time(w.end, time),
+                        "count": w.count, "min": num(w.min), "max": num(w.max), "mean": num(w.mean()),
+                        "sum": num(w.sum), "first": num(w.first), "last": num(w.last)})
+                })
+                .collect();
+            serde_json::to_writer_pretty(&mut out, &serde_json::json!({"series": series.as_str(), "windows": rows}))?;
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn list_series(args: SeriesArgs) -> Result<()> {
+    let tags = args
+        .tags
+        .iter()
+        .map(|t| t.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| anyhow!("tags are NAME=VALUE"))?;
+    let client = args.conn.connect().await?;
+    let (series, more) =
+        client.list_series(timeshard_sdk::SeriesFilter { metric_prefix: args.metric, tags }, args.limit).await?;
+    for s in &series {
+        println!("{s}");
+    }
+    if more {
+        eprintln!("(more than {} series; raise --limit or narrow the filter)", args.limit);
+    }
+    client.close().await;
     Ok(())
 }
 
@@ -591,6 +687,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Put(a) => put(a).await,
         Command::Get(a) => get(a).await,
         Command::Query(a) => query(a).await,
+        Command::Series(a) => list_series(a).await,
         Command::Policy(p) => policy_command(p),
         Command::Status(a) => status(a).await,
         Command::Pki(PkiCommand::Init { dir }) => {

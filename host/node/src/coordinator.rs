@@ -21,18 +21,20 @@ use timeshard_proto::key::{self, series_meta_id};
 use timeshard_proto::placement::{WritePlan, WriteProgress, merge_replica_answers, split_batch};
 use timeshard_proto::point::page_start;
 use timeshard_proto::time::{self, Quantum};
+use timeshard_proto::window::{WindowStats, merge_windows};
 use timeshard_proto::wire::{
-    ErrorCode, ErrorReply, PartialResult, QueryOutput, RejectedPoint, Request, Response, SeriesPoints,
+    ErrorCode, ErrorReply, PartialResult, QueryOutput, RejectedPoint, Request, Response, SeriesFilter, SeriesPoints,
 };
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::Store;
+use timeshard_store::agg::Aggregator;
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
 use crate::policies;
-use crate::server::serve_replica;
+use crate::server::{serve_replica, window_stats};
 
 /// Placement lookups a write runs at once.
 const PLACEMENT_PARALLELISM: usize = 32;
@@ -124,7 +126,7 @@ impl Coordinator {
         };
         let params = params.into_iter().collect();
         match policies::summarize(self.store.clone(), registry, series, range, policy, params).await {
-            Ok(partials) => Response::Partials { partials },
+            Ok(s) => Response::Partials { partials: s.partials, points: s.points, digest: s.digest },
             Err(e) => Response::Error(e),
         }
     }
@@ -416,9 +418,10 @@ impl Coordinator {
         Ok(merged)
     }
 
-    /// Runs query policy `policy` over one block on R of its owners. Equal partials from the R
-    /// owners mean they hold the same points; if they differ (a replica missed a write), the
-    /// raw points of those owners are merged here and the policy runs over them instead.
+    /// Runs query policy `policy` over one block on R of its owners. If the owners report the
+    /// same points (count and digest), one owner's partials stand for all; if they differ (a
+    /// replica missed a write), their raw points are merged here and the policy runs over the
+    /// union instead, so the answer covers every acknowledged point.
     async fn summarize_block(
         &self,
         series: &SeriesKey,
@@ -439,19 +442,122 @@ impl Coordinator {
                 params: params.to_vec(),
             };
             match self.replica_call(&c, req).await? {
-                Response::Partials { partials } => Ok(partials),
+                Response::Partials { partials, points, digest } => Ok((partials, points, digest)),
                 other => Err(unavailable(format!("unexpected answer to a summarize: {other:?}"))),
             }
         };
         let r = usize::from(class.replication.r);
         let what = || format!("{series} at quantum {}", quantum.start);
         let mut answers = Self::ask_replicas(&replicas, r, what, summarize).await?;
-        if answers.windows(2).all(|w| w[0] == w[1]) {
-            return Ok(answers.swap_remove(0));
+        if answers.windows(2).all(|w| (w[0].1, w[0].2) == (w[1].1, w[1].2)) {
+            return Ok(answers.swap_remove(0).0);
         }
         let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
         let params = params.iter().cloned().collect();
         policies::summarize_points(self.registry()?, series.clone(), part, points, policy.to_string(), params).await
+    }
+
+    /// Window aggregates of one block from R of its owners, which answer from block summaries
+    /// where a window covers whole quanta. Equal answers (digests included) mean the owners
+    /// hold the same points; otherwise their raw points are merged and aggregated here.
+    async fn windows_of_block(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        quantum: Quantum,
+        part: TimeRange,
+        width_ns: i64,
+    ) -> Result<Vec<WindowStats>, ErrorReply> {
+        let id = key::block_id(class.format, series, &quantum);
+        let replicas = self.ordered_replicas(id, class).await;
+        let fetch = |c: Contact| async move {
+            let req = Request::FetchWindows { series: series.clone(), quantum, range: part, width_ns };
+            match self.replica_call(&c, req).await? {
+                Response::Windows { windows } => Ok(windows),
+                other => Err(unavailable(format!("unexpected answer to a window fetch: {other:?}"))),
+            }
+        };
+        let r = usize::from(class.replication.r);
+        let what = || format!("{series} at quantum {}", quantum.start);
+        let mut answers = Self::ask_replicas(&replicas, r, what, fetch).await?;
+        if answers.windows(2).all(|w| w[0] == w[1]) {
+            return Ok(answers.swap_remove(0));
+        }
+        let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
+        let mut aggregator = Aggregator::new(part, width_ns);
+        aggregator.push_points(&points);
+        Ok(aggregator.finish().iter().map(window_stats).collect())
+    }
+
+    /// Window aggregates of `range` of `series` in windows of `width_ns`: per quantum from its
+    /// owners, in parallel, merged across quanta here.
+    pub async fn aggregate(
+        self: &Arc<Self>,
+        series: SeriesKey,
+        range: TimeRange,
+        width_ns: i64,
+    ) -> Result<Vec<WindowStats>, ErrorReply> {
+        let class = self.classes.of(&series).clone();
+        let quanta = time::quanta_count(range, class.quantum);
+        if quanta > MAX_QUERY_QUANTA {
+            return Err(ErrorReply::new(
+                ErrorCode::InvalidRange,
+                format!("the range spans {quanta} quanta; an aggregate may span {MAX_QUERY_QUANTA}: split it"),
+            ));
+        }
+        let mut parts = Vec::new();
+        let mut quanta = time::quanta(range, class.quantum).peekable();
+        while quanta.peek().is_some() {
+            let window: Vec<(Quantum, TimeRange)> = quanta.by_ref().take(self.limits.read_parallelism).collect();
+            let calls = window.iter().map(|(q, part)| self.windows_of_block(&series, &class, *q, *part, width_ns));
+            for result in futures::future::join_all(calls).await {
+                parts.push(result?);
+            }
+        }
+        let windows = merge_windows(&range, width_ns, parts);
+        if windows.is_empty() && !self.series_known(&series).await? {
+            return Err(ErrorReply::new(
+                ErrorCode::UnknownSeries,
+                format!("series {series} was never written; check its spelling (metric and tags)"),
+            ));
+        }
+        Ok(windows)
+    }
+
+    /// The series of the whole cluster passing `filter`: every known node lists the
+    /// registrations it holds (each series is registered on RF nodes), and the answers are
+    /// merged. Fails if so many nodes failed to answer that a series could be missing.
+    pub async fn list_series(&self, filter: SeriesFilter, limit: u32) -> Result<(Vec<SeriesKey>, bool), ErrorReply> {
+        let mut nodes = self.dht.all_known();
+        nodes.push(self.dht.me());
+        let ask = |c: Contact| {
+            let req = Request::FindSeries { filter: filter.clone(), limit };
+            async move { self.replica_call(&c, req).await }
+        };
+        let answers = futures::future::join_all(nodes.iter().map(|c| ask(*c))).await;
+        let mut all = std::collections::BTreeSet::new();
+        let mut more = false;
+        let mut failed = Vec::new();
+        for (node, answer) in nodes.iter().zip(answers) {
+            match answer {
+                Ok(Response::SeriesList { series, more: m }) => {
+                    more |= m;
+                    all.extend(series);
+                }
+                Ok(other) => failed.push(format!("{}: unexpected answer {other:?}", node.addr)),
+                Err(e) => failed.push(format!("{}: {}", node.addr, e.message)),
+            }
+        }
+        let min_rf = self.classes.iter().map(|c| c.replication.rf).min().unwrap_or(1) as usize;
+        if failed.len() >= min_rf {
+            return Err(unavailable(format!(
+                "{} nodes did not answer, so the list could miss series: {}",
+                failed.len(),
+                failed.join("; ")
+            )));
+        }
+        more |= all.len() > limit as usize;
+        Ok((all.into_iter().take(limit as usize).collect(), more))
     }
 
     /// Runs query policy `policy` over `range` of `series`: pushed down to the owners of each

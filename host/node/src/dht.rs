@@ -73,6 +73,11 @@ impl Dht {
         self.table.lock().expect("table lock").closest(target, n)
     }
 
+    /// Every known peer.
+    pub fn all_known(&self) -> Vec<Contact> {
+        self.table.lock().expect("table lock").contacts().collect()
+    }
+
     /// Records that `contact` is alive; pings the oldest entry of a full bucket if asked to.
     pub fn observe(self: &Arc<Self>, contact: Contact) {
         let outcome = self.table.lock().expect("table lock").observe(contact, Instant::now());

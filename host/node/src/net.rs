@@ -192,18 +192,32 @@ impl Net {
     }
 
     /// Pools a connection a peer node opened to us, unless a live one exists already.
+    /// The newest connection wins: if the peer restarted, the pooled one is stale (it only
+    /// times out later), and if both sides dialed at once, either works.
     pub fn adopt(&self, conn: &Connection) {
         let slot = self.slot(conn.remote_address());
-        if let Ok(mut guard) = slot.try_lock()
-            && guard.live().is_none()
-        {
+        if let Ok(mut guard) = slot.try_lock() {
             *guard = SlotState { conn: Some(conn.clone()), failed: None };
         }
     }
 
     /// Sends `req` to the node at `addr`. If `expected` is given, the peer's certificate must
-    /// carry that id. Returns the answer and who answered.
+    /// carry that id. Returns the answer and who answered. If the pooled connection turns out
+    /// to be dead (the peer restarted), the request is sent once more on a new connection;
+    /// every request is idempotent, so that is safe.
     pub async fn call(
+        &self,
+        addr: SocketAddr,
+        expected: Option<Id>,
+        req: &Request,
+    ) -> Result<(Response, PeerIdentity), NetError> {
+        match self.call_once(addr, expected, req).await {
+            Err(NetError::Call { source: CallError::Connection(_), .. }) => self.call_once(addr, expected, req).await,
+            other => other,
+        }
+    }
+
+    async fn call_once(
         &self,
         addr: SocketAddr,
         expected: Option<Id>,

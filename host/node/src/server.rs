@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
+use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
@@ -157,7 +158,9 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         req @ (Request::Store { .. }
         | Request::Fetch { .. }
         | Request::RegisterSeries { .. }
-        | Request::HasSeries { .. }) => serve_replica(node.store(), req).await,
+        | Request::HasSeries { .. }
+        | Request::FetchWindows { .. }
+        | Request::FindSeries { .. }) => serve_replica(node.store(), req).await,
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,
@@ -184,6 +187,20 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
             }
         }
         req @ Request::Summarize { .. } => node.coordinator().summarize_local(req).await,
+        Request::Aggregate { series, start, end, width_ns } => {
+            let (series, range) = match wire::check_aggregate(&series, start, end, width_ns) {
+                Ok(r) => r,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().aggregate(series, range, width_ns).await {
+                Ok(windows) => Response::Windows { windows },
+                Err(e) => Response::Error(e),
+            }
+        }
+        Request::ListSeries { filter, limit } => match node.coordinator().list_series(filter, limit).await {
+            Ok((series, more)) => Response::SeriesList { series, more },
+            Err(e) => Response::Error(e),
+        },
         Request::Query { series, start, end, policy, params } => {
             let (series, range) = match wire::check_read(&series, start, end) {
                 Ok(r) => r,
@@ -214,6 +231,23 @@ fn storage_error(e: StoreError) -> Response {
     Response::Error(ErrorReply::new(code, format!("this node's store failed: {e}")))
 }
 
+/// A store window aggregate as it crosses the network.
+pub fn window_stats(w: &timeshard_store::WindowAggregate) -> WindowStats {
+    WindowStats {
+        start: w.start,
+        end: w.end,
+        count: w.count,
+        min: w.min,
+        max: w.max,
+        sum: w.sum,
+        first: w.first,
+        first_ts: w.first_ts,
+        last: w.last,
+        last_ts: w.last_ts,
+        digest: w.digest,
+    }
+}
+
 /// Serves a replica request (store, fetch, register, has) from the local store, off the async
 /// threads since stores may block on disk.
 pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
@@ -225,6 +259,18 @@ pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
         },
         Request::Fetch { series, range, after, limit, .. } => match store.read(&series, range, after, limit as usize) {
             Ok(page) => Response::Points { points: page.points, more: page.more },
+            Err(e) => storage_error(e),
+        },
+        Request::FetchWindows { series, range, width_ns, .. } => match store.aggregate(&series, range, width_ns) {
+            Ok(windows) => Response::Windows { windows: windows.iter().map(window_stats).collect() },
+            Err(e) => storage_error(e),
+        },
+        Request::FindSeries { filter, limit } => match store.find_series(&filter) {
+            Ok(mut series) => {
+                let more = series.len() > limit as usize;
+                series.truncate(limit as usize);
+                Response::SeriesList { series, more }
+            }
             Err(e) => storage_error(e),
         },
         Request::RegisterSeries { series } => match store.register_series(&series) {

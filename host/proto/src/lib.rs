@@ -19,6 +19,7 @@ pub mod point;
 pub mod routing;
 pub mod series;
 pub mod time;
+pub mod window;
 pub mod wire;
 
 pub use class::{Classes, Replication, SeriesClass};

@@ -61,6 +61,27 @@ impl Ord for Point {
     }
 }
 
+/// SplitMix64's finalizer: a cheap, well-mixed 64-bit hash step.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Point {
+    /// A 64-bit hash of the point's identity.
+    pub fn identity_hash(&self) -> u64 {
+        mix((self.ts as u64) ^ mix(self.event ^ mix(self.value.to_bits() ^ 0x9E37_79B9_7F4A_7C15)))
+    }
+}
+
+/// A digest of a set of points: the wrapping sum of their identity hashes. It does not depend
+/// on order and adds up across disjoint sets, so block summaries can carry it and replicas can
+/// compare what they hold without shipping the points.
+pub fn set_digest<'a>(points: impl IntoIterator<Item = &'a Point>) -> u64 {
+    points.into_iter().fold(0u64, |d, p| d.wrapping_add(p.identity_hash()))
+}
+
 /// Sorts points by identity and removes duplicates.
 pub fn sort_dedup(points: &mut Vec<Point>) {
     points.sort_unstable();

@@ -16,6 +16,7 @@ use crate::point::{Point, PointKey};
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
+use crate::window::WindowStats;
 
 /// ALPN protocol id; the trailing number is the wire protocol version.
 pub const ALPN: &[u8] = b"timeshard/1";
@@ -100,6 +101,12 @@ pub enum Request {
     /// Run query policy `policy` over the raw points of one block within `range` (inside
     /// `quantum`); answered with [`Response::Partials`].
     Summarize { series: SeriesKey, quantum: Quantum, range: TimeRange, policy: String, params: Vec<(String, String)> },
+    /// Window aggregates of one block within `range` (inside `quantum`); answered with
+    /// [`Response::Windows`].
+    FetchWindows { series: SeriesKey, quantum: Quantum, range: TimeRange, width_ns: i64 },
+    /// Registered series the receiver holds that pass the filter, at most `limit`; answered
+    /// with [`Response::SeriesList`].
+    FindSeries { filter: SeriesFilter, limit: u32 },
 
     /// Client: write points, coordinated by the receiver; answered with [`Response::Written`].
     /// Checked with [`check_write`].
@@ -113,6 +120,28 @@ pub enum Request {
     /// Client: run query policy `policy` over `[start, end)` of one series, pushed down to the
     /// nodes that own each quantum; answered with [`Response::QueryResult`].
     Query { series: String, start: i64, end: i64, policy: String, params: Vec<(String, String)> },
+    /// Client: min, max, sum, count, first and last of `[start, end)` of one series in windows
+    /// of `width_ns` aligned to the epoch; answered with [`Response::Windows`].
+    Aggregate { series: String, start: i64, end: i64, width_ns: i64 },
+    /// Client: the series of the whole cluster that pass the filter, sorted, at most `limit`;
+    /// answered with [`Response::SeriesList`].
+    ListSeries { filter: SeriesFilter, limit: u32 },
+}
+
+/// Which series to list: a metric prefix and tags that must match exactly.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesFilter {
+    /// Series whose metric starts with this (empty: every series).
+    pub metric_prefix: String,
+    /// `(name, value)` pairs a series must carry.
+    pub tags: Vec<(String, String)>,
+}
+
+impl SeriesFilter {
+    /// Whether `series` passes.
+    pub fn matches(&self, series: &SeriesKey) -> bool {
+        series.metric().starts_with(&self.metric_prefix) && self.tags.iter().all(|(k, v)| series.tag(k) == Some(v))
+    }
 }
 
 /// An answer to a [`Request`].
@@ -143,9 +172,21 @@ pub enum Response {
         /// The first of them with reasons (at most [`MAX_REPORTED_REJECTIONS`]).
         rejections: Vec<RejectedPoint>,
     },
-    /// Partial results of a query policy over one block.
+    /// Partial results of a query policy over one block, with the count and digest of the
+    /// points they were computed from (replicas holding the same points give the same digest).
     Partials {
         partials: Vec<PartialResult>,
+        points: u64,
+        digest: u64,
+    },
+    /// Window aggregates, in time order (only windows holding points).
+    Windows {
+        windows: Vec<WindowStats>,
+    },
+    /// Series keys, sorted; `more` when the limit cut the list.
+    SeriesList {
+        series: Vec<SeriesKey>,
+        more: bool,
     },
     /// The merged result of a query policy.
     QueryResult(QueryOutput),
@@ -320,6 +361,8 @@ pub enum InvalidRequest {
     BadParams { count: usize },
     #[error("policy name {0:?} is empty or longer than 64 bytes")]
     BadPolicyName(String),
+    #[error("{0}")]
+    Windows(String),
 }
 
 impl InvalidRequest {
@@ -334,6 +377,7 @@ impl InvalidRequest {
             InvalidRequest::Series(_) => ErrorCode::InvalidSeries,
             InvalidRequest::Range(_) => ErrorCode::InvalidRange,
             InvalidRequest::BadParams { .. } | InvalidRequest::BadPolicyName(_) => ErrorCode::Malformed,
+            InvalidRequest::Windows(_) => ErrorCode::InvalidRange,
         }
     }
 }
@@ -397,6 +441,18 @@ pub fn check_read(series: &str, start: i64, end: i64) -> Result<(SeriesKey, Time
     Ok((series.parse()?, TimeRange::new(start, end).map_err(InvalidRequest::Range)?))
 }
 
+/// Checks a client's aggregate: the series key, the range and the window width.
+pub fn check_aggregate(
+    series: &str,
+    start: i64,
+    end: i64,
+    width_ns: i64,
+) -> Result<(SeriesKey, TimeRange), InvalidRequest> {
+    let (series, range) = check_read(series, start, end)?;
+    crate::window::check_windows(&range, width_ns).map_err(InvalidRequest::Windows)?;
+    Ok((series, range))
+}
+
 impl Request {
     /// Checks the limits that deserialization does not: batch sizes, timestamps, page sizes.
     pub fn validate(&self, limits: &Limits) -> Result<(), InvalidRequest> {
@@ -444,6 +500,20 @@ impl Request {
                 check_policy(policy, params)
             }
             Request::Query { policy, params, .. } => check_policy(policy, params),
+            Request::FetchWindows { quantum, range, width_ns, .. } => {
+                if quantum.clip(range) != Some(*range) {
+                    return Err(InvalidRequest::RangeOutsideQuantum { range: *range, quantum: quantum.start });
+                }
+                crate::window::check_windows(range, *width_ns).map(drop).map_err(InvalidRequest::Windows)
+            }
+            Request::Aggregate { .. } => Ok(()),
+            Request::FindSeries { filter, limit } | Request::ListSeries { filter, limit } => {
+                check_page(*limit, limits)?;
+                if filter.tags.len() > crate::series::MAX_TAGS {
+                    return Err(InvalidRequest::BadParams { count: filter.tags.len() });
+                }
+                Ok(())
+            }
             Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
         }
     }
@@ -458,6 +528,8 @@ impl Request {
                 | Request::RegisterSeries { .. }
                 | Request::HasSeries { .. }
                 | Request::Summarize { .. }
+                | Request::FetchWindows { .. }
+                | Request::FindSeries { .. }
         )
     }
 
@@ -475,6 +547,10 @@ impl Request {
             Request::Status => "status",
             Request::Summarize { .. } => "summarize",
             Request::Query { .. } => "query",
+            Request::FetchWindows { .. } => "fetch_windows",
+            Request::FindSeries { .. } => "find_series",
+            Request::Aggregate { .. } => "aggregate",
+            Request::ListSeries { .. } => "list_series",
         }
     }
 }

@@ -21,6 +21,9 @@ pub struct Summary {
     pub first: Point,
     /// The point with the largest identity.
     pub last: Point,
+    /// [`timeshard_proto::point::set_digest`] of the points: replicas compare it to tell
+    /// whether they hold the same points.
+    pub digest: u64,
 }
 
 // Bitwise, so summaries holding NaN still compare equal to their recomputation.
@@ -32,6 +35,7 @@ impl PartialEq for Summary {
             && self.sum.to_bits() == o.sum.to_bits()
             && self.first == o.first
             && self.last == o.last
+            && self.digest == o.digest
     }
 }
 
@@ -42,12 +46,14 @@ impl Summary {
         let mut min = f64::NAN;
         let mut max = f64::NAN;
         let mut sum = 0.0;
+        let mut digest = 0u64;
         for p in points {
             min = min.min(p.value);
             max = max.max(p.value);
             sum += p.value;
+            digest = digest.wrapping_add(p.identity_hash());
         }
-        Some(Summary { count: points.len() as u64, min, max, sum, first, last })
+        Some(Summary { count: points.len() as u64, min, max, sum, first, last, digest })
     }
 
     /// The summary of the union of two disjoint point sets.
@@ -59,6 +65,7 @@ impl Summary {
             sum: self.sum + o.sum,
             first: self.first.min(o.first),
             last: self.last.max(o.last),
+            digest: self.digest.wrapping_add(o.digest),
         }
     }
 }
@@ -79,6 +86,8 @@ pub struct WindowAggregate {
     /// Value of the last point (identity order) in the window, and its time.
     pub last: f64,
     pub last_ts: Timestamp,
+    /// Digest of the window's points (see [`Summary::digest`]).
+    pub digest: u64,
 }
 
 /// Builds window aggregates from points and summaries fed in time order.
@@ -159,6 +168,7 @@ impl Aggregator {
                 first_ts: s.first.ts,
                 last: s.last.value,
                 last_ts: s.last.ts,
+                digest: s.digest,
             });
         }
     }

@@ -99,7 +99,8 @@ pub fn encode(out: &mut Vec<u8>, series: u32, quantum: Quantum, points: &[Point]
 
 /// Summary layout shared with the index (compact: a block costs its metadata once per
 /// quantum): count varint, min, max, sum as f64 bits, then first and last points as zigzag
-/// varint offset from `base` (the quantum start), varint event, f64 bits.
+/// varint offset from `base` (the quantum start), varint event, f64 bits, then the digest as
+/// 8 bytes little-endian.
 pub(crate) fn put_summary(o: &mut Vec<u8>, s: &Summary, base: i64) {
     frame::put_varint(o, s.count);
     for v in [s.min, s.max, s.sum] {
@@ -110,6 +111,7 @@ pub(crate) fn put_summary(o: &mut Vec<u8>, s: &Summary, base: i64) {
         frame::put_varint(o, p.event);
         o.extend_from_slice(&p.value.to_bits().to_le_bytes());
     }
+    o.extend_from_slice(&s.digest.to_le_bytes());
 }
 
 pub(crate) fn get_summary(r: &mut Reader<'_>, base: i64) -> Result<Summary, Malformed> {
@@ -120,7 +122,8 @@ pub(crate) fn get_summary(r: &mut Reader<'_>, base: i64) -> Result<Summary, Malf
     };
     let first = pt()?;
     let last = pt()?;
-    Ok(Summary { count, min, max, sum, first, last })
+    let digest = r.u64()?;
+    Ok(Summary { count, min, max, sum, first, last, digest })
 }
 
 fn put_col(o: &mut Vec<u8>, col: &[u8]) {

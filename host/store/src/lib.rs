@@ -104,22 +104,9 @@ pub enum StoreError {
     UnsupportedFormat { path: String, found: u32, supported: u32 },
 }
 
-/// Which registered series to list: a metric prefix plus tags that must match exactly.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SeriesFilter {
-    /// Series whose metric starts with this prefix (empty: all).
-    pub metric_prefix: String,
-    /// `(name, value)` pairs the series must carry.
-    pub tags: Vec<(String, String)>,
-}
-
-impl SeriesFilter {
-    /// Whether `series` passes the filter.
-    pub fn matches(&self, series: &SeriesKey) -> bool {
-        series.metric().starts_with(&self.metric_prefix)
-            && self.tags.iter().all(|(k, v)| series.tag(k) == Some(v.as_str()))
-    }
-}
+/// Which registered series to list: a metric prefix plus tags that must match exactly (the
+/// same filter a client sends).
+pub use timeshard_proto::wire::SeriesFilter;
 
 /// What one maintenance step did. The node calls [`Store::maintain`] again at once while
 /// `more` is set.
