@@ -104,3 +104,14 @@ fn node_prints_its_configuration_and_refuses_bad_files() {
     let (ok, out, _) = run(&["--help"], None);
     assert!(ok && out.contains("timeshard demo"), "{out}");
 }
+
+#[test]
+fn the_example_deployment_config_is_valid() {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/node.toml");
+    let (ok, out, err) = run(&["node", "--config", config.to_str().unwrap(), "--print-config"], None);
+    assert!(ok, "{err}");
+    let printed: timeshard_node::NodeConfig = toml::from_str(&out).expect("the printed config reads back");
+    let pmu = printed.classes.iter().find(|c| c.name == "pmu").expect("the pmu class");
+    assert_eq!(pmu.retention, Some(std::time::Duration::from_secs(90 * 86_400)));
+    assert_eq!(printed.classes.len(), 2);
+}
