@@ -34,7 +34,7 @@ use tracing::warn;
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
 use crate::policies;
-use crate::server::{serve_replica, window_stats};
+use crate::server::serve_replica;
 
 /// Placement lookups a write runs at once.
 const PLACEMENT_PARALLELISM: usize = 32;
@@ -457,6 +457,37 @@ impl Coordinator {
         policies::summarize_points(self.registry()?, series.clone(), part, points, policy.to_string(), params).await
     }
 
+    /// Runs `per_block` for every quantum of `range` (with the exact part of the range inside
+    /// it), `read_parallelism` at a time; returns the results in time order. Ranges spanning
+    /// more than [`MAX_QUERY_QUANTA`] quanta are refused.
+    async fn for_each_quantum<T, F, Fut>(
+        &self,
+        class: &SeriesClass,
+        range: TimeRange,
+        per_block: F,
+    ) -> Result<Vec<T>, ErrorReply>
+    where
+        F: Fn(Quantum, TimeRange) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ErrorReply>>,
+    {
+        let count = time::quanta_count(range, class.quantum);
+        if count > MAX_QUERY_QUANTA {
+            return Err(ErrorReply::new(
+                ErrorCode::InvalidRange,
+                format!("the range spans {count} quanta; a query may span {MAX_QUERY_QUANTA}: split it"),
+            ));
+        }
+        let mut out = Vec::with_capacity(count as usize);
+        let mut quanta = time::quanta(range, class.quantum).peekable();
+        while quanta.peek().is_some() {
+            let calls = quanta.by_ref().take(self.limits.read_parallelism).map(|(q, part)| per_block(q, part));
+            for result in futures::future::join_all(calls).await {
+                out.push(result?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Window aggregates of one block from R of its owners, which answer from block summaries
     /// where a window covers whole quanta. Equal answers (digests included) mean the owners
     /// hold the same points; otherwise their raw points are merged and aggregated here.
@@ -486,7 +517,7 @@ impl Coordinator {
         let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
         let mut aggregator = Aggregator::new(part, width_ns);
         aggregator.push_points(&points);
-        Ok(aggregator.finish().iter().map(window_stats).collect())
+        Ok(aggregator.finish())
     }
 
     /// Window aggregates of `range` of `series` in windows of `width_ns`: per quantum from its
@@ -498,22 +529,9 @@ impl Coordinator {
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
         let class = self.classes.of(&series).clone();
-        let quanta = time::quanta_count(range, class.quantum);
-        if quanta > MAX_QUERY_QUANTA {
-            return Err(ErrorReply::new(
-                ErrorCode::InvalidRange,
-                format!("the range spans {quanta} quanta; an aggregate may span {MAX_QUERY_QUANTA}: split it"),
-            ));
-        }
-        let mut parts = Vec::new();
-        let mut quanta = time::quanta(range, class.quantum).peekable();
-        while quanta.peek().is_some() {
-            let window: Vec<(Quantum, TimeRange)> = quanta.by_ref().take(self.limits.read_parallelism).collect();
-            let calls = window.iter().map(|(q, part)| self.windows_of_block(&series, &class, *q, *part, width_ns));
-            for result in futures::future::join_all(calls).await {
-                parts.push(result?);
-            }
-        }
+        let parts = self
+            .for_each_quantum(&class, range, |q, part| self.windows_of_block(&series, &class, q, part, width_ns))
+            .await?;
         let windows = merge_windows(&range, width_ns, parts);
         if windows.is_empty() && !self.series_known(&series).await? {
             return Err(ErrorReply::new(
@@ -582,23 +600,12 @@ impl Coordinator {
             ));
         }
         let class = self.classes.of(&series).clone();
-        let quanta = time::quanta_count(range, class.quantum);
-        if quanta > MAX_QUERY_QUANTA {
-            return Err(ErrorReply::new(
-                ErrorCode::InvalidRange,
-                format!("the range spans {quanta} quanta; a policy query may span {MAX_QUERY_QUANTA}: split it"),
-            ));
-        }
-        let mut partials = Vec::new();
-        let mut quanta = time::quanta(range, class.quantum).peekable();
-        while quanta.peek().is_some() {
-            let window: Vec<(Quantum, TimeRange)> = quanta.by_ref().take(self.limits.read_parallelism).collect();
-            let calls =
-                window.iter().map(|(q, part)| self.summarize_block(&series, &class, *q, *part, &policy, &params));
-            for result in futures::future::join_all(calls).await {
-                partials.extend(result?);
-            }
-        }
+        let partials: Vec<PartialResult> = self
+            .for_each_quantum(&class, range, |q, part| self.summarize_block(&series, &class, q, part, &policy, &params))
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
         let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
         Ok(QueryOutput {
             policy: result.policy.name,

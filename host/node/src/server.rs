@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
-use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
@@ -231,23 +230,6 @@ fn storage_error(e: StoreError) -> Response {
     Response::Error(ErrorReply::new(code, format!("this node's store failed: {e}")))
 }
 
-/// A store window aggregate as it crosses the network.
-pub fn window_stats(w: &timeshard_store::WindowAggregate) -> WindowStats {
-    WindowStats {
-        start: w.start,
-        end: w.end,
-        count: w.count,
-        min: w.min,
-        max: w.max,
-        sum: w.sum,
-        first: w.first,
-        first_ts: w.first_ts,
-        last: w.last,
-        last_ts: w.last_ts,
-        digest: w.digest,
-    }
-}
-
 /// Serves a replica request (store, fetch, register, has) from the local store, off the async
 /// threads since stores may block on disk.
 pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
@@ -262,7 +244,7 @@ pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
             Err(e) => storage_error(e),
         },
         Request::FetchWindows { series, range, width_ns, .. } => match store.aggregate(&series, range, width_ns) {
-            Ok(windows) => Response::Windows { windows: windows.iter().map(window_stats).collect() },
+            Ok(windows) => Response::Windows { windows },
             Err(e) => storage_error(e),
         },
         Request::FindSeries { filter, limit } => match store.find_series(&filter) {

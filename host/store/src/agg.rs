@@ -70,25 +70,9 @@ impl Summary {
     }
 }
 
-/// Aggregates of one window. `start..end` is the window trimmed to the queried range.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct WindowAggregate {
-    pub start: Timestamp,
-    pub end: Timestamp,
-    pub count: u64,
-    pub min: f64,
-    pub max: f64,
-    pub sum: f64,
-    pub mean: f64,
-    /// Value of the first point (identity order) in the window, and its time.
-    pub first: f64,
-    pub first_ts: Timestamp,
-    /// Value of the last point (identity order) in the window, and its time.
-    pub last: f64,
-    pub last_ts: Timestamp,
-    /// Digest of the window's points (see [`Summary::digest`]).
-    pub digest: u64,
-}
+/// Aggregates of one window (`start..end` trimmed to the queried range): the type that also
+/// crosses the network, so a node hands the store's answer on unchanged.
+pub use timeshard_proto::window::WindowStats as WindowAggregate;
 
 /// Builds window aggregates from points and summaries fed in time order.
 #[derive(Debug)]
@@ -163,7 +147,6 @@ impl Aggregator {
                 min: s.min,
                 max: s.max,
                 sum: s.sum,
-                mean: s.sum / s.count as f64,
                 first: s.first.value,
                 first_ts: s.first.ts,
                 last: s.last.value,
@@ -208,7 +191,7 @@ mod tests {
         assert_eq!(w.len(), 4);
         assert_eq!((w[0].start, w[0].end, w[0].count), (5, 10, 5));
         assert_eq!((w[3].start, w[3].end, w[3].count), (30, 35, 5));
-        assert_eq!((w[1].min, w[1].max, w[1].sum, w[1].mean), (10.0, 19.0, 145.0, 14.5));
+        assert_eq!((w[1].min, w[1].max, w[1].sum, w[1].mean()), (10.0, 19.0, 145.0, 14.5));
         assert_eq!((w[1].first, w[1].last), (10.0, 19.0));
         assert!(a_fits());
         fn a_fits() -> bool {

@@ -149,7 +149,7 @@ proptest! {
             prop_assert_eq!(g.max, vals.iter().copied().fold(f64::NEG_INFINITY, f64::max));
             // Small integers: every partial sum is exact, whatever the order.
             prop_assert_eq!(g.sum, vals.iter().sum::<f64>());
-            prop_assert_eq!(g.mean, g.sum / ps.len() as f64);
+            prop_assert_eq!(g.mean(), g.sum / ps.len() as f64);
             prop_assert_eq!((g.first, g.first_ts), (ps[0].value, ps[0].ts));
             prop_assert_eq!((g.last, g.last_ts), (ps[ps.len() - 1].value, ps[ps.len() - 1].ts));
         }
