@@ -22,4 +22,4 @@ pub mod server;
 pub mod stats;
 
 pub use config::NodeConfig;
-pub use node::{Node, RunningNode};
+pub use node::{Node, RunningNode, StartError};

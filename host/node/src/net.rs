@@ -51,18 +51,42 @@ fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
+/// The endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("invalid TLS setup (check the CA, certificate and key files): {0}")]
+    Tls(String),
+    #[error("cannot listen on {addr}: {source}; is another process using the port?")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<tls::TlsError> for BindError {
+    fn from(e: tls::TlsError) -> BindError {
+        BindError::Tls(e.to_string())
+    }
+}
+
 /// The server configuration: our certificate, and clients must hold one from the CA.
-pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> anyhow::Result<quinn::ServerConfig> {
+pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> Result<quinn::ServerConfig, BindError> {
+    let tls_err = |e: &dyn std::fmt::Display| BindError::Tls(e.to_string());
     let provider = tls::provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider.clone()).build()?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider.clone())
+        .build()
+        .map_err(|e| tls_err(&e))?;
     let mut crypto = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err(&e))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(identity.chain.clone(), identity.key.clone_key())?;
+        .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+        .map_err(|e| tls_err(&e))?;
     crypto.alpn_protocols = vec![ALPN.to_vec()];
     // No 0-RTT: a replayed early write must not be possible.
     crypto.max_early_data_size = 0;
-    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)?;
+    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(crypto).map_err(|e| tls_err(&e))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
     server.transport_config(transport_config(cfg));
     server.max_incoming(cfg.limits.max_connections);
@@ -111,10 +135,10 @@ impl std::fmt::Debug for DialedHook {
 
 impl Net {
     /// Binds the endpoint on `cfg.listen`.
-    pub fn bind(cfg: &NodeConfig, identity: &Identity) -> anyhow::Result<Net> {
+    pub fn bind(cfg: &NodeConfig, identity: &Identity) -> Result<Net, BindError> {
         let server = server_config(cfg, identity)?;
-        let mut endpoint = Endpoint::server(server, cfg.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+        let mut endpoint =
+            Endpoint::server(server, cfg.listen).map_err(|source| BindError::Listen { addr: cfg.listen, source })?;
         let mut client = tls::client_config(identity)?;
         client.transport_config(transport_config(cfg));
         endpoint.set_default_client_config(client);

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use timeshard_proto::Contact;
 use timeshard_proto::wire::Limits;
 use timeshard_sdk::tls::Identity;
@@ -15,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::config::{Fsync, NodeConfig, StoreEngine};
+use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
 use crate::coordinator::Coordinator;
 use crate::dht::Dht;
-use crate::net::Net;
+use crate::net::{BindError, Net};
 use crate::server;
 
 /// How often the node checks whether buckets need refreshing or it must rejoin.
@@ -76,13 +75,37 @@ pub struct RunningNode {
     node: Arc<Node>,
 }
 
-fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>> {
+/// A node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] timeshard_sdk::tls::TlsError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the store in {path}: {source}")]
+    Store {
+        path: std::path::PathBuf,
+        #[source]
+        source: timeshard_store::StoreError,
+    },
+    #[error("cannot set up the policy host: {0}")]
+    Policy(#[from] timeshard_policy::PolicyError),
+}
+
+fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
     Ok(match config.store.engine {
         StoreEngine::Memory => Arc::new(MemStore::new(config.store.memory_max_points)),
         StoreEngine::Disk => {
             let dir = config.data_dir.join("store");
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
             let disk = DiskConfig {
                 fsync: match config.store.fsync {
                     Fsync::Durable => FsyncPolicy::Durable,
@@ -93,7 +116,7 @@ fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>> {
                 ..DiskConfig::default()
             };
             let store =
-                DiskStore::open(&dir, disk).with_context(|| format!("cannot open the store in {}", dir.display()))?;
+                DiskStore::open(&dir, disk).map_err(|source| StartError::Store { path: dir.clone(), source })?;
             for problem in store.health() {
                 warn!(%problem, "store health");
             }
@@ -147,12 +170,12 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
 
 impl RunningNode {
     /// Starts a node: binds, begins serving, and joins through the bootstrap peers.
-    pub async fn start(config: NodeConfig) -> Result<RunningNode> {
+    pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
         config.validate()?;
         let identity = Identity::load(&config.tls_files())?;
         let id = identity.id()?;
         let net = Arc::new(Net::bind(&config, &identity)?);
-        let addr = net.local_addr().context("cannot read the bound address")?;
+        let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
         let store = open_store(&config)?;
         let classes = config.class_table()?;
@@ -232,5 +255,36 @@ async fn maintain(node: Arc<Node>, seeds: Vec<std::net::SocketAddr>) {
         } else {
             node.dht.refresh(8).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn start_failures_are_typed_and_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = NodeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NodeConfig::default() };
+        config.resolve_paths(dir.path());
+        let err = RunningNode::start(config.clone()).await.unwrap_err();
+        assert!(matches!(err, StartError::Tls(_)), "{err}");
+        assert!(err.to_string().contains("timeshard pki"), "{err}");
+
+        crate::pki::dev_pki(&dir.path().join("pki"), 1).unwrap();
+        let files = timeshard_sdk::tls::TlsFiles::in_dir(&dir.path().join("pki"), "node-0");
+        config.tls = crate::config::TlsConfig { ca: files.ca, cert: files.cert, key: files.key };
+        let first = RunningNode::start(config.clone()).await.unwrap();
+        // The same address twice: the second cannot listen.
+        config.listen = first.addr();
+        config.data_dir = dir.path().join("other");
+        let err = RunningNode::start(config.clone()).await.unwrap_err();
+        assert!(matches!(err, StartError::Bind(BindError::Listen { .. })), "{err}");
+        // The same data directory twice: the store's lock refuses the second node.
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.data_dir = first.node().config().data_dir.clone();
+        let err = RunningNode::start(config).await.unwrap_err();
+        assert!(matches!(err, StartError::Store { .. }), "{err}");
+        first.shutdown().await;
     }
 }

@@ -20,7 +20,7 @@ const MAX_SUMMARIZE_POINTS: usize = 20_000_000;
 
 /// Builds the registry when the configuration has a `[policy]` section with trusted keys or
 /// modules; a module that fails to load is reported and skipped.
-pub fn open(config: &NodeConfig) -> anyhow::Result<Option<Arc<Registry>>> {
+pub fn open(config: &NodeConfig) -> Result<Option<Arc<Registry>>, PolicyError> {
     let section = &config.policy;
     if section.modules.is_empty() && section.trusted_keys.is_empty() {
         return Ok(None);
