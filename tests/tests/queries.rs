@@ -98,6 +98,10 @@ async fn windows_and_series_lists_cover_every_acknowledged_point() -> anyhow::Re
     let range = TimeRange::new(T0, T0 + 6 * 60 * SEC)?;
     let got = reader.aggregate(&a, range, 60 * SEC).await?;
     assert_windows(&got, &points, &range, 60 * SEC);
+    // Through the stale node itself, whose own (incomplete) answer comes first.
+    let stale = cluster.client(4).await?;
+    let got = stale.aggregate(&a, range, 60 * SEC).await?;
+    assert_windows(&got, &points, &range, 60 * SEC);
     let raw = reader.read(&a, range).await?;
     assert_eq!(raw.len(), expected_windows(&points, &range, 60 * SEC).iter().map(|w| w.count as usize).sum::<usize>());
 

@@ -19,11 +19,12 @@ use timeshard_policy::Registry;
 use timeshard_proto::class::SeriesClass;
 use timeshard_proto::key::{self, series_meta_id};
 use timeshard_proto::placement::{WritePlan, WriteProgress, merge_replica_answers, split_batch};
-use timeshard_proto::point::page_start;
+use timeshard_proto::point::{page_start, set_digest};
 use timeshard_proto::time::{self, Quantum};
 use timeshard_proto::window::{WindowStats, merge_windows};
 use timeshard_proto::wire::{
-    ErrorCode, ErrorReply, PartialResult, QueryOutput, RejectedPoint, Request, Response, SeriesFilter, SeriesPoints,
+    BlockPart, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, PartialResult, QueryOutput, RejectedPoint, Request, Response,
+    SeriesFilter, SeriesPoints, Summarized,
 };
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::Store;
@@ -36,8 +37,10 @@ use crate::dht::Dht;
 use crate::policies;
 use crate::server::serve_replica;
 
-/// Placement lookups a write runs at once.
+/// Placement lookups a write or query runs at once.
 const PLACEMENT_PARALLELISM: usize = 32;
+/// Owner requests a query keeps in flight.
+const OWNER_PARALLELISM: usize = 16;
 /// Series remembered as registered before the memory is cleared.
 const REGISTERED_CACHE_MAX: usize = 100_000;
 /// Points a read may hold in flight across the quanta it fetches in parallel.
@@ -81,6 +84,48 @@ fn unavailable(message: String) -> ErrorReply {
     ErrorReply::new(ErrorCode::Unavailable, message)
 }
 
+/// Runs `futures` with at most `limit` in flight; returns their outputs in the order given.
+// Takes a Vec, not an iterator: an iterator adapter's closure held across the awaits below
+// trips rustc's `Send` inference for the spawned request tasks.
+async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize) -> Vec<F::Output> {
+    let mut pending = futures.into_iter().enumerate();
+    let mut in_flight = FuturesUnordered::new();
+    let mut out = Vec::new();
+    loop {
+        while in_flight.len() < limit.max(1) {
+            let Some((i, f)) = pending.next() else { break };
+            in_flight.push(async move { (i, f.await) });
+        }
+        match in_flight.next().await {
+            Some((i, v)) => out.push((i, v)),
+            None => break,
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, v)| v).collect()
+}
+
+/// The per-part answers of a window fetch, checked against the number of parts asked.
+fn parse_windows(resp: Response, parts: usize) -> Result<Vec<Vec<WindowStats>>, ErrorReply> {
+    match resp {
+        Response::BlockWindows { parts: p } if p.len() == parts => Ok(p),
+        other => Err(unavailable(format!("unexpected answer to a window fetch of {parts} parts: {other:?}"))),
+    }
+}
+
+/// The per-part answers of a summarize, checked against the number of parts asked.
+fn parse_partials(resp: Response, parts: usize) -> Result<Vec<Summarized>, ErrorReply> {
+    match resp {
+        Response::Partials { parts: p } if p.len() == parts => Ok(p),
+        other => Err(unavailable(format!("unexpected answer to a summarize of {parts} parts: {other:?}"))),
+    }
+}
+
+/// Whether two owners' partials were computed from the same points.
+fn same_points(a: &Summarized, b: &Summarized) -> bool {
+    (a.points, a.digest) == (b.points, b.digest)
+}
+
 /// Whether an error from one replica may not recur at another (so asking the next helps).
 fn is_replica_fault(code: ErrorCode) -> bool {
     matches!(
@@ -115,9 +160,9 @@ impl Coordinator {
         })
     }
 
-    /// Answers a peer's request to run a query policy over this node's part of a block.
+    /// Answers a peer's request to run a query policy over this node's parts of some blocks.
     pub async fn summarize_local(&self, req: Request) -> Response {
-        let Request::Summarize { series, range, policy, params, .. } = req else {
+        let Request::Summarize { series, parts, policy, params } = req else {
             return Response::Error(ErrorReply::new(ErrorCode::Internal, "not a summarize request"));
         };
         let registry = match self.registry() {
@@ -125,8 +170,8 @@ impl Coordinator {
             Err(e) => return Response::Error(e),
         };
         let params = params.into_iter().collect();
-        match policies::summarize(self.store.clone(), registry, series, range, policy, params).await {
-            Ok(s) => Response::Partials { partials: s.partials, points: s.points, digest: s.digest },
+        match policies::summarize(self.store.clone(), registry, series, parts, policy, params).await {
+            Ok(parts) => Response::Partials { parts },
             Err(e) => Response::Error(e),
         }
     }
@@ -418,58 +463,54 @@ impl Coordinator {
         Ok(merged)
     }
 
-    /// Runs query policy `policy` over one block on R of its owners. If the owners report the
-    /// same points (count and digest), one owner's partials stand for all; if they differ (a
-    /// replica missed a write), their raw points are merged here and the policy runs over the
-    /// union instead, so the answer covers every acknowledged point.
+    /// Runs query policy `policy` over one block part on R of its owners: the fallback of
+    /// [`Coordinator::ask_owners`]. If the owners report the same points (count and digest),
+    /// one owner's partials stand for all; if they differ (a replica missed a write), their raw
+    /// points are merged here and the policy runs over the union instead, so the answer covers
+    /// every acknowledged point.
     async fn summarize_block(
         &self,
         series: &SeriesKey,
         class: &SeriesClass,
-        quantum: Quantum,
-        part: TimeRange,
+        part: BlockPart,
         policy: &str,
         params: &[(String, String)],
-    ) -> Result<Vec<PartialResult>, ErrorReply> {
-        let id = key::block_id(class.format, series, &quantum);
+    ) -> Result<Summarized, ErrorReply> {
+        let id = key::block_id(class.format, series, &part.quantum);
         let replicas = self.ordered_replicas(id, class).await;
         let summarize = |c: Contact| async move {
             let req = Request::Summarize {
                 series: series.clone(),
-                quantum,
-                range: part,
+                parts: vec![part],
                 policy: policy.to_string(),
                 params: params.to_vec(),
             };
-            match self.replica_call(&c, req).await? {
-                Response::Partials { partials, points, digest } => Ok((partials, points, digest)),
-                other => Err(unavailable(format!("unexpected answer to a summarize: {other:?}"))),
-            }
+            let resp = self.replica_call(&c, req).await?;
+            parse_partials(resp, 1).map(|mut p| p.swap_remove(0))
         };
         let r = usize::from(class.replication.r);
-        let what = || format!("{series} at quantum {}", quantum.start);
+        let what = || format!("{series} at quantum {}", part.quantum.start);
         let mut answers = Self::ask_replicas(&replicas, r, what, summarize).await?;
-        if answers.windows(2).all(|w| (w[0].1, w[0].2) == (w[1].1, w[1].2)) {
-            return Ok(answers.swap_remove(0).0);
+        if answers.windows(2).all(|w| same_points(&w[0], &w[1])) {
+            return Ok(answers.swap_remove(0));
         }
-        let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
+        let points = self.fetch_block(series, class, id, part.quantum, part.range, None, usize::MAX).await?;
+        let (count, digest) = (points.len() as u64, set_digest(&points));
         let params = params.iter().cloned().collect();
-        policies::summarize_points(self.registry()?, series.clone(), part, points, policy.to_string(), params).await
+        let partials = policies::summarize_points(
+            self.registry()?,
+            series.clone(),
+            part.range,
+            points,
+            policy.to_string(),
+            params,
+        )
+        .await?;
+        Ok(Summarized { partials, points: count, digest })
     }
 
-    /// Runs `per_block` for every quantum of `range` (with the exact part of the range inside
-    /// it), `read_parallelism` at a time; returns the results in time order. Ranges spanning
-    /// more than [`MAX_QUERY_QUANTA`] quanta are refused.
-    async fn for_each_quantum<T, F, Fut>(
-        &self,
-        class: &SeriesClass,
-        range: TimeRange,
-        per_block: F,
-    ) -> Result<Vec<T>, ErrorReply>
-    where
-        F: Fn(Quantum, TimeRange) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ErrorReply>>,
-    {
+    /// The parts of `range` in each quantum of `class`; refuses more than [`MAX_QUERY_QUANTA`].
+    fn block_parts(class: &SeriesClass, range: TimeRange) -> Result<Vec<BlockPart>, ErrorReply> {
         let count = time::quanta_count(range, class.quantum);
         if count > MAX_QUERY_QUANTA {
             return Err(ErrorReply::new(
@@ -477,51 +518,181 @@ impl Coordinator {
                 format!("the range spans {count} quanta; a query may span {MAX_QUERY_QUANTA}: split it"),
             ));
         }
-        let mut out = Vec::with_capacity(count as usize);
-        let mut quanta = time::quanta(range, class.quantum).peekable();
-        while quanta.peek().is_some() {
-            let calls = quanta.by_ref().take(self.limits.read_parallelism).map(|(q, part)| per_block(q, part));
-            for result in futures::future::join_all(calls).await {
-                out.push(result?);
-            }
-        }
-        Ok(out)
+        Ok(time::quanta(range, class.quantum).map(|(quantum, range)| BlockPart { quantum, range }).collect())
     }
 
-    /// Window aggregates of one block from R of its owners, which answer from block summaries
-    /// where a window covers whole quanta. Equal answers (digests included) mean the owners
-    /// hold the same points; otherwise their raw points are merged and aggregated here.
+    /// One answer per block part, each from R of the part's owners, with one request per owner
+    /// node carrying every part that node is asked about (up to [`MAX_BLOCK_PARTS`] each):
+    /// a long range costs a few requests per node instead of R per quantum. A part whose R
+    /// owners did not all answer, or answered differently (`agree`), is redone on its own by
+    /// `reconcile`, which asks further replicas and merges raw points where needed.
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_owners<T, MakeReq, Parse, Agree, Reconcile, ReconcileFut>(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        parts: &[BlockPart],
+        make_request: MakeReq,
+        parse: Parse,
+        agree: Agree,
+        reconcile: Reconcile,
+    ) -> Result<Vec<T>, ErrorReply>
+    where
+        MakeReq: Fn(Vec<BlockPart>) -> Request,
+        Parse: Fn(Response, usize) -> Result<Vec<T>, ErrorReply>,
+        Agree: Fn(&T, &T) -> bool,
+        Reconcile: Fn(BlockPart) -> ReconcileFut,
+        ReconcileFut: std::future::Future<Output = Result<T, ErrorReply>>,
+    {
+        let r = usize::from(class.replication.r);
+        let ids: Vec<Id> = parts.iter().map(|p| key::block_id(class.format, series, &p.quantum)).collect();
+        let replicas: Vec<Vec<Contact>> = bounded_in_order(
+            ids.into_iter().map(|id| self.ordered_replicas(id, class)).collect(),
+            PLACEMENT_PARALLELISM,
+        )
+        .await;
+        let mut by_node: HashMap<Id, (Contact, Vec<usize>)> = HashMap::new();
+        for (i, owners) in replicas.iter().enumerate() {
+            for c in owners.iter().take(r) {
+                by_node.entry(c.id).or_insert_with(|| (*c, Vec::new())).1.push(i);
+            }
+        }
+        let mut requests: Vec<(Contact, Vec<usize>)> = by_node
+            .into_values()
+            .flat_map(|(c, idx)| idx.chunks(MAX_BLOCK_PARTS).map(|chunk| (c, chunk.to_vec())).collect::<Vec<_>>())
+            .collect();
+        // Answers are kept in request order, and the first of agreeing answers is used: the
+        // local node's first, then a fixed order, so the same query picks the same replicas.
+        let me = self.dht.me().id;
+        requests.sort_by_key(|(c, idx)| (c.id != me, c.id, idx.first().copied()));
+        let calls: Vec<_> = requests
+            .into_iter()
+            .map(|(c, idx)| {
+                let req = make_request(idx.iter().map(|&i| parts[i]).collect());
+                let parse = &parse;
+                async move {
+                    let answer = match self.replica_call(&c, req).await {
+                        Ok(resp) => parse(resp, idx.len()),
+                        Err(e) => Err(e),
+                    };
+                    (idx, answer)
+                }
+            })
+            .collect();
+        let results = bounded_in_order(calls, OWNER_PARALLELISM).await;
+        let mut answers: Vec<Vec<T>> = (0..parts.len()).map(|_| Vec::with_capacity(r)).collect();
+        for (idx, result) in results {
+            match result {
+                Ok(values) => {
+                    for (i, v) in idx.into_iter().zip(values) {
+                        answers[i].push(v);
+                    }
+                }
+                // A request that is itself wrong fails the same way on every owner.
+                Err(e) if !is_replica_fault(e.code) => return Err(e),
+                // The parts of a failed owner are redone below, on other replicas.
+                Err(_) => {}
+            }
+        }
+        let mut out: Vec<Option<T>> = Vec::with_capacity(parts.len());
+        let mut redo = Vec::new();
+        for (i, mut a) in answers.into_iter().enumerate() {
+            if a.len() == r && a.windows(2).all(|w| agree(&w[0], &w[1])) {
+                out.push(Some(a.swap_remove(0)));
+            } else {
+                out.push(None);
+                redo.push(i);
+            }
+        }
+        let redone =
+            bounded_in_order(redo.iter().map(|&i| reconcile(parts[i])).collect(), self.limits.read_parallelism).await;
+        for (i, result) in redo.into_iter().zip(redone) {
+            out[i] = Some(result?);
+        }
+        Ok(out.into_iter().map(|v| v.expect("every part answered or reconciled")).collect())
+    }
+
+    /// Runs query policy `policy` over `range` of `series`: pushed down to the owners of each
+    /// quantum, merged here.
+    pub async fn query(
+        self: &Arc<Self>,
+        series: SeriesKey,
+        range: TimeRange,
+        policy: String,
+        params: Vec<(String, String)>,
+    ) -> Result<QueryOutput, ErrorReply> {
+        let registry = self.registry()?;
+        if !registry.query_policies(&series).iter().any(|p| p.name == policy) {
+            let bound: Vec<String> = registry.query_policies(&series).iter().map(ToString::to_string).collect();
+            return Err(ErrorReply::new(
+                ErrorCode::Policy,
+                format!(
+                    "query policy {policy} is not bound to {series} (bound: {}); add it to a [[policy.bindings]] entry \
+                     on every node",
+                    if bound.is_empty() { "none".to_string() } else { bound.join(", ") }
+                ),
+            ));
+        }
+        let class = self.classes.of(&series).clone();
+        let parts = Self::block_parts(&class, range)?;
+        let summaries = self
+            .ask_owners(
+                &series,
+                &class,
+                &parts,
+                |parts| Request::Summarize {
+                    series: series.clone(),
+                    parts,
+                    policy: policy.clone(),
+                    params: params.clone(),
+                },
+                parse_partials,
+                same_points,
+                |part| self.summarize_block(&series, &class, part, &policy, &params),
+            )
+            .await?;
+        let partials: Vec<PartialResult> = summaries.into_iter().flat_map(|s| s.partials).collect();
+        let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
+        Ok(QueryOutput {
+            policy: result.policy.name,
+            version: result.policy.version,
+            values: result.values.into_iter().map(|v| (v.name, v.value)).collect(),
+            points: result.points,
+        })
+    }
+
+    /// Window aggregates of one block part from R of its owners: the fallback of
+    /// [`Coordinator::ask_owners`]. Equal answers (digests included) mean the owners hold the
+    /// same points; otherwise their raw points are merged and aggregated here.
     async fn windows_of_block(
         &self,
         series: &SeriesKey,
         class: &SeriesClass,
-        quantum: Quantum,
-        part: TimeRange,
+        part: BlockPart,
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
-        let id = key::block_id(class.format, series, &quantum);
+        let id = key::block_id(class.format, series, &part.quantum);
         let replicas = self.ordered_replicas(id, class).await;
         let fetch = |c: Contact| async move {
-            let req = Request::FetchWindows { series: series.clone(), quantum, range: part, width_ns };
-            match self.replica_call(&c, req).await? {
-                Response::Windows { windows } => Ok(windows),
-                other => Err(unavailable(format!("unexpected answer to a window fetch: {other:?}"))),
-            }
+            let req = Request::FetchWindows { series: series.clone(), parts: vec![part], width_ns };
+            let resp = self.replica_call(&c, req).await?;
+            parse_windows(resp, 1).map(|mut w| w.swap_remove(0))
         };
         let r = usize::from(class.replication.r);
-        let what = || format!("{series} at quantum {}", quantum.start);
+        let what = || format!("{series} at quantum {}", part.quantum.start);
         let mut answers = Self::ask_replicas(&replicas, r, what, fetch).await?;
         if answers.windows(2).all(|w| w[0] == w[1]) {
             return Ok(answers.swap_remove(0));
         }
-        let points = self.fetch_block(series, class, id, quantum, part, None, usize::MAX).await?;
-        let mut aggregator = Aggregator::new(part, width_ns);
+        let points = self.fetch_block(series, class, id, part.quantum, part.range, None, usize::MAX).await?;
+        let mut aggregator = Aggregator::new(part.range, width_ns);
         aggregator.push_points(&points);
         Ok(aggregator.finish())
     }
 
-    /// Window aggregates of `range` of `series` in windows of `width_ns`: per quantum from its
-    /// owners, in parallel, merged across quanta here.
+    /// Window aggregates of `range` of `series` in windows of `width_ns`: every owner answers
+    /// for its quanta (from block summaries where a window covers whole quanta), and the
+    /// windows are merged across quanta here.
     pub async fn aggregate(
         self: &Arc<Self>,
         series: SeriesKey,
@@ -529,10 +700,19 @@ impl Coordinator {
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
         let class = self.classes.of(&series).clone();
-        let parts = self
-            .for_each_quantum(&class, range, |q, part| self.windows_of_block(&series, &class, q, part, width_ns))
+        let parts = Self::block_parts(&class, range)?;
+        let per_part = self
+            .ask_owners(
+                &series,
+                &class,
+                &parts,
+                |parts| Request::FetchWindows { series: series.clone(), parts, width_ns },
+                parse_windows,
+                |a, b| a == b,
+                |part| self.windows_of_block(&series, &class, part, width_ns),
+            )
             .await?;
-        let windows = merge_windows(&range, width_ns, parts);
+        let windows = merge_windows(&range, width_ns, per_part);
         if windows.is_empty() && !self.series_known(&series).await? {
             return Err(ErrorReply::new(
                 ErrorCode::UnknownSeries,
@@ -576,43 +756,6 @@ impl Coordinator {
         }
         more |= all.len() > limit as usize;
         Ok((all.into_iter().take(limit as usize).collect(), more))
-    }
-
-    /// Runs query policy `policy` over `range` of `series`: pushed down to the owners of each
-    /// quantum, merged here.
-    pub async fn query(
-        self: &Arc<Self>,
-        series: SeriesKey,
-        range: TimeRange,
-        policy: String,
-        params: Vec<(String, String)>,
-    ) -> Result<QueryOutput, ErrorReply> {
-        let registry = self.registry()?;
-        if !registry.query_policies(&series).iter().any(|p| p.name == policy) {
-            let bound: Vec<String> = registry.query_policies(&series).iter().map(ToString::to_string).collect();
-            return Err(ErrorReply::new(
-                ErrorCode::Policy,
-                format!(
-                    "query policy {policy} is not bound to {series} (bound: {}); add it to a [[policy.bindings]] entry \
-                     on every node",
-                    if bound.is_empty() { "none".to_string() } else { bound.join(", ") }
-                ),
-            ));
-        }
-        let class = self.classes.of(&series).clone();
-        let partials: Vec<PartialResult> = self
-            .for_each_quantum(&class, range, |q, part| self.summarize_block(&series, &class, q, part, &policy, &params))
-            .await?
-            .into_iter()
-            .flatten()
-            .collect();
-        let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
-        Ok(QueryOutput {
-            policy: result.policy.name,
-            version: result.policy.version,
-            values: result.values.into_iter().map(|v| (v.name, v.value)).collect(),
-            points: result.points,
-        })
     }
 
     /// Whether `series` is registered in the series dictionary.

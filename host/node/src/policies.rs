@@ -7,7 +7,7 @@ use std::sync::Arc;
 use timeshard_policy::{Params, Partial, PolicyError, PolicyRef, Registry};
 use timeshard_proto::point::set_digest;
 use timeshard_proto::wire::{
-    ErrorCode, ErrorReply, MAX_REPORTED_REJECTIONS, PartialResult, RejectedPoint, SeriesPoints,
+    BlockPart, ErrorCode, ErrorReply, MAX_REPORTED_REJECTIONS, PartialResult, RejectedPoint, SeriesPoints, Summarized,
 };
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_store::Store;
@@ -107,31 +107,29 @@ pub fn from_wire(p: PartialResult) -> Result<Partial, ErrorReply> {
     Ok(Partial { policy, range: p.range, numbers: p.numbers, points: p.points })
 }
 
-/// Partials of one block, with the count and digest of the points they came from.
-#[derive(Debug)]
-pub struct Summarized {
-    pub partials: Vec<PartialResult>,
-    pub points: u64,
-    pub digest: u64,
-}
-
-/// Runs query policy `policy` over this node's raw points of `series` in `range` (one block's
-/// part of a query), on a blocking thread.
+/// Runs query policy `policy` over this node's raw points of `series` in each block part (its
+/// share of a query), on a blocking thread. Each part reports the count and digest of the
+/// points it was computed from, so the coordinator can tell whether owners agree.
 pub async fn summarize(
     store: Arc<dyn Store>,
     registry: Arc<Registry>,
     series: SeriesKey,
-    range: TimeRange,
+    parts: Vec<BlockPart>,
     policy: String,
     params: Params,
-) -> Result<Summarized, ErrorReply> {
+) -> Result<Vec<Summarized>, ErrorReply> {
     let work = tokio::task::spawn_blocking(move || {
-        let points = read_all(&*store, &series, range, MAX_SUMMARIZE_POINTS)?;
-        let partials = registry
-            .query_map(&policy, &series, range, &points, &params)
-            .map(|ps| ps.into_iter().map(to_wire).collect())
-            .map_err(|e| policy_error(ErrorCode::Policy, &e))?;
-        Ok(Summarized { partials, points: points.len() as u64, digest: set_digest(&points) })
+        parts
+            .into_iter()
+            .map(|part| {
+                let points = read_all(&*store, &series, part.range, MAX_SUMMARIZE_POINTS)?;
+                let partials = registry
+                    .query_map(&policy, &series, part.range, &points, &params)
+                    .map(|ps| ps.into_iter().map(to_wire).collect())
+                    .map_err(|e| policy_error(ErrorCode::Policy, &e))?;
+                Ok(Summarized { partials, points: points.len() as u64, digest: set_digest(&points) })
+            })
+            .collect()
     });
     work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
 }

@@ -243,10 +243,12 @@ pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
             Ok(page) => Response::Points { points: page.points, more: page.more },
             Err(e) => storage_error(e),
         },
-        Request::FetchWindows { series, range, width_ns, .. } => match store.aggregate(&series, range, width_ns) {
-            Ok(windows) => Response::Windows { windows },
-            Err(e) => storage_error(e),
-        },
+        Request::FetchWindows { series, parts, width_ns } => {
+            match parts.iter().map(|p| store.aggregate(&series, p.range, width_ns)).collect() {
+                Ok(parts) => Response::BlockWindows { parts },
+                Err(e) => storage_error(e),
+            }
+        }
         Request::FindSeries { filter, limit } => match store.find_series(&filter) {
             Ok(mut series) => {
                 let more = series.len() > limit as usize;

@@ -98,12 +98,12 @@ pub enum Request {
     /// Whether the receiver holds the registration of `series`; answered with
     /// [`Response::SeriesKnown`].
     HasSeries { series: SeriesKey },
-    /// Run query policy `policy` over the raw points of one block within `range` (inside
-    /// `quantum`); answered with [`Response::Partials`].
-    Summarize { series: SeriesKey, quantum: Quantum, range: TimeRange, policy: String, params: Vec<(String, String)> },
-    /// Window aggregates of one block within `range` (inside `quantum`); answered with
-    /// [`Response::Windows`].
-    FetchWindows { series: SeriesKey, quantum: Quantum, range: TimeRange, width_ns: i64 },
+    /// Run query policy `policy` over the raw points of each block part (at most
+    /// [`MAX_BLOCK_PARTS`]); answered with [`Response::Partials`], one entry per part.
+    Summarize { series: SeriesKey, parts: Vec<BlockPart>, policy: String, params: Vec<(String, String)> },
+    /// Window aggregates of each block part (at most [`MAX_BLOCK_PARTS`]); answered with
+    /// [`Response::BlockWindows`], one entry per part.
+    FetchWindows { series: SeriesKey, parts: Vec<BlockPart>, width_ns: i64 },
     /// Registered series the receiver holds that pass the filter, at most `limit`; answered
     /// with [`Response::SeriesList`].
     FindSeries { filter: SeriesFilter, limit: u32 },
@@ -175,11 +175,14 @@ pub enum Response {
     /// Partial results of a query policy over one block, with the count and digest of the
     /// points they were computed from (replicas holding the same points give the same digest).
     Partials {
-        partials: Vec<PartialResult>,
-        points: u64,
-        digest: u64,
+        parts: Vec<Summarized>,
     },
-    /// Window aggregates, in time order (only windows holding points).
+    /// Window aggregates of each block part asked for, in time order (only windows holding
+    /// points).
+    BlockWindows {
+        parts: Vec<Vec<WindowStats>>,
+    },
+    /// Window aggregates of a client's query, in time order (only windows holding points).
     Windows {
         windows: Vec<WindowStats>,
     },
@@ -285,6 +288,25 @@ pub struct PartialResult {
     pub points: Vec<Point>,
 }
 
+/// Most block parts one summarize or window request carries.
+pub const MAX_BLOCK_PARTS: usize = 4_096;
+
+/// Part of one block: a quantum and the part of a queried range inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockPart {
+    pub quantum: Quantum,
+    pub range: TimeRange,
+}
+
+/// A query policy's partials over one block part, with the count and digest of the points
+/// they were computed from: replicas holding the same points report the same digest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summarized {
+    pub partials: Vec<PartialResult>,
+    pub points: u64,
+    pub digest: u64,
+}
+
 /// The merged result of a query policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueryOutput {
@@ -363,6 +385,8 @@ pub enum InvalidRequest {
     BadPolicyName(String),
     #[error("{0}")]
     Windows(String),
+    #[error("a request carries {parts} block parts; the limit is {MAX_BLOCK_PARTS}")]
+    TooManyParts { parts: usize },
 }
 
 impl InvalidRequest {
@@ -378,6 +402,7 @@ impl InvalidRequest {
             InvalidRequest::Range(_) => ErrorCode::InvalidRange,
             InvalidRequest::BadParams { .. } | InvalidRequest::BadPolicyName(_) => ErrorCode::Malformed,
             InvalidRequest::Windows(_) => ErrorCode::InvalidRange,
+            InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
         }
     }
 }
@@ -412,6 +437,18 @@ fn check_policy(policy: &str, params: &[(String, String)]) -> Result<(), Invalid
         || params.iter().any(|(k, v)| k.len() > MAX_PARAM_BYTES || v.len() > MAX_PARAM_BYTES)
     {
         return Err(InvalidRequest::BadParams { count: params.len() });
+    }
+    Ok(())
+}
+
+fn check_parts(parts: &[BlockPart]) -> Result<(), InvalidRequest> {
+    if parts.len() > MAX_BLOCK_PARTS {
+        return Err(InvalidRequest::TooManyParts { parts: parts.len() });
+    }
+    for p in parts {
+        if p.quantum.clip(&p.range) != Some(p.range) {
+            return Err(InvalidRequest::RangeOutsideQuantum { range: p.range, quantum: p.quantum.start });
+        }
     }
     Ok(())
 }
@@ -493,18 +530,24 @@ impl Request {
                 check_page(*limit, limits)
             }
             Request::Read { limit, .. } => check_page(*limit, limits),
-            Request::Summarize { quantum, range, policy, params, .. } => {
-                if quantum.clip(range) != Some(*range) {
-                    return Err(InvalidRequest::RangeOutsideQuantum { range: *range, quantum: quantum.start });
-                }
+            Request::Summarize { parts, policy, params, .. } => {
+                check_parts(parts)?;
                 check_policy(policy, params)
             }
             Request::Query { policy, params, .. } => check_policy(policy, params),
-            Request::FetchWindows { quantum, range, width_ns, .. } => {
-                if quantum.clip(range) != Some(*range) {
-                    return Err(InvalidRequest::RangeOutsideQuantum { range: *range, quantum: quantum.start });
+            Request::FetchWindows { parts, width_ns, .. } => {
+                check_parts(parts)?;
+                let windows: u64 = parts
+                    .iter()
+                    .map(|p| crate::window::check_windows(&p.range, *width_ns).map_err(InvalidRequest::Windows))
+                    .sum::<Result<u64, _>>()?;
+                if windows > crate::window::MAX_WINDOWS {
+                    return Err(InvalidRequest::Windows(format!(
+                        "the parts hold {windows} windows; at most {} per request",
+                        crate::window::MAX_WINDOWS
+                    )));
                 }
-                crate::window::check_windows(range, *width_ns).map(drop).map_err(InvalidRequest::Windows)
+                Ok(())
             }
             Request::Aggregate { .. } => Ok(()),
             Request::FindSeries { filter, limit } | Request::ListSeries { filter, limit } => {
