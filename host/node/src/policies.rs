@@ -123,15 +123,40 @@ pub async fn summarize(
             .into_iter()
             .map(|part| {
                 let points = read_all(&*store, &series, part.range, MAX_SUMMARIZE_POINTS)?;
-                let partials = registry
-                    .query_map(&policy, &series, part.range, &points, &params)
-                    .map(|ps| ps.into_iter().map(to_wire).collect())
-                    .map_err(|e| policy_error(ErrorCode::Policy, &e))?;
+                let partials = query_map_patiently(&registry, &policy, &series, part.range, &points, &params)?;
                 Ok(Summarized { partials, points: points.len() as u64, digest: set_digest(&points) })
             })
             .collect()
     });
     work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
+}
+
+/// Extra attempts of a query policy call that ran past its deadline.
+const TIMEOUT_RETRIES: usize = 2;
+
+/// Runs a query policy over one block part; a call that timed out is tried again, up to
+/// [`TIMEOUT_RETRIES`] times. Deadlines are wall-clock, and on a busy machine a thread can be
+/// kept off the CPU past one; a policy that really loops fails every attempt. (Ingest is not
+/// retried: its writer gets the refusal and may retry the idempotent write.)
+fn query_map_patiently(
+    registry: &Registry,
+    policy: &str,
+    series: &SeriesKey,
+    range: TimeRange,
+    points: &[Point],
+    params: &Params,
+) -> Result<Vec<PartialResult>, ErrorReply> {
+    let mut attempt = 0;
+    loop {
+        match registry.query_map(policy, series, range, points, params) {
+            Ok(partials) => return Ok(partials.into_iter().map(to_wire).collect()),
+            Err(e @ PolicyError::Timeout { .. }) if attempt < TIMEOUT_RETRIES => {
+                attempt += 1;
+                warn!(%policy, %series, attempt, "query policy timed out; trying again: {e}");
+            }
+            Err(e) => return Err(policy_error(ErrorCode::Policy, &e)),
+        }
+    }
 }
 
 /// Runs query policy `policy` over points the coordinator gathered itself (when the owners'
@@ -144,12 +169,8 @@ pub async fn summarize_points(
     policy: String,
     params: Params,
 ) -> Result<Vec<PartialResult>, ErrorReply> {
-    let work = tokio::task::spawn_blocking(move || {
-        registry
-            .query_map(&policy, &series, range, &points, &params)
-            .map(|ps| ps.into_iter().map(to_wire).collect())
-            .map_err(|e| policy_error(ErrorCode::Policy, &e))
-    });
+    let work =
+        tokio::task::spawn_blocking(move || query_map_patiently(&registry, &policy, &series, range, &points, &params));
     work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
 }
 

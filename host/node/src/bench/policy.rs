@@ -143,6 +143,18 @@ async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json
             bail!("the raw read returned {} points, {n} were written", points.len());
         }
     }
+    // The same day as window aggregates (the store benchmark's agg_day_1m_ms, but through the
+    // cluster): owners answer from block summaries.
+    let mut t_agg = Latencies::default();
+    for _ in 0..args.reps.max(1) {
+        let t = Instant::now();
+        let windows = client.aggregate(&series, range, 60_000_000_000).await?;
+        t_agg.push(t.elapsed());
+        let count: u64 = windows.iter().map(|w| w.count).sum();
+        if count != n as u64 {
+            bail!("1-minute windows over the day count {count} points, {n} were written");
+        }
+    }
     if (rms_push - rms_raw).abs() > 1e-9 * rms_raw.abs().max(1.0) {
         bail!("push-down RMS {rms_push} differs from the raw RMS {rms_raw}");
     }
@@ -157,11 +169,13 @@ async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json
         t_raw.percentile_ms(50.0),
         br as f64 / bp.max(1) as f64
     );
+    println!("1-minute windows over the same span through the cluster: {:.1} ms", t_agg.percentile_ms(50.0));
     Ok(
         json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
         "bytes_pushdown": bp, "bytes_raw": br,
         "ms_pushdown": round3(t_push.percentile_ms(50.0)), "ms_raw": round3(t_raw.percentile_ms(50.0)),
         "scope": "cluster", "nodes": cluster.len(), "points": n, "rms": rms_push,
+        "agg_1m_windows_ms": round3(t_agg.percentile_ms(50.0)),
         "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"}),
     )
 }
