@@ -105,13 +105,40 @@ async fn windows_and_series_lists_cover_every_acknowledged_point() -> anyhow::Re
     let raw = reader.read(&a, range).await?;
     assert_eq!(raw.len(), expected_windows(&points, &range, 60 * SEC).iter().map(|w| w.count as usize).sum::<usize>());
 
+    // A sparse series: a minute now and a minute 30 days later. Reading the whole month (over
+    // 259,000 quanta) touches only the quanta that hold data, found in the quantum index.
+    let sparse: SeriesKey = "pmu.sparse{bus=9,site=atl}".parse()?;
+    let month = 30 * 86_400 * SEC;
+    let mut sparse_points: Vec<Point> = datasets::pmu(9).take(3_600).collect();
+    sparse_points.extend(datasets::pmu(9).take(3_600).map(|p| Point { ts: p.ts + month, ..p }));
+    writer.write(&sparse, &sparse_points).await?;
+    let whole = TimeRange::new(T0 - 86_400 * SEC, T0 + month + 86_400 * SEC)?;
+    let cluster_bytes = || async {
+        let mut total = 0;
+        for i in 0..5 {
+            total += cluster.client(i).await?.status().await?.bytes_sent;
+        }
+        anyhow::Ok(total)
+    };
+    let before = cluster_bytes().await?;
+    assert_eq!(reader.read(&sparse, whole).await?, sparse_points);
+    let days = reader.aggregate(&sparse, whole, 86_400 * SEC).await?;
+    assert_eq!(days.iter().map(|w| w.count).collect::<Vec<_>>(), vec![3_600, 3_600]);
+    // Two reads of 7,200 points: a few hundred kilobytes. Asking every one of the month's
+    // 259,000 quanta would take tens of megabytes of requests alone.
+    let moved = cluster_bytes().await? - before;
+    assert!(moved < 2_000_000, "reading a sparse month moved {moved} bytes");
+    // timeshard's own bookkeeping series are not for clients.
+    let err = reader.read(&"_timeshard.quanta{of=abc}".parse()?, whole).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidSeries), "{err}");
+
     // Listing by metric prefix and by tag.
     let all = SeriesFilter { metric_prefix: "pmu.".into(), tags: vec![] };
     let (listed, more) = reader.list_series(all, 100).await?;
-    assert_eq!(listed, vec![b.clone(), a.clone()]);
+    assert_eq!(listed, vec![b.clone(), a.clone(), sparse.clone()]);
     assert!(!more);
     let atl = SeriesFilter { metric_prefix: String::new(), tags: vec![("site".into(), "atl".into())] };
-    assert_eq!(reader.list_series(atl, 100).await?.0, vec![a.clone()]);
+    assert_eq!(reader.list_series(atl, 100).await?.0, vec![a.clone(), sparse.clone()]);
     let (one, more) = reader.list_series(SeriesFilter::default(), 1).await?;
     assert_eq!((one.len(), more), (1, true));
 

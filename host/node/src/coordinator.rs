@@ -10,21 +10,21 @@
 //! query policy is pushed down: the owners of each block reduce its raw points to a partial,
 //! and only partials travel to this node, which merges them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use timeshard_policy::Registry;
-use timeshard_proto::class::SeriesClass;
+use timeshard_proto::class::{Replication, SeriesClass};
 use timeshard_proto::key::{self, series_meta_id};
 use timeshard_proto::placement::{WritePlan, WriteProgress, merge_replica_answers, split_batch};
 use timeshard_proto::point::{page_start, set_digest};
 use timeshard_proto::time::{self, Quantum};
 use timeshard_proto::window::{WindowStats, merge_windows};
 use timeshard_proto::wire::{
-    BlockPart, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, PartialResult, QueryOutput, RejectedPoint, Request, Response,
-    SeriesFilter, SeriesPoints, Summarized,
+    BlockPart, BlockPoints, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, PartialResult, QueryOutput, RejectedPoint, Request,
+    Response, SeriesFilter, SeriesPoints, Summarized,
 };
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::Store;
@@ -43,6 +43,11 @@ const PLACEMENT_PARALLELISM: usize = 32;
 const OWNER_PARALLELISM: usize = 16;
 /// Series remembered as registered before the memory is cleared.
 const REGISTERED_CACHE_MAX: usize = 100_000;
+/// (series, quantum) pairs remembered as indexed before the memory is cleared.
+const INDEXED_CACHE_MAX: usize = 1_000_000;
+/// Reads, aggregates and queries spanning more quanta than this ask the quantum index first
+/// and then touch only the quanta that hold data; shorter ones go straight to the blocks.
+const INDEX_SCAN_THRESHOLD: u64 = 64;
 /// Points a read may hold in flight across the quanta it fetches in parallel.
 const READ_POINT_BUDGET: usize = 2_000_000;
 /// Most quanta one policy query may span.
@@ -65,6 +70,8 @@ pub struct Coordinator {
     classes: Classes,
     limits: LimitsConfig,
     registered: Mutex<HashSet<SeriesKey>>,
+    /// (series, quantum start) pairs this node has seen indexed, to skip writing them again.
+    indexed: Mutex<HashSet<(SeriesKey, i64)>>,
     policies: Option<Arc<Registry>>,
 }
 
@@ -143,7 +150,15 @@ impl Coordinator {
         limits: LimitsConfig,
         policies: Option<Arc<Registry>>,
     ) -> Coordinator {
-        Coordinator { dht, store, classes, limits, registered: Mutex::new(HashSet::new()), policies }
+        Coordinator {
+            dht,
+            store,
+            classes,
+            limits,
+            registered: Mutex::new(HashSet::new()),
+            indexed: Mutex::new(HashSet::new()),
+            policies,
+        }
     }
 
     /// The policy registry, if this node runs policies.
@@ -220,23 +235,49 @@ impl Coordinator {
         Ok(WriteOutcome { points, blocks, rejected, rejections })
     }
 
-    /// Places and stores a batch; returns (points, blocks) once every block has W acks.
+    /// Places and stores a batch; returns (points, blocks) once every block has W acks. Series
+    /// seen for the first time are registered, and quanta that hold data for the first time
+    /// are added to the series' quantum index, in the same round and under the same quorum.
     async fn replicate(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
         let new_series: Vec<SeriesKey> = {
             let known = self.registered.lock().expect("registered lock");
             let mut seen = HashSet::new();
             batch.iter().map(|s| &s.series).filter(|s| !known.contains(*s) && seen.insert(*s)).cloned().collect()
         };
-        let blocks = split_batch(batch, &self.classes);
-        let points: u64 = blocks.iter().map(|b| b.block.points.len() as u64).sum();
-        let n_blocks = blocks.len();
+        let data = split_batch(batch, &self.classes);
+        let points: u64 = data.iter().map(|b| b.block.points.len() as u64).sum();
+        let n_data = data.len();
+        let new_quanta: Vec<(SeriesKey, i64)> = {
+            let indexed = self.indexed.lock().expect("indexed lock");
+            data.iter()
+                .map(|b| (b.block.series.clone(), b.block.quantum.start))
+                .filter(|k| !indexed.contains(k))
+                .collect()
+        };
+
+        // Everything stored: the data blocks, then the index blocks, each with where it goes.
+        let mut stored: Vec<(Id, Replication, BlockPoints)> =
+            data.into_iter().map(|b| (b.id, b.replication, b.block)).collect();
+        let mut index: BTreeMap<(SeriesKey, Quantum), Vec<Point>> = BTreeMap::new();
+        for (series, start) in &new_quanta {
+            let q = key::index_quantum().quantum_of(*start);
+            index.entry((series.clone(), q)).or_default().push(Point::new(*start, 0.0));
+        }
+        for ((series, quantum), points) in index {
+            let replication = self.classes.of(&series).replication;
+            let block = BlockPoints { series: key::quantum_index_series(&series), quantum, points };
+            stored.push((series_meta_id(&series), replication, block));
+        }
+        let n_stored = stored.len();
+        let registrations: Vec<(Id, Replication)> =
+            new_series.iter().map(|s| (series_meta_id(s), self.classes.of(s).replication)).collect();
 
         // Where everything goes: one lookup per block and per new series, a few at a time.
-        let lookups = blocks
+        let lookups: Vec<(Id, usize)> = stored
             .iter()
-            .map(|b| (b.id, usize::from(b.replication.rf)))
-            .chain(new_series.iter().map(|s| (series_meta_id(s), usize::from(self.classes.of(s).replication.rf))))
-            .collect::<Vec<_>>();
+            .map(|(id, r, _)| (*id, usize::from(r.rf)))
+            .chain(registrations.iter().map(|(id, r)| (*id, usize::from(r.rf))))
+            .collect();
         let placements: Vec<Vec<Contact>> = futures::stream::iter(lookups)
             .map(|(id, rf)| self.dht.replicas(id, rf))
             .buffered(PLACEMENT_PARALLELISM)
@@ -244,13 +285,10 @@ impl Coordinator {
             .await;
         let contacts: HashMap<Id, Contact> = placements.iter().flatten().map(|c| (c.id, *c)).collect();
 
-        let needs = blocks
-            .iter()
-            .map(|b| usize::from(b.replication.w))
-            .chain(new_series.iter().map(|s| usize::from(self.classes.of(s).replication.w)));
+        let needs = stored.iter().map(|(_, r, _)| r.w).chain(registrations.iter().map(|(_, r)| r.w));
         let items = needs.zip(placements.iter()).enumerate().map(|(i, (need, replicas))| {
-            let target = |c: &Contact| if i < n_blocks { Target::Blocks(c.id) } else { Target::Registrations(c.id) };
-            (need, replicas.iter().map(target).collect::<Vec<_>>())
+            let target = |c: &Contact| if i < n_stored { Target::Blocks(c.id) } else { Target::Registrations(c.id) };
+            (usize::from(need), replicas.iter().map(target).collect::<Vec<_>>())
         });
         let mut plan = WritePlan::new(items);
         if plan.progress() == WriteProgress::Failed {
@@ -265,11 +303,11 @@ impl Coordinator {
         for (target, idx) in plan.requests() {
             let (id, req) = match *target {
                 Target::Blocks(id) => {
-                    (id, Request::Store { blocks: idx.iter().map(|&i| blocks[i].block.clone()).collect() })
+                    (id, Request::Store { blocks: idx.iter().map(|&i| stored[i].2.clone()).collect() })
                 }
                 Target::Registrations(id) => (
                     id,
-                    Request::RegisterSeries { series: idx.iter().map(|&i| new_series[i - n_blocks].clone()).collect() },
+                    Request::RegisterSeries { series: idx.iter().map(|&i| new_series[i - n_stored].clone()).collect() },
                 ),
             };
             let contact = contacts[&id];
@@ -304,7 +342,12 @@ impl Coordinator {
                         known.clear();
                     }
                     known.extend(new_series);
-                    return Ok((points, n_blocks as u64));
+                    let mut indexed = self.indexed.lock().expect("indexed lock");
+                    if indexed.len() + new_quanta.len() > INDEXED_CACHE_MAX {
+                        indexed.clear();
+                    }
+                    indexed.extend(new_quanta);
+                    return Ok((points, n_data as u64));
                 }
                 WriteProgress::Failed => break,
             }
@@ -332,16 +375,24 @@ impl Coordinator {
             return Ok((Vec::new(), None));
         };
         let series_hash = key::series_hash(&series);
-        let mut quanta = time::quanta(scan, class.quantum).peekable();
+        let page_quanta = self.limits.max_quanta_per_page;
+        // Long scans skip the quanta that hold no data, as the quantum index says.
+        let (quanta, more_quanta) = if time::quanta_count(scan, class.quantum) > INDEX_SCAN_THRESHOLD {
+            let (indexed, more) = self.indexed_quanta(&series, &class, scan, page_quanta).await?;
+            (indexed.into_iter().filter_map(|q| q.clip(&scan).map(|part| (q, part))).collect::<Vec<_>>(), more)
+        } else {
+            let all: Vec<(Quantum, TimeRange)> = time::quanta(scan, class.quantum).collect();
+            let more = all.len() > page_quanta;
+            (all.into_iter().take(page_quanta).collect(), more)
+        };
         let mut out: Vec<Point> = Vec::new();
-        let mut scanned = 0;
-        while quanta.peek().is_some() {
+        let mut rest = quanta.as_slice();
+        while !rest.is_empty() {
             let remaining = limit - out.len();
-            let window_len = (READ_POINT_BUDGET / remaining.max(1))
-                .clamp(1, self.limits.read_parallelism)
-                .min(self.limits.max_quanta_per_page - scanned);
-            let window: Vec<(Quantum, TimeRange)> = quanta.by_ref().take(window_len).collect();
-            scanned += window.len();
+            let window_len =
+                (READ_POINT_BUDGET / remaining.max(1)).clamp(1, self.limits.read_parallelism).min(rest.len());
+            let (window, later) = rest.split_at(window_len);
+            rest = later;
             let fetches = window.iter().map(|(q, part)| {
                 let id = key::block_id_from_hashes(class.format, &series_hash, q);
                 self.fetch_block(&series, &class, id, *q, *part, after, remaining)
@@ -354,11 +405,10 @@ impl Coordinator {
                     return Ok((out, next));
                 }
             }
-            if scanned >= self.limits.max_quanta_per_page && quanta.peek().is_some() {
-                // Continue on the next page from the end of the last quantum scanned.
-                let end = window.last().expect("window is never empty").0.end();
-                return Ok((out, Some(PointKey { ts: end - 1, event: u64::MAX, value_bits: u64::MAX })));
-            }
+        }
+        if more_quanta && let Some((last, _)) = quanta.last() {
+            // Continue on the next page from the end of the last quantum scanned.
+            return Ok((out, Some(PointKey { ts: last.end() - 1, event: u64::MAX, value_bits: u64::MAX })));
         }
         if out.is_empty() && after.is_none() && !self.series_known(&series).await? {
             return Err(ErrorReply::new(
@@ -509,16 +559,64 @@ impl Coordinator {
         Ok(Summarized { partials, points: count, digest })
     }
 
-    /// The parts of `range` in each quantum of `class`; refuses more than [`MAX_QUERY_QUANTA`].
-    fn block_parts(class: &SeriesClass, range: TimeRange) -> Result<Vec<BlockPart>, ErrorReply> {
-        let count = time::quanta_count(range, class.quantum);
-        if count > MAX_QUERY_QUANTA {
-            return Err(ErrorReply::new(
+    /// The parts of `range` in each quantum of `class` that may hold data of `series` (all of
+    /// them for short ranges, those in the quantum index for long ones); refuses more than
+    /// [`MAX_QUERY_QUANTA`].
+    async fn query_parts(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        range: TimeRange,
+    ) -> Result<Vec<BlockPart>, ErrorReply> {
+        let too_many = |count: String| {
+            ErrorReply::new(
                 ErrorCode::InvalidRange,
-                format!("the range spans {count} quanta; a query may span {MAX_QUERY_QUANTA}: split it"),
-            ));
+                format!("the range spans {count} quanta holding data; a query may span {MAX_QUERY_QUANTA}: split it"),
+            )
+        };
+        let quanta: Vec<Quantum> = if time::quanta_count(range, class.quantum) > INDEX_SCAN_THRESHOLD {
+            let (quanta, more) = self.indexed_quanta(series, class, range, MAX_QUERY_QUANTA as usize).await?;
+            if more {
+                return Err(too_many(format!("more than {MAX_QUERY_QUANTA}")));
+            }
+            quanta
+        } else {
+            time::quanta(range, class.quantum).map(|(q, _)| q).collect()
+        };
+        Ok(quanta
+            .into_iter()
+            .filter_map(|quantum| quantum.clip(&range).map(|range| BlockPart { quantum, range }))
+            .collect())
+    }
+
+    /// The quanta of `series` overlapping `scan` that hold data, in time order, from the
+    /// series' quantum index (read from R of its replicas and merged, like any block); at most
+    /// `limit` of them, and whether more follow.
+    async fn indexed_quanta(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        scan: TimeRange,
+        limit: usize,
+    ) -> Result<(Vec<Quantum>, bool), ErrorReply> {
+        let index = key::quantum_index_series(series);
+        let at = series_meta_id(series);
+        // The index holds quantum starts, and the quantum holding the scan's start starts
+        // before it.
+        let first = class.quantum.quantum_of(scan.start()).start;
+        let Ok(span) = TimeRange::new(first, scan.end()) else { return Ok((Vec::new(), false)) };
+        let mut out = Vec::new();
+        for (q, part) in time::quanta(span, key::index_quantum()) {
+            let entries = self.fetch_block(&index, class, at, q, part, None, limit + 1 - out.len()).await?;
+            // An entry that does not start a quantum of the class is from an older quantum
+            // length; the blocks it names cannot be read under the current one anyway.
+            out.extend(entries.iter().filter_map(|p| Quantum::at(p.ts, class.quantum)));
+            if out.len() > limit {
+                out.truncate(limit);
+                return Ok((out, true));
+            }
         }
-        Ok(time::quanta(range, class.quantum).map(|(quantum, range)| BlockPart { quantum, range }).collect())
+        Ok((out, false))
     }
 
     /// One answer per block part, each from R of the part's owners, with one request per owner
@@ -634,7 +732,7 @@ impl Coordinator {
             ));
         }
         let class = self.classes.of(&series).clone();
-        let parts = Self::block_parts(&class, range)?;
+        let parts = self.query_parts(&series, &class, range).await?;
         let summaries = self
             .ask_owners(
                 &series,
@@ -700,7 +798,7 @@ impl Coordinator {
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
         let class = self.classes.of(&series).clone();
-        let parts = Self::block_parts(&class, range)?;
+        let parts = self.query_parts(&series, &class, range).await?;
         let per_part = self
             .ask_owners(
                 &series,

@@ -13,7 +13,7 @@ use sha1::{Digest, Sha1};
 
 use crate::id::{ID_BYTES, Id};
 use crate::series::SeriesKey;
-use crate::time::Quantum;
+use crate::time::{MAX_QUANTUM_NS, Quantum, QuantumLen};
 
 /// Which half of the id the time quantum occupies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -88,6 +88,25 @@ pub fn block_id_from_hashes(format: KeyFormat, series_hash: &[u8; HALF], q: &Qua
     id[..HALF].copy_from_slice(a);
     id[HALF..].copy_from_slice(b);
     Id(id)
+}
+
+/// Metrics starting with this are timeshard's own bookkeeping; clients may not write or read
+/// them.
+pub const RESERVED_METRIC_PREFIX: &str = "_timeshard.";
+
+/// The internal series that indexes which quanta of `series` hold data: one point per such
+/// quantum, at its start. It lives with the series' registration (at [`series_meta_id`]), so a
+/// read of a long range asks it first and then touches only the quanta that hold data.
+pub fn quantum_index_series(series: &SeriesKey) -> SeriesKey {
+    format!("{RESERVED_METRIC_PREFIX}quanta{{of={}}}", Id::sha1(series.as_str().as_bytes()).to_hex())
+        .parse()
+        .expect("a valid key")
+}
+
+/// The quantum of the index series' blocks: the longest allowed, so a year of index points
+/// sits in one or two blocks.
+pub fn index_quantum() -> QuantumLen {
+    QuantumLen::new(MAX_QUANTUM_NS).expect("the longest quantum is valid")
 }
 
 /// The id of a series' metadata record (its registration in the series dictionary): key-first,

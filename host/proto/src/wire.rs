@@ -387,6 +387,8 @@ pub enum InvalidRequest {
     Windows(String),
     #[error("a request carries {parts} block parts; the limit is {MAX_BLOCK_PARTS}")]
     TooManyParts { parts: usize },
+    #[error("series {0} is reserved: metrics starting with {prefix} are timeshard's own", prefix = crate::key::RESERVED_METRIC_PREFIX)]
+    Reserved(SeriesKey),
 }
 
 impl InvalidRequest {
@@ -403,6 +405,7 @@ impl InvalidRequest {
             InvalidRequest::BadParams { .. } | InvalidRequest::BadPolicyName(_) => ErrorCode::Malformed,
             InvalidRequest::Windows(_) => ErrorCode::InvalidRange,
             InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
+            InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
         }
     }
 }
@@ -460,13 +463,22 @@ fn check_page(limit: u32, limits: &Limits) -> Result<(), InvalidRequest> {
     Ok(())
 }
 
+/// A series key from a client: well formed and not one of timeshard's own.
+fn client_series(key: &str) -> Result<SeriesKey, InvalidRequest> {
+    let series: SeriesKey = key.parse()?;
+    if series.metric().starts_with(crate::key::RESERVED_METRIC_PREFIX) {
+        return Err(InvalidRequest::Reserved(series));
+    }
+    Ok(series)
+}
+
 /// Checks a client's write batch (already size-checked by [`Request::validate`]): series keys
 /// and timestamps. Returns it with parsed keys.
 pub fn check_write(batch: Vec<WriteSeries>) -> Result<Vec<SeriesPoints>, InvalidRequest> {
     batch
         .into_iter()
         .map(|w| {
-            let series: SeriesKey = w.series.parse()?;
+            let series = client_series(&w.series)?;
             check_points(&series, &w.points, None)?;
             Ok(SeriesPoints { series, points: w.points })
         })
@@ -475,7 +487,7 @@ pub fn check_write(batch: Vec<WriteSeries>) -> Result<Vec<SeriesPoints>, Invalid
 
 /// Checks a client's read: the series key and the range.
 pub fn check_read(series: &str, start: i64, end: i64) -> Result<(SeriesKey, TimeRange), InvalidRequest> {
-    Ok((series.parse()?, TimeRange::new(start, end).map_err(InvalidRequest::Range)?))
+    Ok((client_series(series)?, TimeRange::new(start, end).map_err(InvalidRequest::Range)?))
 }
 
 /// Checks a client's aggregate: the series key, the range and the window width.
