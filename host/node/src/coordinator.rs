@@ -830,7 +830,7 @@ impl Coordinator {
             let req = Request::FindSeries { filter: filter.clone(), limit };
             async move { self.replica_call(&c, req).await }
         };
-        let answers = futures::future::join_all(nodes.iter().map(|c| ask(*c))).await;
+        let answers = bounded_in_order(nodes.iter().map(|c| ask(*c)).collect(), OWNER_PARALLELISM).await;
         let mut all = std::collections::BTreeSet::new();
         let mut more = false;
         let mut failed = Vec::new();
