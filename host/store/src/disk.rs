@@ -993,23 +993,23 @@ impl DiskStore {
     fn compact_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (seg, live) = {
             let st = self.read_state();
-            let Some((&seg, s)) =
+            let Some((&seg, _)) =
                 st.segs.iter().find(|&(&k, s)| k != m.seg && !m.stuck.contains(&k) && s.live * 2 < s.bytes)
             else {
                 return Ok(());
             };
-            let live: Vec<(u32, i64, Loc)> = if s.live == 0 {
-                Vec::new()
-            } else {
-                st.series
-                    .iter()
-                    .flat_map(|(&id, s)| {
-                        s.blocks
-                            .iter()
-                            .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
-                    })
-                    .collect()
-            };
+            // Every block still pointing into the segment, even when the live byte count says
+            // none: that count leaves out blocks found damaged at open, and a segment is only
+            // deleted once nothing refers to it.
+            let live: Vec<(u32, i64, Loc)> = st
+                .series
+                .iter()
+                .flat_map(|(&id, s)| {
+                    s.blocks
+                        .iter()
+                        .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
+                })
+                .collect();
             (seg, live)
         };
         let path = seg_path(seg);
@@ -1017,19 +1017,27 @@ impl DiskStore {
             let mut buf = Vec::new();
             let mut placed = Vec::new();
             for (id, start, loc) in &live {
-                let bytes = self
+                // A block that cannot be read or is damaged keeps its segment as it is (for a
+                // repair from a replica); failing here instead would stop every later
+                // maintenance step, and with it sealing and log checkpoints, for good.
+                let checked = self
                     .backend
                     .read_at(&path, loc.offset, loc.len as usize)
-                    .map_err(|e| io_error(format!("reading {path} to compact it"), e))?;
-                if let Err(e) = block::decode_header(&bytes) {
-                    m.stuck.insert(seg);
-                    self.problem(format!(
-                        "{path} is kept uncompacted: the block of series id {id} at quantum {start} \
-                         (offset {}) is damaged: {e}",
-                        loc.offset
-                    ));
-                    return Ok(());
-                }
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| block::decode_header(&bytes).map(|_| bytes).map_err(|e| e.to_string()));
+                let bytes = match checked {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        m.stuck.insert(seg);
+                        self.problem(format!(
+                            "{path} is kept uncompacted: the block of series id {id} at quantum {start} \
+                             (offset {}) is damaged or unreadable: {e}",
+                            loc.offset
+                        ));
+                        report.more = true;
+                        return Ok(());
+                    }
+                };
                 placed.push((*id, *start, *loc, buf.len()));
                 buf.extend_from_slice(&bytes);
             }

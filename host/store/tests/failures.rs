@@ -297,3 +297,37 @@ fn the_dictionary_is_bounded() {
     store.write(&blocks(&keys[0], qlen(), &pts(0, 3))).unwrap();
     assert_eq!(store.list_series("").unwrap(), keys[..2].to_vec());
 }
+
+#[test]
+fn an_unreadable_block_segment_does_not_stop_maintenance() {
+    use timeshard_store::Backend;
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "lost.tail".parse().unwrap();
+    store.write(&blocks(&k, qlen(), &pts(0, 300))).unwrap();
+    settle(&store, i64::MAX / 2);
+    drop(store);
+    // The segment loses its last blocks (a damaged disk, a bad copy).
+    let (seg, len) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.truncate(&seg, len as u64 / 3).unwrap();
+    let store = open(&sim, cfg());
+    assert!(store.health().iter().any(|h| h.contains("past the end")), "{:?}", store.health());
+    // Late data re-seals most intact blocks elsewhere: the damaged segment is left mostly dead,
+    // so compaction picks it.
+    let late: Vec<Point> = (0..8).map(|q| Point { ts: q * 1_000_000 + 1, value: 0.5, event: 9 }).collect();
+    store.write(&blocks(&k, qlen(), &late)).unwrap();
+    // New data keeps flowing through the log; maintenance must keep sealing and checkpointing
+    // it instead of failing on the damaged segment at every step.
+    let other: SeriesKey = "fresh".parse().unwrap();
+    for i in 0..20 {
+        store.write(&blocks(&other, qlen(), &pts(i * 50, i * 50 + 50))).unwrap();
+        store.maintain(i64::MAX / 2).unwrap_or_else(|e| panic!("maintenance step {i} failed: {e}"));
+    }
+    settle(&store, i64::MAX / 2);
+    assert!(store.stats().wal_segments <= 2, "the log is checkpointed: {:?}", store.stats());
+    assert_eq!(read_all(&store, &other, 1000).len(), 1000);
+    // The intact blocks of the damaged segment are still served.
+    let first = store.read(&k, TimeRange::new(0, 1_000_000).unwrap(), None, 100).unwrap();
+    assert_eq!(first.points.len(), 11);
+}
