@@ -144,8 +144,11 @@ struct Block {
     open: Vec<Point>,
     /// Oldest log segment holding any of `open` (u64::MAX when empty).
     open_min_seg: u64,
-    /// While maintenance seals a snapshot: oldest segment of points added since.
+    /// While maintenance seals or re-logs a snapshot: oldest segment of points added since.
     snap_min_seg: Option<u64>,
+    /// The last seal left the open points open (a damaged sealed part, or too many points for
+    /// one block): checkpoints re-log them instead of keeping old log segments for them.
+    stuck: bool,
 }
 
 #[derive(Debug)]
@@ -881,7 +884,11 @@ impl DiskStore {
                 continue;
             };
             let min_since = b.snap_min_seg.take().unwrap_or(u64::MAX);
-            if failed || matches!(o, Sealed::Skip) {
+            if failed {
+                continue;
+            }
+            b.stuck = matches!(o, Sealed::Skip);
+            if b.stuck {
                 continue;
             }
             if let (Sealed::Put(at, n, summary), Ok(Some((seg, base)))) = (o, &written) {
@@ -1099,7 +1106,52 @@ impl DiskStore {
         }
     }
 
+    /// Logs again, in the current log segment, the open points of blocks that sealing left
+    /// open and that hold older segments: otherwise one block that can never be sealed would
+    /// keep every log segment since its first late point, and the log would grow without bound.
+    fn carry_stuck_forward(&self) -> Result<(), StoreError> {
+        let pinned = self.wal.first_pinned();
+        let todo: Vec<(u32, i64)> = {
+            let st = self.read_state();
+            st.dirty
+                .iter()
+                .filter(|(id, start)| {
+                    let b = &st.series[id].blocks[start];
+                    b.stuck && b.open_min_seg < pinned
+                })
+                .copied()
+                .collect()
+        };
+        for (id, start) in todo {
+            let snap = {
+                let mut st = self.write_state();
+                let s = st.series.get_mut(&id).expect("dirty blocks exist");
+                let (key, len) = (s.key.clone(), s.quantum.expect("a series with blocks has a quantum"));
+                let b = s.blocks.get_mut(&start).expect("dirty blocks exist");
+                b.snap_min_seg = Some(u64::MAX);
+                (key, len, b.open.clone())
+            };
+            let (key, len, open) = snap;
+            let q = Quantum::at(start, len).expect("block starts are aligned");
+            let mut data = Vec::with_capacity(open.len() * 12 + 32);
+            wal::put_points(&mut data, id, q, &open);
+            let r = self.wal.commit(vec![Def { id, registered: false, key }], &data);
+            let mut st = self.write_state();
+            if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start)) {
+                let since = b.snap_min_seg.take().unwrap_or(u64::MAX);
+                if let Ok(seq) = r {
+                    // The snapshot is now in `seq`; points added meanwhile are in `since`.
+                    b.open_min_seg = seq.min(since);
+                }
+            }
+            drop(st);
+            self.wal.applied(r?);
+        }
+        Ok(())
+    }
+
     fn checkpoint_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
+        self.carry_stuck_forward()?;
         // The log's pins first, then the blocks': a write applied in between is seen by one.
         let pinned = self.wal.first_pinned();
         let (open_min, idle) = {

@@ -331,3 +331,34 @@ fn an_unreadable_block_segment_does_not_stop_maintenance() {
     let first = store.read(&k, TimeRange::new(0, 1_000_000).unwrap(), None, 100).unwrap();
     assert_eq!(first.points.len(), 11);
 }
+
+#[test]
+fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let a: SeriesKey = "damaged".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
+    settle(&store, i64::MAX / 2);
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.corrupt(&seg, 40, 0x5a);
+    // A late point for the damaged block cannot be merged: it stays in memory and the log.
+    store.write(&blocks(&a, qlen(), &[Point::new(500_000, 99.0)])).unwrap();
+    // Ingest goes on for a long time; the log must not keep every segment since the late point.
+    let other: SeriesKey = "busy".parse().unwrap();
+    for i in 0..40 {
+        store.write(&blocks(&other, qlen(), &pts(i * 100, i * 100 + 100))).unwrap();
+        settle(&store, i64::MAX / 2);
+    }
+    assert!(store.health().iter().any(|h| h.contains("unmerged")), "{:?}", store.health());
+    let wal = store.stats().wal_segments;
+    assert!(wal <= 3, "the log keeps {wal} segments for one unmergeable point");
+    drop(store);
+    // The late point is still there after a restart, and so is everything else.
+    let store = open(&sim.crash(1), cfg());
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.stats().open_points, 1, "the unmerged late point was replayed");
+    assert_eq!(read_all(&store, &other, 1000).len(), 4000);
+    let err = store.read(&a, TimeRange::new(500_000, 500_001).unwrap(), None, 10).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+}
