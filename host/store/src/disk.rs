@@ -735,7 +735,8 @@ impl DiskStore {
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
         let grace = self.config.seal_grace_ns;
-        let mut picked: Vec<(i64, u32, usize)> = {
+        // (quantum start, series id, open points, points the seal decodes and encodes).
+        let mut picked: Vec<(i64, u32, usize, usize)> = {
             let st = self.read_state();
             let mut c = Vec::new();
             for &(id, start) in &st.dirty {
@@ -745,7 +746,8 @@ impl DiskStore {
                 let due = now.is_some_and(|n| start.saturating_add(len).saturating_add(grace) <= n)
                     || b.open.len() >= self.config.max_block_points;
                 if due || pressure_target.is_some() {
-                    c.push((start, id, b.open.len()));
+                    let sealed = b.sealed.map_or(0, |l| usize::try_from(l.summary.count).unwrap_or(usize::MAX));
+                    c.push((start, id, b.open.len(), b.open.len().saturating_add(sealed)));
                 }
             }
             if let Some(target) = pressure_target {
@@ -753,7 +755,7 @@ impl DiskStore {
                 let mut left = st.open_points;
                 let n = c
                     .iter()
-                    .take_while(|(_, _, n)| {
+                    .take_while(|(_, _, n, _)| {
                         let go = left > target;
                         left = left.saturating_sub(*n);
                         go
@@ -763,10 +765,11 @@ impl DiskStore {
             }
             c
         };
+        // A re-seal holds the whole block, so the budget counts its sealed points too.
         let mut budget = self.config.step_max_points;
         let n = picked
             .iter()
-            .take_while(|(_, _, n)| {
+            .take_while(|(_, _, _, n)| {
                 let go = budget > 0;
                 budget = budget.saturating_sub(*n);
                 go
@@ -786,7 +789,7 @@ impl DiskStore {
             let mut st = self.write_state();
             picked
                 .iter()
-                .filter_map(|&(start, id, _)| {
+                .filter_map(|&(start, id, _, _)| {
                     let s = st.series.get_mut(&id)?;
                     let len = s.quantum?;
                     let b = s.blocks.get_mut(&start)?;

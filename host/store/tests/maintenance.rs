@@ -78,3 +78,31 @@ fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
         assert_eq!(store.block_summary(k, 0).unwrap().unwrap().count, 30);
     }
 }
+
+#[test]
+fn one_step_rewrites_a_bounded_number_of_points_even_for_late_data() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { step_max_points: 2_000, ..small_config() };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "late.everywhere".parse().unwrap();
+    // 20 sealed blocks of 500 points.
+    let pts: Vec<Point> = (0..10_000).map(|i| Point::new(i * 2_000, i as f64)).collect();
+    store.write(&blocks(&k, qlen(), &pts)).unwrap();
+    while store.maintain(i64::MAX / 2).unwrap().more {}
+    // One late point into each: re-sealing a block decodes and re-encodes all its points, so
+    // the step's budget must count them, or one step holds every touched block at once.
+    let late: Vec<Point> = (0..20).map(|q| Point { ts: q * 1_000_000 + 1, value: 0.0, event: 1 }).collect();
+    store.write(&blocks(&k, qlen(), &late)).unwrap();
+    let mut steps = 0;
+    loop {
+        let r = store.maintain(i64::MAX / 2).unwrap();
+        assert!(r.sealed_points <= 2_000 + 501, "one step re-sealed {} points", r.sealed_points);
+        steps += 1;
+        if !r.more {
+            break;
+        }
+    }
+    assert!(steps >= 5, "{steps} steps");
+    assert_eq!(read_all(&store, &k, 1000).len(), 10_020);
+    assert_eq!(store.stats().open_points, 0);
+}
