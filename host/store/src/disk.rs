@@ -1243,15 +1243,23 @@ impl DiskStore {
             let views: Vec<(i64, Option<Loc>, Vec<Point>)> = {
                 let st = self.read_state();
                 let Some(s) = st.series.get(&id) else { break };
-                s.blocks
-                    .range(cursor..end)
-                    .take(64)
-                    .map(|(&start, b)| {
-                        let lo = b.open.partition_point(|p| p.key() < from);
-                        let hi = b.open.partition_point(|p| p.ts < end);
-                        (start, b.sealed, b.open[lo..hi.max(lo)].to_vec())
-                    })
-                    .collect()
+                // Copy no more open points than the page can still take: the first `left`
+                // points of a block's union are among the first `left` of its open points, and
+                // once earlier blocks supply `left` points the later ones are not needed. (A
+                // copy of the rest of a large open block per page made paging quadratic, all
+                // of it under the state lock.)
+                let mut left = want - out.len();
+                let mut views = Vec::new();
+                for (&start, b) in s.blocks.range(cursor..end).take(64) {
+                    if left == 0 {
+                        break;
+                    }
+                    let lo = b.open.partition_point(|p| p.key() < from);
+                    let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
+                    left -= hi - lo;
+                    views.push((start, b.sealed, b.open[lo..hi].to_vec()));
+                }
+                views
             };
             if views.is_empty() {
                 break;
