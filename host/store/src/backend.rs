@@ -100,7 +100,7 @@ impl FileBackend {
     /// Opens (creating) `root` and locks it.
     pub fn open(root: &Path) -> Result<FileBackend, StoreError> {
         let ctx = |what: &str| format!("{what} data directory {}", root.display());
-        fs::create_dir_all(root).map_err(|e| io_error(ctx("creating"), e))?;
+        create_dirs_durably(root).map_err(|e| io_error(ctx("creating"), e))?;
         let lock_path = root.join("LOCK");
         let lock = OpenOptions::new()
             .create(true)
@@ -152,7 +152,7 @@ impl FileBackend {
         let path = self.path(p)?;
         let existed = path.exists();
         if create && let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs_durably(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(&path)?;
         let len = file.metadata()?.len();
@@ -171,9 +171,46 @@ impl FileBackend {
 
     fn sync_dir_of(&self, p: &str) -> io::Result<()> {
         let path = self.path(p)?;
-        let dir = path.parent().unwrap_or(&self.root);
-        File::open(dir)?.sync_all()
+        sync_dir(path.parent().unwrap_or(&self.root))
     }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    #[cfg(test)]
+    SYNCED_DIRS.with(|d| d.borrow_mut().push(dir.to_path_buf()));
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+thread_local! {
+    // Directories fsynced by this thread, for tests.
+    static SYNCED_DIRS: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Creates `dir` and its missing parents, then fsyncs the parent of each directory it created:
+/// a new directory (like `wal/` on the first write) is only durable once the directory holding
+/// its entry is synced, and a file synced inside a directory that vanishes is lost all the same.
+fn create_dirs_durably(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.exists() {
+        missing.push(d);
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    for created in missing.iter().rev() {
+        if let Some(parent) = created.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
 }
 
 /// Closes the least recently used handles down to half the cap. Only idle ones: not held by
@@ -267,7 +304,7 @@ impl Backend for FileBackend {
         let dst = self.path(path)?;
         let tmp = self.path(&format!("{path}.tmp"))?;
         if let Some(dir) = dst.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs_durably(dir)?;
         }
         {
             let mut f = File::create(&tmp)?;
@@ -314,6 +351,27 @@ mod tests {
         b.remove("wal/1.wal").unwrap();
         assert!(b.list("wal").unwrap().is_empty());
         assert!(b.read_all("../escape").is_err());
+    }
+}
+
+#[cfg(test)]
+mod dir_tests {
+    use super::*;
+
+    /// The first write creates `wal/` (and the first open the data directory): those new
+    /// entries are only durable once their parent directories are synced.
+    #[test]
+    fn new_directories_are_synced_into_their_parents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("node");
+        SYNCED_DIRS.with(|d| d.borrow_mut().clear());
+        let b = FileBackend::open(&root).unwrap();
+        b.append("wal/1.wal", b"x").unwrap();
+        b.sync("wal/1.wal").unwrap();
+        let synced = SYNCED_DIRS.with(|d| d.borrow().clone());
+        assert!(synced.contains(&tmp.path().to_path_buf()), "the entry of the data directory: {synced:?}");
+        assert!(synced.contains(&root), "the entry of wal/: {synced:?}");
+        assert!(synced.contains(&root.join("wal")), "the entry of the segment: {synced:?}");
     }
 }
 
