@@ -1112,6 +1112,9 @@ impl DiskStore {
     /// Logs again, in the current log segment, the open points of blocks that sealing left
     /// open and that hold older segments: otherwise one block that can never be sealed would
     /// keep every log segment since its first late point, and the log would grow without bound.
+    /// Only blocks two segments behind are carried, so stuck points are logged again about once
+    /// per segment rotation (carrying into the segment just rotated away from would rotate, and
+    /// carry, at every step when the stuck points alone fill a segment).
     fn carry_stuck_forward(&self) -> Result<(), StoreError> {
         let pinned = self.wal.first_pinned();
         let todo: Vec<(u32, i64)> = {
@@ -1120,7 +1123,7 @@ impl DiskStore {
                 .iter()
                 .filter(|(id, start)| {
                     let b = &st.series[id].blocks[start];
-                    b.stuck && b.open_min_seg < pinned
+                    b.stuck && b.open_min_seg.saturating_add(1) < pinned
                 })
                 .copied()
                 .collect()

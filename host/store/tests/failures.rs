@@ -362,3 +362,33 @@ fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
     let err = store.read(&a, TimeRange::new(500_000, 500_001).unwrap(), None, 10).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
 }
+
+#[test]
+fn unmergeable_points_larger_than_a_log_segment_let_maintenance_settle() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let a: SeriesKey = "damaged.big".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 5))).unwrap();
+    settle(&store, i64::MAX / 2);
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.corrupt(&seg, 40, 0x5a);
+    // More unmergeable late points than one log segment holds (4 KiB here).
+    let late: Vec<Point> = (0..800).map(|i| Point { ts: 1 + i, value: 0.0, event: 1 }).collect();
+    store.write(&blocks(&a, qlen(), &late)).unwrap();
+    // Re-logging them must not rotate the log, and re-log them, at every step for ever.
+    settle(&store, i64::MAX / 2);
+    let before = sim.bytes_appended();
+    for _ in 0..10 {
+        settle(&store, i64::MAX / 2);
+    }
+    assert!(
+        sim.bytes_appended() - before < 4 << 10,
+        "idle maintenance appended {} bytes",
+        sim.bytes_appended() - before
+    );
+    drop(store);
+    let store = open(&sim.crash(2), cfg());
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.stats().open_points, 800);
+}
