@@ -739,9 +739,16 @@ impl DiskStore {
         let mut picked: Vec<(i64, u32, usize, usize)> = {
             let st = self.read_state();
             let mut c = Vec::new();
+            // Open points the memory valve cannot relieve: blocks the last seal left open.
+            let mut stuck = 0;
             for &(id, start) in &st.dirty {
                 let s = &st.series[&id];
                 let b = &s.blocks[&start];
+                if pressure_target.is_some() && b.stuck {
+                    // Retried by regular maintenance, not in the write path at every write.
+                    stuck += b.open.len();
+                    continue;
+                }
                 let len = s.quantum.map_or(0, QuantumLen::ns);
                 let due = now.is_some_and(|n| start.saturating_add(len).saturating_add(grace) <= n)
                     || b.open.len() >= self.config.max_block_points;
@@ -752,7 +759,7 @@ impl DiskStore {
             }
             if let Some(target) = pressure_target {
                 c.sort_unstable();
-                let mut left = st.open_points;
+                let mut left = st.open_points - stuck;
                 let n = c
                     .iter()
                     .take_while(|(_, _, n, _)| {

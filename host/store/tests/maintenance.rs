@@ -137,3 +137,35 @@ fn paging_through_an_open_block_copies_each_point_about_once() {
     // about 100 times as long as one read of everything (it takes 2 to 3 times as long).
     assert!(paged < whole * 20, "200 pages took {paged:?}, one read of all {whole:?}");
 }
+
+#[test]
+fn the_memory_valve_skips_blocks_it_cannot_seal() {
+    let sim = SimBackend::new();
+    let cfg = DiskConfig { max_open_points: 1_000, block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg);
+    let damaged: SeriesKey = "valve.damaged".parse().unwrap();
+    store.write(&blocks(&damaged, qlen(), &[Point::new(0, 1.0), Point::new(1, 1.0)])).unwrap();
+    settle(&store, i64::MAX / 2);
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.corrupt(&seg, 40, 0x5a);
+    // 800 late points that can never merge into the damaged block stay open.
+    let late: Vec<Point> = (0..800).map(|i| Point { ts: 2 + i, value: 0.0, event: 1 }).collect();
+    store.write(&blocks(&damaged, qlen(), &late)).unwrap();
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.stats().open_points, 800);
+    // Without maintenance, writes seal their own blocks to stay near the cap, and leave the
+    // damaged block (the oldest) alone.
+    let k: SeriesKey = "valve.fresh".parse().unwrap();
+    let decoded = store.stats().blocks_decoded;
+    let mut peak = 0;
+    for b in 0..40i64 {
+        let pts: Vec<Point> = (0..250).map(|i| Point::new(1_000_000_000 + (b * 250 + i) * 10_000, 1.0)).collect();
+        store.write(&blocks(&k, qlen(), &pts)).unwrap();
+        peak = peak.max(store.stats().open_points);
+    }
+    assert!(peak <= 800 + 1_250, "open points grew to {peak}");
+    // Retrying the damaged block decodes it (a whole block, possibly millions of points) in
+    // the write path, at every write while memory is over the cap.
+    let retried = store.stats().blocks_decoded - decoded;
+    assert!(retried <= 2, "writes decoded the damaged block {retried} times");
+}
