@@ -189,6 +189,8 @@ struct Maint {
     first_live_wal: u64,
     /// Segments that could not be compacted (a corrupt block in them).
     stuck: BTreeSet<u32>,
+    /// The index had damaged edits: rewrite it from memory at the next step.
+    rewrite_index: bool,
 }
 
 /// The durable store. See the crate docs for how a node opens and maintains it.
@@ -313,6 +315,7 @@ impl DiskStore {
         match backend.read_all(index::PATH) {
             Ok(bytes) => {
                 let scan = frame::scan(&bytes, index::MAGIC);
+                maint.rewrite_index = !scan.skipped.is_empty();
                 for (at, n) in &scan.skipped {
                     problems.push(format!(
                         "{}: {n} damaged bytes at offset {at} skipped; the edits after them were read",
@@ -322,11 +325,14 @@ impl DiskStore {
                 for f in &scan.frames {
                     match index::decode(f.kind, f.body) {
                         Ok(e) => img.apply(e),
-                        Err(e) => problems.push(format!(
-                            "{}: edit at offset {} does not decode ({e}); skipped",
-                            index::PATH,
-                            f.offset
-                        )),
+                        Err(e) => {
+                            maint.rewrite_index = true;
+                            problems.push(format!(
+                                "{}: edit at offset {} does not decode ({e}); skipped",
+                                index::PATH,
+                                f.offset
+                            ))
+                        }
                     }
                 }
                 if img.version > FORMAT_VERSION {
@@ -389,6 +395,9 @@ impl DiskStore {
                     backend.len(&seg_path(seg)).map_err(|e| io_error(format!("reading {}", seg_path(seg)), e))?;
                 st.segs.insert(seg, SegStat { bytes, live: 0 });
             }
+        }
+        if maint.rewrite_index {
+            recover_lost_puts(&*backend, &st.segs, &mut img, &mut problems);
         }
         for (&(id, start), loc) in &img.blocks {
             let Some(s) = st.series.get_mut(&id) else {
@@ -1198,7 +1207,7 @@ impl DiskStore {
             (blocks, st.series.len())
         };
         let live_estimate = (blocks * 90 + series * 60) as u64;
-        if m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate {
+        if !m.rewrite_index && (m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate) {
             return Ok(());
         }
         let mut buf = Vec::new();
@@ -1227,6 +1236,7 @@ impl DiskStore {
         self.backend.write_atomic(index::PATH, &buf).map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
         m.index_len = buf.len() as u64;
         m.index_torn = false;
+        m.rewrite_index = false;
         report.index_rewrites += 1;
         let mut st = self.write_state();
         for (id, mark) in marks {
@@ -1388,6 +1398,64 @@ fn apply_points(
         st.dirty.insert((id, quantum.start));
     }
     new
+}
+
+/// After damage in the index, finds the sealed blocks whose put edits were lost: block frames
+/// name their series and quantum and carry their summary, so every block segment is scanned
+/// and the last frame of each (series, quantum) the index no longer lists is listed again.
+/// (Without this the block is hidden at once and deleted by the next compaction of its
+/// segment.) A frame left by a seal whose put never made it holds acknowledged points too, so
+/// taking it is harmless; retention watermarks still apply.
+fn recover_lost_puts(
+    backend: &dyn Backend,
+    segs: &BTreeMap<u32, SegStat>,
+    img: &mut Image,
+    problems: &mut Vec<String>,
+) {
+    let mut found: BTreeMap<(u32, i64), (i64, Loc)> = BTreeMap::new();
+    for &seg in segs.keys() {
+        let path = seg_path(seg);
+        let bytes = match backend.read_all(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{path}: not read to look for blocks the damaged index lost: {e}"));
+                continue;
+            }
+        };
+        for f in frame::scan(&bytes, block::MAGIC).frames {
+            let Ok(h) = block::decode_header(&bytes[f.offset..f.offset + f.len]) else {
+                continue;
+            };
+            let (Ok(offset), Ok(len)) = (u64::try_from(f.offset), u32::try_from(f.len)) else {
+                continue;
+            };
+            // Frames are appended in order and compaction copies only live ones, so a later
+            // frame of a block is a newer version of it.
+            found.insert(
+                (h.series, h.quantum.start),
+                (h.quantum.len.ns(), Loc { seg, offset, len, summary: h.summary }),
+            );
+        }
+    }
+    let mut recovered = 0;
+    for ((id, start), (len, loc)) in found {
+        let Some(s) = img.series.get(&id) else {
+            continue;
+        };
+        if len != s.quantum_ns || start.saturating_add(len) <= s.expired_before {
+            continue;
+        }
+        if let std::collections::hash_map::Entry::Vacant(e) = img.blocks.entry((id, start)) {
+            e.insert(loc);
+            recovered += 1;
+        }
+    }
+    if recovered > 0 {
+        problems.push(format!(
+            "{}: {recovered} sealed blocks whose edits were damaged were found again in their segments",
+            index::PATH
+        ));
+    }
 }
 
 fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(), StoreError> {

@@ -392,3 +392,36 @@ fn unmergeable_points_larger_than_a_log_segment_let_maintenance_settle() {
     settle(&store, i64::MAX / 2);
     assert_eq!(store.stats().open_points, 800);
 }
+
+#[test]
+fn blocks_whose_index_edits_are_damaged_are_found_again() {
+    use timeshard_store::Backend;
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, index_rewrite_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "index.rot".parse().unwrap();
+    // Ten blocks, each sealed by its own step: ten put edits in the index.
+    for q in 0..10 {
+        store.write(&blocks(&k, qlen(), &pts(q * 10, q * 10 + 10))).unwrap();
+        settle(&store, (q + 2) * 1_000_000);
+    }
+    // Late data re-seals the first blocks: dead frames in the segment, so compaction runs.
+    store.write(&blocks(&k, qlen(), &[Point::new(1, 0.5), Point::new(1_000_001, 0.5)])).unwrap();
+    settle(&store, i64::MAX / 2);
+    assert!(store.stats().wal_segments <= 1, "the log is checkpointed: {:?}", store.stats());
+    drop(store);
+    // A flipped byte in the middle of the index destroys one put edit.
+    let index = sim.read_all("index.log").unwrap();
+    sim.corrupt("index.log", index.len() / 2, 0x40);
+    let store = open(&sim, cfg());
+    assert!(store.health().iter().any(|h| h.contains("damaged")), "{:?}", store.health());
+    assert_eq!(read_all(&store, &k, 1000).len(), 102, "the block of the lost edit is still in its segment");
+    // And stays found through maintenance (compaction, index rewrite) and restarts.
+    for _ in 0..3 {
+        store.write(&blocks(&k, qlen(), &[Point::new(2, 0.25), Point::new(5_000_002, 0.25)])).unwrap();
+        settle(&store, i64::MAX / 2);
+    }
+    drop(store);
+    let store = open(&sim, cfg());
+    assert_eq!(read_all(&store, &k, 1000).len(), 104);
+}
