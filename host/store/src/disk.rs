@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use timeshard_proto::time::check_timestamp;
@@ -177,6 +177,11 @@ struct State {
     /// Blocks with open points.
     dirty: BTreeSet<(u32, i64)>,
     segs: BTreeMap<u32, SegStat>,
+    /// Series whose dictionary entry (registered, quantum) may differ from what the index
+    /// holds: every change adds the id, so checkpoints need not walk the whole dictionary.
+    unindexed: BTreeSet<u32>,
+    /// Blocks of all series (for the index size estimate).
+    blocks: usize,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +207,8 @@ pub struct DiskStore {
     maint: Mutex<Maint>,
     retention: RwLock<Vec<RetentionRule>>,
     health: Mutex<Vec<String>>,
+    /// Retention runs again at or after this time (it walks every series).
+    next_expire: AtomicI64,
     decoded: AtomicU64,
     summaries_used: AtomicU64,
 }
@@ -413,6 +420,7 @@ impl DiskStore {
                 )),
             }
             s.blocks.insert(start, Block { sealed: Some(*loc), open_min_seg: u64::MAX, ..Block::default() });
+            st.blocks += 1;
         }
         // Segments nothing points at hold only data that is also in the log (a seal that
         // crashed before its index edit): drop them.
@@ -457,6 +465,7 @@ impl DiskStore {
             maint: Mutex::new(maint),
             retention,
             health: Mutex::new(problems),
+            next_expire: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
             summaries_used: AtomicU64::new(0),
         })
@@ -465,6 +474,7 @@ impl DiskStore {
     /// Replaces the retention rules (applied by the next maintenance steps).
     pub fn set_retention(&self, rules: Vec<RetentionRule>) {
         *self.retention.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        self.next_expire.store(i64::MIN, Ordering::Relaxed);
     }
 
     /// Problems found at open or by maintenance that the store worked around (damaged bytes
@@ -629,7 +639,10 @@ impl DiskStore {
         for b in blocks {
             let id = ensure_series(&mut st, &b.series);
             let s = st.series.get_mut(&id).expect("just ensured");
-            s.quantum.get_or_insert(b.quantum.len);
+            if s.quantum.is_none() {
+                s.quantum = Some(b.quantum.len);
+                st.unindexed.insert(id);
+            }
             ids.push(id);
         }
         Ok(ids)
@@ -942,9 +955,14 @@ impl DiskStore {
     fn expire_step(&self, m: &mut Maint, now: Timestamp, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         const MAX_BLOCKS: usize = 10_000;
         let rules = self.retention.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if rules.is_empty() {
+        if rules.is_empty() || now < self.next_expire.load(Ordering::Relaxed) {
             return Ok(());
         }
+        // Retention walks every series: run it about every hundredth of the shortest keep
+        // (at most once a minute), not at every step.
+        let shortest = rules.iter().map(|r| r.keep_ns.max(0)).min().unwrap_or(0);
+        let next = now.saturating_add((shortest / 100).min(60_000_000_000));
+        self.next_expire.store(next, Ordering::Relaxed);
         let todo: Vec<(u32, i64)> = {
             let st = self.read_state();
             let mut todo = Vec::new();
@@ -985,6 +1003,10 @@ impl DiskStore {
                     break;
                 }
             }
+            if report.more {
+                // Bounded: continue at the next step.
+                self.next_expire.store(i64::MIN, Ordering::Relaxed);
+            }
             todo
         };
         if todo.is_empty() {
@@ -1002,6 +1024,7 @@ impl DiskStore {
             s.expired_before = s.expired_before.max(before);
             let keep = s.blocks.split_off(&(before - len + 1));
             let gone = std::mem::replace(&mut s.blocks, keep);
+            st.blocks -= gone.len();
             for (start, b) in gone {
                 st.open_points -= b.open.len();
                 st.dirty.remove(&(id, start));
@@ -1098,10 +1121,10 @@ impl DiskStore {
     /// Dictionary entries (of `ids`, or all) whose latest state the index does not hold yet.
     fn unindexed_series(&self, ids: Option<&BTreeSet<u32>>) -> Vec<Edit> {
         let st = self.read_state();
-        st.series
+        ids.unwrap_or(&st.unindexed)
             .iter()
-            .filter(|(id, _)| ids.is_none_or(|ids| ids.contains(id)))
-            .filter_map(|(&id, s)| {
+            .filter_map(|&id| {
+                let s = st.series.get(&id)?;
                 let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
                 (s.indexed != Some(now)).then(|| Edit::Series {
                     id,
@@ -1117,10 +1140,8 @@ impl DiskStore {
     fn mark_indexed(&self, edits: &[Edit]) {
         let mut st = self.write_state();
         for e in edits {
-            if let Edit::Series { id, registered, quantum_ns, .. } = e
-                && let Some(s) = st.series.get_mut(id)
-            {
-                s.indexed = Some((*registered, *quantum_ns));
+            if let Edit::Series { id, registered, quantum_ns, .. } = e {
+                set_indexed(&mut st, *id, (*registered, *quantum_ns));
             }
         }
     }
@@ -1203,8 +1224,7 @@ impl DiskStore {
     fn rewrite_index_if_bloated(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (blocks, series) = {
             let st = self.read_state();
-            let blocks: usize = st.series.values().map(|s| s.blocks.len()).sum();
-            (blocks, st.series.len())
+            (st.blocks, st.series.len())
         };
         let live_estimate = (blocks * 90 + series * 60) as u64;
         if !m.rewrite_index && (m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate) {
@@ -1240,9 +1260,7 @@ impl DiskStore {
         report.index_rewrites += 1;
         let mut st = self.write_state();
         for (id, mark) in marks {
-            if let Some(s) = st.series.get_mut(&id) {
-                s.indexed = Some(mark);
-            }
+            set_indexed(&mut st, id, mark);
         }
         Ok(())
     }
@@ -1342,6 +1360,16 @@ impl DiskStore {
     }
 }
 
+/// Records that the index holds `mark` for series `id`.
+fn set_indexed(st: &mut State, id: u32, mark: (bool, i64)) {
+    if let Some(s) = st.series.get_mut(&id) {
+        s.indexed = Some(mark);
+        if (s.registered, s.quantum.map_or(0, QuantumLen::ns)) == mark {
+            st.unindexed.remove(&id);
+        }
+    }
+}
+
 fn ensure_series(st: &mut State, key: &SeriesKey) -> u32 {
     if let Some(&id) = st.ids.get(key) {
         return id;
@@ -1349,6 +1377,7 @@ fn ensure_series(st: &mut State, key: &SeriesKey) -> u32 {
     let id = st.next_id;
     st.next_id += 1;
     st.ids.insert(key.clone(), id);
+    st.unindexed.insert(id);
     st.series.insert(
         id,
         Series {
@@ -1379,7 +1408,13 @@ fn apply_points(
     if quantum.end() <= s.expired_before || points.is_empty() {
         return 0;
     }
-    let b = s.blocks.entry(quantum.start).or_insert_with(|| Block { open_min_seg: u64::MAX, ..Block::default() });
+    let b = match s.blocks.entry(quantum.start) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            st.blocks += 1;
+            e.insert(Block { open_min_seg: u64::MAX, ..Block::default() })
+        }
+    };
     let before = b.open.len();
     // Points new to the block: not open yet and, for late data, not in the sealed part.
     let new_vs_sealed = sealed.map(|keys| {
@@ -1529,6 +1564,7 @@ fn replay_segment(
                         Some(s) if s.key == k => id,
                         None if !st.ids.contains_key(&k) => {
                             st.ids.insert(k.clone(), id);
+                            st.unindexed.insert(id);
                             st.series.insert(
                                 id,
                                 Series {
@@ -1547,6 +1583,7 @@ fn replay_segment(
                     };
                     if registered && let Some(s) = st.series.get_mut(&ours) {
                         s.registered = true;
+                        st.unindexed.insert(ours);
                     }
                     local.insert(id, ours);
                 }
@@ -1572,7 +1609,10 @@ fn replay_segment(
                         continue;
                     }
                     Some(_) => {}
-                    None => s.quantum = Some(quantum.len),
+                    None => {
+                        s.quantum = Some(quantum.len);
+                        st.unindexed.insert(ours);
+                    }
                 }
                 timeshard_proto::point::sort_dedup(&mut points);
                 apply_points(st, ours, quantum, &points, seq, None);
@@ -1683,6 +1723,7 @@ impl Store for DiskStore {
             for id in ids {
                 if let Some(s) = st.series.get_mut(&id) {
                     s.registered = true;
+                    st.unindexed.insert(id);
                 }
             }
             0
