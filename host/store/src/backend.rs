@@ -11,6 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::StoreError;
@@ -64,22 +65,42 @@ pub struct FileBackend {
     root: PathBuf,
     // Open handles, so reads and appends do not reopen files. A removed file's handle is
     // dropped from here; readers still holding it read the unlinked file, which is harmless.
+    // Bounded: past MAX_OPEN_FILES the least recently used idle handles are closed.
     files: Mutex<HashMap<String, Arc<Handle>>>,
+    tick: AtomicU64,
     _lock: File,
 }
+
+/// Most file handles kept open between operations. A store has one file per 64 MiB of
+/// blocks; a descriptor for each would run into the open-file limit (1024 by default).
+const MAX_OPEN_FILES: usize = 128;
 
 #[derive(Debug)]
 struct Handle {
     file: File,
-    // The append position, and whether the directory entry still needs an fsync.
-    state: Mutex<(u64, bool)>,
+    state: Mutex<HandleState>,
+    // When the handle was last used (a tick of `FileBackend::tick`).
+    used: AtomicU64,
+}
+
+#[derive(Debug)]
+struct HandleState {
+    // The append position.
+    end: u64,
+    // The directory entry still needs an fsync.
+    dir_unsynced: bool,
+    // The last append failed: `end` is before the torn bytes, so the next append overwrites them.
+    torn: bool,
+    // Appended since the last sync: the sync uses this descriptor, which sees any write-back
+    // error of those appends.
+    unsynced: bool,
 }
 
 impl FileBackend {
     /// Opens (creating) `root` and locks it.
     pub fn open(root: &Path) -> Result<FileBackend, StoreError> {
         let ctx = |what: &str| format!("{what} data directory {}", root.display());
-        fs::create_dir_all(root).map_err(|e| io_error(ctx("creating"), e))?;
+        create_dirs_durably(root).map_err(|e| io_error(ctx("creating"), e))?;
         let lock_path = root.join("LOCK");
         let lock = OpenOptions::new()
             .create(true)
@@ -98,7 +119,12 @@ impl FileBackend {
             }
             Err(fs::TryLockError::Error(e)) => return Err(io_error(ctx("locking"), e)),
         }
-        Ok(FileBackend { root: root.to_path_buf(), files: Mutex::new(HashMap::new()), _lock: lock })
+        Ok(FileBackend {
+            root: root.to_path_buf(),
+            files: Mutex::new(HashMap::new()),
+            tick: AtomicU64::new(0),
+            _lock: lock,
+        })
     }
 
     /// The directory this backend owns.
@@ -118,24 +144,90 @@ impl FileBackend {
     }
 
     fn handle(&self, p: &str, create: bool) -> io::Result<Arc<Handle>> {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         if let Some(h) = self.handles().get(p) {
+            h.used.store(tick, Ordering::Relaxed);
             return Ok(h.clone());
         }
         let path = self.path(p)?;
         let existed = path.exists();
         if create && let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs_durably(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(&path)?;
         let len = file.metadata()?.len();
-        let h = Arc::new(Handle { file, state: Mutex::new((len, !existed)) });
-        Ok(self.handles().entry(p.to_string()).or_insert(h).clone())
+        let h = Arc::new(Handle {
+            file,
+            state: Mutex::new(HandleState { end: len, dir_unsynced: !existed, torn: false, unsynced: false }),
+            used: AtomicU64::new(tick),
+        });
+        let mut files = self.handles();
+        let h = files.entry(p.to_string()).or_insert(h).clone();
+        if files.len() > MAX_OPEN_FILES {
+            evict_idle(&mut files);
+        }
+        Ok(h)
     }
 
     fn sync_dir_of(&self, p: &str) -> io::Result<()> {
         let path = self.path(p)?;
-        let dir = path.parent().unwrap_or(&self.root);
-        File::open(dir)?.sync_all()
+        sync_dir(path.parent().unwrap_or(&self.root))
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    #[cfg(test)]
+    SYNCED_DIRS.with(|d| d.borrow_mut().push(dir.to_path_buf()));
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+thread_local! {
+    // Directories fsynced by this thread, for tests.
+    static SYNCED_DIRS: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Creates `dir` and its missing parents, then fsyncs the parent of each directory it created:
+/// a new directory (like `wal/` on the first write) is only durable once the directory holding
+/// its entry is synced, and a file synced inside a directory that vanishes is lost all the same.
+fn create_dirs_durably(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.exists() {
+        missing.push(d);
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    for created in missing.iter().rev() {
+        if let Some(parent) = created.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// Closes the least recently used handles down to half the cap. Only idle ones: not held by
+/// any operation, and with nothing a reopen would lose (unsynced appends, a pending directory
+/// fsync, the position before torn bytes).
+fn evict_idle(files: &mut HashMap<String, Arc<Handle>>) {
+    let mut idle: Vec<(u64, String)> = files
+        .iter()
+        .filter(|(_, h)| {
+            Arc::strong_count(h) == 1 && h.state.try_lock().is_ok_and(|st| !st.dir_unsynced && !st.torn && !st.unsynced)
+        })
+        .map(|(k, h)| (h.used.load(Ordering::Relaxed), k.clone()))
+        .collect();
+    idle.sort_unstable();
+    let excess = files.len().saturating_sub(MAX_OPEN_FILES / 2);
+    for (_, k) in idle.into_iter().take(excess) {
+        files.remove(&k);
     }
 }
 
@@ -161,7 +253,7 @@ impl Backend for FileBackend {
 
     fn len(&self, path: &str) -> io::Result<u64> {
         if let Some(h) = self.handles().get(path) {
-            return Ok(h.state.lock().unwrap_or_else(|e| e.into_inner()).0);
+            return Ok(h.state.lock().unwrap_or_else(|e| e.into_inner()).end);
         }
         Ok(fs::metadata(self.path(path)?)?.len())
     }
@@ -176,20 +268,24 @@ impl Backend for FileBackend {
     fn append(&self, path: &str, data: &[u8]) -> io::Result<u64> {
         let h = self.handle(path, true)?;
         let mut st = h.state.lock().unwrap_or_else(|e| e.into_inner());
-        let at = st.0;
+        let at = st.end;
         // Positional writes at our own append offset: after a failed append the next one
         // overwrites the torn bytes instead of leaving them between good records.
+        st.torn = true;
+        st.unsynced = true;
         h.file.write_all_at(data, at)?;
-        st.0 = at + data.len() as u64;
+        st.end = at + data.len() as u64;
+        st.torn = false;
         Ok(at)
     }
 
     fn sync(&self, path: &str) -> io::Result<()> {
         let h = self.handle(path, false)?;
         h.file.sync_data()?;
-        let new = std::mem::replace(&mut h.state.lock().unwrap_or_else(|e| e.into_inner()).1, false);
+        h.state.lock().unwrap_or_else(|e| e.into_inner()).unsynced = false;
+        let new = std::mem::replace(&mut h.state.lock().unwrap_or_else(|e| e.into_inner()).dir_unsynced, false);
         if new && let Err(e) = self.sync_dir_of(path) {
-            h.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+            h.state.lock().unwrap_or_else(|e| e.into_inner()).dir_unsynced = true;
             return Err(e);
         }
         Ok(())
@@ -199,7 +295,8 @@ impl Backend for FileBackend {
         let h = self.handle(path, false)?;
         let mut st = h.state.lock().unwrap_or_else(|e| e.into_inner());
         h.file.set_len(len)?;
-        st.0 = len;
+        st.end = len;
+        st.torn = false;
         Ok(())
     }
 
@@ -207,7 +304,7 @@ impl Backend for FileBackend {
         let dst = self.path(path)?;
         let tmp = self.path(&format!("{path}.tmp"))?;
         if let Some(dir) = dst.parent() {
-            fs::create_dir_all(dir)?;
+            create_dirs_durably(dir)?;
         }
         {
             let mut f = File::create(&tmp)?;
@@ -254,5 +351,59 @@ mod tests {
         b.remove("wal/1.wal").unwrap();
         assert!(b.list("wal").unwrap().is_empty());
         assert!(b.read_all("../escape").is_err());
+    }
+}
+
+#[cfg(test)]
+mod dir_tests {
+    use super::*;
+
+    /// The first write creates `wal/` (and the first open the data directory): those new
+    /// entries are only durable once their parent directories are synced.
+    #[test]
+    fn new_directories_are_synced_into_their_parents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("node");
+        SYNCED_DIRS.with(|d| d.borrow_mut().clear());
+        let b = FileBackend::open(&root).unwrap();
+        b.append("wal/1.wal", b"x").unwrap();
+        b.sync("wal/1.wal").unwrap();
+        let synced = SYNCED_DIRS.with(|d| d.borrow().clone());
+        assert!(synced.contains(&tmp.path().to_path_buf()), "the entry of the data directory: {synced:?}");
+        assert!(synced.contains(&root), "the entry of wal/: {synced:?}");
+        assert!(synced.contains(&root.join("wal")), "the entry of the segment: {synced:?}");
+    }
+}
+
+#[cfg(test)]
+mod fd_tests {
+    use super::*;
+
+    fn open_fds() -> usize {
+        fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// A node with years of blocks has thousands of segment files; keeping a descriptor for
+    /// each one it ever touched runs into the open-file limit (1024 by default under systemd),
+    /// after which no new log segment can be created and every write fails.
+    #[test]
+    fn open_file_handles_stay_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = FileBackend::open(dir.path()).unwrap();
+        fs::create_dir_all(dir.path().join("blocks")).unwrap();
+        for i in 0..1500 {
+            fs::write(dir.path().join(format!("blocks/{i:010}.seg")), b"block").unwrap();
+        }
+        let before = open_fds();
+        for i in 0..1500 {
+            assert_eq!(b.read_at(&format!("blocks/{i:010}.seg"), 0, 5).unwrap(), b"block");
+        }
+        let held = open_fds().saturating_sub(before);
+        assert!(held < 400, "the backend holds {held} open files");
+        // Appends after an eviction continue at the end.
+        b.append("blocks/0000000000.seg", b"!").unwrap();
+        b.sync("blocks/0000000000.seg").unwrap();
+        assert_eq!(b.read_all("blocks/0000000000.seg").unwrap(), b"block!");
+        assert_eq!(b.len("blocks/0000000000.seg").unwrap(), 6);
     }
 }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use timeshard_proto::time::check_timestamp;
@@ -144,8 +144,11 @@ struct Block {
     open: Vec<Point>,
     /// Oldest log segment holding any of `open` (u64::MAX when empty).
     open_min_seg: u64,
-    /// While maintenance seals a snapshot: oldest segment of points added since.
+    /// While maintenance seals or re-logs a snapshot: oldest segment of points added since.
     snap_min_seg: Option<u64>,
+    /// The last seal left the open points open (a damaged sealed part, or too many points for
+    /// one block): checkpoints re-log them instead of keeping old log segments for them.
+    stuck: bool,
 }
 
 #[derive(Debug)]
@@ -174,6 +177,11 @@ struct State {
     /// Blocks with open points.
     dirty: BTreeSet<(u32, i64)>,
     segs: BTreeMap<u32, SegStat>,
+    /// Series whose dictionary entry (registered, quantum) may differ from what the index
+    /// holds: every change adds the id, so checkpoints need not walk the whole dictionary.
+    unindexed: BTreeSet<u32>,
+    /// Blocks of all series (for the index size estimate).
+    blocks: usize,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +194,8 @@ struct Maint {
     first_live_wal: u64,
     /// Segments that could not be compacted (a corrupt block in them).
     stuck: BTreeSet<u32>,
+    /// The index had damaged edits: rewrite it from memory at the next step.
+    rewrite_index: bool,
 }
 
 /// The durable store. See the crate docs for how a node opens and maintains it.
@@ -197,6 +207,8 @@ pub struct DiskStore {
     maint: Mutex<Maint>,
     retention: RwLock<Vec<RetentionRule>>,
     health: Mutex<Vec<String>>,
+    /// Retention runs again at or after this time (it walks every series).
+    next_expire: AtomicI64,
     decoded: AtomicU64,
     summaries_used: AtomicU64,
 }
@@ -310,6 +322,7 @@ impl DiskStore {
         match backend.read_all(index::PATH) {
             Ok(bytes) => {
                 let scan = frame::scan(&bytes, index::MAGIC);
+                maint.rewrite_index = !scan.skipped.is_empty();
                 for (at, n) in &scan.skipped {
                     problems.push(format!(
                         "{}: {n} damaged bytes at offset {at} skipped; the edits after them were read",
@@ -319,11 +332,14 @@ impl DiskStore {
                 for f in &scan.frames {
                     match index::decode(f.kind, f.body) {
                         Ok(e) => img.apply(e),
-                        Err(e) => problems.push(format!(
-                            "{}: edit at offset {} does not decode ({e}); skipped",
-                            index::PATH,
-                            f.offset
-                        )),
+                        Err(e) => {
+                            maint.rewrite_index = true;
+                            problems.push(format!(
+                                "{}: edit at offset {} does not decode ({e}); skipped",
+                                index::PATH,
+                                f.offset
+                            ))
+                        }
                     }
                 }
                 if img.version > FORMAT_VERSION {
@@ -387,6 +403,9 @@ impl DiskStore {
                 st.segs.insert(seg, SegStat { bytes, live: 0 });
             }
         }
+        if maint.rewrite_index {
+            recover_lost_puts(&*backend, &st.segs, &mut img, &mut problems);
+        }
         for (&(id, start), loc) in &img.blocks {
             let Some(s) = st.series.get_mut(&id) else {
                 continue;
@@ -401,6 +420,7 @@ impl DiskStore {
                 )),
             }
             s.blocks.insert(start, Block { sealed: Some(*loc), open_min_seg: u64::MAX, ..Block::default() });
+            st.blocks += 1;
         }
         // Segments nothing points at hold only data that is also in the log (a seal that
         // crashed before its index edit): drop them.
@@ -445,6 +465,7 @@ impl DiskStore {
             maint: Mutex::new(maint),
             retention,
             health: Mutex::new(problems),
+            next_expire: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
             summaries_used: AtomicU64::new(0),
         })
@@ -453,6 +474,7 @@ impl DiskStore {
     /// Replaces the retention rules (applied by the next maintenance steps).
     pub fn set_retention(&self, rules: Vec<RetentionRule>) {
         *self.retention.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        self.next_expire.store(i64::MIN, Ordering::Relaxed);
     }
 
     /// Problems found at open or by maintenance that the store worked around (damaged bytes
@@ -617,7 +639,10 @@ impl DiskStore {
         for b in blocks {
             let id = ensure_series(&mut st, &b.series);
             let s = st.series.get_mut(&id).expect("just ensured");
-            s.quantum.get_or_insert(b.quantum.len);
+            if s.quantum.is_none() {
+                s.quantum = Some(b.quantum.len);
+                st.unindexed.insert(id);
+            }
             ids.push(id);
         }
         Ok(ids)
@@ -732,25 +757,34 @@ impl DiskStore {
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
         let grace = self.config.seal_grace_ns;
-        let mut picked: Vec<(i64, u32, usize)> = {
+        // (quantum start, series id, open points, points the seal decodes and encodes).
+        let mut picked: Vec<(i64, u32, usize, usize)> = {
             let st = self.read_state();
             let mut c = Vec::new();
+            // Open points the memory valve cannot relieve: blocks the last seal left open.
+            let mut stuck = 0;
             for &(id, start) in &st.dirty {
                 let s = &st.series[&id];
                 let b = &s.blocks[&start];
+                if pressure_target.is_some() && b.stuck {
+                    // Retried by regular maintenance, not in the write path at every write.
+                    stuck += b.open.len();
+                    continue;
+                }
                 let len = s.quantum.map_or(0, QuantumLen::ns);
                 let due = now.is_some_and(|n| start.saturating_add(len).saturating_add(grace) <= n)
                     || b.open.len() >= self.config.max_block_points;
                 if due || pressure_target.is_some() {
-                    c.push((start, id, b.open.len()));
+                    let sealed = b.sealed.map_or(0, |l| usize::try_from(l.summary.count).unwrap_or(usize::MAX));
+                    c.push((start, id, b.open.len(), b.open.len().saturating_add(sealed)));
                 }
             }
             if let Some(target) = pressure_target {
                 c.sort_unstable();
-                let mut left = st.open_points;
+                let mut left = st.open_points - stuck;
                 let n = c
                     .iter()
-                    .take_while(|(_, _, n)| {
+                    .take_while(|(_, _, n, _)| {
                         let go = left > target;
                         left = left.saturating_sub(*n);
                         go
@@ -760,10 +794,11 @@ impl DiskStore {
             }
             c
         };
+        // A re-seal holds the whole block, so the budget counts its sealed points too.
         let mut budget = self.config.step_max_points;
         let n = picked
             .iter()
-            .take_while(|(_, _, n)| {
+            .take_while(|(_, _, _, n)| {
                 let go = budget > 0;
                 budget = budget.saturating_sub(*n);
                 go
@@ -783,7 +818,7 @@ impl DiskStore {
             let mut st = self.write_state();
             picked
                 .iter()
-                .filter_map(|&(start, id, _)| {
+                .filter_map(|&(start, id, _, _)| {
                     let s = st.series.get_mut(&id)?;
                     let len = s.quantum?;
                     let b = s.blocks.get_mut(&start)?;
@@ -881,7 +916,11 @@ impl DiskStore {
                 continue;
             };
             let min_since = b.snap_min_seg.take().unwrap_or(u64::MAX);
-            if failed || matches!(o, Sealed::Skip) {
+            if failed {
+                continue;
+            }
+            b.stuck = matches!(o, Sealed::Skip);
+            if b.stuck {
                 continue;
             }
             if let (Sealed::Put(at, n, summary), Ok(Some((seg, base)))) = (o, &written) {
@@ -916,9 +955,14 @@ impl DiskStore {
     fn expire_step(&self, m: &mut Maint, now: Timestamp, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         const MAX_BLOCKS: usize = 10_000;
         let rules = self.retention.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if rules.is_empty() {
+        if rules.is_empty() || now < self.next_expire.load(Ordering::Relaxed) {
             return Ok(());
         }
+        // Retention walks every series: run it about every hundredth of the shortest keep
+        // (at most once a minute), not at every step.
+        let shortest = rules.iter().map(|r| r.keep_ns.max(0)).min().unwrap_or(0);
+        let next = now.saturating_add((shortest / 100).min(60_000_000_000));
+        self.next_expire.store(next, Ordering::Relaxed);
         let todo: Vec<(u32, i64)> = {
             let st = self.read_state();
             let mut todo = Vec::new();
@@ -959,6 +1003,10 @@ impl DiskStore {
                     break;
                 }
             }
+            if report.more {
+                // Bounded: continue at the next step.
+                self.next_expire.store(i64::MIN, Ordering::Relaxed);
+            }
             todo
         };
         if todo.is_empty() {
@@ -976,6 +1024,7 @@ impl DiskStore {
             s.expired_before = s.expired_before.max(before);
             let keep = s.blocks.split_off(&(before - len + 1));
             let gone = std::mem::replace(&mut s.blocks, keep);
+            st.blocks -= gone.len();
             for (start, b) in gone {
                 st.open_points -= b.open.len();
                 st.dirty.remove(&(id, start));
@@ -993,23 +1042,23 @@ impl DiskStore {
     fn compact_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (seg, live) = {
             let st = self.read_state();
-            let Some((&seg, s)) =
+            let Some((&seg, _)) =
                 st.segs.iter().find(|&(&k, s)| k != m.seg && !m.stuck.contains(&k) && s.live * 2 < s.bytes)
             else {
                 return Ok(());
             };
-            let live: Vec<(u32, i64, Loc)> = if s.live == 0 {
-                Vec::new()
-            } else {
-                st.series
-                    .iter()
-                    .flat_map(|(&id, s)| {
-                        s.blocks
-                            .iter()
-                            .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
-                    })
-                    .collect()
-            };
+            // Every block still pointing into the segment, even when the live byte count says
+            // none: that count leaves out blocks found damaged at open, and a segment is only
+            // deleted once nothing refers to it.
+            let live: Vec<(u32, i64, Loc)> = st
+                .series
+                .iter()
+                .flat_map(|(&id, s)| {
+                    s.blocks
+                        .iter()
+                        .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
+                })
+                .collect();
             (seg, live)
         };
         let path = seg_path(seg);
@@ -1017,19 +1066,27 @@ impl DiskStore {
             let mut buf = Vec::new();
             let mut placed = Vec::new();
             for (id, start, loc) in &live {
-                let bytes = self
+                // A block that cannot be read or is damaged keeps its segment as it is (for a
+                // repair from a replica); failing here instead would stop every later
+                // maintenance step, and with it sealing and log checkpoints, for good.
+                let checked = self
                     .backend
                     .read_at(&path, loc.offset, loc.len as usize)
-                    .map_err(|e| io_error(format!("reading {path} to compact it"), e))?;
-                if let Err(e) = block::decode_header(&bytes) {
-                    m.stuck.insert(seg);
-                    self.problem(format!(
-                        "{path} is kept uncompacted: the block of series id {id} at quantum {start} \
-                         (offset {}) is damaged: {e}",
-                        loc.offset
-                    ));
-                    return Ok(());
-                }
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| block::decode_header(&bytes).map(|_| bytes).map_err(|e| e.to_string()));
+                let bytes = match checked {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        m.stuck.insert(seg);
+                        self.problem(format!(
+                            "{path} is kept uncompacted: the block of series id {id} at quantum {start} \
+                             (offset {}) is damaged or unreadable: {e}",
+                            loc.offset
+                        ));
+                        report.more = true;
+                        return Ok(());
+                    }
+                };
                 placed.push((*id, *start, *loc, buf.len()));
                 buf.extend_from_slice(&bytes);
             }
@@ -1064,10 +1121,10 @@ impl DiskStore {
     /// Dictionary entries (of `ids`, or all) whose latest state the index does not hold yet.
     fn unindexed_series(&self, ids: Option<&BTreeSet<u32>>) -> Vec<Edit> {
         let st = self.read_state();
-        st.series
+        ids.unwrap_or(&st.unindexed)
             .iter()
-            .filter(|(id, _)| ids.is_none_or(|ids| ids.contains(id)))
-            .filter_map(|(&id, s)| {
+            .filter_map(|&id| {
+                let s = st.series.get(&id)?;
                 let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
                 (s.indexed != Some(now)).then(|| Edit::Series {
                     id,
@@ -1083,15 +1140,61 @@ impl DiskStore {
     fn mark_indexed(&self, edits: &[Edit]) {
         let mut st = self.write_state();
         for e in edits {
-            if let Edit::Series { id, registered, quantum_ns, .. } = e
-                && let Some(s) = st.series.get_mut(id)
-            {
-                s.indexed = Some((*registered, *quantum_ns));
+            if let Edit::Series { id, registered, quantum_ns, .. } = e {
+                set_indexed(&mut st, *id, (*registered, *quantum_ns));
             }
         }
     }
 
+    /// Logs again, in the current log segment, the open points of blocks that sealing left
+    /// open and that hold older segments: otherwise one block that can never be sealed would
+    /// keep every log segment since its first late point, and the log would grow without bound.
+    /// Only blocks two segments behind are carried, so stuck points are logged again about once
+    /// per segment rotation (carrying into the segment just rotated away from would rotate, and
+    /// carry, at every step when the stuck points alone fill a segment).
+    fn carry_stuck_forward(&self) -> Result<(), StoreError> {
+        let pinned = self.wal.first_pinned();
+        let todo: Vec<(u32, i64)> = {
+            let st = self.read_state();
+            st.dirty
+                .iter()
+                .filter(|(id, start)| {
+                    let b = &st.series[id].blocks[start];
+                    b.stuck && b.open_min_seg.saturating_add(1) < pinned
+                })
+                .copied()
+                .collect()
+        };
+        for (id, start) in todo {
+            let snap = {
+                let mut st = self.write_state();
+                let s = st.series.get_mut(&id).expect("dirty blocks exist");
+                let (key, len) = (s.key.clone(), s.quantum.expect("a series with blocks has a quantum"));
+                let b = s.blocks.get_mut(&start).expect("dirty blocks exist");
+                b.snap_min_seg = Some(u64::MAX);
+                (key, len, b.open.clone())
+            };
+            let (key, len, open) = snap;
+            let q = Quantum::at(start, len).expect("block starts are aligned");
+            let mut data = Vec::with_capacity(open.len() * 12 + 32);
+            wal::put_points(&mut data, id, q, &open);
+            let r = self.wal.commit(vec![Def { id, registered: false, key }], &data);
+            let mut st = self.write_state();
+            if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start)) {
+                let since = b.snap_min_seg.take().unwrap_or(u64::MAX);
+                if let Ok(seq) = r {
+                    // The snapshot is now in `seq`; points added meanwhile are in `since`.
+                    b.open_min_seg = seq.min(since);
+                }
+            }
+            drop(st);
+            self.wal.applied(r?);
+        }
+        Ok(())
+    }
+
     fn checkpoint_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
+        self.carry_stuck_forward()?;
         // The log's pins first, then the blocks': a write applied in between is seen by one.
         let pinned = self.wal.first_pinned();
         let (open_min, idle) = {
@@ -1121,11 +1224,10 @@ impl DiskStore {
     fn rewrite_index_if_bloated(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
         let (blocks, series) = {
             let st = self.read_state();
-            let blocks: usize = st.series.values().map(|s| s.blocks.len()).sum();
-            (blocks, st.series.len())
+            (st.blocks, st.series.len())
         };
         let live_estimate = (blocks * 90 + series * 60) as u64;
-        if m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate {
+        if !m.rewrite_index && (m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate) {
             return Ok(());
         }
         let mut buf = Vec::new();
@@ -1154,12 +1256,11 @@ impl DiskStore {
         self.backend.write_atomic(index::PATH, &buf).map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
         m.index_len = buf.len() as u64;
         m.index_torn = false;
+        m.rewrite_index = false;
         report.index_rewrites += 1;
         let mut st = self.write_state();
         for (id, mark) in marks {
-            if let Some(s) = st.series.get_mut(&id) {
-                s.indexed = Some(mark);
-            }
+            set_indexed(&mut st, id, mark);
         }
         Ok(())
     }
@@ -1180,15 +1281,23 @@ impl DiskStore {
             let views: Vec<(i64, Option<Loc>, Vec<Point>)> = {
                 let st = self.read_state();
                 let Some(s) = st.series.get(&id) else { break };
-                s.blocks
-                    .range(cursor..end)
-                    .take(64)
-                    .map(|(&start, b)| {
-                        let lo = b.open.partition_point(|p| p.key() < from);
-                        let hi = b.open.partition_point(|p| p.ts < end);
-                        (start, b.sealed, b.open[lo..hi.max(lo)].to_vec())
-                    })
-                    .collect()
+                // Copy no more open points than the page can still take: the first `left`
+                // points of a block's union are among the first `left` of its open points, and
+                // once earlier blocks supply `left` points the later ones are not needed. (A
+                // copy of the rest of a large open block per page made paging quadratic, all
+                // of it under the state lock.)
+                let mut left = want - out.len();
+                let mut views = Vec::new();
+                for (&start, b) in s.blocks.range(cursor..end).take(64) {
+                    if left == 0 {
+                        break;
+                    }
+                    let lo = b.open.partition_point(|p| p.key() < from);
+                    let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
+                    left -= hi - lo;
+                    views.push((start, b.sealed, b.open[lo..hi].to_vec()));
+                }
+                views
             };
             if views.is_empty() {
                 break;
@@ -1251,6 +1360,16 @@ impl DiskStore {
     }
 }
 
+/// Records that the index holds `mark` for series `id`.
+fn set_indexed(st: &mut State, id: u32, mark: (bool, i64)) {
+    if let Some(s) = st.series.get_mut(&id) {
+        s.indexed = Some(mark);
+        if (s.registered, s.quantum.map_or(0, QuantumLen::ns)) == mark {
+            st.unindexed.remove(&id);
+        }
+    }
+}
+
 fn ensure_series(st: &mut State, key: &SeriesKey) -> u32 {
     if let Some(&id) = st.ids.get(key) {
         return id;
@@ -1258,6 +1377,7 @@ fn ensure_series(st: &mut State, key: &SeriesKey) -> u32 {
     let id = st.next_id;
     st.next_id += 1;
     st.ids.insert(key.clone(), id);
+    st.unindexed.insert(id);
     st.series.insert(
         id,
         Series {
@@ -1288,7 +1408,13 @@ fn apply_points(
     if quantum.end() <= s.expired_before || points.is_empty() {
         return 0;
     }
-    let b = s.blocks.entry(quantum.start).or_insert_with(|| Block { open_min_seg: u64::MAX, ..Block::default() });
+    let b = match s.blocks.entry(quantum.start) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            st.blocks += 1;
+            e.insert(Block { open_min_seg: u64::MAX, ..Block::default() })
+        }
+    };
     let before = b.open.len();
     // Points new to the block: not open yet and, for late data, not in the sealed part.
     let new_vs_sealed = sealed.map(|keys| {
@@ -1307,6 +1433,64 @@ fn apply_points(
         st.dirty.insert((id, quantum.start));
     }
     new
+}
+
+/// After damage in the index, finds the sealed blocks whose put edits were lost: block frames
+/// name their series and quantum and carry their summary, so every block segment is scanned
+/// and the last frame of each (series, quantum) the index no longer lists is listed again.
+/// (Without this the block is hidden at once and deleted by the next compaction of its
+/// segment.) A frame left by a seal whose put never made it holds acknowledged points too, so
+/// taking it is harmless; retention watermarks still apply.
+fn recover_lost_puts(
+    backend: &dyn Backend,
+    segs: &BTreeMap<u32, SegStat>,
+    img: &mut Image,
+    problems: &mut Vec<String>,
+) {
+    let mut found: BTreeMap<(u32, i64), (i64, Loc)> = BTreeMap::new();
+    for &seg in segs.keys() {
+        let path = seg_path(seg);
+        let bytes = match backend.read_all(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{path}: not read to look for blocks the damaged index lost: {e}"));
+                continue;
+            }
+        };
+        for f in frame::scan(&bytes, block::MAGIC).frames {
+            let Ok(h) = block::decode_header(&bytes[f.offset..f.offset + f.len]) else {
+                continue;
+            };
+            let (Ok(offset), Ok(len)) = (u64::try_from(f.offset), u32::try_from(f.len)) else {
+                continue;
+            };
+            // Frames are appended in order and compaction copies only live ones, so a later
+            // frame of a block is a newer version of it.
+            found.insert(
+                (h.series, h.quantum.start),
+                (h.quantum.len.ns(), Loc { seg, offset, len, summary: h.summary }),
+            );
+        }
+    }
+    let mut recovered = 0;
+    for ((id, start), (len, loc)) in found {
+        let Some(s) = img.series.get(&id) else {
+            continue;
+        };
+        if len != s.quantum_ns || start.saturating_add(len) <= s.expired_before {
+            continue;
+        }
+        if let std::collections::hash_map::Entry::Vacant(e) = img.blocks.entry((id, start)) {
+            e.insert(loc);
+            recovered += 1;
+        }
+    }
+    if recovered > 0 {
+        problems.push(format!(
+            "{}: {recovered} sealed blocks whose edits were damaged were found again in their segments",
+            index::PATH
+        ));
+    }
 }
 
 fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(), StoreError> {
@@ -1380,6 +1564,7 @@ fn replay_segment(
                         Some(s) if s.key == k => id,
                         None if !st.ids.contains_key(&k) => {
                             st.ids.insert(k.clone(), id);
+                            st.unindexed.insert(id);
                             st.series.insert(
                                 id,
                                 Series {
@@ -1398,6 +1583,7 @@ fn replay_segment(
                     };
                     if registered && let Some(s) = st.series.get_mut(&ours) {
                         s.registered = true;
+                        st.unindexed.insert(ours);
                     }
                     local.insert(id, ours);
                 }
@@ -1423,7 +1609,10 @@ fn replay_segment(
                         continue;
                     }
                     Some(_) => {}
-                    None => s.quantum = Some(quantum.len),
+                    None => {
+                        s.quantum = Some(quantum.len);
+                        st.unindexed.insert(ours);
+                    }
                 }
                 timeshard_proto::point::sort_dedup(&mut points);
                 apply_points(st, ours, quantum, &points, seq, None);
@@ -1534,6 +1723,7 @@ impl Store for DiskStore {
             for id in ids {
                 if let Some(s) = st.series.get_mut(&id) {
                     s.registered = true;
+                    st.unindexed.insert(id);
                 }
             }
             0

@@ -53,6 +53,10 @@ struct State {
     write_fail: Option<FailKind>,
     read_fail: Option<FailKind>,
     bytes_appended: u64,
+    // Mutating operations (append, sync, truncate, write_atomic, remove) that may still
+    // succeed before every write fails with the kind.
+    op_budget: Option<(u64, FailKind)>,
+    ops: u64,
     syncs: u64,
     sync_delay: std::time::Duration,
 }
@@ -103,6 +107,18 @@ impl SimBackend {
         self.lock().budget = Some((bytes, kind));
     }
 
+    /// After `ops` more mutating operations (appends, syncs, truncations, atomic replaces,
+    /// removals) every write fails with `kind` (until [`SimBackend::heal`]): with
+    /// [`SimBackend::ops`] a test can stop the process before each operation in turn.
+    pub fn fail_writes_after_ops(&self, ops: u64, kind: FailKind) {
+        self.lock().op_budget = Some((ops, kind));
+    }
+
+    /// Mutating operations attempted so far (see [`SimBackend::fail_writes_after_ops`]).
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
     /// Every write fails with `kind` from now on.
     pub fn fail_writes(&self, kind: FailKind) {
         self.lock().write_fail = Some(kind);
@@ -117,6 +133,7 @@ impl SimBackend {
     pub fn heal(&self) {
         let mut s = self.lock();
         s.budget = None;
+        s.op_budget = None;
         s.write_fail = None;
         s.read_fail = None;
     }
@@ -185,7 +202,14 @@ fn not_found(path: &str) -> io::Error {
 }
 
 impl State {
-    fn check_write(&self) -> io::Result<()> {
+    fn check_write(&mut self) -> io::Result<()> {
+        self.ops += 1;
+        if let Some((left, k)) = &mut self.op_budget {
+            if *left == 0 {
+                return Err(k.error());
+            }
+            *left -= 1;
+        }
         match (self.write_fail, self.budget) {
             (Some(k), _) | (None, Some((0, k))) => Err(k.error()),
             _ => Ok(()),

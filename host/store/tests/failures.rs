@@ -297,3 +297,131 @@ fn the_dictionary_is_bounded() {
     store.write(&blocks(&keys[0], qlen(), &pts(0, 3))).unwrap();
     assert_eq!(store.list_series("").unwrap(), keys[..2].to_vec());
 }
+
+#[test]
+fn an_unreadable_block_segment_does_not_stop_maintenance() {
+    use timeshard_store::Backend;
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "lost.tail".parse().unwrap();
+    store.write(&blocks(&k, qlen(), &pts(0, 300))).unwrap();
+    settle(&store, i64::MAX / 2);
+    drop(store);
+    // The segment loses its last blocks (a damaged disk, a bad copy).
+    let (seg, len) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.truncate(&seg, len as u64 / 3).unwrap();
+    let store = open(&sim, cfg());
+    assert!(store.health().iter().any(|h| h.contains("past the end")), "{:?}", store.health());
+    // Late data re-seals most intact blocks elsewhere: the damaged segment is left mostly dead,
+    // so compaction picks it.
+    let late: Vec<Point> = (0..8).map(|q| Point { ts: q * 1_000_000 + 1, value: 0.5, event: 9 }).collect();
+    store.write(&blocks(&k, qlen(), &late)).unwrap();
+    // New data keeps flowing through the log; maintenance must keep sealing and checkpointing
+    // it instead of failing on the damaged segment at every step.
+    let other: SeriesKey = "fresh".parse().unwrap();
+    for i in 0..20 {
+        store.write(&blocks(&other, qlen(), &pts(i * 50, i * 50 + 50))).unwrap();
+        store.maintain(i64::MAX / 2).unwrap_or_else(|e| panic!("maintenance step {i} failed: {e}"));
+    }
+    settle(&store, i64::MAX / 2);
+    assert!(store.stats().wal_segments <= 2, "the log is checkpointed: {:?}", store.stats());
+    assert_eq!(read_all(&store, &other, 1000).len(), 1000);
+    // The intact blocks of the damaged segment are still served.
+    let first = store.read(&k, TimeRange::new(0, 1_000_000).unwrap(), None, 100).unwrap();
+    assert_eq!(first.points.len(), 11);
+}
+
+#[test]
+fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let a: SeriesKey = "damaged".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
+    settle(&store, i64::MAX / 2);
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.corrupt(&seg, 40, 0x5a);
+    // A late point for the damaged block cannot be merged: it stays in memory and the log.
+    store.write(&blocks(&a, qlen(), &[Point::new(500_000, 99.0)])).unwrap();
+    // Ingest goes on for a long time; the log must not keep every segment since the late point.
+    let other: SeriesKey = "busy".parse().unwrap();
+    for i in 0..40 {
+        store.write(&blocks(&other, qlen(), &pts(i * 100, i * 100 + 100))).unwrap();
+        settle(&store, i64::MAX / 2);
+    }
+    assert!(store.health().iter().any(|h| h.contains("unmerged")), "{:?}", store.health());
+    let wal = store.stats().wal_segments;
+    assert!(wal <= 3, "the log keeps {wal} segments for one unmergeable point");
+    drop(store);
+    // The late point is still there after a restart, and so is everything else.
+    let store = open(&sim.crash(1), cfg());
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.stats().open_points, 1, "the unmerged late point was replayed");
+    assert_eq!(read_all(&store, &other, 1000).len(), 4000);
+    let err = store.read(&a, TimeRange::new(500_000, 500_001).unwrap(), None, 10).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+}
+
+#[test]
+fn unmergeable_points_larger_than_a_log_segment_let_maintenance_settle() {
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let a: SeriesKey = "damaged.big".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 5))).unwrap();
+    settle(&store, i64::MAX / 2);
+    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    sim.corrupt(&seg, 40, 0x5a);
+    // More unmergeable late points than one log segment holds (4 KiB here).
+    let late: Vec<Point> = (0..800).map(|i| Point { ts: 1 + i, value: 0.0, event: 1 }).collect();
+    store.write(&blocks(&a, qlen(), &late)).unwrap();
+    // Re-logging them must not rotate the log, and re-log them, at every step for ever.
+    settle(&store, i64::MAX / 2);
+    let before = sim.bytes_appended();
+    for _ in 0..10 {
+        settle(&store, i64::MAX / 2);
+    }
+    assert!(
+        sim.bytes_appended() - before < 4 << 10,
+        "idle maintenance appended {} bytes",
+        sim.bytes_appended() - before
+    );
+    drop(store);
+    let store = open(&sim.crash(2), cfg());
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.stats().open_points, 800);
+}
+
+#[test]
+fn blocks_whose_index_edits_are_damaged_are_found_again() {
+    use timeshard_store::Backend;
+    let sim = SimBackend::new();
+    let cfg = || DiskConfig { block_segment_bytes: 1 << 20, index_rewrite_bytes: 1 << 20, ..small_config() };
+    let store = open(&sim, cfg());
+    let k: SeriesKey = "index.rot".parse().unwrap();
+    // Ten blocks, each sealed by its own step: ten put edits in the index.
+    for q in 0..10 {
+        store.write(&blocks(&k, qlen(), &pts(q * 10, q * 10 + 10))).unwrap();
+        settle(&store, (q + 2) * 1_000_000);
+    }
+    // Late data re-seals the first blocks: dead frames in the segment, so compaction runs.
+    store.write(&blocks(&k, qlen(), &[Point::new(1, 0.5), Point::new(1_000_001, 0.5)])).unwrap();
+    settle(&store, i64::MAX / 2);
+    assert!(store.stats().wal_segments <= 1, "the log is checkpointed: {:?}", store.stats());
+    drop(store);
+    // A flipped byte in the middle of the index destroys one put edit.
+    let index = sim.read_all("index.log").unwrap();
+    sim.corrupt("index.log", index.len() / 2, 0x40);
+    let store = open(&sim, cfg());
+    assert!(store.health().iter().any(|h| h.contains("damaged")), "{:?}", store.health());
+    assert_eq!(read_all(&store, &k, 1000).len(), 102, "the block of the lost edit is still in its segment");
+    // And stays found through maintenance (compaction, index rewrite) and restarts.
+    for _ in 0..3 {
+        store.write(&blocks(&k, qlen(), &[Point::new(2, 0.25), Point::new(5_000_002, 0.25)])).unwrap();
+        settle(&store, i64::MAX / 2);
+    }
+    drop(store);
+    let store = open(&sim, cfg());
+    assert_eq!(read_all(&store, &k, 1000).len(), 104);
+}
