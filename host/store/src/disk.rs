@@ -123,6 +123,10 @@ impl Default for DiskConfig {
 pub struct DiskStats {
     /// Sealed blocks read and decoded since open.
     pub blocks_decoded: u64,
+    /// Open (not yet sealed) points copied out by reads since open.
+    pub open_points_copied: u64,
+    /// Dictionary entries visited by maintenance (retention and checkpoints) since open.
+    pub series_walked: u64,
     /// Block summaries used whole by aggregates since open.
     pub summaries_used: u64,
     /// Points held in memory (open blocks and late data).
@@ -210,6 +214,8 @@ pub struct DiskStore {
     /// Retention runs again at or after this time (it walks every series).
     next_expire: AtomicI64,
     decoded: AtomicU64,
+    open_copied: AtomicU64,
+    series_walked: AtomicU64,
     summaries_used: AtomicU64,
 }
 
@@ -467,6 +473,8 @@ impl DiskStore {
             health: Mutex::new(problems),
             next_expire: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
+            open_copied: AtomicU64::new(0),
+            series_walked: AtomicU64::new(0),
             summaries_used: AtomicU64::new(0),
         })
     }
@@ -497,6 +505,8 @@ impl DiskStore {
         let st = self.read_state();
         DiskStats {
             blocks_decoded: self.decoded.load(Ordering::Relaxed),
+            open_points_copied: self.open_copied.load(Ordering::Relaxed),
+            series_walked: self.series_walked.load(Ordering::Relaxed),
             summaries_used: self.summaries_used.load(Ordering::Relaxed),
             open_points: st.open_points as u64,
             sealed_blocks: st
@@ -967,6 +977,7 @@ impl DiskStore {
             let st = self.read_state();
             let mut todo = Vec::new();
             let mut blocks = 0;
+            self.series_walked.fetch_add(st.series.len() as u64, Ordering::Relaxed);
             for (&id, s) in &st.series {
                 let Some(rule) = rules
                     .iter()
@@ -1121,8 +1132,9 @@ impl DiskStore {
     /// Dictionary entries (of `ids`, or all) whose latest state the index does not hold yet.
     fn unindexed_series(&self, ids: Option<&BTreeSet<u32>>) -> Vec<Edit> {
         let st = self.read_state();
-        ids.unwrap_or(&st.unindexed)
-            .iter()
+        let ids = ids.unwrap_or(&st.unindexed);
+        self.series_walked.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        ids.iter()
             .filter_map(|&id| {
                 let s = st.series.get(&id)?;
                 let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
@@ -1295,6 +1307,7 @@ impl DiskStore {
                     let lo = b.open.partition_point(|p| p.key() < from);
                     let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
                     left -= hi - lo;
+                    self.open_copied.fetch_add((hi - lo) as u64, Ordering::Relaxed);
                     views.push((start, b.sealed, b.open[lo..hi].to_vec()));
                 }
                 views
