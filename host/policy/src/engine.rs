@@ -13,8 +13,10 @@
 //!   `ceil(deadline / tick) + 1` ticks away, so a call is never stopped before its deadline
 //!   and is stopped at most one tick (plus scheduling) after it.
 //! - The memory cap is enforced twice: by the pool's slot size (`Limits::memory_bytes`) and,
-//!   per policy, by the store's `ResourceLimiter`, which also records that it refused so a
-//!   resulting trap is reported as `MemoryLimit`.
+//!   per policy, by the store's `ResourceLimiter` over all the memories of the call together,
+//!   which also records that it refused so a resulting trap is reported as `MemoryLimit`. A
+//!   component may hold one memory and a few core instances and tables of the pool (refused
+//!   when compiled otherwise), so a call cannot take the slots of other calls.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,19 +139,39 @@ impl Drop for Ticker {
 /// Refuses memory and table growth past the call's caps, and remembers that it did.
 #[derive(Debug)]
 pub(crate) struct CallLimiter {
+    /// The cap on all the linear memories of the call's store together.
     memory_bytes: usize,
+    /// Bytes of linear memory the store holds: the sum over its memories.
+    memory_used: usize,
     pub(crate) refused: bool,
+}
+
+impl CallLimiter {
+    pub(crate) fn new(memory_bytes: usize) -> CallLimiter {
+        CallLimiter { memory_bytes, memory_used: 0, refused: false }
+    }
 }
 
 /// Table elements an instance may have; policies need a handful.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+/// What one component may hold of the pool. A wit-bindgen policy has one memory, two tables and
+/// three core instances; the pool has this much for each of `max_instances` calls, so one
+/// component can neither take the slots of other calls nor spread its data over several
+/// memories. A component that needs more is refused when it is compiled.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 4;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 1;
+const MAX_TABLES_PER_COMPONENT: u32 = 2;
+
 impl ResourceLimiter for CallLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Called for a new memory too (`current` 0): the cap is on all memories together.
+        let used = self.memory_used.saturating_sub(current).saturating_add(desired);
+        if used > self.memory_bytes {
             self.refused = true;
             return Ok(false);
         }
+        self.memory_used = used;
         Ok(true)
     }
 
@@ -213,10 +235,12 @@ impl Runtime {
         let mut pool = PoolingAllocationConfig::new();
         let n = limits.max_instances.max(1);
         pool.total_component_instances(n)
-            // wit-bindgen components hold a few core instances, memories and tables.
-            .total_core_instances(n * 4)
-            .total_memories(n)
-            .total_tables(n * 2)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
+            .total_core_instances(n * MAX_CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(n * MAX_MEMORIES_PER_COMPONENT)
+            .total_tables(n * MAX_TABLES_PER_COMPONENT)
             .max_memory_size(limits.memory_bytes as usize)
             // Reset a recycled slot by rewriting only the pages the last call dirtied (found
             // with PAGEMAP_SCAN on Linux 6.7+), instead of discarding them all and taking a
@@ -311,10 +335,7 @@ impl Runtime {
     ) -> Result<T, PolicyError> {
         let state = CallState {
             policy: policy.clone(),
-            limiter: CallLimiter {
-                memory_bytes: limits.memory_bytes.min(self.limits.memory_bytes) as usize,
-                refused: false,
-            },
+            limiter: CallLimiter::new(limits.memory_bytes.min(self.limits.memory_bytes) as usize),
             log: GuestLog::new(self.limits.max_log_lines, self.limits.max_string_bytes),
         };
         let mut store = Store::new(&self.engine, state);
@@ -351,5 +372,22 @@ impl Runtime {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_cap_holds_over_all_memories_together() {
+        let mut limiter = CallLimiter::new(16 << 20);
+        assert!(limiter.memory_growing(0, 10 << 20, None).unwrap());
+        // A second memory of the same store: 20 MiB together.
+        assert!(!limiter.memory_growing(0, 10 << 20, None).unwrap());
+        assert!(limiter.refused);
+        // Growing the first one within the cap is fine.
+        assert!(limiter.memory_growing(10 << 20, 16 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(16 << 20, (16 << 20) + 65536, None).unwrap());
     }
 }

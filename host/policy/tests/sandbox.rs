@@ -1,0 +1,65 @@
+//! Hostile components written by hand (see `crafted`): the limits hold against what a
+//! wit-bindgen guest never does. Each is signed with the trusted key, as a hostile or broken
+//! module from the fleet's own build would be.
+
+mod common;
+mod crafted;
+
+use common::*;
+use crafted::*;
+use timeshard_policy::{Binding, Bindings, FailureKind, Kind, Limits, PolicyError, Settings};
+
+/// Installs a crafted component as `crafted@1.0.0` and binds it as the ingest policy of every
+/// series.
+fn install(f: &Fixture, crafted: &Crafted<'_>, settings: Settings) -> Result<(), PolicyError> {
+    let bytes = ingest_component(crafted);
+    f.registry.install(f.module_from_bytes("crafted", "1.0.0", Kind::Ingest, bytes, settings))?;
+    f.registry.bind(Bindings(vec![Binding { ingest: Some("crafted".parse().unwrap()), ..Binding::default() }]))
+}
+
+#[test]
+fn a_crafted_component_runs() {
+    let f = Fixture::new();
+    install(&f, &Crafted::default(), Settings::default()).unwrap();
+    let out = f.registry.ingest(&series(), points(&[1.0, 2.0])).unwrap();
+    assert_eq!(out.keep, points(&[1.0, 2.0]));
+}
+
+/// A core module whose 16 MiB memory is touched page by page when it is instantiated.
+const HOG: &str = r#"
+  (core module $hog
+    (memory 256)
+    (func $touch (local $a i32)
+      (loop $pages
+        (i32.store8 (local.get $a) (i32.const 1))
+        (local.set $a (i32.add (local.get $a) (i32.const 4096)))
+        (br_if $pages (i32.lt_u (local.get $a) (i32.const 16777216)))))
+    (start $touch))
+"#;
+
+#[test]
+fn more_memories_do_not_multiply_the_memory_cap() {
+    // Each memory stays under the 16 MiB cap, so a cap checked memory by memory let two more
+    // (32 MiB, resident) through, taking three slots of a pool sized for one memory per call.
+    let extra = format!("{HOG} {}", "(core instance (instantiate $hog))\n".repeat(2));
+    let f = Fixture::new();
+    let capped = Settings { memory_mib: Some(16), ..Settings::default() };
+    let err = install(&f, &Crafted { extra: &extra, ..Crafted::default() }, capped).unwrap_err();
+    assert_eq!(err.kind(), FailureKind::Malformed, "{err}");
+    assert!(err.to_string().contains("3 Wasm linear memories"), "{err}");
+    assert!(f.registry.running().is_empty());
+}
+
+#[test]
+fn one_component_cannot_take_the_pool_from_the_others() {
+    // A pool of 4 slots holds 16 core instances; this component instantiates 14, so while it
+    // runs (here: until its deadline), no other policy could be instantiated.
+    let f = Fixture::with_limits(Limits { max_instances: 4, ..test_limits() });
+    let extra = format!("(core module $empty) {}", "(core instance (instantiate $empty))\n".repeat(12));
+    let looping = r#"(func (export "process") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)
+                       (result i32) (loop $forever (br $forever)) (i32.const 0))"#;
+    let settings = Settings { deadline_ms: Some(500), ..Settings::default() };
+    let err = install(&f, &Crafted { extra: &extra, main: looping, ..Crafted::default() }, settings).unwrap_err();
+    assert_eq!(err.kind(), FailureKind::Malformed, "{err}");
+    assert!(err.to_string().contains("core module instances"), "{err}");
+}
