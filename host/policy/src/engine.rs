@@ -184,6 +184,13 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
+/// The bytes the host copies out of a guest whose memory is capped at `memory_bytes`, in one
+/// crossing (a result, or one host call's arguments): the cap. A result that respects the
+/// documented bounds is far smaller (100,000 points are 2.4 MB).
+fn copy_limit(memory_bytes: u64) -> usize {
+    usize::try_from(memory_bytes).unwrap_or(usize::MAX)
+}
+
 /// The data of one call's store.
 #[derive(Debug)]
 pub(crate) struct CallState {
@@ -340,6 +347,11 @@ impl Runtime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // What the host copies out of the guest in one crossing (a result, a log line) is
+        // bounded by what the guest can hold: without this, wasmtime allows 128 MiB whatever
+        // the memory cap, and a result whose strings all point at the same bytes of guest
+        // memory is copied once per string.
+        store.set_hostcall_fuel(copy_limit(limits.memory_bytes.min(self.limits.memory_bytes)));
         let tick = self.limits.epoch_tick.as_nanos().max(1);
         let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1;
         store.set_epoch_deadline(ticks);
@@ -353,6 +365,17 @@ impl Runtime {
     fn classify(&self, e: wasmtime::Error, limits: &CallLimits, state: &mut CallState) -> PolicyError {
         let policy = state.policy.to_string();
         let trap = e.downcast_ref::<Trap>().copied();
+        if trap.is_none() && format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            let limit = copy_limit(state.limiter.memory_bytes as u64);
+            return PolicyError::BadOutput {
+                policy,
+                reason: format!(
+                    "it returned or logged more than {} MiB in one piece, which is more than the host copies out \
+                     of a guest (its memory cap); strings pointing at the same bytes count once each",
+                    limit >> 20
+                ),
+            };
+        }
         if trap == Some(Trap::Interrupt) {
             return PolicyError::Timeout { policy, deadline_ms: limits.deadline.as_millis() as u64 };
         }

@@ -63,3 +63,39 @@ fn one_component_cannot_take_the_pool_from_the_others() {
     assert_eq!(err.kind(), FailureKind::Malformed, "{err}");
     assert!(err.to_string().contains("core module instances"), "{err}");
 }
+
+#[test]
+fn a_result_cannot_make_the_host_copy_more_than_the_guest_holds() {
+    // Ten rejections whose reasons are one 12 MiB string of the guest's memory: the guest holds
+    // 12 MiB, copying the result out took 120 MiB on the host (each reason is lifted whole
+    // before it is truncated), for a policy capped at 16 MiB.
+    let main = r#"
+    (func (export "process") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+      (local $reason i32) (local $i i32)
+      (local.set $reason (i32.mul (memory.grow (i32.const 192)) (i32.const 65536)))
+      (loop $each
+        (i32.store (i32.add (i32.const 4096) (i32.mul (local.get $i) (i32.const 12))) (local.get $i))
+        (i32.store (i32.add (i32.const 4100) (i32.mul (local.get $i) (i32.const 12))) (local.get $reason))
+        (i32.store (i32.add (i32.const 4104) (i32.mul (local.get $i) (i32.const 12))) (i32.const 12582912))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $each (i32.lt_u (local.get $i) (i32.const 10))))
+      (i32.store8 (i32.const 0) (i32.const 0))
+      (i32.store (i32.const 4) (i32.const 0))
+      (i32.store (i32.const 8) (i32.const 0))
+      (i32.store (i32.const 12) (i32.const 0))
+      (i32.store (i32.const 16) (i32.const 0))
+      (i32.store (i32.const 20) (i32.const 0))
+      (i32.store (i32.const 24) (i32.const 0))
+      (i32.store (i32.const 28) (i32.const 4096))
+      (i32.store (i32.const 32) (i32.const 10))
+      (i32.const 0))
+    "#;
+    let f = Fixture::new();
+    let capped = Settings { memory_mib: Some(16), ..Settings::default() };
+    install(&f, &Crafted { pages: 2, main, ..Crafted::default() }, capped).unwrap();
+    let Err(err) = f.registry.ingest(&series(), points(&[0.0; 10])) else {
+        panic!("the host copied the ten 12 MiB reasons out of the guest");
+    };
+    assert_eq!(err.kind(), FailureKind::BadOutput, "{err}");
+    assert!(err.to_string().contains("16 MiB"), "{err}");
+}
