@@ -99,3 +99,79 @@ fn a_result_cannot_make_the_host_copy_more_than_the_guest_holds() {
     assert_eq!(err.kind(), FailureKind::BadOutput, "{err}");
     assert!(err.to_string().contains("16 MiB"), "{err}");
 }
+
+/// A policy that, given a batch whose first value is 1, 3 or 4, dirties its memory (its initial
+/// image, the rest of its initial pages, and 24 MiB more that it grows, beyond the 4 MiB the
+/// pool keeps resident) and then returns, traps or loops past its deadline; given 2, it checks
+/// that none of that is visible: the memory has its initial size and contents.
+const DIRTY_OR_CHECK: &str = r#"
+    (data (i32.const 2048) "memory left by an earlier call")
+    (func (export "process") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+      (local $mode f64) (local $a i32) (local $end i32) (local $bad i32)
+      (local.set $mode (f64.load (local.get 10)))
+      (if (f64.eq (local.get $mode) (f64.const 2))
+        (then
+          (local.set $bad (i32.ne (memory.size) (i32.const 2)))
+          (local.set $bad (i32.or (local.get $bad) (i32.ne (i32.load8_u (i32.const 32768)) (i32.const 73))))
+          (local.set $bad (i32.or (local.get $bad) (i32.load8_u (i32.const 40000))))
+          (local.set $bad (i32.or (local.get $bad) (i32.load8_u (i32.const 120000))))
+          (local.set $a (i32.mul (memory.grow (i32.const 384)) (i32.const 65536)))
+          (local.set $end (i32.mul (memory.size) (i32.const 65536)))
+          (loop $pages
+            (local.set $bad (i32.or (local.get $bad) (i32.load8_u (local.get $a))))
+            (local.set $bad (i32.or (local.get $bad) (i32.load8_u (i32.add (local.get $a) (i32.const 40961)))))
+            (local.set $a (i32.add (local.get $a) (i32.const 65536)))
+            (br_if $pages (i32.lt_u (local.get $a) (local.get $end)))))
+        (else
+          (i32.store8 (i32.const 32768) (i32.const 171))
+          (i32.store8 (i32.const 40000) (i32.const 171))
+          (i32.store8 (i32.const 120000) (i32.const 171))
+          (local.set $a (i32.mul (memory.grow (i32.const 384)) (i32.const 65536)))
+          (local.set $end (i32.mul (memory.size) (i32.const 65536)))
+          (loop $pages
+            (i32.store8 (local.get $a) (i32.const 171))
+            (i32.store8 (i32.add (local.get $a) (i32.const 40961)) (i32.const 171))
+            (local.set $a (i32.add (local.get $a) (i32.const 65536)))
+            (br_if $pages (i32.lt_u (local.get $a) (local.get $end))))
+          (if (f64.eq (local.get $mode) (f64.const 3)) (then unreachable))
+          (if (f64.eq (local.get $mode) (f64.const 4)) (then (loop $forever (br $forever))))))
+      (if (local.get $bad)
+        (then
+          (i32.store8 (i32.const 0) (i32.const 1))
+          (i32.store (i32.const 4) (i32.const 2048))
+          (i32.store (i32.const 8) (i32.const 30))
+          (return (i32.const 0))))
+      (i32.store8 (i32.const 0) (i32.const 0))
+      (i32.store (i32.const 4) (local.get 8))
+      (i32.store (i32.const 8) (local.get 9))
+      (i32.store (i32.const 12) (local.get 10))
+      (i32.store (i32.const 16) (local.get 11))
+      (i32.store (i32.const 20) (local.get 12))
+      (i32.store (i32.const 24) (local.get 13))
+      (i32.store (i32.const 28) (i32.const 0))
+      (i32.store (i32.const 32) (i32.const 0))
+      (i32.const 0))
+"#;
+
+#[test]
+fn a_recycled_instance_shows_nothing_of_the_previous_call() {
+    // The pool recycles a slot for the next call of the same module, resetting in place only
+    // the pages the last call dirtied: whatever way that call ended, the next one must see
+    // the memory as a fresh instance has it.
+    let f = Fixture::new();
+    let settings = Settings { deadline_ms: Some(200), ..Settings::default() };
+    let crafted =
+        Crafted { pages: 2, main: DIRTY_OR_CHECK, libc: r#"(data (i32.const 32768) "IMAGE")"#, ..Crafted::default() };
+    install(&f, &crafted, settings).unwrap();
+    let check = || f.registry.ingest(&series(), points(&[2.0])).unwrap();
+    check();
+    for (mode, reps, ends) in
+        [(1.0, 10, None), (3.0, 10, Some(FailureKind::Trap)), (4.0, 3, Some(FailureKind::Timeout))]
+    {
+        for _ in 0..reps {
+            let dirty = f.registry.ingest(&series(), points(&[mode]));
+            assert_eq!(dirty.as_ref().err().map(PolicyError::kind), ends, "{dirty:?}");
+            check();
+        }
+    }
+}
