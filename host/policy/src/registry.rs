@@ -575,7 +575,8 @@ impl Registry {
     ///
     /// If the policy fails, the batch is refused with the error, or, if the policy's
     /// `on_failure` is `pass-through`, kept unprocessed with the failure in
-    /// [`IngestOutcome::passed_through`].
+    /// [`IngestOutcome::passed_through`]. A batch over [`Limits::max_batch_points`] is always
+    /// refused: the policy did not fail, the writer must split the batch.
     pub fn ingest(&self, series: &SeriesKey, points: Vec<Point>) -> Result<IngestOutcome, PolicyError> {
         let state = self.snapshot();
         let Some(policy) =
@@ -585,6 +586,9 @@ impl Registry {
         };
         match call::ingest(&self.runtime, &policy.loaded, series, &points) {
             Ok(outcome) => Ok(outcome),
+            // Not a failure of the policy: passing it through would let any writer skip the
+            // policy by sending one point more than the limit.
+            Err(e @ PolicyError::InputTooLarge { .. }) => Err(e),
             Err(e) if policy.loaded.on_failure == OnFailure::PassThrough => {
                 tracing::warn!(policy = %policy.loaded.id, series = %series, "passing a batch through unprocessed: {e}");
                 Ok(IngestOutcome {
