@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ pub struct Limits {
     pub epoch_tick: Duration,
     /// Linear memory one instance may use, and the size of a pool slot. Default 64 MiB.
     pub memory_bytes: u64,
-    /// Instances that may run at once (pool slots). Default 64.
+    /// Instances that may run at once (pool slots); further calls wait for a free one. Default 64.
     pub max_instances: u32,
     /// Bytes of each pool slot's memory kept resident between calls and reset in place
     /// (only the dirtied pages, where the kernel supports PAGEMAP_SCAN). Default 4 MiB.
@@ -218,8 +218,43 @@ pub(crate) struct Runtime {
     engine: Engine,
     linker: Linker<CallState>,
     cache: Mutex<Cache>,
+    slots: Slots,
     pub(crate) limits: Limits,
     _ticker: Ticker,
+}
+
+/// The pool's instance slots, as a counting semaphore: with `max_instances` calls running, the
+/// next one waits for a slot (at most until a running call's deadline) instead of failing to
+/// instantiate, which refused the batch, or passed it through unprocessed.
+#[derive(Debug)]
+struct Slots {
+    free: Mutex<u32>,
+    freed: Condvar,
+}
+
+/// A slot taken for one call; given back when dropped.
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn new(n: u32) -> Slots {
+        Slots { free: Mutex::new(n), freed: Condvar::new() }
+    }
+
+    fn take(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(PoisonError::into_inner);
+        }
+        *free -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -271,7 +306,14 @@ impl Runtime {
         bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
-        Ok(Runtime { engine, linker, cache: Mutex::new(Cache::default()), limits, _ticker: ticker })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: Mutex::new(Cache::default()),
+            slots: Slots::new(n),
+            limits,
+            _ticker: ticker,
+        })
     }
 
     /// Compiles (or takes from the cache) and type-checks a component whose signature has
@@ -332,14 +374,17 @@ impl Runtime {
     }
 
     /// Runs `f` in a fresh store under the call's deadline and memory cap, and turns a failure
-    /// into the matching typed error. The store (and its instance) is dropped on return,
-    /// which recycles the pool slot whatever happened.
+    /// into the matching typed error. Waits for a free pool slot first; the deadline starts
+    /// once it has one. The store (and its instance) is dropped on return, which recycles the
+    /// pool slot whatever happened.
     pub(crate) fn run<T>(
         &self,
         policy: &Arc<str>,
         limits: CallLimits,
         f: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
+        // Taken before the store, so given back after the store (and its instance) is dropped.
+        let _slot = self.slots.take();
         let state = CallState {
             policy: policy.clone(),
             limiter: CallLimiter::new(limits.memory_bytes.min(self.limits.memory_bytes) as usize),

@@ -175,3 +175,43 @@ fn a_recycled_instance_shows_nothing_of_the_previous_call() {
         }
     }
 }
+
+#[test]
+fn more_concurrent_calls_than_pool_slots_wait_for_a_slot() {
+    // The node runs ingest policies on as many blocking threads as writes arrive (up to 512),
+    // and the pool has `max_instances` slots. A call that found the pool full failed with
+    // Instantiate: under load, batches were refused, or with pass-through stored unvalidated.
+    let f = std::sync::Arc::new(Fixture::with_limits(Limits { max_instances: 2, ..test_limits() }));
+    let busy = r#"
+    (func (export "process") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+      (local $n i32)
+      (loop $spin
+        (local.set $n (i32.add (local.get $n) (i32.const 1)))
+        (br_if $spin (i32.lt_u (local.get $n) (i32.const 3000000))))
+      (i32.store8 (i32.const 0) (i32.const 0))
+      (i32.store (i32.const 4) (local.get 8))
+      (i32.store (i32.const 8) (local.get 9))
+      (i32.store (i32.const 12) (local.get 10))
+      (i32.store (i32.const 16) (local.get 11))
+      (i32.store (i32.const 20) (local.get 12))
+      (i32.store (i32.const 24) (local.get 13))
+      (i32.store (i32.const 28) (i32.const 0))
+      (i32.store (i32.const 32) (i32.const 0))
+      (i32.const 0))
+    "#;
+    let pass = Settings { on_failure: timeshard_policy::OnFailure::PassThrough, ..Settings::default() };
+    install(&f, &Crafted { main: busy, ..Crafted::default() }, pass).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                (0..5).map(|_| f.registry.ingest(&series(), points(&[1.0])).unwrap().passed_through).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for t in threads {
+        for failure in t.join().unwrap() {
+            assert_eq!(failure, None, "a batch was passed through unprocessed");
+        }
+    }
+}
