@@ -228,8 +228,14 @@ pub(crate) struct Runtime {
 /// instantiate, which refused the batch, or passed it through unprocessed.
 #[derive(Debug)]
 struct Slots {
-    free: Mutex<u32>,
+    count: Mutex<SlotCount>,
     freed: Condvar,
+}
+
+#[derive(Debug)]
+struct SlotCount {
+    free: u32,
+    waiting: u32,
 }
 
 /// A slot taken for one call; given back when dropped.
@@ -237,23 +243,29 @@ struct Slot<'a>(&'a Slots);
 
 impl Slots {
     fn new(n: u32) -> Slots {
-        Slots { free: Mutex::new(n), freed: Condvar::new() }
+        Slots { count: Mutex::new(SlotCount { free: n, waiting: 0 }), freed: Condvar::new() }
     }
 
     fn take(&self) -> Slot<'_> {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(PoisonError::into_inner);
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        while count.free == 0 {
+            count.waiting += 1;
+            count = self.freed.wait(count).unwrap_or_else(PoisonError::into_inner);
+            count.waiting -= 1;
         }
-        *free -= 1;
+        count.free -= 1;
         Slot(self)
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        self.0.freed.notify_one();
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        count.free += 1;
+        // Waking costs a system call; most calls find nobody waiting.
+        if count.waiting > 0 {
+            self.0.freed.notify_one();
+        }
     }
 }
 
