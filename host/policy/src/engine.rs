@@ -13,12 +13,14 @@
 //!   `ceil(deadline / tick) + 1` ticks away, so a call is never stopped before its deadline
 //!   and is stopped at most one tick (plus scheduling) after it.
 //! - The memory cap is enforced twice: by the pool's slot size (`Limits::memory_bytes`) and,
-//!   per policy, by the store's `ResourceLimiter`, which also records that it refused so a
-//!   resulting trap is reported as `MemoryLimit`.
+//!   per policy, by the store's `ResourceLimiter` over all the memories of the call together,
+//!   which also records that it refused so a resulting trap is reported as `MemoryLimit`. A
+//!   component may hold one memory and a few core instances and tables of the pool (refused
+//!   when compiled otherwise), so a call cannot take the slots of other calls.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -47,7 +49,7 @@ pub struct Limits {
     pub epoch_tick: Duration,
     /// Linear memory one instance may use, and the size of a pool slot. Default 64 MiB.
     pub memory_bytes: u64,
-    /// Instances that may run at once (pool slots). Default 64.
+    /// Instances that may run at once (pool slots); further calls wait for a free one. Default 64.
     pub max_instances: u32,
     /// Bytes of each pool slot's memory kept resident between calls and reset in place
     /// (only the dirtied pages, where the kernel supports PAGEMAP_SCAN). Default 4 MiB.
@@ -137,19 +139,39 @@ impl Drop for Ticker {
 /// Refuses memory and table growth past the call's caps, and remembers that it did.
 #[derive(Debug)]
 pub(crate) struct CallLimiter {
+    /// The cap on all the linear memories of the call's store together.
     memory_bytes: usize,
+    /// Bytes of linear memory the store holds: the sum over its memories.
+    memory_used: usize,
     pub(crate) refused: bool,
+}
+
+impl CallLimiter {
+    pub(crate) fn new(memory_bytes: usize) -> CallLimiter {
+        CallLimiter { memory_bytes, memory_used: 0, refused: false }
+    }
 }
 
 /// Table elements an instance may have; policies need a handful.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+/// What one component may hold of the pool. A wit-bindgen policy has one memory, two tables and
+/// three core instances; the pool has this much for each of `max_instances` calls, so one
+/// component can neither take the slots of other calls nor spread its data over several
+/// memories. A component that needs more is refused when it is compiled.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 4;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 1;
+const MAX_TABLES_PER_COMPONENT: u32 = 2;
+
 impl ResourceLimiter for CallLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Called for a new memory too (`current` 0): the cap is on all memories together.
+        let used = self.memory_used.saturating_sub(current).saturating_add(desired);
+        if used > self.memory_bytes {
             self.refused = true;
             return Ok(false);
         }
+        self.memory_used = used;
         Ok(true)
     }
 
@@ -160,6 +182,13 @@ impl ResourceLimiter for CallLimiter {
         }
         Ok(true)
     }
+}
+
+/// The bytes the host copies out of a guest whose memory is capped at `memory_bytes`, in one
+/// crossing (a result, or one host call's arguments): the cap. A result that respects the
+/// documented bounds is far smaller (100,000 points are 2.4 MB).
+fn copy_limit(memory_bytes: u64) -> usize {
+    usize::try_from(memory_bytes).unwrap_or(usize::MAX)
 }
 
 /// The data of one call's store.
@@ -189,8 +218,55 @@ pub(crate) struct Runtime {
     engine: Engine,
     linker: Linker<CallState>,
     cache: Mutex<Cache>,
+    slots: Slots,
     pub(crate) limits: Limits,
     _ticker: Ticker,
+}
+
+/// The pool's instance slots, as a counting semaphore: with `max_instances` calls running, the
+/// next one waits for a slot (at most until a running call's deadline) instead of failing to
+/// instantiate, which refused the batch, or passed it through unprocessed.
+#[derive(Debug)]
+struct Slots {
+    count: Mutex<SlotCount>,
+    freed: Condvar,
+}
+
+#[derive(Debug)]
+struct SlotCount {
+    free: u32,
+    waiting: u32,
+}
+
+/// A slot taken for one call; given back when dropped.
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn new(n: u32) -> Slots {
+        Slots { count: Mutex::new(SlotCount { free: n, waiting: 0 }), freed: Condvar::new() }
+    }
+
+    fn take(&self) -> Slot<'_> {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        while count.free == 0 {
+            count.waiting += 1;
+            count = self.freed.wait(count).unwrap_or_else(PoisonError::into_inner);
+            count.waiting -= 1;
+        }
+        count.free -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        count.free += 1;
+        // Waking costs a system call; most calls find nobody waiting.
+        if count.waiting > 0 {
+            self.0.freed.notify_one();
+        }
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -213,10 +289,12 @@ impl Runtime {
         let mut pool = PoolingAllocationConfig::new();
         let n = limits.max_instances.max(1);
         pool.total_component_instances(n)
-            // wit-bindgen components hold a few core instances, memories and tables.
-            .total_core_instances(n * 4)
-            .total_memories(n)
-            .total_tables(n * 2)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
+            .total_core_instances(n * MAX_CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(n * MAX_MEMORIES_PER_COMPONENT)
+            .total_tables(n * MAX_TABLES_PER_COMPONENT)
             .max_memory_size(limits.memory_bytes as usize)
             // Reset a recycled slot by rewriting only the pages the last call dirtied (found
             // with PAGEMAP_SCAN on Linux 6.7+), instead of discarding them all and taking a
@@ -240,7 +318,14 @@ impl Runtime {
         bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
-        Ok(Runtime { engine, linker, cache: Mutex::new(Cache::default()), limits, _ticker: ticker })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: Mutex::new(Cache::default()),
+            slots: Slots::new(n),
+            limits,
+            _ticker: ticker,
+        })
     }
 
     /// Compiles (or takes from the cache) and type-checks a component whose signature has
@@ -301,24 +386,29 @@ impl Runtime {
     }
 
     /// Runs `f` in a fresh store under the call's deadline and memory cap, and turns a failure
-    /// into the matching typed error. The store (and its instance) is dropped on return,
-    /// which recycles the pool slot whatever happened.
+    /// into the matching typed error. Waits for a free pool slot first; the deadline starts
+    /// once it has one. The store (and its instance) is dropped on return, which recycles the
+    /// pool slot whatever happened.
     pub(crate) fn run<T>(
         &self,
         policy: &Arc<str>,
         limits: CallLimits,
         f: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
+        // Taken before the store, so given back after the store (and its instance) is dropped.
+        let _slot = self.slots.take();
         let state = CallState {
             policy: policy.clone(),
-            limiter: CallLimiter {
-                memory_bytes: limits.memory_bytes.min(self.limits.memory_bytes) as usize,
-                refused: false,
-            },
+            limiter: CallLimiter::new(limits.memory_bytes.min(self.limits.memory_bytes) as usize),
             log: GuestLog::new(self.limits.max_log_lines, self.limits.max_string_bytes),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // What the host copies out of the guest in one crossing (a result, a log line) is
+        // bounded by what the guest can hold: without this, wasmtime allows 128 MiB whatever
+        // the memory cap, and a result whose strings all point at the same bytes of guest
+        // memory is copied once per string.
+        store.set_hostcall_fuel(copy_limit(limits.memory_bytes.min(self.limits.memory_bytes)));
         let tick = self.limits.epoch_tick.as_nanos().max(1);
         let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1;
         store.set_epoch_deadline(ticks);
@@ -332,6 +422,17 @@ impl Runtime {
     fn classify(&self, e: wasmtime::Error, limits: &CallLimits, state: &mut CallState) -> PolicyError {
         let policy = state.policy.to_string();
         let trap = e.downcast_ref::<Trap>().copied();
+        if trap.is_none() && format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            let limit = copy_limit(state.limiter.memory_bytes as u64);
+            return PolicyError::BadOutput {
+                policy,
+                reason: format!(
+                    "it returned or logged more than {} MiB in one piece, which is more than the host copies out \
+                     of a guest (its memory cap); strings pointing at the same bytes count once each",
+                    limit >> 20
+                ),
+            };
+        }
         if trap == Some(Trap::Interrupt) {
             return PolicyError::Timeout { policy, deadline_ms: limits.deadline.as_millis() as u64 };
         }
@@ -351,5 +452,22 @@ impl Runtime {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_cap_holds_over_all_memories_together() {
+        let mut limiter = CallLimiter::new(16 << 20);
+        assert!(limiter.memory_growing(0, 10 << 20, None).unwrap());
+        // A second memory of the same store: 20 MiB together.
+        assert!(!limiter.memory_growing(0, 10 << 20, None).unwrap());
+        assert!(limiter.refused);
+        // Growing the first one within the cap is fine.
+        assert!(limiter.memory_growing(10 << 20, 16 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(16 << 20, (16 << 20) + 65536, None).unwrap());
     }
 }

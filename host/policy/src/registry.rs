@@ -9,8 +9,12 @@
 //!   with.
 //! - Installing verifies the signature, compiles and type-checks before touching the state: a
 //!   module that fails any step changes nothing, so the last good version keeps running.
+//! - Applying a configuration loads all its modules first, then builds the whole next state
+//!   (modules and bindings, checked together) and swaps it in once: no batch sees the new
+//!   modules with the old bindings, and a change that needs both (a name that changes kind)
+//!   applies.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -251,7 +255,7 @@ struct Installed {
     signed_by: String,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct State {
     installed: BTreeMap<PolicyRef, Arc<Installed>>,
     /// The version unpinned bindings use: the last one installed.
@@ -274,6 +278,17 @@ impl State {
         }
         let names: Vec<String> = self.installed.keys().map(|r| r.to_string()).collect();
         names.join(", ")
+    }
+
+    /// This state with `installed` added as the current version of its name, if the bindings
+    /// still hold (a new version of another kind would break those that use the name).
+    fn with(&self, installed: Arc<Installed>) -> Result<State, PolicyError> {
+        let mut next = self.clone();
+        let id = installed.loaded.id.clone();
+        next.current.insert(id.name.clone(), id.version.clone());
+        next.installed.insert(id, installed);
+        next.check(&next.bindings)?;
+        Ok(next)
     }
 
     /// Checks that every policy the bindings name is installed and of the right kind.
@@ -350,38 +365,100 @@ impl Registry {
         self.state.read().unwrap().clone()
     }
 
-    /// Applies a (new) configuration: installs its modules, then its bindings. A module that
-    /// fails leaves the version that ran before it; bindings that name a policy that is not
-    /// installed are refused whole and the old bindings stay. Limits and trusted keys are
-    /// fixed when the registry is made.
+    /// Applies a (new) configuration as a whole, in one swap: afterwards the node runs the
+    /// configuration's modules with its bindings, and nothing else. Modules of a name the
+    /// configuration no longer lists are removed. A module that fails to load leaves the
+    /// versions of its name that ran before (the last good version keeps running, and stays
+    /// the current one). Bindings that name a policy the new state does not have (or bind one
+    /// as the wrong kind) are refused: the old bindings then stay, with the modules they use,
+    /// and the modules that loaded are added as [`Registry::install`] would. Limits and
+    /// trusted keys are fixed when the registry is made.
     pub fn apply(&self, config: &Config, base_dir: &Path) -> ApplyReport {
         let mut report = ApplyReport::default();
+        // Verify and compile outside the write lock: it takes milliseconds to seconds.
+        let mut loaded = Vec::new();
+        let mut failed_names = BTreeSet::new();
         for m in &config.modules {
             let policy = match PolicyRef::new(&m.name, &m.version) {
                 Ok(p) => p,
                 Err(e) => {
+                    failed_names.insert(m.name.clone());
                     report.failed.push((PolicyRef { name: m.name.clone(), version: m.version.clone() }, e));
                     continue;
                 }
             };
             let wasm = base_dir.join(&m.wasm);
             let sig = m.signature.as_ref().map(|s| base_dir.join(s));
-            let result = Module::from_files(policy.clone(), m.kind, &wasm, sig.as_deref(), m.settings.clone())
-                .and_then(|module| self.install(module));
-            match result {
-                Ok(p) => report.installed.push(p),
-                Err(e) => report.failed.push((policy, e)),
+            match Module::from_files(policy.clone(), m.kind, &wasm, sig.as_deref(), m.settings.clone())
+                .and_then(|module| self.load(&module))
+            {
+                Ok(installed) => loaded.push(installed),
+                Err(e) => {
+                    failed_names.insert(policy.name.clone());
+                    report.failed.push((policy, e));
+                }
             }
         }
-        if let Err(e) = self.bind(config.bindings.clone()) {
-            report.bindings_error = Some(e);
+
+        let _write = self.write.lock().unwrap();
+        let old = self.snapshot();
+        let mut next = State::default();
+        for (id, installed) in &old.installed {
+            if failed_names.contains(&id.name) {
+                next.installed.insert(id.clone(), installed.clone());
+            }
         }
+        for name in &failed_names {
+            if let Some(version) = old.current.get(name) {
+                next.current.insert(name.clone(), version.clone());
+            }
+        }
+        for installed in &loaded {
+            let id = &installed.loaded.id;
+            next.installed.insert(id.clone(), installed.clone());
+            if !(failed_names.contains(&id.name) && old.current.contains_key(&id.name)) {
+                next.current.insert(id.name.clone(), id.version.clone());
+            }
+        }
+        let next = match next.check(&config.bindings) {
+            Ok(()) => {
+                next.bindings = config.bindings.clone();
+                report.installed = loaded.iter().map(|i| i.loaded.id.clone()).collect();
+                next
+            }
+            Err(e) => {
+                report.bindings_error = Some(e);
+                let mut next = (*old).clone();
+                for installed in loaded {
+                    let id = installed.loaded.id.clone();
+                    match next.with(installed) {
+                        Ok(with) => {
+                            next = with;
+                            report.installed.push(id);
+                        }
+                        Err(e) => report.failed.push((id, e)),
+                    }
+                }
+                next
+            }
+        };
+        *self.state.write().unwrap() = Arc::new(next);
         report
     }
 
     /// Verifies, compiles and installs a module, and makes it the current version of its
     /// name, so unpinned bindings use it for the next batch. On any error nothing changes.
+    /// The next [`Registry::apply`] removes it unless its configuration lists its name.
     pub fn install(&self, module: Module) -> Result<PolicyRef, PolicyError> {
+        let installed = self.load(&module)?;
+        let _write = self.write.lock().unwrap();
+        let next = self.snapshot().with(installed)?;
+        *self.state.write().unwrap() = Arc::new(next);
+        Ok(module.policy)
+    }
+
+    /// Verifies and compiles a module: everything installing it does but changing the state.
+    fn load(&self, module: &Module) -> Result<Arc<Installed>, PolicyError> {
         let label = module.policy.to_string();
         let sha256 = signing::sha256(&module.wasm);
         // The signature is checked before anything looks at the bytes.
@@ -400,7 +477,7 @@ impl Registry {
         let limits = self.call_limits(&label, &module.settings)?;
         let config = call::settings_to_wit("policy config values", &module.settings.config, &self.runtime)?;
         let pre = self.runtime.load(&label, module.kind, &module.wasm)?;
-        let installed = Arc::new(Installed {
+        Ok(Arc::new(Installed {
             loaded: Loaded {
                 id: module.policy.clone(),
                 label: label.into(),
@@ -412,18 +489,7 @@ impl Registry {
             kind: module.kind,
             sha256: signing::hex(&sha256),
             signed_by,
-        });
-
-        let _write = self.write.lock().unwrap();
-        let old = self.snapshot();
-        let mut next =
-            State { installed: old.installed.clone(), current: old.current.clone(), bindings: old.bindings.clone() };
-        next.installed.insert(module.policy.clone(), installed);
-        next.current.insert(module.policy.name.clone(), module.policy.version.clone());
-        // A new version of another kind would break the bindings that use the name.
-        next.check(&next.bindings)?;
-        *self.state.write().unwrap() = Arc::new(next);
-        Ok(module.policy)
+        }))
     }
 
     fn call_limits(&self, label: &str, settings: &Settings) -> Result<CallLimits, PolicyError> {
@@ -509,7 +575,8 @@ impl Registry {
     ///
     /// If the policy fails, the batch is refused with the error, or, if the policy's
     /// `on_failure` is `pass-through`, kept unprocessed with the failure in
-    /// [`IngestOutcome::passed_through`].
+    /// [`IngestOutcome::passed_through`]. A batch over [`Limits::max_batch_points`] is always
+    /// refused: the policy did not fail, the writer must split the batch.
     pub fn ingest(&self, series: &SeriesKey, points: Vec<Point>) -> Result<IngestOutcome, PolicyError> {
         let state = self.snapshot();
         let Some(policy) =
@@ -519,6 +586,9 @@ impl Registry {
         };
         match call::ingest(&self.runtime, &policy.loaded, series, &points) {
             Ok(outcome) => Ok(outcome),
+            // Not a failure of the policy: passing it through would let any writer skip the
+            // policy by sending one point more than the limit.
+            Err(e @ PolicyError::InputTooLarge { .. }) => Err(e),
             Err(e) if policy.loaded.on_failure == OnFailure::PassThrough => {
                 tracing::warn!(policy = %policy.loaded.id, series = %series, "passing a batch through unprocessed: {e}");
                 Ok(IngestOutcome {

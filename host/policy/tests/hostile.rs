@@ -175,3 +175,16 @@ fn oversized_input_is_refused_before_the_guest_runs() {
     let err = f.registry.ingest(&series(), points(&[0.0; 11])).unwrap_err();
     assert!(matches!(err, PolicyError::InputTooLarge { got: 11, limit: 10, .. }), "{err}");
 }
+
+#[test]
+fn an_oversized_batch_is_not_passed_through_around_the_policy() {
+    // The node's own batch limit is configurable apart from the policy host's: a batch over
+    // the host's limit never reaches the policy, and must not be stored as if it had failed.
+    let f = Fixture::with_limits(Limits { max_batch_points: 10, ..test_limits() });
+    let pass = Settings { on_failure: OnFailure::PassThrough, ..settings(&[("min", "-1"), ("max", "1")]) };
+    f.install_everywhere("pmu-validate", Kind::Ingest, pass);
+    let Err(err) = f.registry.ingest(&series(), points(&[1e9; 11])) else {
+        panic!("eleven out-of-range points were stored without the policy");
+    };
+    assert!(matches!(err, PolicyError::InputTooLarge { got: 11, limit: 10, .. }), "{err}");
+}

@@ -211,3 +211,96 @@ fn compiled_components_are_cached_by_content() {
     f.registry.install(f.module("deadband", "1.0.0", Kind::Ingest, Settings::default())).unwrap();
     assert_eq!(f.registry.cached_components(), 2);
 }
+
+/// A configuration directory with signed guest components, and the `[policy]` section that
+/// trusts their key.
+struct ConfigDir {
+    dir: tempfile::TempDir,
+    public: String,
+}
+
+impl ConfigDir {
+    fn new(guests: &[&str]) -> ConfigDir {
+        let dir = tempfile::tempdir().unwrap();
+        let key_path = dir.path().join("policy.key");
+        signing::generate_keypair().unwrap().write(&key_path).unwrap();
+        for guest in guests {
+            let path = dir.path().join(format!("{guest}.wasm"));
+            std::fs::write(&path, wasm(guest)).unwrap();
+            signing::sign_file(&key_path, &path).unwrap();
+        }
+        let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
+        ConfigDir { dir, public }
+    }
+
+    /// A configuration: `modules` as (name, version, kind, guest), then the TOML of bindings.
+    fn config(&self, modules: &[(&str, &str, &str, &str)], bindings: &str) -> Config {
+        let mut toml = format!("trusted_keys = [{:?}]\ndeadline_ms = 10000\n", self.public);
+        for (name, version, kind, guest) in modules {
+            toml += &format!(
+                "[[modules]]\nname = {name:?}\nversion = {version:?}\nkind = {kind:?}\nwasm = \"{guest}.wasm\"\n"
+            );
+        }
+        toml::from_str(&(toml + bindings)).unwrap()
+    }
+}
+
+#[test]
+fn a_module_removed_from_the_configuration_stops_running() {
+    let d = ConfigDir::new(&["noop"]);
+    let bound = "[[bindings]]\ningest = \"noop\"\n";
+    let (registry, report) =
+        Registry::from_config(&d.config(&[("noop", "1.0.0", "ingest", "noop")], bound), d.dir.path()).unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(registry.ingest(&series(), points(&[1.0])).unwrap().policy.unwrap().name, "noop");
+
+    // The operator removes the module and its binding: the node no longer runs or reports it.
+    let report = registry.apply(&d.config(&[], ""), d.dir.path());
+    assert!(report.is_ok(), "{report:?}");
+    assert!(registry.running().is_empty(), "{:?}", registry.running());
+
+    // So a binding that names it without the configuration installing it is refused.
+    let report = registry.apply(&d.config(&[], bound), d.dir.path());
+    let err = report.bindings_error.expect("a binding to a module the configuration does not install");
+    assert!(matches!(err, PolicyError::NotInstalled { .. }), "{err}");
+    assert!(registry.ingest(&series(), points(&[1.0])).unwrap().policy.is_none());
+}
+
+#[test]
+fn a_configuration_applies_as_a_whole() {
+    // `stats` is an ingest policy, then becomes a query policy with new bindings to match. Each
+    // module was installed against the old bindings, which bind `stats` as an ingest policy,
+    // so the new version was refused and the new configuration could never be applied.
+    let d = ConfigDir::new(&["noop", "rms"]);
+    let (registry, report) = Registry::from_config(
+        &d.config(&[("stats", "1.0.0", "ingest", "noop")], "[[bindings]]\ningest = \"stats\"\n"),
+        d.dir.path(),
+    )
+    .unwrap();
+    assert!(report.is_ok(), "{report:?}");
+
+    let next = d.config(&[("stats", "2.0.0", "query", "rms")], "[[bindings]]\nquery = [\"stats\"]\n");
+    let report = registry.apply(&next, d.dir.path());
+    assert!(report.is_ok(), "{report:?}");
+    assert!(registry.ingest_policy(&series()).is_none());
+    let range = timeshard_proto::TimeRange::new(T0, T0 + 1_000_000_000).unwrap();
+    let partials = registry.query_map("stats", &series(), range, &points(&[3.0]), &Default::default()).unwrap();
+    assert_eq!(partials[0].policy.to_string(), "stats@2.0.0");
+}
+
+#[test]
+fn refused_bindings_keep_the_old_ones_with_the_modules_they_use() {
+    let d = ConfigDir::new(&["noop", "rms"]);
+    let (registry, _) = Registry::from_config(
+        &d.config(&[("noop", "1.0.0", "ingest", "noop")], "[[bindings]]\ningest = \"noop\"\n"),
+        d.dir.path(),
+    )
+    .unwrap();
+    // A typo in the bindings of a configuration that also drops `noop` and adds `rms`.
+    let next = d.config(&[("rms", "1.0.0", "query", "rms")], "[[bindings]]\ningest = \"nop\"\nquery = [\"rms\"]\n");
+    let report = registry.apply(&next, d.dir.path());
+    assert!(report.bindings_error.is_some(), "{report:?}");
+    assert_eq!(report.installed.len(), 1, "{report:?}");
+    assert_eq!(registry.ingest(&series(), points(&[1.0])).unwrap().policy.unwrap().name, "noop");
+    assert_eq!(registry.running().len(), 2);
+}
