@@ -26,7 +26,7 @@ use timeshard_proto::wire::{
     BlockPart, BlockPoints, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, PartialResult, QueryOutput, RejectedPoint, Request,
     Response, SeriesFilter, SeriesPoints, Summarized,
 };
-use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesKey, TimeRange};
+use timeshard_proto::{Classes, Contact, Id, Point, PointKey, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::Store;
 use timeshard_store::agg::Aggregator;
 use tokio::sync::mpsc;
@@ -46,8 +46,24 @@ const REGISTERED_CACHE_MAX: usize = 100_000;
 /// (series, quantum) pairs remembered as indexed before the memory is cleared.
 const INDEXED_CACHE_MAX: usize = 1_000_000;
 /// Reads, aggregates and queries spanning more quanta than this ask the quantum index first
-/// and then touch only the quanta that hold data; shorter ones go straight to the blocks.
+/// and then touch only the spans that hold data; shorter ones go straight to the blocks.
 const INDEX_SCAN_THRESHOLD: u64 = 64;
+/// Quanta one index entry stands for. One entry per quantum cost a write to the index
+/// replicas every few batches of live data (a third of all batches with 4 in flight, whose
+/// coordinator had not yet seen the entry acknowledged); a span of 64 makes that rare, and a
+/// sparse read touches at most 64 quanta per entry.
+const INDEX_SPAN_QUANTA: i64 = 64;
+
+/// Length of the index span of a class's quanta.
+fn index_span_ns(quantum: QuantumLen) -> i64 {
+    quantum.ns().saturating_mul(INDEX_SPAN_QUANTA)
+}
+
+/// Start of the index span holding quantum `q`: the timestamp of its index entry.
+fn index_span_of(q: &Quantum) -> i64 {
+    let span = index_span_ns(q.len);
+    q.start.div_euclid(span) * span
+}
 /// Points a read may hold in flight across the quanta it fetches in parallel.
 const READ_POINT_BUDGET: usize = 2_000_000;
 /// Most quanta one policy query may span.
@@ -70,7 +86,7 @@ pub struct Coordinator {
     classes: Classes,
     limits: LimitsConfig,
     registered: Mutex<HashSet<SeriesKey>>,
-    /// (series, quantum start) pairs this node has seen indexed, to skip writing them again.
+    /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
     policies: Option<Arc<Registry>>,
 }
@@ -247,11 +263,12 @@ impl Coordinator {
         let data = split_batch(batch, &self.classes);
         let points: u64 = data.iter().map(|b| b.block.points.len() as u64).sum();
         let n_data = data.len();
-        let new_quanta: Vec<(SeriesKey, i64)> = {
+        let new_spans: Vec<(SeriesKey, i64)> = {
             let indexed = self.indexed.lock().expect("indexed lock");
+            let mut seen = HashSet::new();
             data.iter()
-                .map(|b| (b.block.series.clone(), b.block.quantum.start))
-                .filter(|k| !indexed.contains(k))
+                .map(|b| (b.block.series.clone(), index_span_of(&b.block.quantum)))
+                .filter(|k| !indexed.contains(k) && seen.insert(k.clone()))
                 .collect()
         };
 
@@ -259,7 +276,7 @@ impl Coordinator {
         let mut stored: Vec<(Id, Replication, BlockPoints)> =
             data.into_iter().map(|b| (b.id, b.replication, b.block)).collect();
         let mut index: BTreeMap<(SeriesKey, Quantum), Vec<Point>> = BTreeMap::new();
-        for (series, start) in &new_quanta {
+        for (series, start) in &new_spans {
             let q = key::index_quantum().quantum_of(*start);
             index.entry((series.clone(), q)).or_default().push(Point::new(*start, 0.0));
         }
@@ -343,10 +360,10 @@ impl Coordinator {
                     }
                     known.extend(new_series);
                     let mut indexed = self.indexed.lock().expect("indexed lock");
-                    if indexed.len() + new_quanta.len() > INDEXED_CACHE_MAX {
+                    if indexed.len() + new_spans.len() > INDEXED_CACHE_MAX {
                         indexed.clear();
                     }
-                    indexed.extend(new_quanta);
+                    indexed.extend(new_spans);
                     return Ok((points, n_data as u64));
                 }
                 WriteProgress::Failed => break,
@@ -601,19 +618,27 @@ impl Coordinator {
     ) -> Result<(Vec<Quantum>, bool), ErrorReply> {
         let index = key::quantum_index_series(series);
         let at = series_meta_id(series);
-        // The index holds quantum starts, and the quantum holding the scan's start starts
-        // before it.
-        let first = class.quantum.quantum_of(scan.start()).start;
-        let Ok(span) = TimeRange::new(first, scan.end()) else { return Ok((Vec::new(), false)) };
+        let span_ns = index_span_ns(class.quantum);
+        // The index holds span starts, and the span holding the scan's start starts before it.
+        let first = scan.start().div_euclid(span_ns) * span_ns;
+        let Ok(indexed) = TimeRange::new(first, scan.end()) else { return Ok((Vec::new(), false)) };
         let mut out = Vec::new();
-        for (q, part) in time::quanta(span, key::index_quantum()) {
-            let entries = self.fetch_block(&index, class, at, q, part, None, limit + 1 - out.len()).await?;
-            // An entry that does not start a quantum of the class is from an older quantum
-            // length; the blocks it names cannot be read under the current one anyway.
-            out.extend(entries.iter().filter_map(|p| Quantum::at(p.ts, class.quantum)));
-            if out.len() > limit {
-                out.truncate(limit);
-                return Ok((out, true));
+        for (q, part) in time::quanta(indexed, key::index_quantum()) {
+            let entries = self.fetch_block(&index, class, at, q, part, None, usize::MAX).await?;
+            for entry in entries {
+                // Every quantum of the span may hold data; an entry that does not start a
+                // quantum of the class is from an older quantum length, whose blocks cannot be
+                // read under the current one anyway.
+                let Ok(span) = TimeRange::new(entry.ts, entry.ts.saturating_add(span_ns)) else { continue };
+                let Some(span) = span.intersect(&scan) else { continue };
+                if Quantum::at(entry.ts, class.quantum).is_none() {
+                    continue;
+                }
+                out.extend(time::quanta(span, class.quantum).map(|(q, _)| q));
+                if out.len() > limit {
+                    out.truncate(limit);
+                    return Ok((out, true));
+                }
             }
         }
         Ok((out, false))

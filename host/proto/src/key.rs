@@ -94,9 +94,10 @@ pub fn block_id_from_hashes(format: KeyFormat, series_hash: &[u8; HALF], q: &Qua
 /// them.
 pub const RESERVED_METRIC_PREFIX: &str = "_timeshard.";
 
-/// The internal series that indexes which quanta of `series` hold data: one point per such
-/// quantum, at its start. It lives with the series' registration (at [`series_meta_id`]), so a
-/// read of a long range asks it first and then touches only the quanta that hold data.
+/// The internal series that indexes where `series` holds data: one point per span of quanta
+/// holding data, at the span's start (the node decides the span). It lives with the series'
+/// registration (at [`series_meta_id`]), so a read of a long range asks it first and then
+/// touches only the spans that hold data.
 pub fn quantum_index_series(series: &SeriesKey) -> SeriesKey {
     format!("{RESERVED_METRIC_PREFIX}quanta{{of={}}}", Id::sha1(series.as_str().as_bytes()).to_hex())
         .parse()
