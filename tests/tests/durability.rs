@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timeshard_node::config::ClassConfig;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
+use timeshard_testkit::datasets::{self, T0};
 
 const SERIES: u32 = 8;
 const PER_BATCH: usize = 250;

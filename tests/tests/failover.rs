@@ -2,9 +2,9 @@
 //! every acknowledged point is still readable, point for point, and writes still succeed.
 
 use rand::{Rng, SeedableRng};
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
+use timeshard_testkit::datasets::{self, T0};
 
 const NODES: usize = 10;
 const SERIES: u32 = 12;

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use timeshard_policy::signing;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, TimeRange};
+use timeshard_testkit::datasets::{self, T0};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 

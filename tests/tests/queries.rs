@@ -2,10 +2,10 @@
 //! replica that missed writes while it was down: answers still cover every acknowledged point.
 
 use timeshard_node::config::ClassConfig;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{ErrorCode, SeriesFilter};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
+use timeshard_testkit::datasets::{self, T0};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 const SEC: i64 = 1_000_000_000;

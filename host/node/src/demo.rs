@@ -13,7 +13,7 @@ use timeshard_sdk::SeriesPoints;
 use crate::cli::wait_for_stop_signal;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::stats::Latencies;
-use timeshard_proto::datasets::{self, T0};
+use timeshard_testkit::datasets::{self, T0};
 
 /// Options of the demo.
 #[derive(Debug, Args)]

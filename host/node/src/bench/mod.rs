@@ -47,7 +47,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
 }
 
 async fn store(args: StoreArgs) -> Result<()> {
-    use timeshard_store::bench::{self, BenchOptions};
+    use timeshard_testkit::bench::store::{self as bench, BenchOptions};
     let dir =
         args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("timeshard-bench-store-{}", std::process::id())));
     let opts = if args.quick { BenchOptions::quick() } else { BenchOptions::default() };

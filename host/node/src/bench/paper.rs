@@ -15,7 +15,7 @@ use timeshard_sdk::SeriesPoints;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::config::ClassConfig;
 use crate::stats::{Latencies, round3};
-use timeshard_proto::datasets::{self, T0};
+use timeshard_testkit::datasets::{self, T0};
 
 /// Options of `bench paper`.
 #[derive(Debug, Args)]

@@ -10,9 +10,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 use timeshard_policy::signing;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, TimeRange};
 use timeshard_sdk::{Client, SeriesPoints};
+use timeshard_testkit::datasets::{self, T0};
 
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::stats::{Latencies, round3};
@@ -46,7 +46,7 @@ pub async fn run(mut args: PolicyArgs) -> Result<()> {
         args.pushdown_seconds = args.pushdown_seconds.min(3_600);
         args.reps = args.reps.min(2);
     }
-    let mut opts = timeshard_policy::bench::Options::default();
+    let mut opts = timeshard_testkit::bench::policy_host::Options::default();
     if args.quick {
         opts.repetitions = 3;
         opts.loop_samples = 20;
@@ -54,8 +54,9 @@ pub async fn run(mut args: PolicyArgs) -> Result<()> {
     }
     let guest_dir = args.guest_dir.clone();
     eprintln!("measuring the policy host (in this process)");
-    let host = tokio::task::spawn_blocking(move || timeshard_policy::bench::run(&guest_dir, &opts)).await??;
-    eprint!("{}", timeshard_policy::bench::summary(&host));
+    let host =
+        tokio::task::spawn_blocking(move || timeshard_testkit::bench::policy_host::run(&guest_dir, &opts)).await??;
+    eprint!("{}", timeshard_testkit::bench::policy_host::summary(&host));
     let mut report = serde_json::to_value(&host)?;
     // The in-process estimate stays for comparison; the cluster figure is the benchmark's.
     report["pushdown_single_process"] = report["pushdown"].take();

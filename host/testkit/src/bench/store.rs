@@ -1,20 +1,18 @@
-//! `timeshard bench store` as library code: the `pmu` and `counter` datasets of BENCHMARKS.md
-//! (deterministic, fixed seed) and [`run`], which measures one node's storage engine on the real
-//! disk with durable settings and returns a [`StoreBenchReport`].
-//!
-//! The datasets are `timeshard_proto::datasets`.
+//! `timeshard bench store`: one node's storage engine measured on the real disk with durable
+//! settings, through the store's public API ([`run`] returns a [`StoreBenchReport`]). The data
+//! are the `pmu` and `counter` datasets of BENCHMARKS.md ([`crate::datasets`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
-use timeshard_proto::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
+use timeshard_store::block::xor;
+use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};
 
-use crate::block::xor;
-use crate::{DiskConfig, DiskStore, Store, StoreError};
+use crate::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
 
 /// Groups points of one series into per-quantum blocks.
 pub fn to_blocks(series: &SeriesKey, len: QuantumLen, points: &[Point]) -> Vec<BlockPoints> {
@@ -438,7 +436,7 @@ fn day_and_year(
         // For comparison: the same windows computed from a raw read.
         let start = Instant::now();
         let raw = store.read(&key, day, None, usize::MAX)?;
-        let mut agg = crate::agg::Aggregator::new(day, minute);
+        let mut agg = timeshard_store::agg::Aggregator::new(day, minute);
         agg.push_points(&raw.points);
         let w2 = agg.finish();
         r.runs.agg_day_1m_from_raw_ms.push(start.elapsed().as_secs_f64() * 1e3);

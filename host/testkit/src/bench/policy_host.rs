@@ -1,6 +1,6 @@
-//! `timeshard bench policy`: what WebAssembly policies cost, as specified in
-//! shared/BENCHMARKS.md. Library code, so the CLI and `examples/bench_policy.rs` share it.
-//! Run it from a release build; it measures and never asserts.
+//! The in-process part of `timeshard bench policy`: what WebAssembly policies cost in the
+//! policy host, as specified in shared/BENCHMARKS.md. Run it from a release build; it measures
+//! and never asserts.
 //!
 //! What each figure measures (medians over `repetitions` unless said otherwise):
 //! - `ns_per_point.native`: the ingest path with no policy: validating a 1,000-point `pmu`
@@ -20,18 +20,20 @@
 //!   process (`"scope": "single-process"`): `bytes_*` are the postcard-encoded bytes that would
 //!   cross the network (the partials vs the raw points), `ms_*` the time to encode, decode and
 //!   compute (summarize on each quantum + merge, vs encode the raw points + decode + a native
-//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by the node's benchmark.
+//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by [`super::policy`].
 
 use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
-use timeshard_proto::datasets::{T0, pmu, pmu_series};
+use timeshard_policy::signing::{self, TrustedKeys};
+use timeshard_policy::{
+    Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings,
+};
 use timeshard_proto::time::quanta;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 
-use crate::signing::{self, TrustedKeys};
-use crate::{Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings};
+use crate::datasets::{T0, pmu, pmu_series};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -150,7 +152,7 @@ impl Bench {
         config: &[(&str, &str)],
         deadline_ms: Option<u64>,
     ) -> Result<PolicyRef, BenchError> {
-        let bytes = std::fs::read(crate::guest_artifact(&self.guest_dir, guest)?)
+        let bytes = std::fs::read(timeshard_policy::guest_artifact(&self.guest_dir, guest)?)
             .map_err(|e| BenchError::Setup(format!("reading guest {guest}: {e}")))?;
         let module = Module {
             policy: PolicyRef::new(guest, "1.0.0")?,
