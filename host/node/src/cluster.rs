@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 use timeshard_proto::Id;
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, NodeStatus};
@@ -17,19 +16,12 @@ use tokio::process::{Child, Command};
 
 use crate::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig};
 use crate::pki;
+use crate::process::Ready;
 
 /// How long a node may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a node may take to stop after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// What `timeshard node --ready-file` writes once the node serves.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Ready {
-    pub id: Id,
-    pub addr: SocketAddr,
-    pub pid: u32,
-}
 
 /// How to build a cluster.
 #[derive(Clone, Debug)]

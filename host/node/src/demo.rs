@@ -10,8 +10,8 @@ use rand::{Rng, SeedableRng};
 use timeshard_proto::{Point, TimeRange};
 use timeshard_sdk::SeriesPoints;
 
-use crate::cli::wait_for_stop_signal;
 use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::process::wait_for_stop_signal;
 use crate::stats::Latencies;
 use timeshard_testkit::datasets::{self, T0};
 

@@ -8,7 +8,6 @@
 //! (start and shutdown), [`cluster`] (local multi-process clusters), [`demo`], [`bench`], [`cli`].
 
 pub mod bench;
-pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod coordinator;
@@ -18,6 +17,7 @@ pub mod net;
 pub mod node;
 pub mod pki;
 pub mod policies;
+pub mod process;
 pub mod server;
 pub mod stats;
 

@@ -2,7 +2,7 @@
 
 use std::io::{BufWriter, Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -11,9 +11,10 @@ use timeshard_proto::{Point, SeriesKey, TimeRange, Timestamp};
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, SeriesPoints};
 
-use crate::config::NodeConfig;
-use crate::node::RunningNode;
-use crate::pki::{self, Role};
+use timeshard_node::RunningNode;
+use timeshard_node::config::NodeConfig;
+use timeshard_node::pki::{self, Role};
+use timeshard_node::process::{serve_until_stopped, write_ready_file};
 
 const ABOUT: &str = "timeshard: a time-series store for edge fleets";
 const LONG_ABOUT: &str = "\
@@ -43,7 +44,7 @@ enum Command {
     /// Run an edge node.
     Node(NodeArgs),
     /// Start a local cluster of node processes, write sample PMU data, read it back, stop.
-    Demo(crate::demo::DemoArgs),
+    Demo(timeshard_node::demo::DemoArgs),
     /// Write points: as arguments (TS=VALUE ...) or as CSV on standard input.
     Put(PutArgs),
     /// Read a time range of one series as CSV or JSON, raw or in aggregated windows.
@@ -62,7 +63,7 @@ enum Command {
     Pki(PkiCommand),
     /// Benchmarks; each writes one JSON document (see BENCHMARKS.md).
     #[command(subcommand)]
-    Bench(crate::bench::BenchCommand),
+    Bench(timeshard_node::bench::BenchCommand),
 }
 
 /// Runs a node until SIGTERM or Ctrl-C.
@@ -577,14 +578,6 @@ async fn status(args: ConnArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_ready_file(path: &Path, node: &RunningNode) -> Result<()> {
-    let ready = crate::cluster::Ready { id: node.node().dht().me().id, addr: node.addr(), pid: std::process::id() };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&ready)?)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
-}
-
 async fn run_node(args: NodeArgs) -> Result<()> {
     let mut cfg = match &args.config {
         Some(path) => NodeConfig::load(path)?,
@@ -618,42 +611,6 @@ async fn run_node(args: NodeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Serves until SIGTERM or SIGINT; on SIGHUP, re-reads the config file's `[policy]` section
-/// and swaps in new policy versions (a module that fails to load leaves the last good one).
-async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup())?;
-    let stop = wait_for_stop_signal();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            r = &mut stop => return r,
-            _ = hup.recv() => {
-                let (Some(path), Some(registry)) = (config, node.node().coordinator().policies()) else {
-                    tracing::warn!("SIGHUP: nothing to reload (no config file, or no [policy] section at start)");
-                    continue;
-                };
-                match NodeConfig::load(path) {
-                    Ok(cfg) => crate::policies::reload(registry, &cfg),
-                    Err(e) => tracing::warn!(error = %e, "SIGHUP: config not reloaded"),
-                }
-            }
-        }
-    }
-}
-
-/// Waits for SIGTERM or SIGINT (Ctrl-C).
-pub async fn wait_for_stop_signal() -> Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
-}
-
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIMESHARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -683,7 +640,7 @@ pub fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Node(a) => run_node(a).await,
-        Command::Demo(a) => crate::demo::run(a).await,
+        Command::Demo(a) => timeshard_node::demo::run(a).await,
         Command::Put(a) => put(a).await,
         Command::Get(a) => get(a).await,
         Command::Query(a) => query(a).await,
@@ -700,7 +657,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!("issued {} and {}", files.cert.display(), files.key.display());
             Ok(())
         }
-        Command::Bench(b) => crate::bench::run(b).await,
+        Command::Bench(b) => timeshard_node::bench::run(b).await,
     }
 }
 
