@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use timeshard_node::cluster::{ClusterOptions, LocalCluster};
 use timeshard_node::config::DhtConfig;
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 
 /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory.
 /// Timeouts are shortened so failures are detected within seconds.

@@ -6,7 +6,9 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod conn;
+mod demo;
 mod get;
 mod node;
 mod pki;
@@ -45,7 +47,7 @@ enum Command {
     /// Run an edge node.
     Node(node::NodeArgs),
     /// Start a local cluster of node processes, write sample PMU data, read it back, stop.
-    Demo(timeshard_node::demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Write points: as arguments (TS=VALUE ...) or as CSV on standard input.
     Put(put::PutArgs),
     /// Read a time range of one series as CSV or JSON, raw or in aggregated windows.
@@ -64,7 +66,7 @@ enum Command {
     Pki(pki::PkiCommand),
     /// Benchmarks; each writes one JSON document (see BENCHMARKS.md).
     #[command(subcommand)]
-    Bench(timeshard_node::bench::BenchCommand),
+    Bench(bench::BenchCommand),
 }
 
 fn init_logging(default: &str) {
@@ -96,7 +98,7 @@ pub fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Node(a) => node::run(a).await,
-        Command::Demo(a) => timeshard_node::demo::run(a).await,
+        Command::Demo(a) => demo::run(a).await,
         Command::Put(a) => put::run(a).await,
         Command::Get(a) => get::run(a).await,
         Command::Query(a) => query::run(a).await,
@@ -104,6 +106,6 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Policy(p) => policy::run(p),
         Command::Status(a) => status::run(a).await,
         Command::Pki(p) => pki::run(p),
-        Command::Bench(b) => timeshard_node::bench::run(b).await,
+        Command::Bench(b) => bench::run(b).await,
     }
 }

@@ -7,11 +7,8 @@
 //! writes and reads across replicas), [`server`] (accepting and answering requests), [`node`]
 //! (start and shutdown), [`cluster`] (local multi-process clusters), [`demo`], [`bench`], [`cli`].
 
-pub mod bench;
-pub mod cluster;
 pub mod config;
 pub mod coordinator;
-pub mod demo;
 pub mod dht;
 pub mod net;
 pub mod node;
@@ -19,7 +16,6 @@ pub mod pki;
 pub mod policies;
 pub mod process;
 pub mod server;
-pub mod stats;
 
 pub use config::NodeConfig;
 pub use node::{Node, RunningNode, StartError};

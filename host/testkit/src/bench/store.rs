@@ -1,6 +1,7 @@
 //! `timeshard bench store`: one node's storage engine measured on the real disk with durable
-//! settings, through the store's public API ([`run`] returns a [`StoreBenchReport`]). The data
-//! are the `pmu` and `counter` datasets of BENCHMARKS.md ([`crate::datasets`]).
+//! settings, through the store's public API ([`measure`] returns a [`StoreBenchReport`], [`run`]
+//! the benchmark's JSON document). The data are the `pmu` and `counter` datasets of
+//! BENCHMARKS.md ([`crate::datasets`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -234,9 +235,34 @@ fn settle(store: &DiskStore, now: i64) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Runs the benchmark in `dir` (which it fills and clears). Takes a few minutes with the
+/// Runs the benchmark as `timeshard bench store` does, in `dir` (`None`: a new directory under
+/// the system's temporary directory), which it fills and removes. Returns the JSON document
+/// and prints a summary.
+pub async fn run(dir: Option<PathBuf>, opts: BenchOptions) -> anyhow::Result<serde_json::Value> {
+    let dir = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("timeshard-bench-store-{}", std::process::id())));
+    eprintln!("measuring the store in {} (durable fsync); this takes a few minutes", dir.display());
+    let report = tokio::task::spawn_blocking(move || {
+        let r = measure(&dir, &opts);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    })
+    .await??;
+    let value = serde_json::to_value(&report)?;
+    println!(
+        "ingest {:.0} points/s, {:.2} bytes/point (pmu), scan {:.0} points/s, 1-minute windows over a day {:.2} ms, \
+         1-hour windows over a year {:.2} ms",
+        report.ingest_points_per_s,
+        report.bytes_per_point.pmu,
+        report.scan_points_per_s,
+        report.agg_day_1m_ms,
+        report.agg_year_1h_ms
+    );
+    Ok(value)
+}
+
+/// Measures the store in `dir` (which it fills and clears). Takes a few minutes with the
 /// default options.
-pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchError> {
+pub fn measure(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let config = DiskConfig::default();
     let mut r = StoreBenchReport {
@@ -600,7 +626,7 @@ mod tests {
     #[test]
     fn the_quick_benchmark_runs_and_checks_itself() {
         let dir = tempfile::tempdir().unwrap();
-        let r = run(dir.path(), &BenchOptions::quick()).unwrap();
+        let r = measure(dir.path(), &BenchOptions::quick()).unwrap();
         assert!(r.ingest_points_per_s > 0 && r.scan_points_per_s > 0);
         assert!(r.bytes_per_point.pmu > 0.0 && r.bytes_per_point.counter > 0.0);
         assert!(r.recovery_s_per_gb > 0.0);

@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use timeshard_node::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig, TlsConfig};
+use timeshard_node::pki;
+use timeshard_node::process::Ready;
 use timeshard_proto::Id;
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, NodeStatus};
 use tokio::process::{Child, Command};
-
-use crate::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig};
-use crate::pki;
-use crate::process::Ready;
 
 /// How long a node may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -107,7 +106,7 @@ impl LocalCluster {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
             data_dir: o.dir.join(format!("node-{i}")).join("data"),
             bootstrap,
-            tls: crate::config::TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
+            tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
             store: o.store.clone(),
