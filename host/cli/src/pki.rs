@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 use timeshard_node::pki::{self, Role};
 
 #[derive(Debug, Subcommand)]
@@ -22,7 +22,7 @@ pub(crate) enum PkiCommand {
         name: String,
         /// What the certificate is for.
         #[arg(long, value_enum)]
-        role: Role,
+        role: RoleArg,
     },
 }
 
@@ -33,9 +33,27 @@ pub(crate) fn run(cmd: PkiCommand) -> Result<()> {
             println!("created a development CA in {}", dir.display());
         }
         PkiCommand::Issue { dir, name, role } => {
-            let files = pki::issue(&dir, &name, role)?;
+            let files = pki::issue(&dir, &name, role.into())?;
             println!("issued {} and {}", files.cert.display(), files.key.display());
         }
     }
     Ok(())
+}
+
+/// What a certificate is for (`timeshard_node::pki::Role` on the command line).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum RoleArg {
+    /// A node: serves peers and clients, and is a client of its peers.
+    Node,
+    /// A client: may write and read, never act as a peer.
+    Client,
+}
+
+impl From<RoleArg> for Role {
+    fn from(role: RoleArg) -> Role {
+        match role {
+            RoleArg::Node => Role::Node,
+            RoleArg::Client => Role::Client,
+        }
+    }
 }
