@@ -59,6 +59,23 @@ impl ClusterOptions {
     }
 }
 
+impl ClusterOptions {
+    /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory
+    /// (removed when the returned guard drops). Timeouts are shortened so failures are detected
+    /// within seconds.
+    pub fn for_tests(nodes: usize, binary: impl Into<PathBuf>) -> (ClusterOptions, tempfile::TempDir) {
+        let dir = tempfile::Builder::new().prefix("timeshard-e2e-").tempdir().expect("temp dir");
+        let mut options = ClusterOptions::new(nodes, dir.path(), binary);
+        options.dht = DhtConfig {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(3),
+            ..DhtConfig::default()
+        };
+        (options, dir)
+    }
+}
+
 #[derive(Debug)]
 struct NodeProcess {
     config: PathBuf,
@@ -96,6 +113,13 @@ impl LocalCluster {
         for node in futures::future::join_all(starting).await {
             cluster.nodes.push(node?);
         }
+        Ok(cluster)
+    }
+
+    /// Starts the cluster and waits (up to a minute) until every node knows the others.
+    pub async fn start_converged(options: ClusterOptions) -> Result<LocalCluster> {
+        let cluster = LocalCluster::start(options).await?;
+        cluster.wait_converged(Duration::from_secs(60)).await?;
         Ok(cluster)
     }
 
