@@ -15,7 +15,7 @@ use timeshard_sdk::{Client, SeriesPoints};
 use super::policy_host;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{self, T0};
-use crate::stats::{Latencies, round3};
+use crate::stats::{Latencies, median, round3};
 
 /// What `bench policy` runs; `Default` is the benchmark as specified.
 #[derive(Clone, Debug)]
@@ -156,9 +156,7 @@ async fn measure(cluster: &LocalCluster, args: &PolicyOptions) -> Result<serde_j
     if (rms_push - rms_raw).abs() > 1e-9 * rms_raw.abs().max(1.0) {
         bail!("push-down RMS {rms_push} differs from the raw RMS {rms_raw}");
     }
-    bytes_push.sort_unstable();
-    bytes_raw.sort_unstable();
-    let (bp, br) = (bytes_push[bytes_push.len() / 2], bytes_raw[bytes_raw.len() / 2]);
+    let (bp, br) = (median(&bytes_push), median(&bytes_raw));
     println!(
         "push-down over {} node processes: rms of {n} points moves {bp} bytes in {:.1} ms; fetching them raw moves {br} \
          bytes in {:.1} ms ({:.0}x fewer bytes)",

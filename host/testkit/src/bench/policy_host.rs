@@ -34,6 +34,7 @@ use timeshard_proto::time::quanta;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 
 use crate::datasets::{T0, pmu, pmu_series};
+use crate::stats::{median, percentile};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -126,17 +127,6 @@ pub fn native_validate(batch: Vec<Point>, min: f64, max: f64) -> (Vec<Point>, Ve
     (keep, rejected)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
-fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let i = ((xs.len() as f64 - 1.0) * p).round() as usize;
-    xs[i.min(xs.len() - 1)]
-}
-
 /// A registry trusting a fresh key, and that key.
 struct Bench {
     key: signing::SecretKey,
@@ -192,7 +182,7 @@ impl Bench {
             }
             samples.push(start.elapsed().as_nanos() as f64 / points as f64);
         }
-        Ok(median(samples))
+        Ok(median(&samples))
     }
 }
 
@@ -223,7 +213,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         }
         samples.push(start.elapsed().as_nanos() as f64 / all.len() as f64);
     }
-    let native = median(samples);
+    let native = median(&samples);
 
     bench.bind_ingest("pmu-validate")?;
     let wasm_validate = bench.ingest_ns_per_point(&series, &batches, reps)?;
@@ -243,7 +233,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         }
         samples.push(start.elapsed().as_nanos() as f64 / n as f64 / 1000.0);
     }
-    let instantiate_us = median(samples);
+    let instantiate_us = median(&samples);
 
     // A loop stopped at its deadline.
     bench.bind_ingest("hostile-loop")?;
@@ -261,7 +251,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         let elapsed = start.elapsed();
         late.push(elapsed.saturating_sub(deadline).as_secs_f64() * 1e3);
     }
-    let loop_stop_ms_p99 = percentile(late, 0.99);
+    let loop_stop_ms_p99 = percentile(&late, 99.0);
 
     let pushdown =
         if opts.pushdown_seconds > 0 { Some(pushdown(&bench.registry, &rms, opts.pushdown_seconds)?) } else { None };

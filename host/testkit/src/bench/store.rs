@@ -14,6 +14,7 @@ use timeshard_store::block::xor;
 use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};
 
 use crate::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
+use crate::stats::median;
 
 /// Groups points of one series into per-quantum blocks.
 pub fn to_blocks(series: &SeriesKey, len: QuantumLen, points: &[Point]) -> Vec<BlockPoints> {
@@ -191,18 +192,6 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
     move |source| BenchError::Io { context, source }
 }
 
-fn median_f(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn median_u(v: &[u64]) -> u64 {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
-
 fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
     let p = dir.join(name);
     if p.exists() {
@@ -286,7 +275,7 @@ pub fn measure(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, Benc
         r.runs.ingest_points_per_s.push(ingest(&p, opts, &config)?);
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
-    r.ingest_points_per_s = median_u(&r.runs.ingest_points_per_s);
+    r.ingest_points_per_s = median(&r.runs.ingest_points_per_s);
     // For comparison: one writer, so no two writes share an fsync.
     let single = BenchOptions { writers: 1, ..opts.clone() };
     for rep in 0..opts.reps {
@@ -333,7 +322,7 @@ pub fn measure(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, Benc
         r.setup.recovery_log_bytes = bytes;
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
-    r.recovery_s_per_gb = median_f(&r.runs.recovery_s_per_gb);
+    r.recovery_s_per_gb = median(&r.runs.recovery_s_per_gb);
 
     let pmu: Vec<Point> = pmu_points(0, 0, opts.codec_points).collect();
     let counter: Vec<Point> = counter_points(0, opts.codec_points).collect();
@@ -483,8 +472,8 @@ fn day_and_year(
             )));
         }
     }
-    r.scan_points_per_s = median_u(&r.runs.scan_points_per_s);
-    r.agg_day_1m_ms = median_f(&r.runs.agg_day_1m_ms);
+    r.scan_points_per_s = median(&r.runs.scan_points_per_s);
+    r.agg_day_1m_ms = median(&r.runs.agg_day_1m_ms);
     drop(store);
     std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
 
@@ -513,7 +502,7 @@ fn day_and_year(
             return Err(BenchError::Check("year aggregate lost points".into()));
         }
     }
-    r.agg_year_1h_ms = median_f(&r.runs.agg_year_1h_ms);
+    r.agg_year_1h_ms = median(&r.runs.agg_year_1h_ms);
     drop(store);
     std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     Ok(())
