@@ -12,6 +12,7 @@ use timeshard_node::config::ClassConfig;
 use timeshard_proto::{KeyFormat, Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
 
+use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{self, T0};
 use crate::stats::{Latencies, round3};
@@ -114,6 +115,8 @@ pub async fn run(binary: &Path, args: &PaperOptions) -> Result<serde_json::Value
 async fn measure(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_json::Value> {
     cluster.wait_converged(Duration::from_secs(60)).await?;
     let writer = cluster.client(0).await?;
+    let floor = Floor::measure(cluster.dir(), &writer).await?;
+    println!("{}", floor.summary());
 
     // Table I: single-point writes, each awaited before the next.
     let mut writes = Vec::new();
@@ -173,7 +176,7 @@ async fn measure(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_js
     let ingest = ingest(cluster, args).await?;
     writer.close().await;
     reader.close().await;
-    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest}))
+    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest, "floor": floor}))
 }
 
 /// Batches of 5,000 points over 100 series (50 consecutive points each), RF 3, W 2, from one

@@ -12,6 +12,7 @@ use timeshard_policy::signing;
 use timeshard_proto::{Point, TimeRange};
 use timeshard_sdk::{Client, SeriesPoints};
 
+use super::floor::Floor;
 use super::policy_host;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{self, T0};
@@ -59,7 +60,9 @@ pub async fn run(binary: &Path, options: &PolicyOptions) -> Result<serde_json::V
     let mut report = serde_json::to_value(&host)?;
     // The in-process estimate stays for comparison; the cluster figure is the benchmark's.
     report["pushdown_single_process"] = report["pushdown"].take();
-    report["pushdown"] = pushdown(binary, &args).await?;
+    let (pushdown, floor) = pushdown(binary, &args).await?;
+    report["pushdown"] = pushdown;
+    report["floor"] = serde_json::to_value(&floor)?;
     Ok(report)
 }
 
@@ -72,7 +75,8 @@ async fn cluster_bytes_sent(clients: &[Client]) -> Result<u64> {
     Ok(total)
 }
 
-async fn pushdown(binary: &Path, args: &PolicyOptions) -> Result<serde_json::Value> {
+/// The push-down figure on a cluster, and the floor measured on the same cluster.
+async fn pushdown(binary: &Path, args: &PolicyOptions) -> Result<(serde_json::Value, Floor)> {
     let rms_wasm = timeshard_policy::guest_artifact(&args.guest_dir, "rms")?;
     let dir = std::env::temp_dir().join(format!("timeshard-bench-policy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -81,7 +85,12 @@ async fn pushdown(binary: &Path, args: &PolicyOptions) -> Result<serde_json::Val
     result
 }
 
-async fn pushdown_in(binary: &Path, args: &PolicyOptions, dir: &Path, rms_wasm: &Path) -> Result<serde_json::Value> {
+async fn pushdown_in(
+    binary: &Path,
+    args: &PolicyOptions,
+    dir: &Path,
+    rms_wasm: &Path,
+) -> Result<(serde_json::Value, Floor)> {
     let key_file = dir.join("policy.key");
     let key = signing::generate_keypair()?;
     key.write(&key_file)?;
@@ -103,11 +112,13 @@ async fn pushdown_in(binary: &Path, args: &PolicyOptions, dir: &Path, rms_wasm: 
     outcome
 }
 
-async fn measure(cluster: &LocalCluster, args: &PolicyOptions) -> Result<serde_json::Value> {
+async fn measure(cluster: &LocalCluster, args: &PolicyOptions) -> Result<(serde_json::Value, Floor)> {
     cluster.wait_converged(Duration::from_secs(60)).await?;
     let series = datasets::pmu_series(0);
     let n = (args.pushdown_seconds * 60) as usize;
     let writer = cluster.client(0).await?;
+    let floor = Floor::measure(cluster.dir(), &writer).await?;
+    println!("{}", floor.summary());
     eprintln!("writing {n} points ({} s of 60 Hz data)", args.pushdown_seconds);
     for first in (0..n).step_by(50_000) {
         let points: Vec<Point> = datasets::pmu_points(0, first as u64, 50_000.min(n - first)).collect();
@@ -166,12 +177,11 @@ async fn measure(cluster: &LocalCluster, args: &PolicyOptions) -> Result<serde_j
         br as f64 / bp.max(1) as f64
     );
     println!("1-minute windows over the same span through the cluster: {:.1} ms", t_agg.percentile_ms(50.0));
-    Ok(
-        json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
+    let pushdown = json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
         "bytes_pushdown": bp, "bytes_raw": br,
         "ms_pushdown": round3(t_push.percentile_ms(50.0)), "ms_raw": round3(t_raw.percentile_ms(50.0)),
         "scope": "cluster", "nodes": cluster.len(), "points": n, "rms": rms_push,
         "agg_1m_windows_ms": round3(t_agg.percentile_ms(50.0)),
-        "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"}),
-    )
+        "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"});
+    Ok((pushdown, floor))
 }

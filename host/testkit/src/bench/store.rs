@@ -13,6 +13,7 @@ use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::block::xor;
 use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};
 
+use super::floor::Floor;
 use crate::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
 use crate::stats::median;
 
@@ -225,18 +226,27 @@ fn settle(store: &DiskStore, now: i64) -> Result<(), BenchError> {
 }
 
 /// Runs the benchmark as `timeshard bench store` does, in `dir` (`None`: a new directory under
-/// the system's temporary directory), which it fills and removes. Returns the JSON document
-/// and prints a summary.
+/// the system's temporary directory), which it fills and removes, with the [`Floor`] measured
+/// first (fsync in `dir`, round trips to a node started in this process). Returns the JSON
+/// document and prints a summary.
 pub async fn run(dir: Option<PathBuf>, opts: BenchOptions) -> anyhow::Result<serde_json::Value> {
     let dir = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("timeshard-bench-store-{}", std::process::id())));
     eprintln!("measuring the store in {} (durable fsync); this takes a few minutes", dir.display());
+    let floor = match Floor::measure_with_own_node(&dir).await {
+        Ok(floor) => floor,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     let report = tokio::task::spawn_blocking(move || {
         let r = measure(&dir, &opts);
         let _ = std::fs::remove_dir_all(&dir);
         r
     })
     .await??;
-    let value = serde_json::to_value(&report)?;
+    let mut value = serde_json::to_value(&report)?;
+    value["floor"] = serde_json::to_value(&floor)?;
     println!(
         "ingest {:.0} points/s, {:.2} bytes/point (pmu), scan {:.0} points/s, 1-minute windows over a day {:.2} ms, \
          1-hour windows over a year {:.2} ms",
@@ -246,6 +256,7 @@ pub async fn run(dir: Option<PathBuf>, opts: BenchOptions) -> anyhow::Result<ser
         report.agg_day_1m_ms,
         report.agg_year_1h_ms
     );
+    println!("{}", floor.summary());
     Ok(value)
 }
 
