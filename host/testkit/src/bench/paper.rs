@@ -1,5 +1,6 @@
-//! The seed paper's benchmark: single-point write latency (Table I), range read latency (Table
-//! II), and batched ingest throughput, on separate node processes talking QUIC over loopback.
+//! `timeshard bench paper`, the seed paper's benchmark: single-point write latency (Table I),
+//! range read latency (Table II), and batched ingest throughput, on separate node processes
+//! talking QUIC over loopback.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
