@@ -2,7 +2,7 @@
 //!
 //! Owns local clusters of separate node processes on loopback ([`cluster`]), the deterministic
 //! datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]), the demo behind
-//! `timeshard demo` ([`demo`]) and the benchmarks behind `timeshard bench` ([`bench`]). The
+//! `timeshard demo` ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The
 //! command line (`timeshard-cli`) parses their options; everything else is here.
 
 pub mod bench;

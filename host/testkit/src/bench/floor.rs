@@ -105,7 +105,7 @@ async fn fsync_in(dir: &Path) -> Result<Latencies> {
     fsync.await?
 }
 
-/// Latencies of `samples` appends of [`APPEND_BYTES`] to a new file in `dir`, each followed by
+/// Latencies of `samples` appends of 64 bytes to a new file in `dir`, each followed by
 /// `fdatasync`, as the store's write-ahead log commits. The file is removed afterwards.
 pub fn fsync_latencies(dir: &Path, samples: usize) -> std::io::Result<Latencies> {
     std::fs::create_dir_all(dir)?;

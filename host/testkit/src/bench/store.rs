@@ -121,8 +121,8 @@ pub struct CodecComparison {
     pub xor: CodecFigures,
 }
 
-/// The JSON document of `timeshard bench store`. The first six keys are fixed by
-/// BENCHMARKS.md; the rest are extras.
+/// What [`measure`] finds: the JSON document of `timeshard bench store` but its `floor`, which
+/// [`run`] adds. The first six keys are fixed by BENCHMARKS.md; the rest are extras.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StoreBenchReport {
     pub ingest_points_per_s: u64,
