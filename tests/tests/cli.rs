@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 
 fn run(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
@@ -24,8 +26,8 @@ fn run(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_and_status_round_trip() -> anyhow::Result<()> {
-    let (options, _dir) = timeshard_tests::cluster_options(3, BIN);
-    let cluster = timeshard_tests::start(options).await?;
+    let (options, _dir) = ClusterOptions::for_tests(3, BIN);
+    let cluster = LocalCluster::start_converged(options).await?;
     let node = cluster.addr(1).to_string();
     let pki = cluster.pki_dir().display().to_string();
     let conn = ["--node", node.as_str(), "--pki", pki.as_str()];

@@ -5,19 +5,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timeshard_node::config::ClassConfig;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::datasets::{self, T0};
 
 const SERIES: u32 = 8;
 const PER_BATCH: usize = 250;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_restarts_with_every_acknowledged_point() -> anyhow::Result<()> {
-    let (mut options, _dir) = timeshard_tests::cluster_options(1, env!("CARGO_BIN_EXE_timeshard-e2e"));
+    let (mut options, _dir) = ClusterOptions::for_tests(1, env!("CARGO_BIN_EXE_timeshard-e2e"));
     // One node, one replica: everything the client saw acknowledged, this node acknowledged.
     options.classes = vec![ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
-    let mut cluster = timeshard_tests::start(options).await?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
 
     let keys: Vec<SeriesKey> = (0..SERIES).map(datasets::pmu_series).collect();

@@ -2,9 +2,10 @@
 //! every acknowledged point is still readable, point for point, and writes still succeed.
 
 use rand::{Rng, SeedableRng};
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::datasets::{self, T0};
 
 const NODES: usize = 10;
 const SERIES: u32 = 12;
@@ -13,8 +14,8 @@ const POINTS: usize = 70 * 60;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_point_survives_killing_any_one_node() -> anyhow::Result<()> {
-    let (options, _dir) = timeshard_tests::cluster_options(NODES, env!("CARGO_BIN_EXE_timeshard-e2e"));
-    let mut cluster = timeshard_tests::start(options).await?;
+    let (options, _dir) = ClusterOptions::for_tests(NODES, env!("CARGO_BIN_EXE_timeshard-e2e"));
+    let mut cluster = LocalCluster::start_converged(options).await?;
 
     let data: Vec<(SeriesKey, Vec<Point>)> =
         (0..SERIES).map(|b| (datasets::pmu_series(b), datasets::pmu(b).take(POINTS).collect())).collect();

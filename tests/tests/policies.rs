@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use timeshard_policy::signing;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, TimeRange};
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::datasets::{self, T0};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 
@@ -23,7 +24,7 @@ fn signed_guest(dir: &Path, key: &Path, name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()> {
-    let (mut options, dir) = timeshard_tests::cluster_options(4, BIN);
+    let (mut options, dir) = ClusterOptions::for_tests(4, BIN);
     let key_file = dir.path().join("policy.key");
     let key = signing::generate_keypair()?;
     key.write(&key_file)?;
@@ -80,7 +81,7 @@ async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()
         crossings = crossings.display(),
         tampered = tampered.display(),
     ))?;
-    let cluster = timeshard_tests::start(options).await?;
+    let cluster = LocalCluster::start_converged(options).await?;
     let log = std::fs::read_to_string(cluster.log(0))?;
     assert!(log.contains("tampered") && log.contains("not loaded"), "the tampered module is reported:\n{log}");
 
@@ -142,7 +143,7 @@ async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()
 /// refusal, and the node keeps answering everyone else meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_policy_is_stopped_while_the_node_keeps_serving() -> anyhow::Result<()> {
-    let (mut options, dir) = timeshard_tests::cluster_options(1, BIN);
+    let (mut options, dir) = ClusterOptions::for_tests(1, BIN);
     options.classes =
         vec![timeshard_node::config::ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
     let key_file = dir.path().join("policy.key");
@@ -165,7 +166,7 @@ async fn a_looping_policy_is_stopped_while_the_node_keeps_serving() -> anyhow::R
         key.public().to_text().trim(),
         looping.display()
     ))?;
-    let cluster = timeshard_tests::start(options).await?;
+    let cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
     let hostile = "hostile.loop".parse()?;
     let calm = "calm.series".parse()?;

@@ -2,10 +2,11 @@
 //! replica that missed writes while it was down: answers still cover every acknowledged point.
 
 use timeshard_node::config::ClassConfig;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{ErrorCode, SeriesFilter};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::datasets::{self, T0};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 const SEC: i64 = 1_000_000_000;
@@ -65,11 +66,11 @@ fn assert_windows(got: &[WindowStats], points: &[Point], range: &TimeRange, widt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_and_series_lists_cover_every_acknowledged_point() -> anyhow::Result<()> {
-    let (mut options, _dir) = timeshard_tests::cluster_options(5, BIN);
+    let (mut options, _dir) = ClusterOptions::for_tests(5, BIN);
     // Reads ask all three replicas, so a replica that missed writes is always among them.
     options.classes =
         vec![ClassConfig { name: "pmu".into(), metric_prefix: "pmu.".into(), rf: 3, w: 2, r: 3, ..Default::default() }];
-    let mut cluster = timeshard_tests::start(options).await?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
     let writer = cluster.client(0).await?;
 
     let a = datasets::pmu_series(1);

@@ -1,25 +1,23 @@
-//! The timeshard edge node: the daemon that wires the sans-IO core (`timeshard-proto`), the
-//! store (`timeshard-store`) and QUIC (quinn + rustls) together, and the `timeshard` command
-//! line around it (node, demo, put, get, status, pki, bench).
+//! The timeshard edge node as a library: the daemon that wires the sans-IO core
+//! (`timeshard-proto`), the store (`timeshard-store`), the policy host (`timeshard-policy`) and
+//! QUIC (quinn + rustls) together. The `timeshard` command line is `timeshard-cli`; local
+//! clusters, the demo and the benchmarks are `timeshard-testkit`.
 //!
 //! Module map: [`config`] (TOML settings), [`pki`] (development CA), [`net`] (endpoint and peer
 //! connections), [`dht`] (routing table and lookups over the network), [`coordinator`] (client
 //! writes and reads across replicas), [`server`] (accepting and answering requests), [`node`]
-//! (start and shutdown), [`cluster`] (local multi-process clusters), [`demo`], [`bench`], [`cli`].
+//! (start and shutdown), [`policies`] (ingest and query policies on the node), [`process`] (ready file
+//! and stop signals of a node process).
 
-pub mod bench;
-pub mod cli;
-pub mod cluster;
 pub mod config;
 pub mod coordinator;
-pub mod demo;
 pub mod dht;
 pub mod net;
 pub mod node;
 pub mod pki;
 pub mod policies;
+pub mod process;
 pub mod server;
-pub mod stats;
 
 pub use config::NodeConfig;
 pub use node::{Node, RunningNode, StartError};

@@ -12,7 +12,7 @@ use rcgen::{
 use timeshard_sdk::tls::{CLIENT_NAME, NODE_NAME, TlsFiles};
 
 /// What a certificate is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// A node: serves peers and clients, and is a client of its peers.
     Node,

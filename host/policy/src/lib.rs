@@ -3,7 +3,7 @@
 //! Owns the wasmtime engine and its limits ([`engine`]), the generated bindings of the WIT
 //! package in `wit/` (`bindings`), the one host capability granted to guests (`host_log`),
 //! the bounded guest calls (`call`), signatures ([`signing`]), the installed policies and
-//! their bindings to series ([`registry`]), and the policy benchmark ([`bench`]).
+//! their bindings to series ([`registry`]). The policy benchmark is in `timeshard-testkit`.
 //!
 //! # Policies
 //!
@@ -66,7 +66,6 @@
 //! The CLI's `timeshard policy keygen` and `timeshard policy sign` are
 //! [`signing::generate_keypair`] + [`signing::SecretKey::write`] and [`signing::sign_file`].
 
-pub mod bench;
 mod bindings;
 mod call;
 pub mod engine;

@@ -534,9 +534,9 @@ impl Registry {
             .collect()
     }
 
-    /// Creates and drops one instance of an installed policy, calling nothing (for the
-    /// benchmark's `instantiate_us`).
-    pub(crate) fn instantiate_once(&self, policy: &PolicyRef) -> Result<(), PolicyError> {
+    /// Creates and drops one pooled instance of an installed policy, calling nothing: what the
+    /// policy benchmark's `instantiate_us` measures (in `timeshard-testkit`).
+    pub fn instantiate_once(&self, policy: &PolicyRef) -> Result<(), PolicyError> {
         let state = self.snapshot();
         let installed = state.installed.get(policy).ok_or_else(|| PolicyError::NotInstalled {
             policy: policy.to_string(),

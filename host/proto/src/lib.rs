@@ -3,14 +3,13 @@
 //! Owns ids and the XOR metric ([`id`]), timestamps, ranges and quanta ([`time`]), series keys
 //! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), write placement and
-//! quorum tracking ([`placement`]), the wire messages with their framing ([`wire`]), and the
-//! benchmark datasets ([`datasets`]).
+//! quorum tracking ([`placement`]), the wire messages with their framing ([`wire`]), and window
+//! aggregates and their merging ([`window`]).
 //!
 //! It does no I/O and reads no clock: callers pass `now` and move the bytes. That keeps every
 //! decision testable without sockets (the model is quinn-proto).
 
 pub mod class;
-pub mod datasets;
 pub mod id;
 pub mod key;
 pub mod lookup;

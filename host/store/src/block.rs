@@ -242,8 +242,10 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malform
     Ok(h)
 }
 
-/// Gorilla-style columns (Pelkonen et al., VLDB 2015), adapted to nanosecond timestamps.
-pub(crate) mod xor {
+/// Gorilla-style columns (Pelkonen et al., VLDB 2015), adapted to nanosecond timestamps: the
+/// column codec behind [`Codec::Xor`]. Public so the store benchmark (in `timeshard-testkit`)
+/// can compare it with pco column by column, outside any block.
+pub mod xor {
     use super::Malformed;
 
     #[derive(Default)]
@@ -299,6 +301,7 @@ pub(crate) mod xor {
         ((v << (64 - bits)) as i64) >> (64 - bits)
     }
 
+    /// Timestamps as deltas of deltas (the first one whole).
     pub fn encode_ts(ts: &[i64]) -> Vec<u8> {
         let mut w = Bits::default();
         let mut prev = 0i64;
@@ -335,6 +338,7 @@ pub(crate) mod xor {
         w.finish()
     }
 
+    /// The `n` timestamps of a column made by [`encode_ts`].
     pub fn decode_ts(b: &[u8], n: usize) -> Result<Vec<i64>, Malformed> {
         let mut r = BitReader { b, pos: 0 };
         let mut out = Vec::with_capacity(n);
@@ -365,6 +369,7 @@ pub(crate) mod xor {
         Ok(out)
     }
 
+    /// Values XORed with their predecessor, leading and trailing zeros elided.
     pub fn encode_values(vals: &[f64]) -> Vec<u8> {
         let mut w = Bits::default();
         let mut prev = 0u64;
@@ -400,6 +405,7 @@ pub(crate) mod xor {
         w.finish()
     }
 
+    /// The `n` values of a column made by [`encode_values`].
     pub fn decode_values(b: &[u8], n: usize) -> Result<Vec<f64>, Malformed> {
         let mut r = BitReader { b, pos: 0 };
         let mut out = Vec::with_capacity(n);

@@ -49,7 +49,6 @@ use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;
 pub mod backend;
-pub mod bench;
 pub mod block;
 mod disk;
 mod frame;

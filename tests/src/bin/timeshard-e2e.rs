@@ -1,5 +1,5 @@
 //! The `timeshard` command line, built inside the test package so tests can spawn it.
 
 fn main() -> std::process::ExitCode {
-    timeshard_node::cli::main()
+    timeshard_cli::main()
 }

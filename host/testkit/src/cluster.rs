@@ -9,27 +9,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
+use timeshard_node::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig, TlsConfig};
+use timeshard_node::pki;
+use timeshard_node::process::Ready;
 use timeshard_proto::Id;
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, NodeStatus};
 use tokio::process::{Child, Command};
 
-use crate::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig};
-use crate::pki;
-
 /// How long a node may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a node may take to stop after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// What `timeshard node --ready-file` writes once the node serves.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Ready {
-    pub id: Id,
-    pub addr: SocketAddr,
-    pub pid: u32,
-}
 
 /// How to build a cluster.
 #[derive(Clone, Debug)]
@@ -65,6 +56,23 @@ impl ClusterOptions {
             policy: timeshard_policy::Config::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
         }
+    }
+}
+
+impl ClusterOptions {
+    /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory
+    /// (removed when the returned guard drops). Timeouts are shortened so failures are detected
+    /// within seconds.
+    pub fn for_tests(nodes: usize, binary: impl Into<PathBuf>) -> (ClusterOptions, tempfile::TempDir) {
+        let dir = tempfile::Builder::new().prefix("timeshard-e2e-").tempdir().expect("temp dir");
+        let mut options = ClusterOptions::new(nodes, dir.path(), binary);
+        options.dht = DhtConfig {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(3),
+            ..DhtConfig::default()
+        };
+        (options, dir)
     }
 }
 
@@ -108,6 +116,13 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Starts the cluster and waits (up to a minute) until every node knows the others.
+    pub async fn start_converged(options: ClusterOptions) -> Result<LocalCluster> {
+        let cluster = LocalCluster::start(options).await?;
+        cluster.wait_converged(Duration::from_secs(60)).await?;
+        Ok(cluster)
+    }
+
     fn node_config(&self, i: usize, listen: Option<SocketAddr>, bootstrap: Vec<String>) -> NodeConfig {
         let o = &self.options;
         let pki = TlsFiles::in_dir(&o.dir.join("pki"), &format!("node-{i}"));
@@ -115,7 +130,7 @@ impl LocalCluster {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
             data_dir: o.dir.join(format!("node-{i}")).join("data"),
             bootstrap,
-            tls: crate::config::TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
+            tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
             store: o.store.clone(),

@@ -1,20 +1,21 @@
-//! `timeshard bench store` as library code: the `pmu` and `counter` datasets of BENCHMARKS.md
-//! (deterministic, fixed seed) and [`run`], which measures one node's storage engine on the real
-//! disk with durable settings and returns a [`StoreBenchReport`].
-//!
-//! The datasets are `timeshard_proto::datasets`.
+//! `timeshard bench store`: one node's storage engine measured on the real disk with durable
+//! settings, through the store's public API ([`measure`] returns a [`StoreBenchReport`], [`run`]
+//! the benchmark's JSON document). The data are the `pmu` and `counter` datasets of
+//! BENCHMARKS.md ([`crate::datasets`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
-use timeshard_proto::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
+use timeshard_store::block::xor;
+use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};
 
-use crate::block::xor;
-use crate::{DiskConfig, DiskStore, Store, StoreError};
+use super::floor::Floor;
+use crate::datasets::{T0 as T0_NS, counter_points, counter_series, pmu_points, pmu_series};
+use crate::stats::median;
 
 /// Groups points of one series into per-quantum blocks.
 pub fn to_blocks(series: &SeriesKey, len: QuantumLen, points: &[Point]) -> Vec<BlockPoints> {
@@ -120,8 +121,8 @@ pub struct CodecComparison {
     pub xor: CodecFigures,
 }
 
-/// The JSON document of `timeshard bench store`. The first six keys are fixed by
-/// BENCHMARKS.md; the rest are extras.
+/// What [`measure`] finds: the JSON document of `timeshard bench store` but its `floor`, which
+/// [`run`] adds. The first six keys are fixed by BENCHMARKS.md; the rest are extras.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StoreBenchReport {
     pub ingest_points_per_s: u64,
@@ -192,18 +193,6 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
     move |source| BenchError::Io { context, source }
 }
 
-fn median_f(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn median_u(v: &[u64]) -> u64 {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
-
 fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
     let p = dir.join(name);
     if p.exists() {
@@ -236,9 +225,44 @@ fn settle(store: &DiskStore, now: i64) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Runs the benchmark in `dir` (which it fills and clears). Takes a few minutes with the
+/// Runs the benchmark as `timeshard bench store` does, in `dir` (`None`: a new directory under
+/// the system's temporary directory), which it fills and removes, with the [`Floor`] measured
+/// first (fsync in `dir`, round trips to a node started in this process). Returns the JSON
+/// document and prints a summary.
+pub async fn run(dir: Option<PathBuf>, opts: BenchOptions) -> anyhow::Result<serde_json::Value> {
+    let dir = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("timeshard-bench-store-{}", std::process::id())));
+    eprintln!("measuring the store in {} (durable fsync); this takes a few minutes", dir.display());
+    let floor = match Floor::measure_with_own_node(&dir).await {
+        Ok(floor) => floor,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let report = tokio::task::spawn_blocking(move || {
+        let r = measure(&dir, &opts);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    })
+    .await??;
+    let mut value = serde_json::to_value(&report)?;
+    value["floor"] = serde_json::to_value(&floor)?;
+    println!(
+        "ingest {:.0} points/s, {:.2} bytes/point (pmu), scan {:.0} points/s, 1-minute windows over a day {:.2} ms, \
+         1-hour windows over a year {:.2} ms",
+        report.ingest_points_per_s,
+        report.bytes_per_point.pmu,
+        report.scan_points_per_s,
+        report.agg_day_1m_ms,
+        report.agg_year_1h_ms
+    );
+    println!("{}", floor.summary());
+    Ok(value)
+}
+
+/// Measures the store in `dir` (which it fills and clears). Takes a few minutes with the
 /// default options.
-pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchError> {
+pub fn measure(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchError> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let config = DiskConfig::default();
     let mut r = StoreBenchReport {
@@ -262,7 +286,7 @@ pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchErr
         r.runs.ingest_points_per_s.push(ingest(&p, opts, &config)?);
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
-    r.ingest_points_per_s = median_u(&r.runs.ingest_points_per_s);
+    r.ingest_points_per_s = median(&r.runs.ingest_points_per_s);
     // For comparison: one writer, so no two writes share an fsync.
     let single = BenchOptions { writers: 1, ..opts.clone() };
     for rep in 0..opts.reps {
@@ -309,7 +333,7 @@ pub fn run(dir: &Path, opts: &BenchOptions) -> Result<StoreBenchReport, BenchErr
         r.setup.recovery_log_bytes = bytes;
         std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     }
-    r.recovery_s_per_gb = median_f(&r.runs.recovery_s_per_gb);
+    r.recovery_s_per_gb = median(&r.runs.recovery_s_per_gb);
 
     let pmu: Vec<Point> = pmu_points(0, 0, opts.codec_points).collect();
     let counter: Vec<Point> = counter_points(0, opts.codec_points).collect();
@@ -438,7 +462,7 @@ fn day_and_year(
         // For comparison: the same windows computed from a raw read.
         let start = Instant::now();
         let raw = store.read(&key, day, None, usize::MAX)?;
-        let mut agg = crate::agg::Aggregator::new(day, minute);
+        let mut agg = timeshard_store::agg::Aggregator::new(day, minute);
         agg.push_points(&raw.points);
         let w2 = agg.finish();
         r.runs.agg_day_1m_from_raw_ms.push(start.elapsed().as_secs_f64() * 1e3);
@@ -459,8 +483,8 @@ fn day_and_year(
             )));
         }
     }
-    r.scan_points_per_s = median_u(&r.runs.scan_points_per_s);
-    r.agg_day_1m_ms = median_f(&r.runs.agg_day_1m_ms);
+    r.scan_points_per_s = median(&r.runs.scan_points_per_s);
+    r.agg_day_1m_ms = median(&r.runs.agg_day_1m_ms);
     drop(store);
     std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
 
@@ -489,7 +513,7 @@ fn day_and_year(
             return Err(BenchError::Check("year aggregate lost points".into()));
         }
     }
-    r.agg_year_1h_ms = median_f(&r.runs.agg_year_1h_ms);
+    r.agg_year_1h_ms = median(&r.runs.agg_year_1h_ms);
     drop(store);
     std::fs::remove_dir_all(&p).map_err(io("clearing"))?;
     Ok(())
@@ -602,7 +626,7 @@ mod tests {
     #[test]
     fn the_quick_benchmark_runs_and_checks_itself() {
         let dir = tempfile::tempdir().unwrap();
-        let r = run(dir.path(), &BenchOptions::quick()).unwrap();
+        let r = measure(dir.path(), &BenchOptions::quick()).unwrap();
         assert!(r.ingest_points_per_s > 0 && r.scan_points_per_s > 0);
         assert!(r.bytes_per_point.pmu > 0.0 && r.bytes_per_point.counter > 0.0);
         assert!(r.recovery_s_per_gb > 0.0);

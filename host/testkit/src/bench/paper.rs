@@ -1,46 +1,44 @@
-//! The seed paper's benchmark: single-point write latency (Table I), range read latency (Table
-//! II), and batched ingest throughput, on separate node processes talking QUIC over loopback.
+//! `timeshard bench paper`, the seed paper's benchmark: single-point write latency (Table I),
+//! range read latency (Table II), and batched ingest throughput, on separate node processes
+//! talking QUIC over loopback.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use serde_json::json;
+use timeshard_node::config::ClassConfig;
 use timeshard_proto::{KeyFormat, Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
 
+use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
-use crate::config::ClassConfig;
+use crate::datasets::{self, T0};
 use crate::stats::{Latencies, round3};
-use timeshard_proto::datasets::{self, T0};
 
-/// Options of `bench paper`.
-#[derive(Debug, Args)]
-pub struct PaperArgs {
-    /// Where to write the JSON result.
-    #[arg(long)]
-    json: PathBuf,
+/// What `bench paper` runs; `Default` is the benchmark as specified.
+#[derive(Clone, Debug)]
+pub struct PaperOptions {
     /// Node processes.
-    #[arg(long, default_value_t = 18)]
-    nodes: usize,
+    pub nodes: usize,
     /// Single-point writes per (format, RF).
-    #[arg(long, default_value_t = 10_000)]
-    writes: usize,
+    pub writes: usize,
     /// Repetitions of each read.
-    #[arg(long, default_value_t = 20)]
-    read_reps: usize,
+    pub read_reps: usize,
     /// Seconds of batched ingest.
-    #[arg(long, default_value_t = 10)]
-    ingest_secs: u64,
+    pub ingest_secs: u64,
     /// Batches the ingest client keeps in flight.
-    #[arg(long, default_value_t = 4)]
-    in_flight: usize,
-    /// Working directory (default: a new temporary one, removed afterwards).
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    pub in_flight: usize,
+    /// Working directory (`None`: a new temporary one, removed afterwards).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for PaperOptions {
+    fn default() -> Self {
+        PaperOptions { nodes: 18, writes: 10_000, read_reps: 20, ingest_secs: 10, in_flight: 4, dir: None }
+    }
 }
 
 const FORMATS: [KeyFormat; 2] = [KeyFormat::Qfi, KeyFormat::Kfi];
@@ -88,8 +86,9 @@ fn series(metric: &str, bus: u32) -> SeriesKey {
     format!("{metric}{{bus={bus},site=atl}}").parse().expect("valid key")
 }
 
-/// Runs the benchmark.
-pub async fn run(args: PaperArgs) -> Result<()> {
+/// Runs the benchmark on node processes of `binary` (the `timeshard` command line) and returns
+/// its JSON document; prints a line per figure as it goes.
+pub async fn run(binary: &Path, args: &PaperOptions) -> Result<serde_json::Value> {
     if args.nodes < 7 {
         bail!("--nodes must be at least 7 (the largest replication factor measured)");
     }
@@ -97,12 +96,12 @@ pub async fn run(args: PaperArgs) -> Result<()> {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("timeshard-bench-paper-{}", std::process::id())), true),
     };
-    let mut options = ClusterOptions::new(args.nodes, &dir, std::env::current_exe()?);
+    let mut options = ClusterOptions::new(args.nodes, &dir, binary);
     options.classes = classes();
     options.log = "warn".into();
     eprintln!("starting {} node processes in {}", args.nodes, dir.display());
     let cluster = LocalCluster::start(options).await?;
-    let result = measure(&cluster, &args).await;
+    let result = measure(&cluster, args).await;
     let clean = cluster.shutdown().await?;
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
@@ -111,14 +110,14 @@ pub async fn run(args: PaperArgs) -> Result<()> {
     if clean != args.nodes {
         eprintln!("warning: only {clean} of {} nodes exited cleanly", args.nodes);
     }
-    super::write_json(&args.json, &report)?;
-    println!("wrote {}", args.json.display());
-    Ok(())
+    Ok(report)
 }
 
-async fn measure(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json::Value> {
+async fn measure(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_json::Value> {
     cluster.wait_converged(Duration::from_secs(60)).await?;
     let writer = cluster.client(0).await?;
+    let floor = Floor::measure(cluster.dir(), &writer).await?;
+    println!("{}", floor.summary());
 
     // Table I: single-point writes, each awaited before the next.
     let mut writes = Vec::new();
@@ -178,12 +177,12 @@ async fn measure(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json:
     let ingest = ingest(cluster, args).await?;
     writer.close().await;
     reader.close().await;
-    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest}))
+    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest, "floor": floor}))
 }
 
 /// Batches of 5,000 points over 100 series (50 consecutive points each), RF 3, W 2, from one
 /// client keeping `in_flight` batches outstanding, for at least `ingest_secs`.
-async fn ingest(cluster: &LocalCluster, args: &PaperArgs) -> Result<serde_json::Value> {
+async fn ingest(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_json::Value> {
     const SERIES: u32 = 100;
     const PER_SERIES: usize = 50;
     let client = cluster.client(0).await?;

@@ -1,5 +1,5 @@
 //! The `timeshard` binary; everything lives in the library.
 
 fn main() -> std::process::ExitCode {
-    timeshard_node::cli::main()
+    timeshard_cli::main()
 }

@@ -1,9 +1,10 @@
 //! The benchmark runs end to end (tiny sizes: it measures nothing here) and its JSON has
 //! exactly the keys of shared/BENCHMARKS.md.
 
-mod common;
+use std::path::PathBuf;
+use std::time::Duration;
 
-use timeshard_policy::bench;
+use timeshard_testkit::bench::policy_host as bench;
 
 #[test]
 fn the_report_has_the_documented_keys() {
@@ -13,9 +14,10 @@ fn the_report_has_the_documented_keys() {
         loop_samples: 2,
         pushdown_seconds: 60,
         // Generous for the measured calls (two busy cores); the loop keeps its 10 ms.
-        limits: common::test_limits(),
+        limits: timeshard_policy::Limits { deadline: Duration::from_secs(10), ..Default::default() },
     };
-    let report = bench::run(&common::guest_dir(), &opts).unwrap();
+    let guest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest");
+    let report = bench::run(&guest_dir, &opts).unwrap();
     let json = serde_json::to_value(&report).unwrap();
     let keys = |v: &serde_json::Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();

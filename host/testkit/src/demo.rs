@@ -1,52 +1,45 @@
-//! `timeshard demo`: a local cluster of separate node processes, a few minutes of PMU data
-//! written and read back (and checked), then a clean stop.
+//! The demo behind `timeshard demo`: a local cluster of separate node processes, a few minutes
+//! of PMU data written and read back (and checked), then a clean stop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use clap::Args;
+use anyhow::{Result, bail};
 use rand::{Rng, SeedableRng};
+use timeshard_node::process::wait_for_stop_signal;
 use timeshard_proto::{Point, TimeRange};
 use timeshard_sdk::SeriesPoints;
 
-use crate::cli::wait_for_stop_signal;
 use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::datasets::{self, T0};
 use crate::stats::Latencies;
-use timeshard_proto::datasets::{self, T0};
 
-/// Options of the demo.
-#[derive(Debug, Args)]
-#[command(long_about = "\
-Starts a local cluster of separate node processes on loopback with a generated development CA,
-writes a few minutes of 60 Hz PMU data (the `pmu` dataset), reads ranges back and checks every
-point, prints what it did and how fast, and stops every node cleanly (also on Ctrl-C).
-
-With --serve the cluster keeps running after the demo, so you can try `timeshard put` and
-`timeshard get` against it; Ctrl-C stops it.")]
-pub struct DemoArgs {
+/// What the demo does.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
     /// Number of node processes.
-    #[arg(long, default_value_t = 5)]
-    nodes: usize,
+    pub nodes: usize,
     /// Minutes of 60 Hz data per bus.
-    #[arg(long, default_value_t = 3)]
-    minutes: u32,
+    pub minutes: u32,
     /// PMU buses, one series each.
-    #[arg(long, default_value_t = 4)]
-    buses: u32,
-    /// Working directory for certificates, configs, data and logs (default: a new temporary one).
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    pub buses: u32,
+    /// Working directory for certificates, configs, data and logs (`None`: a new temporary one).
+    pub dir: Option<PathBuf>,
     /// Keep the cluster running after the demo until Ctrl-C.
-    #[arg(long)]
-    serve: bool,
+    pub serve: bool,
     /// Keep the working directory afterwards.
-    #[arg(long)]
-    keep: bool,
+    pub keep: bool,
 }
 
-/// Runs the demo.
-pub async fn run(args: DemoArgs) -> Result<()> {
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions { nodes: 5, minutes: 3, buses: 4, dir: None, serve: false, keep: false }
+    }
+}
+
+/// Runs the demo on node processes of `binary` (the `timeshard` command line). Ctrl-C stops
+/// every node cleanly at any point.
+pub async fn run(binary: &Path, args: &DemoOptions) -> Result<()> {
     if args.nodes == 0 || args.buses == 0 || args.minutes == 0 {
         bail!("--nodes, --buses and --minutes must be at least 1");
     }
@@ -54,7 +47,6 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("timeshard-demo-{}", std::process::id())), true),
     };
-    let binary = std::env::current_exe().context("cannot find the timeshard binary")?;
     println!("timeshard demo: {} node processes on loopback, working directory {}", args.nodes, dir.display());
     let started = Instant::now();
     let cluster = tokio::select! {
@@ -65,7 +57,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         println!("  node-{i}  {}  id {}", cluster.addr(i), cluster.id(i).short());
     }
     let outcome = tokio::select! {
-        r = exercise(&cluster, &args, started) => r,
+        r = exercise(&cluster, args, started) => r,
         _ = wait_for_stop_signal() => Err(anyhow::anyhow!("interrupted")),
     };
     if outcome.is_ok() && args.serve {
@@ -94,7 +86,7 @@ fn count_in(points: &[Point], range: &TimeRange) -> usize {
     points.iter().filter(|p| range.contains(p.ts)).count()
 }
 
-async fn exercise(cluster: &LocalCluster, args: &DemoArgs, started: Instant) -> Result<()> {
+async fn exercise(cluster: &LocalCluster, args: &DemoOptions, started: Instant) -> Result<()> {
     cluster.wait_converged(Duration::from_secs(30)).await?;
     println!("cluster ready in {:.2} s: every node knows the others", started.elapsed().as_secs_f64());
 

@@ -10,9 +10,7 @@
 //! - `counter` id `c`, sample `i`: `ts = T0 + i * 1e9`, value 0 at `i = 0`, then increasing by
 //!   `splitmix64(seed_c + i) % 11` each second, `seed_c = SEED + 0xC0FFEE00 + c * 0x9E3779B97F4A7C15`.
 
-use crate::point::Point;
-use crate::series::SeriesKey;
-use crate::time::Timestamp;
+use timeshard_proto::{Point, SeriesKey, Timestamp};
 
 /// Seed of both datasets.
 pub const SEED: u64 = 0x7469_6D65_7368_6172;

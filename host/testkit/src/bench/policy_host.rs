@@ -1,6 +1,6 @@
-//! `timeshard bench policy`: what WebAssembly policies cost, as specified in
-//! shared/BENCHMARKS.md. Library code, so the CLI and `examples/bench_policy.rs` share it.
-//! Run it from a release build; it measures and never asserts.
+//! The in-process part of `timeshard bench policy`: what WebAssembly policies cost in the
+//! policy host, as specified in shared/BENCHMARKS.md. Run it from a release build; it measures
+//! and never asserts.
 //!
 //! What each figure measures (medians over `repetitions` unless said otherwise):
 //! - `ns_per_point.native`: the ingest path with no policy: validating a 1,000-point `pmu`
@@ -20,18 +20,21 @@
 //!   process (`"scope": "single-process"`): `bytes_*` are the postcard-encoded bytes that would
 //!   cross the network (the partials vs the raw points), `ms_*` the time to encode, decode and
 //!   compute (summarize on each quantum + merge, vs encode the raw points + decode + a native
-//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by the node's benchmark.
+//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by [`super::policy`].
 
 use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
-use timeshard_proto::datasets::{T0, pmu, pmu_series};
+use timeshard_policy::signing::{self, TrustedKeys};
+use timeshard_policy::{
+    Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings,
+};
 use timeshard_proto::time::quanta;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 
-use crate::signing::{self, TrustedKeys};
-use crate::{Binding, Bindings, Kind, Limits, Module, Params, Partial, PolicyError, PolicyRef, Registry, Settings};
+use crate::datasets::{T0, pmu, pmu_series};
+use crate::stats::{median, percentile};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -124,17 +127,6 @@ pub fn native_validate(batch: Vec<Point>, min: f64, max: f64) -> (Vec<Point>, Ve
     (keep, rejected)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
-fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let i = ((xs.len() as f64 - 1.0) * p).round() as usize;
-    xs[i.min(xs.len() - 1)]
-}
-
 /// A registry trusting a fresh key, and that key.
 struct Bench {
     key: signing::SecretKey,
@@ -150,7 +142,7 @@ impl Bench {
         config: &[(&str, &str)],
         deadline_ms: Option<u64>,
     ) -> Result<PolicyRef, BenchError> {
-        let bytes = std::fs::read(crate::guest_artifact(&self.guest_dir, guest)?)
+        let bytes = std::fs::read(timeshard_policy::guest_artifact(&self.guest_dir, guest)?)
             .map_err(|e| BenchError::Setup(format!("reading guest {guest}: {e}")))?;
         let module = Module {
             policy: PolicyRef::new(guest, "1.0.0")?,
@@ -190,7 +182,7 @@ impl Bench {
             }
             samples.push(start.elapsed().as_nanos() as f64 / points as f64);
         }
-        Ok(median(samples))
+        Ok(median(&samples))
     }
 }
 
@@ -221,7 +213,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         }
         samples.push(start.elapsed().as_nanos() as f64 / all.len() as f64);
     }
-    let native = median(samples);
+    let native = median(&samples);
 
     bench.bind_ingest("pmu-validate")?;
     let wasm_validate = bench.ingest_ns_per_point(&series, &batches, reps)?;
@@ -241,7 +233,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         }
         samples.push(start.elapsed().as_nanos() as f64 / n as f64 / 1000.0);
     }
-    let instantiate_us = median(samples);
+    let instantiate_us = median(&samples);
 
     // A loop stopped at its deadline.
     bench.bind_ingest("hostile-loop")?;
@@ -259,7 +251,7 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
         let elapsed = start.elapsed();
         late.push(elapsed.saturating_sub(deadline).as_secs_f64() * 1e3);
     }
-    let loop_stop_ms_p99 = percentile(late, 0.99);
+    let loop_stop_ms_p99 = percentile(&late, 99.0);
 
     let pushdown =
         if opts.pushdown_seconds > 0 { Some(pushdown(&bench.registry, &rms, opts.pushdown_seconds)?) } else { None };

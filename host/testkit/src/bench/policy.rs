@@ -1,4 +1,4 @@
-//! `timeshard bench policy`: the policy host's figures (from `timeshard_policy::bench`, in this
+//! `timeshard bench policy`: the policy host's figures (from [`super::policy_host`], in this
 //! process) plus the push-down figure measured on a cluster of node processes: RMS over one
 //! day of 60 Hz data computed on the owner nodes and merged, versus fetching the raw points
 //! and computing it at the client.
@@ -7,46 +7,47 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use serde_json::json;
 use timeshard_policy::signing;
-use timeshard_proto::datasets::{self, T0};
 use timeshard_proto::{Point, TimeRange};
 use timeshard_sdk::{Client, SeriesPoints};
 
+use super::floor::Floor;
+use super::policy_host;
 use crate::cluster::{ClusterOptions, LocalCluster};
-use crate::stats::{Latencies, round3};
+use crate::datasets::{self, T0};
+use crate::stats::{Latencies, median, round3};
 
-/// Options of `bench policy`.
-#[derive(Debug, Args)]
-pub struct PolicyArgs {
-    /// Where to write the JSON result.
-    #[arg(long)]
-    json: PathBuf,
+/// What `bench policy` runs; `Default` is the benchmark as specified.
+#[derive(Clone, Debug)]
+pub struct PolicyOptions {
     /// The guest workspace, built by guest/build.sh.
-    #[arg(long, default_value = "guest")]
-    guest_dir: PathBuf,
+    pub guest_dir: PathBuf,
     /// Node processes for the push-down figure.
-    #[arg(long, default_value_t = 5)]
-    nodes: usize,
+    pub nodes: usize,
     /// Seconds of 60 Hz data for the push-down figure (one day by default).
-    #[arg(long, default_value_t = 86_400)]
-    pushdown_seconds: i64,
+    pub pushdown_seconds: i64,
     /// Repetitions of each push-down measurement (median reported).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    pub reps: usize,
     /// Fewer repetitions and one hour of push-down data, to check the benchmark runs.
-    #[arg(long)]
-    quick: bool,
+    pub quick: bool,
 }
 
-/// Runs the benchmark.
-pub async fn run(mut args: PolicyArgs) -> Result<()> {
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        PolicyOptions { guest_dir: PathBuf::from("guest"), nodes: 5, pushdown_seconds: 86_400, reps: 5, quick: false }
+    }
+}
+
+/// Runs the benchmark, the push-down part on node processes of `binary` (the `timeshard`
+/// command line), and returns its JSON document; prints a summary as it goes.
+pub async fn run(binary: &Path, options: &PolicyOptions) -> Result<serde_json::Value> {
+    let mut args = options.clone();
     if args.quick {
         args.pushdown_seconds = args.pushdown_seconds.min(3_600);
         args.reps = args.reps.min(2);
     }
-    let mut opts = timeshard_policy::bench::Options::default();
+    let mut opts = policy_host::Options::default();
     if args.quick {
         opts.repetitions = 3;
         opts.loop_samples = 20;
@@ -54,15 +55,15 @@ pub async fn run(mut args: PolicyArgs) -> Result<()> {
     }
     let guest_dir = args.guest_dir.clone();
     eprintln!("measuring the policy host (in this process)");
-    let host = tokio::task::spawn_blocking(move || timeshard_policy::bench::run(&guest_dir, &opts)).await??;
-    eprint!("{}", timeshard_policy::bench::summary(&host));
+    let host = tokio::task::spawn_blocking(move || policy_host::run(&guest_dir, &opts)).await??;
+    eprint!("{}", policy_host::summary(&host));
     let mut report = serde_json::to_value(&host)?;
     // The in-process estimate stays for comparison; the cluster figure is the benchmark's.
     report["pushdown_single_process"] = report["pushdown"].take();
-    report["pushdown"] = pushdown(&args).await?;
-    super::write_json(&args.json, &report)?;
-    println!("wrote {}", args.json.display());
-    Ok(())
+    let (pushdown, floor) = pushdown(binary, &args).await?;
+    report["pushdown"] = pushdown;
+    report["floor"] = serde_json::to_value(&floor)?;
+    Ok(report)
 }
 
 /// Sum over the cluster of the application bytes every node has sent.
@@ -74,23 +75,29 @@ async fn cluster_bytes_sent(clients: &[Client]) -> Result<u64> {
     Ok(total)
 }
 
-async fn pushdown(args: &PolicyArgs) -> Result<serde_json::Value> {
+/// The push-down figure on a cluster, and the floor measured on the same cluster.
+async fn pushdown(binary: &Path, args: &PolicyOptions) -> Result<(serde_json::Value, Floor)> {
     let rms_wasm = timeshard_policy::guest_artifact(&args.guest_dir, "rms")?;
     let dir = std::env::temp_dir().join(format!("timeshard-bench-policy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = pushdown_in(args, &dir, &rms_wasm).await;
+    let result = pushdown_in(binary, args, &dir, &rms_wasm).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-async fn pushdown_in(args: &PolicyArgs, dir: &Path, rms_wasm: &Path) -> Result<serde_json::Value> {
+async fn pushdown_in(
+    binary: &Path,
+    args: &PolicyOptions,
+    dir: &Path,
+    rms_wasm: &Path,
+) -> Result<(serde_json::Value, Floor)> {
     let key_file = dir.join("policy.key");
     let key = signing::generate_keypair()?;
     key.write(&key_file)?;
     let wasm = dir.join("rms.wasm");
     std::fs::copy(rms_wasm, &wasm).context("copying the rms component")?;
     signing::sign_file(&key_file, &wasm)?;
-    let mut options = ClusterOptions::new(args.nodes, dir.join("cluster"), std::env::current_exe()?);
+    let mut options = ClusterOptions::new(args.nodes, dir.join("cluster"), binary);
     options.log = "warn".into();
     options.policy = toml::from_str(&format!(
         "trusted_keys = [{:?}]\n[[modules]]\nname = \"rms\"\nversion = \"1.0.0\"\nkind = \"query\"\nwasm = {:?}\n\
@@ -105,11 +112,13 @@ async fn pushdown_in(args: &PolicyArgs, dir: &Path, rms_wasm: &Path) -> Result<s
     outcome
 }
 
-async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json::Value> {
+async fn measure(cluster: &LocalCluster, args: &PolicyOptions) -> Result<(serde_json::Value, Floor)> {
     cluster.wait_converged(Duration::from_secs(60)).await?;
     let series = datasets::pmu_series(0);
     let n = (args.pushdown_seconds * 60) as usize;
     let writer = cluster.client(0).await?;
+    let floor = Floor::measure(cluster.dir(), &writer).await?;
+    println!("{}", floor.summary());
     eprintln!("writing {n} points ({} s of 60 Hz data)", args.pushdown_seconds);
     for first in (0..n).step_by(50_000) {
         let points: Vec<Point> = datasets::pmu_points(0, first as u64, 50_000.min(n - first)).collect();
@@ -158,9 +167,7 @@ async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json
     if (rms_push - rms_raw).abs() > 1e-9 * rms_raw.abs().max(1.0) {
         bail!("push-down RMS {rms_push} differs from the raw RMS {rms_raw}");
     }
-    bytes_push.sort_unstable();
-    bytes_raw.sort_unstable();
-    let (bp, br) = (bytes_push[bytes_push.len() / 2], bytes_raw[bytes_raw.len() / 2]);
+    let (bp, br) = (median(&bytes_push), median(&bytes_raw));
     println!(
         "push-down over {} node processes: rms of {n} points moves {bp} bytes in {:.1} ms; fetching them raw moves {br} \
          bytes in {:.1} ms ({:.0}x fewer bytes)",
@@ -170,12 +177,11 @@ async fn measure(cluster: &LocalCluster, args: &PolicyArgs) -> Result<serde_json
         br as f64 / bp.max(1) as f64
     );
     println!("1-minute windows over the same span through the cluster: {:.1} ms", t_agg.percentile_ms(50.0));
-    Ok(
-        json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
+    let pushdown = json!({"policy": "rms", "span": if args.pushdown_seconds == 86_400 { "1d".to_string() } else { format!("{}s", args.pushdown_seconds) },
         "bytes_pushdown": bp, "bytes_raw": br,
         "ms_pushdown": round3(t_push.percentile_ms(50.0)), "ms_raw": round3(t_raw.percentile_ms(50.0)),
         "scope": "cluster", "nodes": cluster.len(), "points": n, "rms": rms_push,
         "agg_1m_windows_ms": round3(t_agg.percentile_ms(50.0)),
-        "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"}),
-    )
+        "bytes_counted": "application frames sent by every node (peer requests and answers, and answers to the client)"});
+    Ok((pushdown, floor))
 }

@@ -1,0 +1,129 @@
+//! `timeshard bench ...`: the benchmarks of `timeshard-testkit`, each writing one JSON document
+//! (see BENCHMARKS.md). They measure; they never pass or fail.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use timeshard_testkit::bench::paper::{self, PaperOptions};
+use timeshard_testkit::bench::policy::{self, PolicyOptions};
+use timeshard_testkit::bench::store::{self, BenchOptions};
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// The seed paper's Tables I and II plus batched ingest, on a local cluster of node processes.
+    Paper(PaperArgs),
+    /// One node's storage engine on the real disk: ingest, bytes per point, scan, aggregates,
+    /// recovery.
+    Store(StoreArgs),
+    /// WebAssembly policies: per-point cost, call overhead, instantiation, deadline stop, and
+    /// push-down on a cluster of node processes. Needs guest/build.sh first.
+    Policy(PolicyArgs),
+}
+
+/// Options of `bench paper`.
+#[derive(Debug, Args)]
+pub(crate) struct PaperArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Node processes.
+    #[arg(long, default_value_t = PaperOptions::default().nodes)]
+    nodes: usize,
+    /// Single-point writes per (format, RF).
+    #[arg(long, default_value_t = PaperOptions::default().writes)]
+    writes: usize,
+    /// Repetitions of each read.
+    #[arg(long, default_value_t = PaperOptions::default().read_reps)]
+    read_reps: usize,
+    /// Seconds of batched ingest.
+    #[arg(long, default_value_t = PaperOptions::default().ingest_secs)]
+    ingest_secs: u64,
+    /// Batches the ingest client keeps in flight.
+    #[arg(long, default_value_t = PaperOptions::default().in_flight)]
+    in_flight: usize,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Options of `bench store`.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Directory on the disk to measure (filled and removed); default: a new one under the
+    /// system's temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Options of `bench policy`.
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// The guest workspace, built by guest/build.sh.
+    #[arg(long, default_value_os_t = PolicyOptions::default().guest_dir)]
+    guest_dir: PathBuf,
+    /// Node processes for the push-down figure.
+    #[arg(long, default_value_t = PolicyOptions::default().nodes)]
+    nodes: usize,
+    /// Seconds of 60 Hz data for the push-down figure (one day by default).
+    #[arg(long, default_value_t = PolicyOptions::default().pushdown_seconds)]
+    pushdown_seconds: i64,
+    /// Repetitions of each push-down measurement (median reported).
+    #[arg(long, default_value_t = PolicyOptions::default().reps)]
+    reps: usize,
+    /// Fewer repetitions and one hour of push-down data, to check the benchmark runs.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Runs a benchmark and writes its JSON document.
+pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
+    // The cluster benchmarks run node processes of this very binary.
+    let binary = || std::env::current_exe().context("cannot find the timeshard binary");
+    let (json, report) = match cmd {
+        BenchCommand::Paper(a) => {
+            let options = PaperOptions {
+                nodes: a.nodes,
+                writes: a.writes,
+                read_reps: a.read_reps,
+                ingest_secs: a.ingest_secs,
+                in_flight: a.in_flight,
+                dir: a.dir,
+            };
+            (a.json, paper::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Store(a) => {
+            let options = if a.quick { BenchOptions::quick() } else { BenchOptions::default() };
+            (a.json, store::run(a.dir, options).await?)
+        }
+        BenchCommand::Policy(a) => {
+            let options = PolicyOptions {
+                guest_dir: a.guest_dir,
+                nodes: a.nodes,
+                pushdown_seconds: a.pushdown_seconds,
+                reps: a.reps,
+                quick: a.quick,
+            };
+            (a.json, policy::run(&binary()?, &options).await?)
+        }
+    };
+    write_json(&json, &report)?;
+    println!("wrote {}", json.display());
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path`.
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,13 @@
+//! `timeshard status`: what one node knows of itself and the cluster.
+
+use anyhow::Result;
+
+use crate::conn::ConnArgs;
+
+pub(crate) async fn run(args: ConnArgs) -> Result<()> {
+    let client = args.connect().await?;
+    let s = client.status().await?;
+    println!("node {} at {} (version {}), knows {} peers", s.id, s.addr, s.version, s.peers);
+    client.close().await;
+    Ok(())
+}

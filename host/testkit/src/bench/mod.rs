@@ -1,0 +1,9 @@
+//! The benchmarks of BENCHMARKS.md. Each `run` returns its JSON document, with the [`floor`]
+//! measured in the same run, and prints a short human summary; they measure and never pass or
+//! fail.
+
+pub mod floor;
+pub mod paper;
+pub mod policy;
+pub mod policy_host;
+pub mod store;

@@ -1,0 +1,88 @@
+//! `timeshard bench ...` end to end at tiny sizes (the figures mean nothing here): each writes
+//! one JSON document with the keys of BENCHMARKS.md, the `floor` object included.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
+
+/// Runs `timeshard bench <args> --json <dir>/out.json` and returns the document.
+fn bench(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let json = dir.join("out.json");
+    let out = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .env("TIMESHARD_NODE_LOG", "warn")
+        .output()
+        .expect("the binary runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("floor: fsync"), "the summary shows the floor:\n{stdout}");
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON document")).expect("valid JSON")
+}
+
+fn assert_keys(doc: &serde_json::Value, keys: &[&str]) {
+    for key in keys {
+        assert!(doc.get(key).is_some(), "{key} missing from {doc}");
+    }
+}
+
+fn assert_floor(doc: &serde_json::Value) {
+    for key in ["fsync_p50_ms", "fsync_p99_ms", "quic_rtt_p50_ms", "quic_rtt_p99_ms"] {
+        assert!(doc["floor"][key].as_f64().is_some_and(|v| v >= 0.0), "floor.{key} in {doc}");
+    }
+    assert!(doc["floor"]["quic_rtt_p50_ms"].as_f64().unwrap() > 0.0, "{doc}");
+}
+
+#[test]
+fn bench_store_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let doc = bench(dir.path(), &["store", "--quick", "--dir", data.to_str().unwrap()]);
+    assert_keys(
+        &doc,
+        &[
+            "ingest_points_per_s",
+            "bytes_per_point",
+            "scan_points_per_s",
+            "agg_day_1m_ms",
+            "agg_year_1h_ms",
+            "recovery_s_per_gb",
+        ],
+    );
+    assert_keys(&doc["bytes_per_point"], &["pmu", "counter"]);
+    assert_floor(&doc);
+    assert!(!data.exists(), "the benchmark removes its data directory");
+}
+
+#[test]
+fn bench_paper_small_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let args = ["paper", "--nodes", "7", "--writes", "20", "--read-reps", "2", "--ingest-secs", "1"];
+    let doc = bench(dir.path(), &[&args[..], &["--dir", work.to_str().unwrap()]].concat());
+    assert_keys(&doc, &["nodes", "writes", "reads", "ingest", "floor"]);
+    assert_eq!(doc["nodes"], 7);
+    assert_eq!(doc["writes"].as_array().unwrap().len(), 6);
+    assert_keys(&doc["writes"][0], &["format", "rf", "n", "p50_ms", "p99_ms", "mean_ms"]);
+    let points: Vec<u64> = doc["reads"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).collect();
+    assert_eq!(points, [600, 4800, 9000, 600, 4800, 9000]);
+    assert_keys(&doc["ingest"], &["rf", "w", "batch", "points_per_s"]);
+    assert_floor(&doc);
+}
+
+#[test]
+fn bench_policy_quick_writes_its_document() {
+    let guest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guest");
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["policy", "--quick", "--nodes", "3", "--pushdown-seconds", "120", "--reps", "1"];
+    let doc = bench(dir.path(), &[&args[..], &["--guest-dir", guest_dir.to_str().unwrap()]].concat());
+    assert_keys(&doc, &["ns_per_point", "call_overhead_ns", "instantiate_us", "loop_stop_ms_p99", "pushdown", "floor"]);
+    assert_keys(&doc["ns_per_point"], &["native", "wasm_validate", "wasm_deadband"]);
+    assert_keys(&doc["pushdown"], &["policy", "span", "bytes_pushdown", "bytes_raw", "ms_pushdown", "ms_raw"]);
+    assert_eq!(doc["pushdown"]["scope"], "cluster");
+    assert_eq!(doc["pushdown"]["points"], 7200);
+    assert_floor(&doc);
+}
