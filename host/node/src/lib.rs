@@ -4,7 +4,8 @@
 //!
 //! Module map: [`config`] (TOML settings), [`pki`] (development CA), [`net`] (endpoint and peer
 //! connections), [`dht`] (routing table and lookups over the network), [`coordinator`] (client
-//! writes and reads across replicas), [`server`] (accepting and answering requests), [`node`]
+//! writes, reads, aggregates, policy queries and series listings across replicas, one submodule
+//! per path), [`server`] (accepting and answering requests), [`node`]
 //! (start and shutdown), [`cluster`] (local multi-process clusters), [`demo`], [`bench`], [`cli`].
 
 pub mod bench;
