@@ -5,9 +5,10 @@
 //!
 //! Module map: [`config`] (TOML settings), [`pki`] (development CA), [`net`] (endpoint and peer
 //! connections), [`dht`] (routing table and lookups over the network), [`coordinator`] (client
-//! writes and reads across replicas), [`server`] (accepting and answering requests), [`node`]
-//! (start and shutdown), [`policies`] (ingest and query policies on the node), [`process`] (ready file
-//! and stop signals of a node process).
+//! writes, reads, aggregates, policy queries and series listings across replicas, one submodule
+//! per path), [`server`] (accepting and answering requests), [`node`] (start and shutdown),
+//! [`policies`] (ingest and query policies on the node), [`process`] (ready file and stop
+//! signals of a node process).
 
 pub mod config;
 pub mod coordinator;

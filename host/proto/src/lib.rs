@@ -3,18 +3,23 @@
 //! Owns ids and the XOR metric ([`id`]), timestamps, ranges and quanta ([`time`]), series keys
 //! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), write placement and
-//! quorum tracking ([`placement`]), the wire messages with their framing ([`wire`]), and window
-//! aggregates and their merging ([`window`]).
+//! quorum tracking ([`placement`]), replica agreement and merging on the read side
+//! ([`agreement`]), the paging of range reads ([`read`]), the quantum index of a series
+//! ([`quantum_index`]), window aggregates ([`window`]), and the wire messages with their framing
+//! ([`wire`]).
 //!
 //! It does no I/O and reads no clock: callers pass `now` and move the bytes. That keeps every
 //! decision testable without sockets (the model is quinn-proto).
 
+pub mod agreement;
 pub mod class;
 pub mod id;
 pub mod key;
 pub mod lookup;
 pub mod placement;
 pub mod point;
+pub mod quantum_index;
+pub mod read;
 pub mod routing;
 pub mod series;
 pub mod time;

@@ -1,4 +1,4 @@
-//! Placement and quorum bookkeeping for the coordinator of a write or a read.
+//! Placement and quorum bookkeeping for the coordinator of a write.
 //!
 //! A client batch is split into blocks, one per (series, quantum), each with its time-factored
 //! id ([`split_batch`]). Once the caller has found the replicas of every block, a [`WritePlan`]
@@ -13,7 +13,7 @@ use crate::id::Id;
 use crate::key::block_id;
 use crate::point::{Point, sort_dedup};
 use crate::series::SeriesKey;
-use crate::time::{Quantum, TimeRange};
+use crate::time::Quantum;
 use crate::wire::{BlockPoints, SeriesPoints};
 
 /// One block of a client batch, with where it goes.
@@ -156,14 +156,6 @@ impl<T: std::hash::Hash + Eq> WritePlan<T> {
     }
 }
 
-/// Merges the answers of several replicas for one range: union, sorted, deduplicated, and
-/// trimmed exactly to `range`.
-pub fn merge_replica_answers(answers: impl IntoIterator<Item = Vec<Point>>, range: &TimeRange) -> Vec<Point> {
-    let mut all: Vec<Point> = answers.into_iter().flatten().filter(|p| range.contains(p.ts)).collect();
-    sort_dedup(&mut all);
-    all
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,18 +217,5 @@ mod tests {
         // Too few replicas known at all: fails at once.
         let plan = WritePlan::new(need().zip(vec![vec![a]; 3]));
         assert_eq!(plan.progress(), WriteProgress::Failed);
-    }
-
-    #[test]
-    fn replica_answers_merge_exactly() {
-        let range = TimeRange::new(10, 20).unwrap();
-        let merged = merge_replica_answers(
-            [
-                vec![Point::new(9, 0.0), Point::new(10, 1.0), Point::new(15, 2.0)],
-                vec![Point::new(15, 2.0), Point::new(20, 3.0)],
-            ],
-            &range,
-        );
-        assert_eq!(merged, vec![Point::new(10, 1.0), Point::new(15, 2.0)]);
     }
 }

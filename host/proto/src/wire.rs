@@ -263,6 +263,21 @@ pub enum ErrorCode {
     Policy,
 }
 
+impl ErrorCode {
+    /// Whether an error from one replica may not recur at another, so asking the next replica
+    /// helps; the other codes say the request itself is wrong and would fail everywhere.
+    pub fn is_replica_fault(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Unavailable
+                | ErrorCode::Overloaded
+                | ErrorCode::Storage
+                | ErrorCode::Internal
+                | ErrorCode::TooLarge
+        )
+    }
+}
+
 /// Most rejected points a write answer lists one by one.
 pub const MAX_REPORTED_REJECTIONS: usize = 1_000;
 /// Most parameters of a query, and their longest name or value in bytes.
@@ -704,6 +719,15 @@ mod tests {
         assert!(matches!(outside.validate(&limits), Err(InvalidRequest::OutsideQuantum { .. })));
         let read = Request::Read { series: series().into(), start: 0, end: 10, after: None, limit: 0 };
         assert!(matches!(read.validate(&limits), Err(InvalidRequest::BadPageLimit { .. })));
+    }
+
+    #[test]
+    fn only_replica_faults_are_worth_asking_another_replica() {
+        assert!(ErrorCode::Unavailable.is_replica_fault());
+        assert!(ErrorCode::Storage.is_replica_fault());
+        assert!(!ErrorCode::Malformed.is_replica_fault());
+        assert!(!ErrorCode::Policy.is_replica_fault());
+        assert!(!ErrorCode::InvalidRange.is_replica_fault());
     }
 
     proptest! {

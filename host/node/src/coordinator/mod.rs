@@ -1,0 +1,229 @@
+//! Coordinating client writes, reads and queries across replicas.
+//!
+//! One module per path: `write` (placing a batch on RF replicas each and waiting for W
+//! acknowledgements, with series registrations and quantum index entries in the same round),
+//! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
+//! `query` (window aggregates and query policies pushed down to the owners of each block and
+//! merged here) and `series` (listing the cluster's series, whether one was ever written).
+//!
+//! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
+//! locally when it is this node), ordering and asking R replicas of a block, and fetching one
+//! block's points. The decisions themselves (placement and quorum, replica agreement, paging,
+//! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
+//! quantum_index}`; the coordinator runs them over the network.
+
+mod query;
+mod read;
+mod series;
+mod write;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use timeshard_policy::Registry;
+use timeshard_proto::agreement::merge_page;
+use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
+use timeshard_proto::{Classes, Contact, Id, Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange};
+use timeshard_store::Store;
+
+use crate::config::LimitsConfig;
+use crate::dht::Dht;
+use crate::server::serve_replica;
+
+pub use write::WriteOutcome;
+
+/// Placement lookups a write or query runs at once.
+const PLACEMENT_PARALLELISM: usize = 32;
+/// Owner requests a query keeps in flight.
+const OWNER_PARALLELISM: usize = 16;
+
+/// Coordinates the writes and reads clients send to this node.
+#[derive(Debug)]
+pub struct Coordinator {
+    dht: Arc<Dht>,
+    store: Arc<dyn Store>,
+    classes: Classes,
+    limits: LimitsConfig,
+    registered: Mutex<HashSet<SeriesKey>>,
+    /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
+    indexed: Mutex<HashSet<(SeriesKey, i64)>>,
+    policies: Option<Arc<Registry>>,
+}
+
+fn unavailable(message: String) -> ErrorReply {
+    ErrorReply::new(ErrorCode::Unavailable, message)
+}
+
+/// Runs `futures` with at most `limit` in flight; returns their outputs in the order given.
+// Takes a Vec, not an iterator: an iterator adapter's closure held across the awaits below
+// trips rustc's `Send` inference for the spawned request tasks.
+async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize) -> Vec<F::Output> {
+    let mut pending = futures.into_iter().enumerate();
+    let mut in_flight = FuturesUnordered::new();
+    let mut out = Vec::new();
+    loop {
+        while in_flight.len() < limit.max(1) {
+            let Some((i, f)) = pending.next() else { break };
+            in_flight.push(async move { (i, f.await) });
+        }
+        match in_flight.next().await {
+            Some((i, v)) => out.push((i, v)),
+            None => break,
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, v)| v).collect()
+}
+
+impl Coordinator {
+    /// A coordinator placing data through `dht` and storing this node's share in `store`.
+    pub fn new(
+        dht: Arc<Dht>,
+        store: Arc<dyn Store>,
+        classes: Classes,
+        limits: LimitsConfig,
+        policies: Option<Arc<Registry>>,
+    ) -> Coordinator {
+        Coordinator {
+            dht,
+            store,
+            classes,
+            limits,
+            registered: Mutex::new(HashSet::new()),
+            indexed: Mutex::new(HashSet::new()),
+            policies,
+        }
+    }
+
+    /// The policy registry, if this node runs policies.
+    pub fn policies(&self) -> Option<&Arc<Registry>> {
+        self.policies.as_ref()
+    }
+
+    fn registry(&self) -> Result<Arc<Registry>, ErrorReply> {
+        self.policies.clone().ok_or_else(|| {
+            ErrorReply::new(
+                ErrorCode::Policy,
+                "this node runs no policies: configure [policy] with trusted keys, modules and bindings",
+            )
+        })
+    }
+
+    /// The class table.
+    pub fn classes(&self) -> &Classes {
+        &self.classes
+    }
+
+    /// Sends `req` to `contact`, or serves it locally if that is this node.
+    async fn replica_call(&self, contact: &Contact, req: Request) -> Result<Response, ErrorReply> {
+        if contact.id == self.dht.me().id {
+            let local = match req {
+                Request::Summarize { .. } => self.summarize_local(req).await,
+                req => serve_replica(&self.store, req).await,
+            };
+            return match local {
+                Response::Error(e) => Err(e),
+                r => Ok(r),
+            };
+        }
+        match self.dht.call(contact, &req).await {
+            Ok(resp) => Ok(resp),
+            // The replica answered: its error says what is wrong, with its own code.
+            Err(crate::net::NetError::Call { source: timeshard_sdk::transport::CallError::Remote(reply), .. }) => {
+                Err(reply)
+            }
+            Err(e) => Err(unavailable(e.to_string())),
+        }
+    }
+
+    /// The replicas of block `id`, the local node first (no network) and peers that failed
+    /// lately last.
+    async fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
+        let mut replicas = self.dht.replicas(id, usize::from(class.replication.rf)).await;
+        let me = self.dht.me().id;
+        replicas.sort_by_key(|c| (c.id != me, self.dht.is_suspect(&c.id)));
+        replicas
+    }
+
+    /// Asks `r` of `replicas` with `ask`, moving on to the next replica whenever one fails.
+    /// Fails if fewer than `r` answer.
+    async fn ask_replicas<T, F, Fut>(
+        replicas: &[Contact],
+        r: usize,
+        what: impl FnOnce() -> String,
+        ask: F,
+    ) -> Result<Vec<T>, ErrorReply>
+    where
+        F: Fn(Contact) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ErrorReply>>,
+    {
+        let mut candidates = replicas.iter().copied();
+        let mut in_flight: FuturesUnordered<_> = candidates.by_ref().take(r).map(&ask).collect();
+        let mut answers = Vec::with_capacity(r);
+        let mut last_error = None;
+        while let Some(result) = in_flight.next().await {
+            match result {
+                Ok(answer) => {
+                    answers.push(answer);
+                    if answers.len() == r {
+                        return Ok(answers);
+                    }
+                }
+                // Another replica cannot do better with a request that is itself wrong.
+                Err(e) if !e.code.is_replica_fault() => return Err(e),
+                Err(e) => {
+                    last_error = Some(e);
+                    if let Some(next) = candidates.next() {
+                        in_flight.push(ask(next));
+                    }
+                }
+            }
+        }
+        Err(unavailable(format!(
+            "only {} of the {r} replicas needed answered for {}{}",
+            answers.len(),
+            what(),
+            last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
+        )))
+    }
+
+    /// Reads one block from R of its replicas and merges the answers.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_block(
+        &self,
+        series: &SeriesKey,
+        class: &SeriesClass,
+        id: Id,
+        quantum: Quantum,
+        part: TimeRange,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<Vec<Point>, ErrorReply> {
+        let replicas = self.ordered_replicas(id, class).await;
+        let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits.max_page_points);
+        let fetch = |c: Contact| async move {
+            let mut points = Vec::new();
+            let mut cursor = after;
+            loop {
+                let req =
+                    Request::Fetch { series: series.clone(), quantum, range: part, after: cursor, limit: limit_u32 };
+                match self.replica_call(&c, req).await? {
+                    Response::Points { points: page, more } => {
+                        cursor = page.last().map(Point::key).or(cursor);
+                        points.extend(page);
+                        if !more || points.len() >= limit {
+                            return Ok(points);
+                        }
+                    }
+                    other => return Err(unavailable(format!("unexpected answer to a fetch: {other:?}"))),
+                }
+            }
+        };
+        let r = usize::from(class.replication.r);
+        let what = || format!("{series} at quantum {}", quantum.start);
+        let answers = Self::ask_replicas(&replicas, r, what, fetch).await?;
+        Ok(merge_page(answers, &part, after, limit))
+    }
+}
