@@ -316,7 +316,7 @@ impl DiskStore {
         DiskStore::open_with_backend(Arc::new(backend), config)
     }
 
-    /// Opens the store over any backend (tests use [`crate::sim::SimBackend`]).
+    /// Opens the store over any backend (tests use [`crate::faulty_disk::FaultyDisk`]).
     pub fn open_with_backend(backend: Arc<dyn Backend>, mut config: DiskConfig) -> Result<DiskStore, StoreError> {
         config.max_block_points = config.max_block_points.clamp(1, block::MAX_POINTS / 2);
         let mut problems = Vec::new();

@@ -52,10 +52,10 @@ pub mod backend;
 pub mod bench;
 pub mod block;
 mod disk;
+pub mod faulty_disk;
 mod frame;
 mod index;
 mod mem;
-pub mod sim;
 pub mod wal;
 
 pub use agg::{Summary, WindowAggregate};

@@ -9,15 +9,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
-use timeshard_store::sim::{SimBackend, SplitMix64};
+use timeshard_store::faulty_disk::{FaultyDisk, SplitMix64};
 use timeshard_store::{DiskConfig, Store};
 
 use common::*;
 
 #[test]
 fn readers_see_every_acknowledged_point_while_maintenance_moves_blocks() {
-    let sim = SimBackend::new();
-    let store = open(&sim, DiskConfig { block_segment_bytes: 2 << 10, ..small_config() });
+    let disk = FaultyDisk::new();
+    let store = open(&disk, DiskConfig { block_segment_bytes: 2 << 10, ..small_config() });
     let k: SeriesKey = "race{n=1}".parse().unwrap();
     let acked: Mutex<BTreeSet<PointKey>> = Mutex::new(BTreeSet::new());
     let stop = AtomicBool::new(false);
