@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use timeshard_proto::time::check_timestamp;
+use timeshard_proto::window::check_windows;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
@@ -37,7 +38,7 @@ use crate::block::{self, Codec};
 use crate::frame;
 use crate::index::{self, Edit, Image, Loc};
 use crate::wal::{self, Def, Record, Wal};
-use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start};
+use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, page_start};
 
 /// On-disk format version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -1767,7 +1768,7 @@ impl Store for DiskStore {
         range: TimeRange,
         window_ns: i64,
     ) -> Result<Vec<WindowAggregate>, StoreError> {
-        check_windows(&range, window_ns)?;
+        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
         let Some((id, len)) = self.lookup(series) else {
             return Ok(Vec::new());
         };

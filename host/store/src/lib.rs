@@ -178,7 +178,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,
     /// mean, first and last per window, for the windows that hold points, in time order.
     /// Windows are aligned to multiples of `window_ns` since the epoch and trimmed to `range`.
-    /// First and last follow point identity order (time, event, value).
+    /// First and last follow point identity order (time, event, value). A width that is not
+    /// positive, or makes more than [`timeshard_proto::window::MAX_WINDOWS`] windows, is
+    /// refused as [`StoreError::InvalidInput`].
     fn aggregate(
         &self,
         series: &SeriesKey,
@@ -190,26 +192,6 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs
     /// for how often to call it.
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError>;
-}
-
-/// Most windows one aggregate query may produce; a wider query must be split by the caller.
-pub const MAX_WINDOWS: i64 = 10_000_000;
-
-/// Checks a window width against a range, with a clear error.
-pub fn check_windows(range: &TimeRange, window_ns: i64) -> Result<(), StoreError> {
-    if window_ns <= 0 {
-        return Err(StoreError::InvalidInput(format!(
-            "aggregate window of {window_ns} ns: the window must be a positive number of nanoseconds"
-        )));
-    }
-    let windows = range.len_ns() / window_ns + 2;
-    if windows > MAX_WINDOWS {
-        return Err(StoreError::InvalidInput(format!(
-            "aggregate over {range:?} in windows of {window_ns} ns makes about {windows} windows; \
-             the limit is {MAX_WINDOWS}: use wider windows or a shorter range"
-        )));
-    }
-    Ok(())
 }
 
 pub use timeshard_proto::point::page_start;
