@@ -15,15 +15,51 @@ use crate::block;
 use crate::index::Loc;
 use crate::{ReadPage, StoreError, page_start};
 
+/// Why reading a sealed block failed.
 pub(super) enum Load {
     /// The segment is gone (compacted since the location was read): look it up again.
     Gone,
+    /// Any other failure, for the caller.
     Err(StoreError),
 }
 
+/// What a read copied of one block under the state lock, to read the sealed part unlocked.
+struct BlockView {
+    /// The block's quantum start.
+    start: i64,
+    /// Where its sealed frame is, if it has one.
+    sealed: Option<Loc>,
+    /// The open points the read needs, sorted.
+    open: Vec<Point>,
+}
+
+/// How an aggregate takes one block.
 enum AggView {
-    Summary(i64, Summary),
-    Raw(i64, Option<Loc>, Vec<Point>),
+    /// The block lies within one window and the range: its summary stands for its points.
+    Summary { start: i64, summary: Summary },
+    /// A window or the range cuts the block, or it has late data: its points are needed.
+    Points(BlockView),
+}
+
+/// Most times one read starts over at a block that compaction moved while it was read.
+const MOVED_RETRIES: u32 = 8;
+
+/// Runs `pass` until it finishes, again each time it stops at a block whose segment compaction
+/// removed ([`Load::Gone`]), at most [`MOVED_RETRIES`] times. A pass keeps its progress (a
+/// cursor, what it has collected) in captured state, so the next one looks up the moved block's
+/// new location and goes on from there.
+fn retry_moved<T>(mut pass: impl FnMut() -> Result<T, Load>) -> Result<T, StoreError> {
+    let mut retries = 0;
+    loop {
+        match pass() {
+            Ok(v) => return Ok(v),
+            Err(Load::Gone) if retries < MOVED_RETRIES => retries += 1,
+            Err(Load::Gone) => {
+                return Err(StoreError::Unavailable("blocks kept moving during compaction; retry the read".into()));
+            }
+            Err(Load::Err(e)) => return Err(e),
+        }
+    }
 }
 
 impl DiskStore {
@@ -62,72 +98,70 @@ impl DiskStore {
             return Ok(Vec::new());
         };
         let mut agg = Aggregator::new(range, window_ns);
+        // The first block not yet added.
         let mut cursor = len.quantum_of(range.start()).start;
-        let mut retries = 0;
-        'outer: loop {
-            let views: Vec<AggView> = {
-                let st = self.read_state();
-                let Some(s) = st.series.get(&id) else { break };
-                s.blocks
-                    .range(cursor..range.end())
-                    .take(1024)
-                    .map(|(&start, b)| {
-                        let whole = agg.fits_one_window(start, start + len.ns());
-                        match (b.sealed, b.open.is_empty()) {
-                            (Some(loc), true) if whole => AggView::Summary(start, loc.summary),
-                            (None, false) if whole => {
-                                AggView::Summary(start, Summary::of(&b.open).expect("open is not empty"))
+        retry_moved(|| {
+            loop {
+                let views: Vec<AggView> = {
+                    let st = self.read_state();
+                    let Some(s) = st.series.get(&id) else { return Ok(()) };
+                    s.blocks
+                        .range(cursor..range.end())
+                        .take(1024)
+                        .map(|(&start, b)| {
+                            let whole = agg.fits_one_window(start, start + len.ns());
+                            match (b.sealed, b.open.is_empty()) {
+                                (Some(loc), true) if whole => AggView::Summary { start, summary: loc.summary },
+                                (None, false) if whole => AggView::Summary {
+                                    start,
+                                    summary: Summary::of(&b.open).expect("open is not empty"),
+                                },
+                                _ => {
+                                    let lo = b.open.partition_point(|p| p.ts < range.start());
+                                    let hi = b.open.partition_point(|p| p.ts < range.end());
+                                    let open = b.open[lo..hi.max(lo)].to_vec();
+                                    AggView::Points(BlockView { start, sealed: b.sealed, open })
+                                }
                             }
-                            _ => {
-                                let lo = b.open.partition_point(|p| p.ts < range.start());
-                                let hi = b.open.partition_point(|p| p.ts < range.end());
-                                AggView::Raw(start, b.sealed, b.open[lo..hi.max(lo)].to_vec())
-                            }
+                        })
+                        .collect()
+                };
+                if views.is_empty() {
+                    return Ok(());
+                }
+                for v in views {
+                    match v {
+                        AggView::Summary { start, summary } => {
+                            self.summaries_used.fetch_add(1, Ordering::Relaxed);
+                            agg.push_summary(agg.window_of(start), &summary);
+                            cursor = start + 1;
                         }
-                    })
-                    .collect()
-            };
-            if views.is_empty() {
-                break;
-            }
-            for v in views {
-                match v {
-                    AggView::Summary(start, s) => {
-                        self.summaries_used.fetch_add(1, Ordering::Relaxed);
-                        agg.push_summary(agg.window_of(start), &s);
-                        cursor = start + 1;
-                    }
-                    AggView::Raw(start, sealed, open) => {
-                        let pts = match sealed {
-                            None => open,
-                            Some(loc) => match self.load(id, start, &loc) {
-                                Ok(p) => union(p, &open),
-                                Err(Load::Gone) if retries < 8 => {
-                                    retries += 1;
-                                    cursor = start;
-                                    continue 'outer;
-                                }
-                                Err(Load::Gone) => {
-                                    return Err(StoreError::Unavailable(
-                                        "blocks kept moving during compaction; retry".into(),
-                                    ));
-                                }
-                                Err(Load::Err(e)) => return Err(e),
-                            },
-                        };
-                        agg.push_points(&pts);
-                        cursor = start + 1;
+                        AggView::Points(BlockView { start, sealed, open }) => {
+                            let pts = match sealed {
+                                None => open,
+                                Some(loc) => match self.load(id, start, &loc) {
+                                    Ok(p) => union(p, &open),
+                                    Err(e) => {
+                                        // Moved: the next pass starts at this block.
+                                        cursor = start;
+                                        return Err(e);
+                                    }
+                                },
+                            };
+                            agg.push_points(&pts);
+                            cursor = start + 1;
+                        }
                     }
                 }
             }
-        }
+        })?;
         Ok(agg.finish())
     }
 
     /// The summary of one block (series, quantum start) over all its points, sealed and late,
     /// computed canonically; `None` if the block holds nothing.
     pub fn block_summary(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<Summary>, StoreError> {
-        for _ in 0..4 {
+        retry_moved(|| {
             let (id, sealed, open) = {
                 let st = self.read_state();
                 let Some(&id) = st.ids.get(series) else {
@@ -142,13 +176,8 @@ impl DiskStore {
                     (Some(loc), false) => (id, loc, b.open.clone()),
                 }
             };
-            match self.load(id, quantum_start, &sealed) {
-                Ok(pts) => return Ok(Summary::of(&union(pts, &open))),
-                Err(Load::Gone) => continue,
-                Err(Load::Err(e)) => return Err(e),
-            }
-        }
-        Err(StoreError::Unavailable("block kept moving during compaction; retry".into()))
+            Ok(Summary::of(&union(self.load(id, quantum_start, &sealed)?, &open)))
+        })
     }
 
     /// Collects the points of blocks starting at `cursor`, up to `want` points at or after
@@ -162,75 +191,68 @@ impl DiskStore {
         want: usize,
     ) -> Result<Vec<Point>, StoreError> {
         let mut out: Vec<Point> = Vec::new();
-        let mut retries = 0;
-        'outer: while out.len() < want {
-            let views: Vec<(i64, Option<Loc>, Vec<Point>)> = {
-                let st = self.read_state();
-                let Some(s) = st.series.get(&id) else { break };
-                // Copy no more open points than the page can still take: the first `left`
-                // points of a block's union are among the first `left` of its open points, and
-                // once earlier blocks supply `left` points the later ones are not needed. (A
-                // copy of the rest of a large open block per page made paging quadratic, all
-                // of it under the state lock.)
-                let mut left = want - out.len();
-                let mut views = Vec::new();
-                for (&start, b) in s.blocks.range(cursor..end).take(64) {
-                    if left == 0 {
-                        break;
+        retry_moved(|| {
+            while out.len() < want {
+                let views: Vec<BlockView> = {
+                    let st = self.read_state();
+                    let Some(s) = st.series.get(&id) else { break };
+                    // Copy no more open points than the page can still take: the first `left`
+                    // points of a block's union are among the first `left` of its open points, and
+                    // once earlier blocks supply `left` points the later ones are not needed. (A
+                    // copy of the rest of a large open block per page made paging quadratic, all
+                    // of it under the state lock.)
+                    let mut left = want - out.len();
+                    let mut views = Vec::new();
+                    for (&start, b) in s.blocks.range(cursor..end).take(64) {
+                        if left == 0 {
+                            break;
+                        }
+                        let lo = b.open.partition_point(|p| p.key() < from);
+                        let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
+                        left -= hi - lo;
+                        self.open_copied.fetch_add((hi - lo) as u64, Ordering::Relaxed);
+                        views.push(BlockView { start, sealed: b.sealed, open: b.open[lo..hi].to_vec() });
                     }
-                    let lo = b.open.partition_point(|p| p.key() < from);
-                    let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
-                    left -= hi - lo;
-                    self.open_copied.fetch_add((hi - lo) as u64, Ordering::Relaxed);
-                    views.push((start, b.sealed, b.open[lo..hi].to_vec()));
-                }
-                views
-            };
-            if views.is_empty() {
-                break;
-            }
-            for (start, sealed, open) in views {
-                let base = out.len();
-                let r = match (sealed, open.is_empty()) {
-                    (None, _) => {
-                        out.extend_from_slice(&open);
-                        Ok(())
-                    }
-                    // The common case: decode straight into the result.
-                    (Some(loc), true) => self.load_into(id, start, &loc, &mut out),
-                    (Some(loc), false) => self.load(id, start, &loc).map(|p| {
-                        out.extend_from_slice(&union(p, &open));
-                    }),
+                    views
                 };
-                match r {
-                    Ok(()) => {}
-                    Err(Load::Gone) if retries < 8 => {
-                        retries += 1;
+                if views.is_empty() {
+                    break;
+                }
+                for BlockView { start, sealed, open } in views {
+                    let base = out.len();
+                    let r = match (sealed, open.is_empty()) {
+                        (None, _) => {
+                            out.extend_from_slice(&open);
+                            Ok(())
+                        }
+                        // The common case: decode straight into the result.
+                        (Some(loc), true) => self.load_into(id, start, &loc, &mut out),
+                        (Some(loc), false) => self.load(id, start, &loc).map(|p| {
+                            out.extend_from_slice(&union(p, &open));
+                        }),
+                    };
+                    if let Err(e) = r {
+                        // Moved: the next pass starts at this block.
                         cursor = start;
-                        continue 'outer;
+                        return Err(e);
                     }
-                    Err(Load::Gone) => {
-                        return Err(StoreError::Unavailable(
-                            "blocks kept moving during compaction; retry the read".into(),
-                        ));
+                    // Trim this block's points to [from, end) and to what is still wanted.
+                    let added = &out[base..];
+                    let lo = added.partition_point(|p| p.key() < from);
+                    let hi = added.partition_point(|p| p.ts < end);
+                    let keep_end = base + hi.min(lo + (want - base));
+                    out.truncate(keep_end.max(base + lo));
+                    if lo > 0 {
+                        out.drain(base..base + lo);
                     }
-                    Err(Load::Err(e)) => return Err(e),
-                }
-                // Trim this block's points to [from, end) and to what is still wanted.
-                let added = &out[base..];
-                let lo = added.partition_point(|p| p.key() < from);
-                let hi = added.partition_point(|p| p.ts < end);
-                let keep_end = base + hi.min(lo + (want - base));
-                out.truncate(keep_end.max(base + lo));
-                if lo > 0 {
-                    out.drain(base..base + lo);
-                }
-                cursor = start + 1;
-                if out.len() >= want {
-                    break 'outer;
+                    cursor = start + 1;
+                    if out.len() >= want {
+                        return Ok(());
+                    }
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
