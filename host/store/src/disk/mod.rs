@@ -159,15 +159,34 @@ struct Series {
     key: SeriesKey,
     registered: bool,
     quantum: Option<QuantumLen>,
-    /// What the index knows of (registered, quantum), to write only changes.
-    indexed: Option<(bool, i64)>,
+    /// What the index holds of this entry, to write only changes.
+    indexed: Option<DictEntry>,
     expired_before: i64,
     blocks: BTreeMap<i64, Block>,
 }
 
+impl Series {
+    /// The dictionary entry as the index records it.
+    fn entry(&self) -> DictEntry {
+        DictEntry { registered: self.registered, quantum_ns: self.quantum.map_or(0, QuantumLen::ns) }
+    }
+}
+
+/// A series' dictionary entry as the index records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DictEntry {
+    /// The series was registered (not only written to).
+    registered: bool,
+    /// Its quantum length, 0 while it has none.
+    quantum_ns: i64,
+}
+
+/// Size of one block segment file, to pick segments worth compacting.
 #[derive(Debug, Default, Clone, Copy)]
 struct SegStat {
+    /// Bytes in the file.
     bytes: u64,
+    /// Bytes of the frames blocks still point at.
     live: u64,
 }
 
@@ -177,7 +196,7 @@ struct State {
     series: HashMap<u32, Series>,
     next_id: u32,
     open_points: usize,
-    /// Blocks with open points.
+    /// Blocks (series id, quantum start) with open points.
     dirty: BTreeSet<(u32, i64)>,
     segs: BTreeMap<u32, SegStat>,
     /// Series whose dictionary entry (registered, quantum) may differ from what the index

@@ -8,7 +8,7 @@ use std::io;
 use timeshard_proto::{Quantum, QuantumLen, SeriesKey};
 
 use super::write::{apply_points, ensure_series};
-use super::{Block, DiskStore, FORMAT_VERSION, Maint, SegStat, Series, State, parse_seg_name, seg_path};
+use super::{Block, DictEntry, DiskStore, FORMAT_VERSION, Maint, SegStat, Series, State, parse_seg_name, seg_path};
 use crate::backend::{Backend, io_error};
 use crate::block;
 use crate::frame;
@@ -109,7 +109,7 @@ pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
                 key,
                 registered: s.registered,
                 quantum,
-                indexed: Some((s.registered, s.quantum_ns)),
+                indexed: Some(DictEntry { registered: s.registered, quantum_ns: s.quantum_ns }),
                 expired_before: s.expired_before,
                 blocks: BTreeMap::new(),
             },

@@ -46,6 +46,7 @@ impl DiskStore {
         let shortest = rules.iter().map(|r| r.keep_ns.max(0)).min().unwrap_or(0);
         let next = now.saturating_add((shortest / 100).min(60_000_000_000));
         self.next_expire.store(next, Ordering::Relaxed);
+        // (series id, new watermark): blocks that end at or before it expire.
         let todo: Vec<(u32, i64)> = {
             let st = self.read_state();
             let mut todo = Vec::new();

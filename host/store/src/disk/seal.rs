@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use timeshard_proto::{Point, Quantum, QuantumLen, Timestamp};
 
 use super::read::Load;
-use super::{DiskStore, FORMAT_VERSION, Maint, State, difference, seg_path, union};
+use super::{DictEntry, DiskStore, FORMAT_VERSION, Maint, State, difference, seg_path, union};
 use crate::agg::Summary;
 use crate::backend::io_error;
 use crate::block;
@@ -16,15 +16,61 @@ use crate::frame;
 use crate::index::{self, Edit, Loc};
 use crate::{MaintenanceReport, StoreError};
 
-/// A block's open points taken for sealing: (id, quantum start, quantum length, sealed part,
-/// open points).
-type Snap = (u32, i64, QuantumLen, Option<Loc>, Vec<Point>);
+/// A block a seal step may seal. Ordered by quantum start first: under memory pressure the
+/// oldest blocks go first.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Candidate {
+    /// The block's quantum start.
+    start: i64,
+    /// Its series id.
+    id: u32,
+    /// Its open points: what sealing it frees.
+    open: usize,
+    /// Points the seal decodes and encodes (open plus sealed): what it costs the step's budget.
+    work: usize,
+}
 
+/// A block's open points taken for sealing, with what building its frame needs.
+struct Snapshot {
+    /// The series id.
+    id: u32,
+    /// The quantum start.
+    start: i64,
+    /// The series' quantum length.
+    len: QuantumLen,
+    /// The sealed frame the open points are merged into, if the block has one.
+    sealed: Option<Loc>,
+    /// The open points as taken; points written meanwhile stay open.
+    open: Vec<Point>,
+}
+
+/// What sealing one snapshot came to.
 enum Sealed {
-    Put(usize, usize, Summary),
+    /// A new frame of `len` bytes at offset `at` of the step's buffer, summarised by `summary`.
+    Put { at: usize, len: usize, summary: Summary },
     /// The late points were all in the sealed block already.
     Contained,
+    /// The points stay open: the sealed part could not be read, or they are too many for a block.
     Skip,
+}
+
+/// Where appended frames landed: a block segment and the offset of the first byte.
+#[derive(Clone, Copy)]
+struct Appended {
+    seg: u32,
+    offset: u64,
+}
+
+/// A sealed block in a segment being compacted, copied to offset `at` of the new frames.
+struct Copied {
+    /// The series id.
+    id: u32,
+    /// The quantum start.
+    start: i64,
+    /// Where the block was (compaction moves it only if it is still there).
+    from: Loc,
+    /// Its offset in the buffer of copied frames.
+    at: usize,
 }
 
 impl DiskStore {
@@ -38,8 +84,7 @@ impl DiskStore {
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
         let grace = self.config.seal_grace_ns;
-        // (quantum start, series id, open points, points the seal decodes and encodes).
-        let mut picked: Vec<(i64, u32, usize, usize)> = {
+        let mut picked: Vec<Candidate> = {
             let st = self.read_state();
             let mut c = Vec::new();
             // Open points the memory valve cannot relieve: blocks the last seal left open.
@@ -57,7 +102,7 @@ impl DiskStore {
                     || b.open.len() >= self.config.max_block_points;
                 if due || pressure_target.is_some() {
                     let sealed = b.sealed.map_or(0, |l| usize::try_from(l.summary.count).unwrap_or(usize::MAX));
-                    c.push((start, id, b.open.len(), b.open.len().saturating_add(sealed)));
+                    c.push(Candidate { start, id, open: b.open.len(), work: b.open.len().saturating_add(sealed) });
                 }
             }
             if let Some(target) = pressure_target {
@@ -65,9 +110,9 @@ impl DiskStore {
                 let mut left = st.open_points - stuck;
                 let n = c
                     .iter()
-                    .take_while(|(_, _, n, _)| {
+                    .take_while(|c| {
                         let go = left > target;
-                        left = left.saturating_sub(*n);
+                        left = left.saturating_sub(c.open);
                         go
                     })
                     .count();
@@ -79,9 +124,9 @@ impl DiskStore {
         let mut budget = self.config.step_max_points;
         let n = picked
             .iter()
-            .take_while(|(_, _, _, n)| {
+            .take_while(|c| {
                 let go = budget > 0;
-                budget = budget.saturating_sub(*n);
+                budget = budget.saturating_sub(c.work);
                 go
             })
             .count()
@@ -95,16 +140,16 @@ impl DiskStore {
         }
 
         // Snapshot the open points.
-        let snaps: Vec<Snap> = {
+        let snaps: Vec<Snapshot> = {
             let mut st = self.write_state();
             picked
                 .iter()
-                .filter_map(|&(start, id, _, _)| {
+                .filter_map(|&Candidate { start, id, .. }| {
                     let s = st.series.get_mut(&id)?;
                     let len = s.quantum?;
                     let b = s.blocks.get_mut(&start)?;
                     b.snap_min_seg = Some(u64::MAX);
-                    Some((id, start, len, b.sealed, b.open.clone()))
+                    Some(Snapshot { id, start, len, sealed: b.sealed, open: b.open.clone() })
                 })
                 .collect()
         };
@@ -112,10 +157,10 @@ impl DiskStore {
         // Build the new frames, unlocked.
         let mut buf = Vec::new();
         let mut outcome = Vec::with_capacity(snaps.len());
-        for (id, start, len, sealed, open) in &snaps {
+        for &Snapshot { id, start, len, sealed, ref open } in &snaps {
             let merged = match sealed {
                 None => open.clone(),
-                Some(loc) => match self.load(*id, *start, loc) {
+                Some(loc) => match self.load(id, start, &loc) {
                     Ok(old) => {
                         let n_old = old.len();
                         let u = union(old, open);
@@ -149,9 +194,9 @@ impl DiskStore {
                 outcome.push(Sealed::Skip);
                 continue;
             }
-            let q = Quantum::at(*start, *len).expect("block starts are aligned");
+            let q = Quantum::at(start, len).expect("block starts are aligned");
             let at = buf.len();
-            let summary = block::encode(&mut buf, *id, q, &merged, self.config.codec);
+            let summary = block::encode(&mut buf, id, q, &merged, self.config.codec);
             if buf.len() - at > frame::MAX_PAYLOAD {
                 // Readers refuse frames this large; keep the points open instead.
                 buf.truncate(at);
@@ -164,34 +209,34 @@ impl DiskStore {
                 outcome.push(Sealed::Skip);
                 continue;
             }
-            outcome.push(Sealed::Put(at, buf.len() - at, summary));
+            outcome.push(Sealed::Put { at, len: buf.len() - at, summary });
         }
 
         let written = if buf.is_empty() { Ok(None) } else { self.segment_append(m, &buf).map(Some) };
         let written = written.and_then(|w| {
-            let Some((seg, base)) = w else {
+            let Some(to) = w else {
                 return Ok(None);
             };
             // A block's series must be in the index before the block is.
-            let ids: BTreeSet<u32> = snaps.iter().map(|s| s.0).collect();
+            let ids: BTreeSet<u32> = snaps.iter().map(|s| s.id).collect();
             let mut edits = self.unindexed_series(Some(&ids));
-            edits.extend(snaps.iter().zip(&outcome).filter_map(|((id, start, ..), o)| match o {
-                Sealed::Put(at, n, summary) => Some(Edit::Put {
-                    id: *id,
-                    start: *start,
-                    loc: Loc { seg, offset: base + *at as u64, len: *n as u32, summary: *summary },
+            edits.extend(snaps.iter().zip(&outcome).filter_map(|(snap, o)| match *o {
+                Sealed::Put { at, len, summary } => Some(Edit::Put {
+                    id: snap.id,
+                    start: snap.start,
+                    loc: Loc { seg: to.seg, offset: to.offset + at as u64, len: len as u32, summary },
                 }),
                 _ => None,
             }));
             self.index_append(m, &edits)?;
             self.mark_indexed(&edits);
-            Ok(Some((seg, base)))
+            Ok(Some(to))
         });
 
         // Apply (or, after a failure, just end the snapshots: the points stay open).
         let mut st = self.write_state();
         let failed = written.is_err();
-        for ((id, start, _, _, snap), o) in snaps.iter().zip(&outcome) {
+        for (Snapshot { id, start, open: snap, .. }, o) in snaps.iter().zip(&outcome) {
             let st = &mut *st;
             let Some(b) = st.series.get_mut(id).and_then(|s| s.blocks.get_mut(start)) else {
                 continue;
@@ -204,14 +249,14 @@ impl DiskStore {
             if b.stuck {
                 continue;
             }
-            if let (Sealed::Put(at, n, summary), Ok(Some((seg, base)))) = (o, &written) {
-                let loc = Loc { seg: *seg, offset: base + *at as u64, len: *n as u32, summary: *summary };
+            if let (&Sealed::Put { at, len, summary }, Ok(Some(to))) = (o, &written) {
+                let loc = Loc { seg: to.seg, offset: to.offset + at as u64, len: len as u32, summary };
                 if let Some(old) = b.sealed.replace(loc)
                     && let Some(s) = st.segs.get_mut(&old.seg)
                 {
                     s.live = s.live.saturating_sub(u64::from(old.len));
                 }
-                st.segs.entry(*seg).or_default().live += *n as u64;
+                st.segs.entry(to.seg).or_default().live += len as u64;
                 report.sealed_blocks += 1;
                 report.sealed_points += summary.count;
             }
@@ -233,8 +278,8 @@ impl DiskStore {
         written.map(|_| ())
     }
 
-    /// Appends frames to the current block segment and syncs it; returns (segment, offset).
-    fn segment_append(&self, m: &mut Maint, buf: &[u8]) -> Result<(u32, u64), StoreError> {
+    /// Appends frames to the current block segment and syncs it.
+    fn segment_append(&self, m: &mut Maint, buf: &[u8]) -> Result<Appended, StoreError> {
         if m.seg_len > 0 && m.seg_len + buf.len() as u64 > self.config.block_segment_bytes {
             m.seg += 1;
             m.seg_len = 0;
@@ -246,7 +291,7 @@ impl DiskStore {
                 m.seg_len = at + buf.len() as u64;
                 let mut st = self.write_state();
                 st.segs.entry(m.seg).or_default().bytes = m.seg_len;
-                Ok((m.seg, at))
+                Ok(Appended { seg: m.seg, offset: at })
             }
             Err(e) => {
                 // Never append after torn bytes: the next seal starts a new segment.
@@ -284,7 +329,7 @@ impl DiskStore {
         if !live.is_empty() {
             let mut buf = Vec::new();
             let mut placed = Vec::new();
-            for (id, start, loc) in &live {
+            for &(id, start, loc) in &live {
                 // A block that cannot be read or is damaged keeps its segment as it is (for a
                 // repair from a replica); failing here instead would stop every later
                 // maintenance step, and with it sealing and log checkpoints, for good.
@@ -306,27 +351,22 @@ impl DiskStore {
                         return Ok(());
                     }
                 };
-                placed.push((*id, *start, *loc, buf.len()));
+                placed.push(Copied { id, start, from: loc, at: buf.len() });
                 buf.extend_from_slice(&bytes);
             }
-            let (new_seg, base) = self.segment_append(m, &buf)?;
-            let edits: Vec<Edit> = placed
-                .iter()
-                .map(|&(id, start, loc, at)| Edit::Put {
-                    id,
-                    start,
-                    loc: Loc { seg: new_seg, offset: base + at as u64, ..loc },
-                })
-                .collect();
+            let to = self.segment_append(m, &buf)?;
+            let moved = |c: &Copied| Loc { seg: to.seg, offset: to.offset + c.at as u64, ..c.from };
+            let edits: Vec<Edit> =
+                placed.iter().map(|c| Edit::Put { id: c.id, start: c.start, loc: moved(c) }).collect();
             self.index_append(m, &edits)?;
             let mut st = self.write_state();
             let st = &mut *st;
-            for (id, start, loc, at) in placed {
-                if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start))
-                    && b.sealed == Some(loc)
+            for c in &placed {
+                if let Some(b) = st.series.get_mut(&c.id).and_then(|s| s.blocks.get_mut(&c.start))
+                    && b.sealed == Some(c.from)
                 {
-                    b.sealed = Some(Loc { seg: new_seg, offset: base + at as u64, ..loc });
-                    st.segs.entry(new_seg).or_default().live += u64::from(loc.len);
+                    b.sealed = Some(moved(c));
+                    st.segs.entry(to.seg).or_default().live += u64::from(c.from.len);
                 }
             }
         }
@@ -371,11 +411,11 @@ impl DiskStore {
         ids.iter()
             .filter_map(|&id| {
                 let s = st.series.get(&id)?;
-                let now = (s.registered, s.quantum.map_or(0, QuantumLen::ns));
+                let now = s.entry();
                 (s.indexed != Some(now)).then(|| Edit::Series {
                     id,
-                    registered: now.0,
-                    quantum_ns: now.1,
+                    registered: now.registered,
+                    quantum_ns: now.quantum_ns,
                     key: s.key.to_string(),
                 })
             })
@@ -386,8 +426,8 @@ impl DiskStore {
     pub(super) fn mark_indexed(&self, edits: &[Edit]) {
         let mut st = self.write_state();
         for e in edits {
-            if let Edit::Series { id, registered, quantum_ns, .. } = e {
-                set_indexed(&mut st, *id, (*registered, *quantum_ns));
+            if let &Edit::Series { id, registered, quantum_ns, .. } = e {
+                set_indexed(&mut st, id, DictEntry { registered, quantum_ns });
             }
         }
     }
@@ -411,12 +451,17 @@ impl DiskStore {
             let st = self.read_state();
             index::put(&mut buf, &Edit::Header { version: FORMAT_VERSION });
             for (&id, s) in &st.series {
-                let q = s.quantum.map_or(0, QuantumLen::ns);
+                let entry = s.entry();
                 index::put(
                     &mut buf,
-                    &Edit::Series { id, registered: s.registered, quantum_ns: q, key: s.key.to_string() },
+                    &Edit::Series {
+                        id,
+                        registered: entry.registered,
+                        quantum_ns: entry.quantum_ns,
+                        key: s.key.to_string(),
+                    },
                 );
-                marks.push((id, (s.registered, q)));
+                marks.push((id, entry));
                 if s.expired_before > 0 {
                     index::put(&mut buf, &Edit::Expire { id, before: s.expired_before });
                 }
@@ -441,11 +486,11 @@ impl DiskStore {
     }
 }
 
-/// Records that the index holds `mark` for series `id`.
-fn set_indexed(st: &mut State, id: u32, mark: (bool, i64)) {
+/// Records that the index holds `entry` for series `id`.
+fn set_indexed(st: &mut State, id: u32, entry: DictEntry) {
     if let Some(s) = st.series.get_mut(&id) {
-        s.indexed = Some(mark);
-        if (s.registered, s.quantum.map_or(0, QuantumLen::ns)) == mark {
+        s.indexed = Some(entry);
+        if s.entry() == entry {
             st.unindexed.remove(&id);
         }
     }
