@@ -37,10 +37,22 @@
 //! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
 //! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
 //! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
-//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance seals blocks whose quantum ended more than
-//! [`DiskConfig::seal_grace_ns`] ago, merges late data, applies retention, compacts and
-//! checkpoints the log; without it the log and memory grow (writes then seal blocks themselves to
-//! stay within [`DiskConfig::max_open_points`]).
+//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance
+//! seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago, merges late
+//! data, applies retention, compacts and checkpoints the log; without it the log and memory grow
+//! (writes then seal blocks themselves to stay within [`DiskConfig::max_open_points`]).
+//!
+//! # Layout
+//!
+//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing, compaction,
+//!   index writes), `recover` (opening, log replay, checkpoints) and `retain` (retention);
+//! - [`block`], [`wal`] and the private `frame` and `index`: the on-disk formats (FORMAT.md);
+//! - [`backend`]: the few file operations the disk engine uses ([`FileBackend`]), and
+//!   [`faulty_disk`]: a disk in memory that crashes and fails on demand, for the store's tests;
+//! - [`agg`]: block summaries and window aggregates; `mem`: [`MemStore`].
+//!
+//! Aggregate windows are bounded by [`timeshard_proto::window::MAX_WINDOWS`], the limit the
+//! wire protocol enforces too.
 
 use std::fmt;
 
