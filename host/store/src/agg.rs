@@ -84,7 +84,7 @@ pub struct Aggregator {
 }
 
 impl Aggregator {
-    /// Windows of `window_ns` (positive; see [`crate::check_windows`]) aligned to the epoch and
+    /// Windows of `window_ns` (positive; see [`timeshard_proto::window::check_windows`]) aligned to the epoch and
     /// trimmed to `range`.
     pub fn new(range: TimeRange, window_ns: i64) -> Aggregator {
         Aggregator { range, window_ns: window_ns.max(1), current: None, out: Vec::new() }

@@ -37,10 +37,22 @@
 //! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
 //! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
 //! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
-//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance seals blocks whose quantum ended more than
-//! [`DiskConfig::seal_grace_ns`] ago, merges late data, applies retention, compacts and
-//! checkpoints the log; without it the log and memory grow (writes then seal blocks themselves to
-//! stay within [`DiskConfig::max_open_points`]).
+//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance
+//! seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago, merges late
+//! data, applies retention, compacts and checkpoints the log; without it the log and memory grow
+//! (writes then seal blocks themselves to stay within [`DiskConfig::max_open_points`]).
+//!
+//! # Layout
+//!
+//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing, compaction,
+//!   index writes), `recover` (opening, log replay, checkpoints) and `retain` (retention);
+//! - [`block`], [`wal`] and the private `frame` and `index`: the on-disk formats (FORMAT.md);
+//! - [`backend`]: the few file operations the disk engine uses ([`FileBackend`]), and
+//!   [`faulty_disk`]: a disk in memory that crashes and fails on demand, for the store's tests;
+//! - [`agg`]: block summaries and window aggregates; `mem`: [`MemStore`].
+//!
+//! Aggregate windows are bounded by [`timeshard_proto::window::MAX_WINDOWS`], the limit the
+//! wire protocol enforces too.
 
 use std::fmt;
 
@@ -51,10 +63,10 @@ pub mod agg;
 pub mod backend;
 pub mod block;
 mod disk;
+pub mod faulty_disk;
 mod frame;
 mod index;
 mod mem;
-pub mod sim;
 pub mod wal;
 
 pub use agg::{Summary, WindowAggregate};
@@ -177,7 +189,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,
     /// mean, first and last per window, for the windows that hold points, in time order.
     /// Windows are aligned to multiples of `window_ns` since the epoch and trimmed to `range`.
-    /// First and last follow point identity order (time, event, value).
+    /// First and last follow point identity order (time, event, value). A width that is not
+    /// positive, or makes more than [`timeshard_proto::window::MAX_WINDOWS`] windows, is
+    /// refused as [`StoreError::InvalidInput`].
     fn aggregate(
         &self,
         series: &SeriesKey,
@@ -189,26 +203,6 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs
     /// for how often to call it.
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError>;
-}
-
-/// Most windows one aggregate query may produce; a wider query must be split by the caller.
-pub const MAX_WINDOWS: i64 = 10_000_000;
-
-/// Checks a window width against a range, with a clear error.
-pub fn check_windows(range: &TimeRange, window_ns: i64) -> Result<(), StoreError> {
-    if window_ns <= 0 {
-        return Err(StoreError::InvalidInput(format!(
-            "aggregate window of {window_ns} ns: the window must be a positive number of nanoseconds"
-        )));
-    }
-    let windows = range.len_ns() / window_ns + 2;
-    if windows > MAX_WINDOWS {
-        return Err(StoreError::InvalidInput(format!(
-            "aggregate over {range:?} in windows of {window_ns} ns makes about {windows} windows; \
-             the limit is {MAX_WINDOWS}: use wider windows or a shorter range"
-        )));
-    }
-    Ok(())
 }
 
 pub use timeshard_proto::point::page_start;

@@ -4,11 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;
 
+use timeshard_proto::window::check_windows;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
 use crate::agg::{Aggregator, WindowAggregate};
-use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, check_windows, page_start};
+use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, page_start};
 use timeshard_proto::Timestamp;
 
 /// Everything in memory; lost on restart.
@@ -122,7 +123,7 @@ impl Store for MemStore {
         range: TimeRange,
         window_ns: i64,
     ) -> Result<Vec<WindowAggregate>, StoreError> {
-        check_windows(&range, window_ns)?;
+        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
         let inner = self.read_lock();
         let mut agg = Aggregator::new(range, window_ns);
         if let Some(set) = inner.series.get(series) {

@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn concurrent_writers_share_fsyncs_and_all_land() {
-        let b = crate::sim::SimBackend::new();
+        let b = crate::faulty_disk::FaultyDisk::new();
         b.set_sync_delay(std::time::Duration::from_millis(2));
         let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, 0, BTreeSet::new()));
         let q = Quantum::at(0, QuantumLen::new(1_000_000).unwrap()).unwrap();

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
 use timeshard_proto::{Point, PointKey, SeriesKey};
-use timeshard_store::sim::{FailKind, SimBackend, SplitMix64};
+use timeshard_store::faulty_disk::{FailKind, FaultyDisk, SplitMix64};
 use timeshard_store::{DiskStore, Store};
 
 use common::*;
@@ -85,17 +85,17 @@ fn ingest_until_death(store: &DiskStore, seed: u64) -> Vec<BTreeSet<PointKey>> {
 fn every_acknowledged_point_survives_a_crash_at_any_offset() {
     let (mut died, mut sealed) = (0, 0);
     for seed in 0..40u64 {
-        let sim = SimBackend::new();
-        let store = open(&sim, small_config());
+        let disk = FaultyDisk::new();
+        let store = open(&disk, small_config());
         let mut rng = SplitMix64(seed);
         let budget = 2_000 + rng.below(120_000);
-        sim.fail_writes_after(budget, FailKind::Crashed);
+        disk.fail_writes_after(budget, FailKind::Crashed);
         let acked = ingest_until_death(&store, seed);
-        let appended = sim.bytes_appended();
+        let appended = disk.bytes_appended();
         died += usize::from(appended >= budget);
         drop(store);
         for image_seed in 0..3 {
-            let image = sim.crash(seed * 100 + image_seed);
+            let image = disk.crash(seed * 100 + image_seed);
             sealed += usize::from(image.files().iter().any(|(n, _)| n.starts_with("blocks/")));
             let store = open(&image, small_config());
             for (key, want) in keys().iter().zip(&acked) {
@@ -125,17 +125,17 @@ fn every_acknowledged_point_survives_a_crash_at_any_offset() {
 
 #[test]
 fn a_torn_last_record_is_dropped_and_the_rest_replayed() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let k: SeriesKey = "torn".parse().unwrap();
     let pts: Vec<Point> = (0..100).map(|i| Point::new(i * 10_000, i as f64)).collect();
     store.write(&blocks(&k, qlen(), &pts)).unwrap();
     // The next write dies 20 bytes in: a torn record at the end of the log.
-    sim.fail_writes_after(20, FailKind::Crashed);
+    disk.fail_writes_after(20, FailKind::Crashed);
     let more: Vec<Point> = (100..200).map(|i| Point::new(i * 10_000, i as f64)).collect();
     assert!(store.write(&blocks(&k, qlen(), &more)).is_err());
     drop(store);
-    let image = sim.crash(7);
+    let image = disk.crash(7);
     let wal: Vec<_> = image.files().into_iter().filter(|(n, _)| n.starts_with("wal/")).collect();
     assert!(!wal.is_empty());
     let store = open(&image, small_config());
@@ -223,7 +223,7 @@ fn scripted_config() -> timeshard_store::DiskConfig {
 /// the restarted store keeps working.
 #[test]
 fn a_crash_before_any_file_operation_loses_no_acknowledged_point() {
-    let full = SimBackend::new();
+    let full = FaultyDisk::new();
     let written = scripted_run(&open(&full, scripted_config()));
     let did = written.did;
     assert!(
@@ -236,14 +236,14 @@ fn a_crash_before_any_file_operation_loses_no_acknowledged_point() {
     );
     let total_ops = full.ops();
     for n in 0..total_ops {
-        let sim = SimBackend::new();
-        let store = open(&sim, scripted_config());
-        sim.fail_writes_after_ops(n, FailKind::Crashed);
+        let disk = FaultyDisk::new();
+        let store = open(&disk, scripted_config());
+        disk.fail_writes_after_ops(n, FailKind::Crashed);
         let run = scripted_run(&store);
         drop(store);
         for image_seed in 0..2 {
             let at = format!("crash before op {n}/{total_ops} (image {image_seed})");
-            check_restart(&sim.crash(n * 10 + image_seed), &run, &written, &at);
+            check_restart(&disk.crash(n * 10 + image_seed), &run, &written, &at);
         }
     }
 }
@@ -252,15 +252,15 @@ fn a_crash_before_any_file_operation_loses_no_acknowledged_point() {
 /// the run is done again: the store carries on and a later power cut loses nothing.
 #[test]
 fn the_store_carries_on_after_the_disk_fills_before_any_file_operation() {
-    let full = SimBackend::new();
+    let full = FaultyDisk::new();
     let written = scripted_run(&open(&full, scripted_config()));
     let total_ops = full.ops();
     for n in (0..total_ops).step_by(3) {
-        let sim = SimBackend::new();
-        let store = open(&sim, scripted_config());
-        sim.fail_writes_after_ops(n, FailKind::DiskFull);
+        let disk = FaultyDisk::new();
+        let store = open(&disk, scripted_config());
+        disk.fail_writes_after_ops(n, FailKind::DiskFull);
         let first = scripted_run(&store);
-        sim.heal();
+        disk.heal();
         let mut run = scripted_run(&store);
         assert!(run.registered && run.acked == written.acked, "full before op {n}: the retried run failed");
         for (a, b) in run.acked.iter_mut().zip(first.acked) {
@@ -268,12 +268,12 @@ fn the_store_carries_on_after_the_disk_fills_before_any_file_operation() {
         }
         assert!(store.health().is_empty(), "full before op {n}: {:?}", store.health());
         drop(store);
-        check_restart(&sim.crash(n), &run, &written, &format!("full before op {n}/{total_ops}"));
+        check_restart(&disk.crash(n), &run, &written, &format!("full before op {n}/{total_ops}"));
     }
 }
 
 /// Reopens `image` and checks it against the run that was acknowledged on it.
-fn check_restart(image: &SimBackend, run: &Scripted, written: &Scripted, at: &str) {
+fn check_restart(image: &FaultyDisk, run: &Scripted, written: &Scripted, at: &str) {
     let store = DiskStore::open_with_backend(std::sync::Arc::new(image.clone()), scripted_config())
         .unwrap_or_else(|e| panic!("{at}: reopening failed: {e}"));
     for (si, key) in scripted_keys().iter().enumerate() {

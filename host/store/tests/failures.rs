@@ -6,7 +6,7 @@ mod common;
 
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
-use timeshard_store::sim::{FailKind, SimBackend};
+use timeshard_store::faulty_disk::{FailKind, FaultyDisk};
 use timeshard_store::{DiskConfig, DiskStore, RetentionRule, SeriesFilter, Store, StoreError};
 
 use common::*;
@@ -17,11 +17,11 @@ fn pts(from: i64, to: i64) -> Vec<Point> {
 
 #[test]
 fn disk_full_refuses_writes_clearly_and_recovers_when_space_returns() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let k: SeriesKey = "full".parse().unwrap();
     store.write(&blocks(&k, qlen(), &pts(0, 50))).unwrap();
-    sim.fail_writes_after(10, FailKind::DiskFull);
+    disk.fail_writes_after(10, FailKind::DiskFull);
     let err = store.write(&blocks(&k, qlen(), &pts(50, 100))).unwrap_err();
     assert!(matches!(err, StoreError::Full(_)), "{err}");
     assert!(err.to_string().contains("write-ahead log") && err.to_string().contains("free disk space"), "{err}");
@@ -29,12 +29,12 @@ fn disk_full_refuses_writes_clearly_and_recovers_when_space_returns() {
     assert!(matches!(store.maintain(i64::MAX / 2), Err(StoreError::Full(_))));
     assert_eq!(read_all(&store, &k, 1000).len(), 50);
     // Space is back: writes and sealing resume, and a restart holds exactly the acknowledged.
-    sim.heal();
+    disk.heal();
     store.write(&blocks(&k, qlen(), &pts(100, 150))).unwrap();
     settle(&store, i64::MAX / 2);
     assert!(store.stats().sealed_blocks > 0);
     drop(store);
-    let store = open(&sim.crash(1), small_config());
+    let store = open(&disk.crash(1), small_config());
     let got = read_all(&store, &k, 1000);
     assert_eq!(got.len(), 100);
     assert!(got.iter().all(|p| p.ts < 50 * 100_000 || p.ts >= 100 * 100_000));
@@ -42,31 +42,31 @@ fn disk_full_refuses_writes_clearly_and_recovers_when_space_returns() {
 
 #[test]
 fn permission_denied_is_reported_and_reads_still_work() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let k: SeriesKey = "perm".parse().unwrap();
     store.write(&blocks(&k, qlen(), &pts(0, 30))).unwrap();
     settle(&store, i64::MAX / 2);
     store.write(&blocks(&k, qlen(), &pts(30, 40))).unwrap();
-    sim.fail_writes(FailKind::PermissionDenied);
+    disk.fail_writes(FailKind::PermissionDenied);
     let err = store.write(&blocks(&k, qlen(), &pts(40, 50))).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
     assert!(err.to_string().contains("read and write access"), "{err}");
     assert!(matches!(store.maintain(i64::MAX / 2), Err(StoreError::PermissionDenied(_))));
     assert_eq!(read_all(&store, &k, 7).len(), 40);
     // Unreadable files: reads of sealed blocks fail clearly instead of returning less.
-    sim.fail_reads(FailKind::PermissionDenied);
+    disk.fail_reads(FailKind::PermissionDenied);
     let err = store.read(&k, TimeRange::new(0, 10_000_000).unwrap(), None, 100).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
     // Opening an unreadable directory fails clearly.
-    let err = DiskStore::open_with_backend(std::sync::Arc::new(sim.clone()), small_config()).unwrap_err();
+    let err = DiskStore::open_with_backend(std::sync::Arc::new(disk.clone()), small_config()).unwrap_err();
     assert!(matches!(err, StoreError::PermissionDenied(_)), "{err}");
 }
 
 #[test]
 fn a_corrupt_block_is_reported_and_everything_else_still_served() {
-    let sim = SimBackend::new();
-    let store = open(&sim, DiskConfig { block_segment_bytes: 1 << 20, ..small_config() });
+    let disk = FaultyDisk::new();
+    let store = open(&disk, DiskConfig { block_segment_bytes: 1 << 20, ..small_config() });
     let a: SeriesKey = "corrupt{s=a}".parse().unwrap();
     let b: SeriesKey = "corrupt{s=b}".parse().unwrap();
     store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
@@ -74,8 +74,8 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     store.write(&blocks(&b, qlen(), &pts(0, 30))).unwrap();
     settle(&store, i64::MAX / 2);
     // Flip a byte inside the first block of series a (the first frame of the first segment).
-    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
-    sim.corrupt(&seg, 40, 0x5a);
+    let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.corrupt(&seg, 40, 0x5a);
     let first_q = TimeRange::new(0, 1_000_000).unwrap();
     let err = store.read(&a, first_q, None, 100).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
@@ -91,7 +91,7 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     settle(&store, i64::MAX / 2);
     assert!(store.health().iter().any(|h| h.contains("unmerged")), "{:?}", store.health());
     drop(store);
-    let store = open(&sim, small_config());
+    let store = open(&disk, small_config());
     let err = store.block_summary(&a, 0).unwrap_err();
     assert!(err.to_string().contains("damaged"), "{err}");
     let late = store.read(&a, TimeRange::new(500_000, 500_001).unwrap(), None, 10);
@@ -100,16 +100,16 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
 
 #[test]
 fn damaged_log_bytes_in_the_middle_are_skipped_and_reported() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let k: SeriesKey = "mid".parse().unwrap();
     for i in 0..5 {
         store.write(&blocks(&k, qlen(), &pts(i * 10, i * 10 + 10))).unwrap();
     }
     drop(store);
-    let (wal, len) = sim.files().into_iter().find(|(n, _)| n.starts_with("wal/")).unwrap();
-    sim.corrupt(&wal, len / 2, 0xff);
-    let store = open(&sim, small_config());
+    let (wal, len) = disk.files().into_iter().find(|(n, _)| n.starts_with("wal/")).unwrap();
+    disk.corrupt(&wal, len / 2, 0xff);
+    let store = open(&disk, small_config());
     let got = read_all(&store, &k, 100).len();
     assert!((30..50).contains(&got), "one record lost to the damage, the rest replayed: {got}");
     assert!(store.health().iter().any(|h| h.contains("damaged bytes")), "{:?}", store.health());
@@ -117,7 +117,7 @@ fn damaged_log_bytes_in_the_middle_are_skipped_and_reported() {
 
 #[test]
 fn a_write_with_another_quantum_is_refused_whole() {
-    let store = open(&SimBackend::new(), small_config());
+    let store = open(&FaultyDisk::new(), small_config());
     let k: SeriesKey = "q".parse().unwrap();
     store.write(&blocks(&k, qlen(), &pts(0, 10))).unwrap();
     let other = QuantumLen::new(2_000_000).unwrap();
@@ -138,12 +138,12 @@ fn a_write_with_another_quantum_is_refused_whole() {
 
 #[test]
 fn retention_removes_expired_blocks_for_good() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig {
         retention: vec![RetentionRule::new("tmp.", 5_000_000), RetentionRule::new("tmp.keep", 1 << 60)],
         ..small_config()
     };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let gone: SeriesKey = "tmp.x".parse().unwrap();
     let kept: SeriesKey = "tmp.keep".parse().unwrap();
     let other: SeriesKey = "perm.x".parse().unwrap();
@@ -162,7 +162,7 @@ fn retention_removes_expired_blocks_for_good() {
     // A restart does not resurrect expired points from the log, and late points for an
     // expired quantum are dropped.
     drop(store);
-    let store = open(&sim.crash(3), cfg());
+    let store = open(&disk.crash(3), cfg());
     assert_eq!(read_all(&store, &gone, 1000).len(), 30);
     store.write(&blocks(&gone, qlen(), &[Point::new(1_000, 5.0)])).unwrap();
     assert_eq!(read_all(&store, &gone, 1000).len(), 30);
@@ -170,8 +170,8 @@ fn retention_removes_expired_blocks_for_good() {
 
 #[test]
 fn registrations_persist_and_filter_by_metric_and_tags() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let keys: Vec<SeriesKey> =
         ["pmu.phase{bus=1,site=atl}", "pmu.phase{bus=2,site=atl}", "pmu.freq{bus=1,site=sfo}", "cpu"]
             .iter()
@@ -182,7 +182,7 @@ fn registrations_persist_and_filter_by_metric_and_tags() {
     // Written but unregistered series are not listed.
     store.write(&blocks(&"pmu.other".parse().unwrap(), qlen(), &pts(0, 3))).unwrap();
     drop(store);
-    let store = open(&sim.crash(9), small_config());
+    let store = open(&disk.crash(9), small_config());
     assert!(store.has_series(&keys[0]).unwrap());
     assert!(!store.has_series(&"pmu.other".parse().unwrap()).unwrap());
     assert_eq!(store.list_series("pmu.").unwrap().len(), 3);
@@ -194,7 +194,7 @@ fn registrations_persist_and_filter_by_metric_and_tags() {
     settle(&store, i64::MAX / 2);
     assert!(store.stats().wal_segments <= 1);
     drop(store);
-    let store = open(&sim.crash(10), small_config());
+    let store = open(&disk.crash(10), small_config());
     assert_eq!(store.list_series("").unwrap(), {
         let mut k = keys.clone();
         k.sort();
@@ -205,18 +205,18 @@ fn registrations_persist_and_filter_by_metric_and_tags() {
 
 #[test]
 fn a_newer_format_is_refused_with_a_clear_error() {
-    let sim = SimBackend::new();
-    drop(open(&sim, small_config()));
+    let disk = FaultyDisk::new();
+    drop(open(&disk, small_config()));
     use timeshard_store::Backend;
-    sim.write_atomic("FORMAT", b"timeshard-store\nformat 99\n").unwrap();
-    let err = DiskStore::open_with_backend(std::sync::Arc::new(sim), small_config()).unwrap_err();
+    disk.write_atomic("FORMAT", b"timeshard-store\nformat 99\n").unwrap();
+    let err = DiskStore::open_with_backend(std::sync::Arc::new(disk), small_config()).unwrap_err();
     assert!(matches!(err, StoreError::UnsupportedFormat { found: 99, .. }), "{err}");
     assert!(err.to_string().contains("upgrade"), "{err}");
 }
 
 #[test]
 fn whole_quantum_windows_use_summaries_without_decoding() {
-    let store = open(&SimBackend::new(), small_config());
+    let store = open(&FaultyDisk::new(), small_config());
     let k: SeriesKey = "sum".parse().unwrap();
     store.write(&blocks(&k, qlen(), &pts(0, 200))).unwrap(); // 20 quanta of 10 points
     settle(&store, i64::MAX / 2);
@@ -236,9 +236,9 @@ fn whole_quantum_windows_use_summaries_without_decoding() {
 
 #[test]
 fn late_data_weeks_later_merges_into_its_old_quantum() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { max_open_points: 1 << 20, ..DiskConfig::default() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let k: SeriesKey = "dev.temp{id=7}".parse().unwrap();
     let len = QuantumLen::DEFAULT;
     let day = 86_400_000_000_000i64;
@@ -259,7 +259,7 @@ fn late_data_weeks_later_merges_into_its_old_quantum() {
     assert_eq!(store.stats().open_points, 0, "the late data was re-sealed");
     assert_eq!(store.block_summary(&k, q).unwrap().unwrap(), s);
     drop(store);
-    let store = open(&sim.crash(4), cfg());
+    let store = open(&disk.crash(4), cfg());
     assert_eq!(read_all(&store, &k, 10_000).len(), 700);
 }
 
@@ -286,7 +286,7 @@ fn real_files_round_trip_and_checkpoint() {
 
 #[test]
 fn the_dictionary_is_bounded() {
-    let store = open(&SimBackend::new(), DiskConfig { max_series: 2, ..small_config() });
+    let store = open(&FaultyDisk::new(), DiskConfig { max_series: 2, ..small_config() });
     let keys: Vec<SeriesKey> = ["a", "b", "c"].iter().map(|s| s.parse().unwrap()).collect();
     store.register_series(&keys[..2]).unwrap();
     let err = store.register_series(&keys[2..]).unwrap_err();
@@ -301,17 +301,17 @@ fn the_dictionary_is_bounded() {
 #[test]
 fn an_unreadable_block_segment_does_not_stop_maintenance() {
     use timeshard_store::Backend;
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let k: SeriesKey = "lost.tail".parse().unwrap();
     store.write(&blocks(&k, qlen(), &pts(0, 300))).unwrap();
     settle(&store, i64::MAX / 2);
     drop(store);
     // The segment loses its last blocks (a damaged disk, a bad copy).
-    let (seg, len) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
-    sim.truncate(&seg, len as u64 / 3).unwrap();
-    let store = open(&sim, cfg());
+    let (seg, len) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.truncate(&seg, len as u64 / 3).unwrap();
+    let store = open(&disk, cfg());
     assert!(store.health().iter().any(|h| h.contains("past the end")), "{:?}", store.health());
     // Late data re-seals most intact blocks elsewhere: the damaged segment is left mostly dead,
     // so compaction picks it.
@@ -334,14 +334,14 @@ fn an_unreadable_block_segment_does_not_stop_maintenance() {
 
 #[test]
 fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let a: SeriesKey = "damaged".parse().unwrap();
     store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
     settle(&store, i64::MAX / 2);
-    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
-    sim.corrupt(&seg, 40, 0x5a);
+    let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.corrupt(&seg, 40, 0x5a);
     // A late point for the damaged block cannot be merged: it stays in memory and the log.
     store.write(&blocks(&a, qlen(), &[Point::new(500_000, 99.0)])).unwrap();
     // Ingest goes on for a long time; the log must not keep every segment since the late point.
@@ -355,7 +355,7 @@ fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
     assert!(wal <= 3, "the log keeps {wal} segments for one unmergeable point");
     drop(store);
     // The late point is still there after a restart, and so is everything else.
-    let store = open(&sim.crash(1), cfg());
+    let store = open(&disk.crash(1), cfg());
     settle(&store, i64::MAX / 2);
     assert_eq!(store.stats().open_points, 1, "the unmerged late point was replayed");
     assert_eq!(read_all(&store, &other, 1000).len(), 4000);
@@ -365,30 +365,30 @@ fn late_points_of_a_damaged_block_do_not_pin_the_log_forever() {
 
 #[test]
 fn unmergeable_points_larger_than_a_log_segment_let_maintenance_settle() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { block_segment_bytes: 1 << 20, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let a: SeriesKey = "damaged.big".parse().unwrap();
     store.write(&blocks(&a, qlen(), &pts(0, 5))).unwrap();
     settle(&store, i64::MAX / 2);
-    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
-    sim.corrupt(&seg, 40, 0x5a);
+    let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.corrupt(&seg, 40, 0x5a);
     // More unmergeable late points than one log segment holds (4 KiB here).
     let late: Vec<Point> = (0..800).map(|i| Point { ts: 1 + i, value: 0.0, event: 1 }).collect();
     store.write(&blocks(&a, qlen(), &late)).unwrap();
     // Re-logging them must not rotate the log, and re-log them, at every step for ever.
     settle(&store, i64::MAX / 2);
-    let before = sim.bytes_appended();
+    let before = disk.bytes_appended();
     for _ in 0..10 {
         settle(&store, i64::MAX / 2);
     }
     assert!(
-        sim.bytes_appended() - before < 4 << 10,
+        disk.bytes_appended() - before < 4 << 10,
         "idle maintenance appended {} bytes",
-        sim.bytes_appended() - before
+        disk.bytes_appended() - before
     );
     drop(store);
-    let store = open(&sim.crash(2), cfg());
+    let store = open(&disk.crash(2), cfg());
     settle(&store, i64::MAX / 2);
     assert_eq!(store.stats().open_points, 800);
 }
@@ -396,9 +396,9 @@ fn unmergeable_points_larger_than_a_log_segment_let_maintenance_settle() {
 #[test]
 fn blocks_whose_index_edits_are_damaged_are_found_again() {
     use timeshard_store::Backend;
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { block_segment_bytes: 1 << 20, index_rewrite_bytes: 1 << 20, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let k: SeriesKey = "index.rot".parse().unwrap();
     // Ten blocks, each sealed by its own step: ten put edits in the index.
     for q in 0..10 {
@@ -411,9 +411,9 @@ fn blocks_whose_index_edits_are_damaged_are_found_again() {
     assert!(store.stats().wal_segments <= 1, "the log is checkpointed: {:?}", store.stats());
     drop(store);
     // A flipped byte in the middle of the index destroys one put edit.
-    let index = sim.read_all("index.log").unwrap();
-    sim.corrupt("index.log", index.len() / 2, 0x40);
-    let store = open(&sim, cfg());
+    let index = disk.read_all("index.log").unwrap();
+    disk.corrupt("index.log", index.len() / 2, 0x40);
+    let store = open(&disk, cfg());
     assert!(store.health().iter().any(|h| h.contains("damaged")), "{:?}", store.health());
     assert_eq!(read_all(&store, &k, 1000).len(), 102, "the block of the lost edit is still in its segment");
     // And stays found through maintenance (compaction, index rewrite) and restarts.
@@ -422,6 +422,6 @@ fn blocks_whose_index_edits_are_damaged_are_found_again() {
         settle(&store, i64::MAX / 2);
     }
     drop(store);
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     assert_eq!(read_all(&store, &k, 1000).len(), 104);
 }

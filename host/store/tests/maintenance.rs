@@ -5,16 +5,16 @@
 mod common;
 
 use timeshard_proto::{Point, SeriesKey};
-use timeshard_store::sim::SimBackend;
+use timeshard_store::faulty_disk::FaultyDisk;
 use timeshard_store::{DiskConfig, MaintenanceReport, Store};
 
 use common::*;
 
 #[test]
 fn writes_seal_by_themselves_when_maintenance_lags() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { max_open_points: 1_000, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let k: SeriesKey = "pressure".parse().unwrap();
     let mut peak = 0;
     for b in 0..40i64 {
@@ -26,15 +26,15 @@ fn writes_seal_by_themselves_when_maintenance_lags() {
     assert!(store.stats().sealed_blocks > 0);
     assert_eq!(read_all(&store, &k, 997).len(), 10_000);
     drop(store);
-    let store = open(&sim.crash(2), cfg());
+    let store = open(&disk.crash(2), cfg());
     assert_eq!(read_all(&store, &k, 10_000).len(), 10_000);
     assert!(store.health().is_empty(), "{:?}", store.health());
 }
 
 #[test]
 fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
-    let sim = SimBackend::new();
-    let store = open(&sim, small_config());
+    let disk = FaultyDisk::new();
+    let store = open(&disk, small_config());
     let keys: Vec<SeriesKey> = (0..4).map(|i| format!("churn{{n={i}}}").parse().unwrap()).collect();
     let mut total = MaintenanceReport::default();
     let mut add = |r: MaintenanceReport| {
@@ -63,13 +63,13 @@ fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
     assert!(total.compacted_segments > 0, "{total:?}");
     assert!(total.index_rewrites > 0, "{total:?}");
     assert!(total.wal_segments_removed > 0, "{total:?}");
-    let live: usize = sim.files().iter().filter(|(n, _)| n.starts_with("blocks/")).map(|(_, l)| l).sum();
+    let live: usize = disk.files().iter().filter(|(n, _)| n.starts_with("blocks/")).map(|(_, l)| l).sum();
     assert!(live < 64 << 10, "dead blocks are reclaimed: {live} bytes of segments");
     for k in &keys {
         assert_eq!(read_all(&store, k, 33).len(), 300);
     }
     drop(store);
-    let store = open(&sim.crash(5), small_config());
+    let store = open(&disk.crash(5), small_config());
     assert!(store.health().is_empty(), "{:?}", store.health());
     assert_eq!(store.stats().open_points, 0, "everything was sealed and the log checkpointed");
     for k in &keys {
@@ -81,9 +81,9 @@ fn reseals_compact_segments_rewrite_the_index_and_checkpoint_the_log() {
 
 #[test]
 fn one_step_rewrites_a_bounded_number_of_points_even_for_late_data() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = || DiskConfig { step_max_points: 2_000, ..small_config() };
-    let store = open(&sim, cfg());
+    let store = open(&disk, cfg());
     let k: SeriesKey = "late.everywhere".parse().unwrap();
     // 20 sealed blocks of 500 points.
     let pts: Vec<Point> = (0..10_000).map(|i| Point::new(i * 2_000, i as f64)).collect();
@@ -109,7 +109,7 @@ fn one_step_rewrites_a_bounded_number_of_points_even_for_late_data() {
 
 #[test]
 fn paging_through_an_open_block_copies_each_point_about_once() {
-    let store = open(&SimBackend::new(), DiskConfig { max_block_points: 1 << 20, ..small_config() });
+    let store = open(&FaultyDisk::new(), DiskConfig { max_block_points: 1 << 20, ..small_config() });
     let k: SeriesKey = "open.paging".parse().unwrap();
     let len = timeshard_proto::QuantumLen::new(1_000_000_000).unwrap();
     let pts: Vec<Point> = (0..200_000).map(|i| Point::new(i * 1_000, i as f64)).collect();
@@ -136,14 +136,14 @@ fn paging_through_an_open_block_copies_each_point_about_once() {
 
 #[test]
 fn the_memory_valve_skips_blocks_it_cannot_seal() {
-    let sim = SimBackend::new();
+    let disk = FaultyDisk::new();
     let cfg = DiskConfig { max_open_points: 1_000, block_segment_bytes: 1 << 20, ..small_config() };
-    let store = open(&sim, cfg);
+    let store = open(&disk, cfg);
     let damaged: SeriesKey = "valve.damaged".parse().unwrap();
     store.write(&blocks(&damaged, qlen(), &[Point::new(0, 1.0), Point::new(1, 1.0)])).unwrap();
     settle(&store, i64::MAX / 2);
-    let (seg, _) = sim.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
-    sim.corrupt(&seg, 40, 0x5a);
+    let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.corrupt(&seg, 40, 0x5a);
     // 800 late points that can never merge into the damaged block stay open.
     let late: Vec<Point> = (0..800).map(|i| Point { ts: 2 + i, value: 0.0, event: 1 }).collect();
     store.write(&blocks(&damaged, qlen(), &late)).unwrap();
@@ -170,7 +170,7 @@ fn the_memory_valve_skips_blocks_it_cannot_seal() {
 fn idle_maintenance_does_not_walk_every_series() {
     use timeshard_store::RetentionRule;
     let cfg = DiskConfig { retention: vec![RetentionRule::new("m", 1 << 50)], ..DiskConfig::default() };
-    let store = open(&SimBackend::new(), cfg);
+    let store = open(&FaultyDisk::new(), cfg);
     let keys: Vec<SeriesKey> = (0..200_000).map(|i| format!("m{{i={i}}}").parse().unwrap()).collect();
     for c in keys.chunks(10_000) {
         store.register_series(c).unwrap();

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::agg::Summary;
-use timeshard_store::sim::SimBackend;
-use timeshard_store::{Codec, DiskStore, MemStore, Store};
+use timeshard_store::faulty_disk::FaultyDisk;
+use timeshard_store::{Codec, DiskStore, MemStore, Store, StoreError};
 
 use common::*;
 
@@ -63,16 +63,16 @@ proptest! {
     /// summaries always match the raw points.
     #[test]
     fn any_interleaving_matches_the_model(ops in proptest::collection::vec(arb_op(), 1..16), xor in any::<bool>()) {
-        let sim = SimBackend::new();
+        let disk = FaultyDisk::new();
         let config = || {
             let mut c = small_config();
             c.codec = if xor { Codec::Xor } else { Codec::Pco };
             c
         };
-        let mut store = open(&sim, config());
+        let mut store = open(&disk, config());
         let mut model: [BTreeSet<PointKey>; 2] = Default::default();
         let mut batches: Vec<Vec<(usize, i64, u64, i8)>> = Vec::new();
-        let mut sim = sim;
+        let mut disk = disk;
         for op in ops {
             let batch = match op {
                 Op::Write(b) => { batches.push(b.clone()); Some(b) }
@@ -82,8 +82,8 @@ proptest! {
                 Op::Restart(seed) => {
                     drop(store);
                     // Every write was acknowledged durable, so any crash image holds it all.
-                    sim = sim.crash(seed);
-                    store = open(&sim, config());
+                    disk = disk.crash(seed);
+                    store = open(&disk, config());
                     prop_assert!(store.health().is_empty(), "{:?}", store.health());
                     None
                 }
@@ -119,8 +119,8 @@ proptest! {
         (start, len) in (0i64..12_000_000, 1i64..14_000_000),
     ) {
         let s: SeriesKey = "agg".parse().unwrap();
-        let sim = SimBackend::new();
-        let store = open(&sim, small_config());
+        let disk = FaultyDisk::new();
+        let store = open(&disk, small_config());
         let mem = MemStore::default();
         let points: Vec<Point> = pts.iter().map(|&(ts, event, v)| Point { ts, event, value: f64::from(v) }).collect();
         store.write(&blocks(&s, qlen(), &points)).unwrap();
@@ -131,6 +131,12 @@ proptest! {
         mem.write(&blocks(&s, qlen(), &late)).unwrap();
 
         let range = TimeRange::new(start, start + len).unwrap();
+        if timeshard_proto::window::check_windows(&range, window).is_err() {
+            // Over the one windows limit (narrow windows, long range): both engines refuse it.
+            prop_assert!(matches!(store.aggregate(&s, range, window), Err(StoreError::InvalidInput(_))));
+            prop_assert!(matches!(mem.aggregate(&s, range, window), Err(StoreError::InvalidInput(_))));
+            return Ok(());
+        }
         let got = store.aggregate(&s, range, window).unwrap();
         prop_assert_eq!(&got, &mem.aggregate(&s, range, window).unwrap());
 
@@ -164,7 +170,7 @@ proptest! {
         page in 1usize..40,
     ) {
         let s: SeriesKey = "raw".parse().unwrap();
-        let store = open(&SimBackend::new(), small_config());
+        let store = open(&FaultyDisk::new(), small_config());
         let points: Vec<Point> = pts.iter().map(|&(ts, event)| Point { ts, event, value: ts as f64 }).collect();
         store.write(&blocks(&s, qlen(), &points)).unwrap();
         if sealed { while store.maintain(i64::MAX / 2).unwrap().more {} }

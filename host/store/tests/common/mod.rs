@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
-use timeshard_store::sim::SimBackend;
+use timeshard_store::faulty_disk::FaultyDisk;
 use timeshard_store::{DiskConfig, DiskStore, Store};
 
 /// 1 ms quanta, the shortest allowed, so small timestamps span many blocks.
@@ -42,8 +42,8 @@ pub fn small_config() -> DiskConfig {
     }
 }
 
-pub fn open(sim: &SimBackend, config: DiskConfig) -> DiskStore {
-    DiskStore::open_with_backend(Arc::new(sim.clone()), config).unwrap()
+pub fn open(disk: &FaultyDisk, config: DiskConfig) -> DiskStore {
+    DiskStore::open_with_backend(Arc::new(disk.clone()), config).unwrap()
 }
 
 /// Every point of `series`, read in pages of `page`.

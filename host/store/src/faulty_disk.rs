@@ -1,9 +1,10 @@
-//! A simulated disk for tests: an in-memory [`Backend`] that models what a power cut keeps and
-//! can fail on demand (disk full, permission denied, a dying process, flipped bytes).
+//! A faulty disk for the store's tests: [`FaultyDisk`], an in-memory [`Backend`] that models
+//! what a power cut keeps and fails on demand (disk full, permission denied, a dying process,
+//! flipped bytes).
 //!
 //! The model: appended bytes are volatile until `sync`; a file's existence is volatile until its
 //! first `sync` (or `write_atomic`); `write_atomic` is durable when it returns; a removal may or
-//! may not survive a crash. [`SimBackend::crash`] returns the image a restart would find: synced
+//! may not survive a crash. [`FaultyDisk::crash`] returns the image a restart would find: synced
 //! bytes, plus any prefix of the unsynced tail, sometimes with its last bytes garbled (a torn
 //! sector).
 
@@ -37,7 +38,7 @@ impl FailKind {
 }
 
 #[derive(Debug, Clone, Default)]
-struct SimFile {
+struct DiskFile {
     data: Vec<u8>,
     synced: usize,
     durable: bool,
@@ -45,7 +46,7 @@ struct SimFile {
 
 #[derive(Debug, Default)]
 struct State {
-    files: BTreeMap<String, SimFile>,
+    files: BTreeMap<String, DiskFile>,
     // Synced contents of removed files: a crash may bring them back.
     ghosts: Vec<(String, Vec<u8>)>,
     // Bytes appends may still write before `budget_fail` strikes.
@@ -61,9 +62,9 @@ struct State {
     sync_delay: std::time::Duration,
 }
 
-/// The simulated disk. Clones share one disk.
+/// A disk in memory that crashes and fails when a test asks. Clones share one disk.
 #[derive(Debug, Clone, Default)]
-pub struct SimBackend {
+pub struct FaultyDisk {
     state: Arc<Mutex<State>>,
 }
 
@@ -91,10 +92,10 @@ impl SplitMix64 {
     }
 }
 
-impl SimBackend {
+impl FaultyDisk {
     /// An empty disk.
-    pub fn new() -> SimBackend {
-        SimBackend::default()
+    pub fn new() -> FaultyDisk {
+        FaultyDisk::default()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -102,19 +103,19 @@ impl SimBackend {
     }
 
     /// After `bytes` more appended bytes, appends tear (write a prefix) and every write fails
-    /// with `kind` (until [`SimBackend::heal`]).
+    /// with `kind` (until [`FaultyDisk::heal`]).
     pub fn fail_writes_after(&self, bytes: u64, kind: FailKind) {
         self.lock().budget = Some((bytes, kind));
     }
 
     /// After `ops` more mutating operations (appends, syncs, truncations, atomic replaces,
-    /// removals) every write fails with `kind` (until [`SimBackend::heal`]): with
-    /// [`SimBackend::ops`] a test can stop the process before each operation in turn.
+    /// removals) every write fails with `kind` (until [`FaultyDisk::heal`]): with
+    /// [`FaultyDisk::ops`] a test can stop the process before each operation in turn.
     pub fn fail_writes_after_ops(&self, ops: u64, kind: FailKind) {
         self.lock().op_budget = Some((ops, kind));
     }
 
-    /// Mutating operations attempted so far (see [`SimBackend::fail_writes_after_ops`]).
+    /// Mutating operations attempted so far (see [`FaultyDisk::fail_writes_after_ops`]).
     pub fn ops(&self) -> u64 {
         self.lock().ops
     }
@@ -168,7 +169,7 @@ impl SimBackend {
     }
 
     /// The disk a restart after a power cut finds, chosen by `seed`.
-    pub fn crash(&self, seed: u64) -> SimBackend {
+    pub fn crash(&self, seed: u64) -> FaultyDisk {
         let mut rng = SplitMix64(seed);
         let s = self.lock();
         let mut files = BTreeMap::new();
@@ -186,14 +187,14 @@ impl SimBackend {
                     *b = rng.next_u64() as u8;
                 }
             }
-            files.insert(name.clone(), SimFile { synced: data.len(), data, durable: true });
+            files.insert(name.clone(), DiskFile { synced: data.len(), data, durable: true });
         }
         for (name, data) in &s.ghosts {
             if !files.contains_key(name) && rng.below(2) == 0 {
-                files.insert(name.clone(), SimFile { synced: data.len(), data: data.clone(), durable: true });
+                files.insert(name.clone(), DiskFile { synced: data.len(), data: data.clone(), durable: true });
             }
         }
-        SimBackend { state: Arc::new(Mutex::new(State { files, ..State::default() })) }
+        FaultyDisk { state: Arc::new(Mutex::new(State { files, ..State::default() })) }
     }
 }
 
@@ -220,7 +221,7 @@ impl State {
     }
 }
 
-impl Backend for SimBackend {
+impl Backend for FaultyDisk {
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let s = self.lock();
         s.check_read()?;
@@ -306,7 +307,7 @@ impl Backend for SimBackend {
             }
             *left -= data.len() as u64;
         }
-        s.files.insert(path.to_string(), SimFile { data: data.to_vec(), synced: data.len(), durable: true });
+        s.files.insert(path.to_string(), DiskFile { data: data.to_vec(), synced: data.len(), durable: true });
         Ok(())
     }
 
@@ -329,7 +330,7 @@ mod tests {
 
     #[test]
     fn crash_keeps_synced_bytes_and_a_prefix_of_the_rest() {
-        let b = SimBackend::new();
+        let b = FaultyDisk::new();
         b.append("a", b"synced").unwrap();
         b.sync("a").unwrap();
         b.append("a", b"volatile").unwrap();
@@ -343,7 +344,7 @@ mod tests {
 
     #[test]
     fn budget_tears_then_fails() {
-        let b = SimBackend::new();
+        let b = FaultyDisk::new();
         b.fail_writes_after(3, FailKind::DiskFull);
         let e = b.append("a", b"hello").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull);

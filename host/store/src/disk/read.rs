@@ -1,0 +1,304 @@
+//! The read paths of [`DiskStore`]: raw range reads, window aggregates and block summaries.
+//! Each merges a block's sealed frame with its open (late) points, and starts over from a block
+//! whose segment compaction removed while it was being read.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use timeshard_proto::window::check_windows;
+use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
+
+use super::{DiskStore, seg_path, union};
+use crate::agg::{Aggregator, Summary, WindowAggregate};
+use crate::backend::io_error;
+use crate::block;
+use crate::index::Loc;
+use crate::{ReadPage, StoreError, page_start};
+
+/// Why reading a sealed block failed.
+pub(super) enum Load {
+    /// The segment is gone (compacted since the location was read): look it up again.
+    Gone,
+    /// Any other failure, for the caller.
+    Err(StoreError),
+}
+
+/// What a read copied of one block under the state lock, to read the sealed part unlocked.
+struct BlockView {
+    /// The block's quantum start.
+    start: i64,
+    /// Where its sealed frame is, if it has one.
+    sealed: Option<Loc>,
+    /// The open points the read needs, sorted.
+    open: Vec<Point>,
+}
+
+/// How an aggregate takes one block.
+enum AggView {
+    /// The block lies within one window and the range: its summary stands for its points.
+    Summary { start: i64, summary: Summary },
+    /// A window or the range cuts the block, or it has late data: its points are needed.
+    Points(BlockView),
+}
+
+/// Most times one read starts over at a block that compaction moved while it was read.
+const MOVED_RETRIES: u32 = 8;
+
+/// Runs `pass` until it finishes, again each time it stops at a block whose segment compaction
+/// removed ([`Load::Gone`]), at most [`MOVED_RETRIES`] times. A pass keeps its progress (a
+/// cursor, what it has collected) in captured state, so the next one looks up the moved block's
+/// new location and goes on from there.
+fn retry_moved<T>(mut pass: impl FnMut() -> Result<T, Load>) -> Result<T, StoreError> {
+    let mut retries = 0;
+    loop {
+        match pass() {
+            Ok(v) => return Ok(v),
+            Err(Load::Gone) if retries < MOVED_RETRIES => retries += 1,
+            Err(Load::Gone) => {
+                return Err(StoreError::Unavailable("blocks kept moving during compaction; retry the read".into()));
+            }
+            Err(Load::Err(e)) => return Err(e),
+        }
+    }
+}
+
+impl DiskStore {
+    /// One page of a raw read ([`crate::Store::read`]).
+    pub(super) fn read_page(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
+        let from = page_start(&range, after);
+        let Some((id, len)) = self.lookup(series) else {
+            return Ok(ReadPage::default());
+        };
+        if from.ts >= range.end() {
+            return Ok(ReadPage::default());
+        }
+        let cursor = len.quantum_of(from.ts).start;
+        let mut points = self.collect(id, cursor, from, range.end(), limit.saturating_add(1))?;
+        let more = points.len() > limit;
+        points.truncate(limit);
+        Ok(ReadPage { points, more })
+    }
+
+    /// Window aggregates ([`crate::Store::aggregate`]): whole-window blocks by their summary,
+    /// the others from their points.
+    pub(super) fn aggregate_windows(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+        window_ns: i64,
+    ) -> Result<Vec<WindowAggregate>, StoreError> {
+        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
+        let Some((id, len)) = self.lookup(series) else {
+            return Ok(Vec::new());
+        };
+        let mut agg = Aggregator::new(range, window_ns);
+        // The first block not yet added.
+        let mut cursor = len.quantum_of(range.start()).start;
+        retry_moved(|| {
+            loop {
+                let views: Vec<AggView> = {
+                    let st = self.read_state();
+                    let Some(s) = st.series.get(&id) else { return Ok(()) };
+                    s.blocks
+                        .range(cursor..range.end())
+                        .take(1024)
+                        .map(|(&start, b)| {
+                            let whole = agg.fits_one_window(start, start + len.ns());
+                            match (b.sealed, b.open.is_empty()) {
+                                (Some(loc), true) if whole => AggView::Summary { start, summary: loc.summary },
+                                (None, false) if whole => AggView::Summary {
+                                    start,
+                                    summary: Summary::of(&b.open).expect("open is not empty"),
+                                },
+                                _ => {
+                                    let lo = b.open.partition_point(|p| p.ts < range.start());
+                                    let hi = b.open.partition_point(|p| p.ts < range.end());
+                                    let open = b.open[lo..hi.max(lo)].to_vec();
+                                    AggView::Points(BlockView { start, sealed: b.sealed, open })
+                                }
+                            }
+                        })
+                        .collect()
+                };
+                if views.is_empty() {
+                    return Ok(());
+                }
+                for v in views {
+                    match v {
+                        AggView::Summary { start, summary } => {
+                            self.summaries_used.fetch_add(1, Ordering::Relaxed);
+                            agg.push_summary(agg.window_of(start), &summary);
+                            cursor = start + 1;
+                        }
+                        AggView::Points(BlockView { start, sealed, open }) => {
+                            let pts = match sealed {
+                                None => open,
+                                Some(loc) => match self.load(id, start, &loc) {
+                                    Ok(p) => union(p, &open),
+                                    Err(e) => {
+                                        // Moved: the next pass starts at this block.
+                                        cursor = start;
+                                        return Err(e);
+                                    }
+                                },
+                            };
+                            agg.push_points(&pts);
+                            cursor = start + 1;
+                        }
+                    }
+                }
+            }
+        })?;
+        Ok(agg.finish())
+    }
+
+    /// The summary of one block (series, quantum start) over all its points, sealed and late,
+    /// computed canonically; `None` if the block holds nothing.
+    pub fn block_summary(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<Summary>, StoreError> {
+        retry_moved(|| {
+            let (id, sealed, open) = {
+                let st = self.read_state();
+                let Some(&id) = st.ids.get(series) else {
+                    return Ok(None);
+                };
+                let Some(b) = st.series[&id].blocks.get(&quantum_start) else {
+                    return Ok(None);
+                };
+                match (b.sealed, b.open.is_empty()) {
+                    (Some(loc), true) => return Ok(Some(loc.summary)),
+                    (None, _) => return Ok(Summary::of(&b.open)),
+                    (Some(loc), false) => (id, loc, b.open.clone()),
+                }
+            };
+            Ok(Summary::of(&union(self.load(id, quantum_start, &sealed)?, &open)))
+        })
+    }
+
+    /// Collects the points of blocks starting at `cursor`, up to `want` points at or after
+    /// `from` and before `end`.
+    fn collect(
+        &self,
+        id: u32,
+        mut cursor: i64,
+        from: PointKey,
+        end: Timestamp,
+        want: usize,
+    ) -> Result<Vec<Point>, StoreError> {
+        let mut out: Vec<Point> = Vec::new();
+        retry_moved(|| {
+            while out.len() < want {
+                let views: Vec<BlockView> = {
+                    let st = self.read_state();
+                    let Some(s) = st.series.get(&id) else { break };
+                    // Copy no more open points than the page can still take: the first `left`
+                    // points of a block's union are among the first `left` of its open points, and
+                    // once earlier blocks supply `left` points the later ones are not needed. (A
+                    // copy of the rest of a large open block per page made paging quadratic, all
+                    // of it under the state lock.)
+                    let mut left = want - out.len();
+                    let mut views = Vec::new();
+                    for (&start, b) in s.blocks.range(cursor..end).take(64) {
+                        if left == 0 {
+                            break;
+                        }
+                        let lo = b.open.partition_point(|p| p.key() < from);
+                        let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
+                        left -= hi - lo;
+                        self.open_copied.fetch_add((hi - lo) as u64, Ordering::Relaxed);
+                        views.push(BlockView { start, sealed: b.sealed, open: b.open[lo..hi].to_vec() });
+                    }
+                    views
+                };
+                if views.is_empty() {
+                    break;
+                }
+                for BlockView { start, sealed, open } in views {
+                    let base = out.len();
+                    let r = match (sealed, open.is_empty()) {
+                        (None, _) => {
+                            out.extend_from_slice(&open);
+                            Ok(())
+                        }
+                        // The common case: decode straight into the result.
+                        (Some(loc), true) => self.load_into(id, start, &loc, &mut out),
+                        (Some(loc), false) => self.load(id, start, &loc).map(|p| {
+                            out.extend_from_slice(&union(p, &open));
+                        }),
+                    };
+                    if let Err(e) = r {
+                        // Moved: the next pass starts at this block.
+                        cursor = start;
+                        return Err(e);
+                    }
+                    // Trim this block's points to [from, end) and to what is still wanted.
+                    let added = &out[base..];
+                    let lo = added.partition_point(|p| p.key() < from);
+                    let hi = added.partition_point(|p| p.ts < end);
+                    let keep_end = base + hi.min(lo + (want - base));
+                    out.truncate(keep_end.max(base + lo));
+                    if lo > 0 {
+                        out.drain(base..base + lo);
+                    }
+                    cursor = start + 1;
+                    if out.len() >= want {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Reads and decodes a sealed block.
+    pub(super) fn load(&self, id: u32, start: i64, loc: &Loc) -> Result<Vec<Point>, Load> {
+        let mut out = Vec::new();
+        self.load_into(id, start, loc, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads and decodes a sealed block, appending its points to `out`.
+    fn load_into(&self, id: u32, start: i64, loc: &Loc, out: &mut Vec<Point>) -> Result<(), Load> {
+        let path = seg_path(loc.seg);
+        let bytes = match self.backend.read_at(&path, loc.offset, loc.len as usize) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Load::Gone),
+            Err(e) => {
+                return Err(Load::Err(io_error(
+                    format!("reading the block of series id {id} at quantum {start} from {path}"),
+                    e,
+                )));
+            }
+        };
+        self.decoded.fetch_add(1, Ordering::Relaxed);
+        let corrupt = |why: String| {
+            let key = self.read_state().series.get(&id).map_or_else(|| format!("id {id}"), |s| s.key.to_string());
+            Load::Err(StoreError::Corrupt(format!(
+                "the block of {key} at quantum {start} ({path}, offset {}, {} bytes) is damaged: {why}; \
+                 other blocks are still served; re-replicate this one from a replica",
+                loc.offset, loc.len
+            )))
+        };
+        let base = out.len();
+        match block::decode_into(&bytes, out) {
+            Ok(h) if h.series == id && h.quantum.start == start => Ok(()),
+            Ok(h) => {
+                out.truncate(base);
+                Err(corrupt(format!("it holds series id {} quantum {} instead", h.series, h.quantum.start)))
+            }
+            Err(e) => Err(corrupt(e.0)),
+        }
+    }
+
+    fn lookup(&self, series: &SeriesKey) -> Option<(u32, QuantumLen)> {
+        let st = self.read_state();
+        let id = *st.ids.get(series)?;
+        Some((id, st.series[&id].quantum?))
+    }
+}

@@ -1,0 +1,443 @@
+//! Opening a [`DiskStore`]'s directory and keeping its log short: the format check, loading the
+//! index (finding sealed blocks a damaged index lost), dropping orphaned segments, replaying the
+//! log; and checkpoints, which cut the log once its points are sealed and listed in the index.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+
+use timeshard_proto::{Quantum, QuantumLen, SeriesKey};
+
+use super::write::{apply_points, ensure_series};
+use super::{Block, DictEntry, DiskStore, FORMAT_VERSION, Maint, SegStat, Series, State, parse_seg_name, seg_path};
+use crate::backend::{Backend, io_error};
+use crate::block;
+use crate::frame;
+use crate::index::{self, Edit, Image, Loc};
+use crate::wal::{self, Def, Record};
+use crate::{MaintenanceReport, StoreError};
+
+const FORMAT_PATH: &str = "FORMAT";
+
+/// What opening found on disk: the state to start from and where the log stands.
+pub(super) struct Recovered {
+    pub(super) state: State,
+    pub(super) maint: Maint,
+    /// Damage worked around while opening (the store's first health entries).
+    pub(super) problems: Vec<String>,
+    /// The newest log segment (or the one before the first live one when none is left).
+    pub(super) last_wal_seq: u64,
+    /// The log segments replayed, which stay until a checkpoint removes them.
+    pub(super) wal_segments: BTreeSet<u64>,
+}
+
+/// Reads the directory behind `backend`: checks the format, loads the index (dictionary,
+/// sealed blocks, watermarks, checkpoint), drops segments nothing points at and replays the
+/// log. Repairs what it can (torn tails, orphans) and reports the rest as problems.
+pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
+    let mut problems = Vec::new();
+    check_format(backend, &mut problems)?;
+
+    // The index: dictionary, sealed blocks, watermarks, checkpoint.
+    let mut img = Image::default();
+    let mut maint = Maint::default();
+    match backend.read_all(index::PATH) {
+        Ok(bytes) => {
+            let scan = frame::scan(&bytes, index::MAGIC);
+            maint.rewrite_index = !scan.skipped.is_empty();
+            for (at, n) in &scan.skipped {
+                problems.push(format!(
+                    "{}: {n} damaged bytes at offset {at} skipped; the edits after them were read",
+                    index::PATH
+                ));
+            }
+            for f in &scan.frames {
+                match index::decode(f.kind, f.body) {
+                    Ok(e) => img.apply(e),
+                    Err(e) => {
+                        maint.rewrite_index = true;
+                        problems.push(format!(
+                            "{}: edit at offset {} does not decode ({e}); skipped",
+                            index::PATH,
+                            f.offset
+                        ))
+                    }
+                }
+            }
+            if img.version > FORMAT_VERSION {
+                return Err(StoreError::UnsupportedFormat {
+                    path: index::PATH.into(),
+                    found: img.version,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            if scan.valid_len < bytes.len() {
+                backend
+                    .truncate(index::PATH, scan.valid_len as u64)
+                    .map_err(|e| io_error(format!("cutting the torn tail of {}", index::PATH), e))?;
+            }
+            maint.index_len = scan.valid_len as u64;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mut out = Vec::new();
+            index::put(&mut out, &Edit::Header { version: FORMAT_VERSION });
+            backend
+                .append(index::PATH, &out)
+                .and_then(|_| backend.sync(index::PATH))
+                .map_err(|e| io_error(format!("creating {}", index::PATH), e))?;
+            maint.index_len = out.len() as u64;
+        }
+        Err(e) => return Err(io_error(format!("reading {}", index::PATH), e)),
+    }
+    img.finish();
+    problems.append(&mut img.problems);
+    maint.first_live_wal = img.first_live_wal;
+
+    let mut st = State::default();
+    for (id, s) in &img.series {
+        let key: SeriesKey = match s.key.parse() {
+            Ok(k) => k,
+            Err(e) => {
+                problems.push(format!("index: series id {id} has a bad key: {e}"));
+                continue;
+            }
+        };
+        let quantum = QuantumLen::new(s.quantum_ns).ok();
+        st.ids.insert(key.clone(), *id);
+        st.series.insert(
+            *id,
+            Series {
+                key,
+                registered: s.registered,
+                quantum,
+                indexed: Some(DictEntry { registered: s.registered, quantum_ns: s.quantum_ns }),
+                expired_before: s.expired_before,
+                blocks: BTreeMap::new(),
+            },
+        );
+        st.next_id = st.next_id.max(id + 1);
+    }
+    let seg_names = backend.list("blocks").map_err(|e| io_error("listing blocks/".into(), e))?;
+    for name in &seg_names {
+        if let Some(seg) = parse_seg_name(name) {
+            let bytes = backend.len(&seg_path(seg)).map_err(|e| io_error(format!("reading {}", seg_path(seg)), e))?;
+            st.segs.insert(seg, SegStat { bytes, live: 0 });
+        }
+    }
+    if maint.rewrite_index {
+        recover_lost_puts(backend, &st.segs, &mut img, &mut problems);
+    }
+    for (&(id, start), loc) in &img.blocks {
+        let Some(s) = st.series.get_mut(&id) else {
+            continue;
+        };
+        match st.segs.get_mut(&loc.seg) {
+            Some(seg) if loc.offset + u64::from(loc.len) <= seg.bytes => seg.live += u64::from(loc.len),
+            _ => problems.push(format!(
+                "index: the block of {} at quantum {start} points past the end of {}; reading it \
+                     will fail until it is re-replicated",
+                s.key,
+                seg_path(loc.seg)
+            )),
+        }
+        s.blocks.insert(start, Block { sealed: Some(*loc), open_min_seg: u64::MAX, ..Block::default() });
+        st.blocks += 1;
+    }
+    // Segments nothing points at hold only data that is also in the log (a seal that
+    // crashed before its index edit): drop them.
+    let referenced: BTreeSet<u32> = img.blocks.values().map(|l| l.seg).collect();
+    let orphans: Vec<u32> = st.segs.keys().filter(|k| !referenced.contains(k)).copied().collect();
+    for seg in orphans {
+        backend.remove(&seg_path(seg)).map_err(|e| io_error(format!("removing unused {}", seg_path(seg)), e))?;
+        st.segs.remove(&seg);
+    }
+    maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
+
+    // Replay the log.
+    let mut wal_segs = BTreeSet::new();
+    let mut last_seq = img.first_live_wal.saturating_sub(1);
+    let names = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
+    for name in names {
+        let Some(seq) = wal::parse_segment_name(&name) else {
+            continue;
+        };
+        let path = wal::segment_path(seq);
+        last_seq = last_seq.max(seq);
+        if seq < img.first_live_wal {
+            // Checkpointed before a crash interrupted its removal.
+            backend.remove(&path).map_err(|e| io_error(format!("removing checkpointed {path}"), e))?;
+            continue;
+        }
+        wal_segs.insert(seq);
+        let bytes = backend.read_all(&path).map_err(|e| io_error(format!("reading log segment {path}"), e))?;
+        replay_segment(&mut st, seq, &path, &bytes, &mut problems)?;
+    }
+
+    for p in &problems {
+        tracing::warn!(problem = %p, "store opened with a problem");
+    }
+    Ok(Recovered { state: st, maint, problems, last_wal_seq: last_seq, wal_segments: wal_segs })
+}
+
+impl DiskStore {
+    /// Logs again, in the current log segment, the open points of blocks that sealing left
+    /// open and that hold older segments: otherwise one block that can never be sealed would
+    /// keep every log segment since its first late point, and the log would grow without bound.
+    /// Only blocks two segments behind are carried, so stuck points are logged again about once
+    /// per segment rotation (carrying into the segment just rotated away from would rotate, and
+    /// carry, at every step when the stuck points alone fill a segment).
+    fn carry_stuck_forward(&self) -> Result<(), StoreError> {
+        let pinned = self.wal.first_pinned();
+        let todo: Vec<(u32, i64)> = {
+            let st = self.read_state();
+            st.dirty
+                .iter()
+                .filter(|(id, start)| {
+                    let b = &st.series[id].blocks[start];
+                    b.stuck && b.open_min_seg.saturating_add(1) < pinned
+                })
+                .copied()
+                .collect()
+        };
+        for (id, start) in todo {
+            let snap = {
+                let mut st = self.write_state();
+                let s = st.series.get_mut(&id).expect("dirty blocks exist");
+                let (key, len) = (s.key.clone(), s.quantum.expect("a series with blocks has a quantum"));
+                let b = s.blocks.get_mut(&start).expect("dirty blocks exist");
+                b.snap_min_seg = Some(u64::MAX);
+                (key, len, b.open.clone())
+            };
+            let (key, len, open) = snap;
+            let q = Quantum::at(start, len).expect("block starts are aligned");
+            let mut data = Vec::with_capacity(open.len() * 12 + 32);
+            wal::put_points(&mut data, id, q, &open);
+            let r = self.wal.commit(vec![Def { id, registered: false, key }], &data);
+            let mut st = self.write_state();
+            if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start)) {
+                let since = b.snap_min_seg.take().unwrap_or(u64::MAX);
+                if let Ok(seq) = r {
+                    // The snapshot is now in `seq`; points added meanwhile are in `since`.
+                    b.open_min_seg = seq.min(since);
+                }
+            }
+            drop(st);
+            self.wal.applied(r?);
+        }
+        Ok(())
+    }
+
+    pub(super) fn checkpoint_step(&self, m: &mut Maint, report: &mut MaintenanceReport) -> Result<(), StoreError> {
+        self.carry_stuck_forward()?;
+        // The log's pins first, then the blocks': a write applied in between is seen by one.
+        let pinned = self.wal.first_pinned();
+        let (open_min, idle) = {
+            let st = self.read_state();
+            let open_min =
+                st.dirty.iter().map(|(id, start)| st.series[id].blocks[start].open_min_seg).min().unwrap_or(u64::MAX);
+            (open_min, st.dirty.is_empty())
+        };
+        let series_edits = self.unindexed_series(None);
+        let first_live = pinned.min(open_min);
+        let segs = self.wal.segments();
+        if segs.first().is_some_and(|&s| s < first_live) {
+            let mut edits = series_edits;
+            edits.push(Edit::Checkpoint { first_live_wal: first_live });
+            self.index_append(m, &edits)?;
+            m.first_live_wal = first_live;
+            self.mark_indexed(&edits);
+            report.wal_segments_removed += self.wal.remove_before(first_live)?;
+        }
+        // Rotate a big segment, or an idle one, so a later step can remove it.
+        if (self.wal.current_len() > self.config.wal_segment_bytes || idle) && self.wal.rotate() {
+            report.more = true;
+        }
+        Ok(())
+    }
+}
+
+/// After damage in the index, finds the sealed blocks whose put edits were lost: block frames
+/// name their series and quantum and carry their summary, so every block segment is scanned
+/// and the last frame of each (series, quantum) the index no longer lists is listed again.
+/// (Without this the block is hidden at once and deleted by the next compaction of its
+/// segment.) A frame left by a seal whose put never made it holds acknowledged points too, so
+/// taking it is harmless; retention watermarks still apply.
+fn recover_lost_puts(
+    backend: &dyn Backend,
+    segs: &BTreeMap<u32, SegStat>,
+    img: &mut Image,
+    problems: &mut Vec<String>,
+) {
+    let mut found: BTreeMap<(u32, i64), (i64, Loc)> = BTreeMap::new();
+    for &seg in segs.keys() {
+        let path = seg_path(seg);
+        let bytes = match backend.read_all(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{path}: not read to look for blocks the damaged index lost: {e}"));
+                continue;
+            }
+        };
+        for f in frame::scan(&bytes, block::MAGIC).frames {
+            let Ok(h) = block::decode_header(&bytes[f.offset..f.offset + f.len]) else {
+                continue;
+            };
+            let (Ok(offset), Ok(len)) = (u64::try_from(f.offset), u32::try_from(f.len)) else {
+                continue;
+            };
+            // Frames are appended in order and compaction copies only live ones, so a later
+            // frame of a block is a newer version of it.
+            found.insert(
+                (h.series, h.quantum.start),
+                (h.quantum.len.ns(), Loc { seg, offset, len, summary: h.summary }),
+            );
+        }
+    }
+    let mut recovered = 0;
+    for ((id, start), (len, loc)) in found {
+        let Some(s) = img.series.get(&id) else {
+            continue;
+        };
+        if len != s.quantum_ns || start.saturating_add(len) <= s.expired_before {
+            continue;
+        }
+        if let std::collections::hash_map::Entry::Vacant(e) = img.blocks.entry((id, start)) {
+            e.insert(loc);
+            recovered += 1;
+        }
+    }
+    if recovered > 0 {
+        problems.push(format!(
+            "{}: {recovered} sealed blocks whose edits were damaged were found again in their segments",
+            index::PATH
+        ));
+    }
+}
+
+fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(), StoreError> {
+    match backend.read_all(FORMAT_PATH) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let version =
+                text.lines().find_map(|l| l.strip_prefix("format ")).and_then(|v| v.trim().parse::<u32>().ok());
+            match version {
+                Some(v) if v > FORMAT_VERSION => {
+                    Err(StoreError::UnsupportedFormat { path: FORMAT_PATH.into(), found: v, supported: FORMAT_VERSION })
+                }
+                Some(_) => Ok(()),
+                None => Err(StoreError::Corrupt(format!(
+                    "{FORMAT_PATH} does not name a format version (it reads {text:?}); this does not \
+                     look like a timeshard data directory"
+                ))),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
+            if !existing.is_empty() || backend.len(index::PATH).is_ok() {
+                problems.push(format!(
+                    "{FORMAT_PATH} was missing in a data directory with data; assumed format {FORMAT_VERSION}"
+                ));
+            }
+            let body = format!("timeshard-store\nformat {FORMAT_VERSION}\n");
+            backend
+                .write_atomic(FORMAT_PATH, body.as_bytes())
+                .map_err(|e| io_error(format!("creating {FORMAT_PATH}"), e))
+        }
+        Err(e) => Err(io_error(format!("reading {FORMAT_PATH}"), e)),
+    }
+}
+
+fn replay_segment(
+    st: &mut State,
+    seq: u64,
+    path: &str,
+    bytes: &[u8],
+    problems: &mut Vec<String>,
+) -> Result<(), StoreError> {
+    let scan = frame::scan(bytes, wal::MAGIC);
+    for (at, n) in &scan.skipped {
+        problems
+            .push(format!("{path}: {n} damaged bytes at offset {at} skipped; the records after them were replayed"));
+    }
+    // Ids of this segment's definitions, which may differ from ours if the dictionary lost an
+    // entry; map them through the key.
+    let mut local: HashMap<u32, u32> = HashMap::new();
+    for f in &scan.frames {
+        let rec = match wal::decode(f.kind, f.body) {
+            Ok(r) => r,
+            Err(e) => {
+                problems.push(format!("{path}: record at offset {} does not decode ({e}); skipped", f.offset));
+                continue;
+            }
+        };
+        match rec {
+            Record::Header { version, .. } if version > wal::VERSION => {
+                return Err(StoreError::UnsupportedFormat {
+                    path: path.into(),
+                    found: version,
+                    supported: wal::VERSION,
+                });
+            }
+            Record::Header { .. } => {}
+            Record::Series { id, registered, key } => match key.parse::<SeriesKey>() {
+                Ok(k) => {
+                    let ours = match st.series.get(&id) {
+                        Some(s) if s.key == k => id,
+                        None if !st.ids.contains_key(&k) => {
+                            st.ids.insert(k.clone(), id);
+                            st.unindexed.insert(id);
+                            st.series.insert(
+                                id,
+                                Series {
+                                    key: k.clone(),
+                                    registered: false,
+                                    quantum: None,
+                                    indexed: None,
+                                    expired_before: 0,
+                                    blocks: BTreeMap::new(),
+                                },
+                            );
+                            st.next_id = st.next_id.max(id + 1);
+                            id
+                        }
+                        _ => ensure_series(st, &k),
+                    };
+                    if registered && let Some(s) = st.series.get_mut(&ours) {
+                        s.registered = true;
+                        st.unindexed.insert(ours);
+                    }
+                    local.insert(id, ours);
+                }
+                Err(e) => problems.push(format!("{path}: series id {id} has a bad key: {e}")),
+            },
+            Record::Points { id, quantum, mut points } => {
+                let Some(&ours) = local.get(&id) else {
+                    problems.push(format!(
+                        "{path}: {} points of series id {id}, which the segment never defined; skipped",
+                        points.len()
+                    ));
+                    continue;
+                };
+                let s = st.series.get_mut(&ours).expect("mapped ids exist");
+                match s.quantum {
+                    Some(l) if l != quantum.len => {
+                        problems.push(format!(
+                            "{path}: points of {} in quanta of {} ns, but the series uses {} ns; skipped",
+                            s.key,
+                            quantum.len.ns(),
+                            l.ns()
+                        ));
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => {
+                        s.quantum = Some(quantum.len);
+                        st.unindexed.insert(ours);
+                    }
+                }
+                timeshard_proto::point::sort_dedup(&mut points);
+                apply_points(st, ours, quantum, &points, seq, None);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Retention of a [`DiskStore`]: rules by metric prefix, and the maintenance step that drops
+//! the blocks they expire (recorded in the index as a per-series watermark).
+
+use std::sync::atomic::Ordering;
+
+use timeshard_proto::{QuantumLen, Timestamp};
+
+use super::{DiskStore, Maint};
+use crate::index::Edit;
+use crate::{MaintenanceReport, StoreError};
+
+/// Keep the series whose metric starts with `metric_prefix` for `keep_ns` of event time; the
+/// longest matching prefix wins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionRule {
+    pub metric_prefix: String,
+    pub keep_ns: i64,
+}
+
+impl RetentionRule {
+    pub fn new(metric_prefix: impl Into<String>, keep_ns: i64) -> RetentionRule {
+        RetentionRule { metric_prefix: metric_prefix.into(), keep_ns }
+    }
+}
+
+impl DiskStore {
+    /// Replaces the retention rules (applied by the next maintenance steps).
+    pub fn set_retention(&self, rules: Vec<RetentionRule>) {
+        *self.retention.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        self.next_expire.store(i64::MIN, Ordering::Relaxed);
+    }
+
+    pub(super) fn expire_step(
+        &self,
+        m: &mut Maint,
+        now: Timestamp,
+        report: &mut MaintenanceReport,
+    ) -> Result<(), StoreError> {
+        const MAX_BLOCKS: usize = 10_000;
+        let rules = self.retention.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if rules.is_empty() || now < self.next_expire.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Retention walks every series: run it about every hundredth of the shortest keep
+        // (at most once a minute), not at every step.
+        let shortest = rules.iter().map(|r| r.keep_ns.max(0)).min().unwrap_or(0);
+        let next = now.saturating_add((shortest / 100).min(60_000_000_000));
+        self.next_expire.store(next, Ordering::Relaxed);
+        // (series id, new watermark): blocks that end at or before it expire.
+        let todo: Vec<(u32, i64)> = {
+            let st = self.read_state();
+            let mut todo = Vec::new();
+            let mut blocks = 0;
+            self.series_walked.fetch_add(st.series.len() as u64, Ordering::Relaxed);
+            for (&id, s) in &st.series {
+                let Some(rule) = rules
+                    .iter()
+                    .filter(|r| s.key.metric().starts_with(&r.metric_prefix))
+                    .max_by_key(|r| r.metric_prefix.len())
+                else {
+                    continue;
+                };
+                let (Some(len), Some((&first, _))) = (s.quantum, s.blocks.first_key_value()) else {
+                    continue;
+                };
+                let cutoff = now.saturating_sub(rule.keep_ns.max(0));
+                if first.saturating_add(len.ns()) > cutoff {
+                    continue;
+                }
+                // Bound the work: stop at the end of the MAX_BLOCKS-th expired block.
+                let expired: Vec<i64> = s
+                    .blocks
+                    .range(..=cutoff.saturating_sub(len.ns()))
+                    .map(|(&k, _)| k)
+                    .take(MAX_BLOCKS - blocks)
+                    .collect();
+                let before = match expired.last() {
+                    Some(&last) if expired.len() == MAX_BLOCKS - blocks => {
+                        report.more = true;
+                        last + len.ns()
+                    }
+                    _ => cutoff,
+                };
+                blocks += expired.len();
+                todo.push((id, before));
+                if blocks >= MAX_BLOCKS {
+                    report.more = true;
+                    break;
+                }
+            }
+            if report.more {
+                // Bounded: continue at the next step.
+                self.next_expire.store(i64::MIN, Ordering::Relaxed);
+            }
+            todo
+        };
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let edits: Vec<Edit> = todo.iter().map(|&(id, before)| Edit::Expire { id, before }).collect();
+        self.index_append(m, &edits)?;
+        let mut st = self.write_state();
+        let st = &mut *st;
+        for (id, before) in todo {
+            let Some(s) = st.series.get_mut(&id) else {
+                continue;
+            };
+            let len = s.quantum.map_or(1, QuantumLen::ns);
+            s.expired_before = s.expired_before.max(before);
+            let keep = s.blocks.split_off(&(before - len + 1));
+            let gone = std::mem::replace(&mut s.blocks, keep);
+            st.blocks -= gone.len();
+            for (start, b) in gone {
+                st.open_points -= b.open.len();
+                st.dirty.remove(&(id, start));
+                if let Some(loc) = b.sealed
+                    && let Some(seg) = st.segs.get_mut(&loc.seg)
+                {
+                    seg.live = seg.live.saturating_sub(u64::from(loc.len));
+                }
+                report.expired_blocks += 1;
+            }
+        }
+        Ok(())
+    }
+}
