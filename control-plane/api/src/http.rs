@@ -81,16 +81,12 @@ pub fn authority_of(url: &str) -> Result<String, HttpError> {
         return Err(bad("expected https://HOST:PORT"));
     }
     let has_port = match authority.rsplit_once(':') {
-        Some((host, port)) => {
-            // `[::1]` alone has colons but no port.
-            if host.ends_with(']') || !authority.starts_with('[') {
-                port.parse::<u16>().map_err(|_| bad("the port is not a number"))?;
-                true
-            } else {
-                false
-            }
+        // `[::1]` alone has colons but no port.
+        Some((host, port)) if host.ends_with(']') || !authority.starts_with('[') => {
+            port.parse::<u16>().map_err(|_| bad("the port is not a number"))?;
+            true
         }
-        None => false,
+        _ => false,
     };
     Ok(if has_port { authority.to_string() } else { format!("{authority}:443") })
 }
