@@ -70,7 +70,8 @@ pub fn parse_csr(pem: &str) -> Result<Csr, Error> {
 }
 
 fn at(ms: i64) -> time::OffsetDateTime {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
 }
 
 fn random_serial() -> SerialNumber {
@@ -89,7 +90,8 @@ impl FleetCa {
         params.distinguished_name.push(DnType::CommonName, "timeshard fleet CA");
         // Path length 0: it signs node and server certificates, never another CA.
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_before = at(now_ms - crate::time::ms(BACKDATE));
         params.not_after = at(now_ms + crate::time::ms(CA_LIFETIME));
         params.serial_number = Some(random_serial());
@@ -102,9 +104,8 @@ impl FleetCa {
         let internal = |e: &dyn std::fmt::Display| Error::Internal(format!("the stored fleet CA is unusable: {e}"));
         let key = KeyPair::from_pem(key_pem).map_err(|e| internal(&e))?;
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(|e| internal(&e))?;
-        let cert_der = timeshard_control_api::tls::certs_from_pem("the fleet CA", cert_pem)
-            .map_err(|e| internal(&e))?
-            .remove(0);
+        let cert_der =
+            timeshard_control_api::tls::certs_from_pem("the fleet CA", cert_pem).map_err(|e| internal(&e))?.remove(0);
         let fingerprint = Fingerprint::of_certificate(&cert_der).map_err(|e| internal(&e))?;
         Ok(FleetCa { cert_pem: cert_pem.to_string(), cert_der, issuer, fingerprint })
     }

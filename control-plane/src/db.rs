@@ -40,7 +40,9 @@ impl MigrationSource<'static> for Embedded {
         Box::pin(async {
             Ok(MIGRATIONS
                 .iter()
-                .map(|&(version, name, sql)| Migration::new(version, name.into(), MigrationType::Simple, sql.into(), false))
+                .map(|&(version, name, sql)| {
+                    Migration::new(version, name.into(), MigrationType::Simple, sql.into(), false)
+                })
                 .collect())
         })
     }
@@ -172,14 +174,16 @@ impl Db {
     }
 
     async fn load_ca(&self) -> Result<Option<FleetCa>> {
-        let row = sqlx::query("SELECT ca_cert_pem, ca_key_pem FROM fleet WHERE id = 1").fetch_optional(&self.pool).await?;
+        let row =
+            sqlx::query("SELECT ca_cert_pem, ca_key_pem FROM fleet WHERE id = 1").fetch_optional(&self.pool).await?;
         row.map(|r| FleetCa::load(&r.try_get::<String, _>("ca_cert_pem")?, &r.try_get::<String, _>("ca_key_pem")?))
             .transpose()
     }
 
     /// The current generation.
     pub async fn generation(&self) -> Result<u64> {
-        let g: i64 = sqlx::query("SELECT generation FROM fleet WHERE id = 1").fetch_one(&self.pool).await?.try_get(0)?;
+        let g: i64 =
+            sqlx::query("SELECT generation FROM fleet WHERE id = 1").fetch_one(&self.pool).await?.try_get(0)?;
         Ok(g as u64)
     }
 
@@ -188,7 +192,8 @@ impl Db {
     /// committed state (on either backend, without a snapshot isolation level).
     pub async fn load_fleet_state(&self) -> Result<FleetState> {
         loop {
-            let row = sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(&self.pool).await?;
+            let row =
+                sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(&self.pool).await?;
             let generation: i64 = row.try_get("generation")?;
             let changed_at: i64 = row.try_get("changed_at_ms")?;
             let mut classes = Vec::new();
@@ -200,15 +205,14 @@ impl Db {
                 configs.push(from_json(&row, "entry_json")?);
             }
             // Certificates expired when this generation was made need no revocation.
-            let revoked = sqlx::query(
-                "SELECT node_id FROM devices WHERE revoked_at_ms IS NOT NULL AND cert_not_after_ms > $1",
-            )
-            .bind(changed_at)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>("node_id"))
-            .collect::<Result<Vec<_>, _>>()?;
+            let revoked =
+                sqlx::query("SELECT node_id FROM devices WHERE revoked_at_ms IS NOT NULL AND cert_not_after_ms > $1")
+                    .bind(changed_at)
+                    .fetch_all(&self.pool)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("node_id"))
+                    .collect::<Result<Vec<_>, _>>()?;
             if self.generation().await? == generation as u64 {
                 return Ok(FleetState::new(generation as u64, classes, configs, revoked));
             }

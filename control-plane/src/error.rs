@@ -18,7 +18,9 @@ pub enum Error {
     #[error("{0}; pass an API token with --token or TIMESHARD_CONTROL_TOKEN")]
     Unauthorized(String),
     /// The API token's role is too low.
-    #[error("this needs the {needed} role; your token ({token}) has {has}: ask an admin for a token with `api-token create --role {needed}`")]
+    #[error(
+        "this needs the {needed} role; your token ({token}) has {has}: ask an admin for a token with `api-token create --role {needed}`"
+    )]
     Forbidden { needed: &'static str, has: String, token: String },
     #[error("{0}")]
     TokenMalformed(#[from] TokenError),

@@ -158,7 +158,8 @@ mod tests {
 
     #[test]
     fn json_uses_human_durations_and_defaults() {
-        let c: ClassSpec = serde_json::from_str(r#"{"name":"pmu","metric_prefix":"pmu.","retention":"30days"}"#).unwrap();
+        let c: ClassSpec =
+            serde_json::from_str(r#"{"name":"pmu","metric_prefix":"pmu.","retention":"30days"}"#).unwrap();
         assert_eq!((c.rf, c.w, c.r, c.quantum), (3, 2, 2, Duration::from_secs(10)));
         assert_eq!(c.retention, Some(Duration::from_secs(30 * 86_400)));
         let text = serde_json::to_string(&c).unwrap();

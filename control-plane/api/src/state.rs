@@ -105,7 +105,8 @@ pub struct LimitSettings {
 }
 
 /// The names [`LimitSettings::set`] accepts.
-pub const LIMIT_NAMES: &[&str] = &["max_concurrent_requests", "max_connections", "read_parallelism", "max_quanta_per_page"];
+pub const LIMIT_NAMES: &[&str] =
+    &["max_concurrent_requests", "max_connections", "read_parallelism", "max_quanta_per_page"];
 
 impl LimitSettings {
     /// Sets the limit called `name` (`max_connections=...`, as the CLI writes it).
@@ -118,7 +119,12 @@ impl LimitSettings {
             "max_connections" => &mut self.max_connections,
             "read_parallelism" => &mut self.read_parallelism,
             "max_quanta_per_page" => &mut self.max_quanta_per_page,
-            _ => return Err(format!("unknown limit {name:?}; limits that can be set per node: {}", LIMIT_NAMES.join(", "))),
+            _ => {
+                return Err(format!(
+                    "unknown limit {name:?}; limits that can be set per node: {}",
+                    LIMIT_NAMES.join(", ")
+                ));
+            }
         };
         *slot = Some(value);
         Ok(())

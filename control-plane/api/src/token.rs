@@ -85,7 +85,9 @@ impl TokenKind {
     fn hint(self) -> &'static str {
         match self {
             TokenKind::Enrollment => "create one with `timeshard-control token create`",
-            TokenKind::Api => "the first one is printed by `timeshard-control serve --init`; more come from `timeshard-control api-token create`",
+            TokenKind::Api => {
+                "the first one is printed by `timeshard-control serve --init`; more come from `timeshard-control api-token create`"
+            }
         }
     }
 }

@@ -283,9 +283,8 @@ fn read_class_file(path: &PathBuf) -> anyhow::Result<Vec<ClassSpec>> {
     if let Ok(put) = serde_json::from_str::<PutClasses>(&text) {
         return Ok(put.classes);
     }
-    serde_json::from_str::<Vec<ClassSpec>>(&text).with_context(|| {
-        format!("{} is not a JSON list of classes nor {{\"classes\": [...]}}", path.display())
-    })
+    serde_json::from_str::<Vec<ClassSpec>>(&text)
+        .with_context(|| format!("{} is not a JSON list of classes nor {{\"classes\": [...]}}", path.display()))
 }
 
 pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
@@ -455,7 +454,9 @@ pub async fn node_config(cmd: NodeConfigCommand) -> anyhow::Result<()> {
 
 /// `devices`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  timeshard-control devices\n  timeshard-control devices --json | jq '.[] | select(.health != \"ok\")'")]
+#[command(
+    after_help = "Examples:\n  timeshard-control devices\n  timeshard-control devices --json | jq '.[] | select(.health != \"ok\")'"
+)]
 pub struct DevicesArgs {
     #[arg(long)]
     json: bool,
@@ -527,7 +528,9 @@ pub async fn device(cmd: DeviceCommand) -> anyhow::Result<()> {
 
 /// `audit`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  timeshard-control audit --limit 20\n  timeshard-control audit --json --limit 1000 > audit.json")]
+#[command(
+    after_help = "Examples:\n  timeshard-control audit --limit 20\n  timeshard-control audit --json --limit 1000 > audit.json"
+)]
 pub struct AuditArgs {
     /// Most entries (newest first).
     #[arg(long, default_value_t = 50)]

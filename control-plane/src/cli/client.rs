@@ -37,13 +37,21 @@ impl Client {
         Ok(self.endpoint.get(path, Some(&self.token)).await?)
     }
 
-    pub async fn send<B: Serialize, T: DeserializeOwned>(&self, method: Method, path: &str, body: &B) -> anyhow::Result<T> {
+    pub async fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
         Ok(self.endpoint.send(method, path, Some(&self.token), body).await?)
     }
 
     /// A request whose answer has no body (204).
     pub async fn call(&self, method: Method, path: &str) -> anyhow::Result<()> {
-        let answer = self.endpoint.call(method, path, Some(&self.token), None, timeshard_control_api::http::CALL_TIMEOUT).await?;
+        let answer = self
+            .endpoint
+            .call(method, path, Some(&self.token), None, timeshard_control_api::http::CALL_TIMEOUT)
+            .await?;
         answer.check()?;
         Ok(())
     }

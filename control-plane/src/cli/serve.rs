@@ -84,8 +84,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let backend = db.backend();
     let policy = Policy { cert_lifetime: args.cert_lifetime, ..Policy::default() };
     let fleet = Fleet::open(db, policy).await?;
-    let listener =
-        TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
     let mut addr = listener.local_addr()?;
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -93,7 +92,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let admin = if args.init { Some(fleet.init_admin().await?) } else { None };
     let state = fleet.current();
     let mut out = std::io::stdout().lock();
-    writeln!(out, "timeshard-control: fleet {} ({backend:?}), generation {}", fleet.ca.fingerprint(), state.generation)?;
+    writeln!(
+        out,
+        "timeshard-control: fleet {} ({backend:?}), generation {}",
+        fleet.ca.fingerprint(),
+        state.generation
+    )?;
     writeln!(out, "timeshard-control: listening on https://{addr}")?;
     if let Some(token) = admin {
         writeln!(out, "# The admin token is shown this once; keep it secret.")?;

@@ -26,7 +26,11 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok { Ok(()) } else { Err(Error::BadRequest(format!("{what} name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::BadRequest(format!("{what} name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'")))
+    }
 }
 
 async fn classes_in(w: &mut Write) -> Result<BTreeMap<String, ClassSpec>> {
@@ -141,8 +145,12 @@ impl Fleet {
         let invalid = |reason: String| Error::NodeConfigInvalid { name: name.to_string(), reason };
         req.selector.validate().map_err(invalid)?;
         req.settings.validate().map_err(invalid)?;
-        let entry =
-            NodeConfigEntry { name: name.to_string(), selector: req.selector, priority: req.priority, settings: req.settings };
+        let entry = NodeConfigEntry {
+            name: name.to_string(),
+            selector: req.selector,
+            priority: req.priority,
+            settings: req.settings,
+        };
         let matched = self.count_matching(&entry).await?;
         if matched == 0 && !req.allow_empty {
             return Err(Error::SelectorMatchesNothing { selector: entry.selector.to_string() });
@@ -157,7 +165,8 @@ impl Fleet {
             .map(|r| from_json::<NodeConfigEntry>(&r, "entry_json"))
             .transpose()?;
         if before.is_none() {
-            let count: i64 = sqlx::query("SELECT COUNT(*) FROM node_configs").fetch_one(&mut *w.tx).await?.try_get(0)?;
+            let count: i64 =
+                sqlx::query("SELECT COUNT(*) FROM node_configs").fetch_one(&mut *w.tx).await?.try_get(0)?;
             if count as usize >= MAX_NODE_CONFIGS {
                 return Err(Error::BadRequest(format!("a fleet has at most {MAX_NODE_CONFIGS} node configurations")));
             }

@@ -78,7 +78,10 @@ impl Fleet {
             return Err(unknown);
         }
         if let Some(at_ms) = row.try_get::<Option<i64>, _>("used_at_ms")? {
-            return Err(Error::TokenUsed { at_ms, by: row.try_get::<Option<String>, _>("used_by")?.unwrap_or_default() });
+            return Err(Error::TokenUsed {
+                at_ms,
+                by: row.try_get::<Option<String>, _>("used_by")?.unwrap_or_default(),
+            });
         }
         let expires_at_ms: i64 = row.try_get("expires_at_ms")?;
         if expires_at_ms <= now {
@@ -94,13 +97,15 @@ impl Fleet {
         let labels: BTreeMap<String, String> = from_json(&row, "labels_json")?;
         let location: Option<Location> = from_json_opt(&row, "location_json")?;
         let signed = self.ca.sign_node(&csr, now, self.policy.cert_lifetime)?;
-        let consumed = sqlx::query("UPDATE enrollment_tokens SET used_at_ms = $1, used_by = $2 WHERE id = $3 AND used_at_ms IS NULL")
-            .bind(now)
-            .bind(&csr.node_id)
-            .bind(&token.id)
-            .execute(&mut *w.tx)
-            .await?
-            .rows_affected();
+        let consumed = sqlx::query(
+            "UPDATE enrollment_tokens SET used_at_ms = $1, used_by = $2 WHERE id = $3 AND used_at_ms IS NULL",
+        )
+        .bind(now)
+        .bind(&csr.node_id)
+        .bind(&token.id)
+        .execute(&mut *w.tx)
+        .await?
+        .rows_affected();
         if consumed != 1 {
             // Another instance used it between our read and this update.
             return Err(Error::TokenUsed { at_ms: now, by: "another device".into() });
@@ -152,11 +157,13 @@ impl Fleet {
         let now = now_ms();
         let signed = self.ca.sign_node(&csr, now, self.policy.cert_lifetime)?;
         let mut w = self.db.write().await?;
-        let before = sqlx::query("SELECT cert_serial, cert_not_after_ms FROM devices WHERE node_id = $1 AND revoked_at_ms IS NULL")
-            .bind(node_id)
-            .fetch_optional(&mut *w.tx)
-            .await?
-            .ok_or_else(|| Error::UnknownDevice { node_id: node_id.to_string() })?;
+        let before = sqlx::query(
+            "SELECT cert_serial, cert_not_after_ms FROM devices WHERE node_id = $1 AND revoked_at_ms IS NULL",
+        )
+        .bind(node_id)
+        .fetch_optional(&mut *w.tx)
+        .await?
+        .ok_or_else(|| Error::UnknownDevice { node_id: node_id.to_string() })?;
         let before = json!({
             "cert_serial": before.try_get::<String, _>("cert_serial")?,
             "cert_not_after_ms": before.try_get::<i64, _>("cert_not_after_ms")?,

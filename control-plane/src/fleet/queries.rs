@@ -14,8 +14,10 @@ pub const MAX_AUDIT_PAGE: u32 = 1000;
 
 impl Fleet {
     /// `GET /v1/fleet` (viewer).
-    pub fn info(&self, caller: &Caller) -> Result<FleetInfo> {
+    pub async fn info(&self, caller: &Caller) -> Result<FleetInfo> {
         caller.require(Role::Viewer)?;
+        // Read your writes: a change just made through this instance shows at once.
+        self.reload().await?;
         let state = self.current();
         Ok(FleetInfo {
             ca_fingerprint: self.ca.fingerprint().to_string(),
@@ -78,7 +80,9 @@ impl Fleet {
                     .fetch_all(self.db.pool())
                     .await?
             }
-            None => sqlx::query(&format!("{sql} ORDER BY id DESC LIMIT $1")).bind(limit).fetch_all(self.db.pool()).await?,
+            None => {
+                sqlx::query(&format!("{sql} ORDER BY id DESC LIMIT $1")).bind(limit).fetch_all(self.db.pool()).await?
+            }
         };
         rows.iter()
             .map(|r| {

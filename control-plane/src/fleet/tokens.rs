@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::Row;
-use timeshard_control_api::api::{ApiTokenInfo, CreateApiToken, CreateEnrollmentToken, EnrollmentTokenInfo, TokenCreated};
+use timeshard_control_api::api::{
+    ApiTokenInfo, CreateApiToken, CreateEnrollmentToken, EnrollmentTokenInfo, TokenCreated,
+};
 use timeshard_control_api::state::validate_labels;
 use timeshard_control_api::{Role, Token, TokenKind};
 
@@ -42,7 +44,10 @@ impl Caller {
 /// Checks that `token` was made for this fleet.
 pub fn check_fleet(fleet: &Fleet, token: &Token) -> Result<()> {
     if token.fleet != fleet.ca.fingerprint() {
-        return Err(Error::TokenWrongFleet { token_fleet: token.fleet.to_string(), ours: fleet.ca.fingerprint().to_string() });
+        return Err(Error::TokenWrongFleet {
+            token_fleet: token.fleet.to_string(),
+            ours: fleet.ca.fingerprint().to_string(),
+        });
     }
     Ok(())
 }
@@ -50,10 +55,7 @@ pub fn check_fleet(fleet: &Fleet, token: &Token) -> Result<()> {
 fn expiry(now: i64, expires_in_s: u64, max: Duration) -> Result<i64> {
     let asked = Duration::from_secs(expires_in_s);
     if asked.is_zero() || asked > max {
-        return Err(Error::BadRequest(format!(
-            "expiry must be between 1s and {}",
-            humantime::format_duration(max)
-        )));
+        return Err(Error::BadRequest(format!("expiry must be between 1s and {}", humantime::format_duration(max))));
     }
     Ok(now + ms(asked))
 }
@@ -63,13 +65,12 @@ impl Fleet {
     pub async fn authenticate(&self, text: &str) -> Result<Caller> {
         let token = Token::parse(text, TokenKind::Api).map_err(|e| Error::Unauthorized(e.to_string()))?;
         check_fleet(self, &token)?;
-        let row = sqlx::query(
-            "SELECT name, role, secret_hash, expires_at_ms, revoked_at_ms FROM api_tokens WHERE id = $1",
-        )
-        .bind(&token.id)
-        .fetch_optional(self.db.pool())
-        .await?
-        .ok_or(Error::TokenUnknown { kind: "API token" })?;
+        let row =
+            sqlx::query("SELECT name, role, secret_hash, expires_at_ms, revoked_at_ms FROM api_tokens WHERE id = $1")
+                .bind(&token.id)
+                .fetch_optional(self.db.pool())
+                .await?
+                .ok_or(Error::TokenUnknown { kind: "API token" })?;
         if row.try_get::<String, _>("secret_hash")? != token.secret_hash() {
             return Err(Error::TokenUnknown { kind: "API token" });
         }

@@ -6,13 +6,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use timeshard_control_api::ClassSpec;
 use timeshard_control_api::api::{
     ApiTokenInfo, AuditEntry, AuditQuery, Changed, CreateApiToken, CreateEnrollmentToken, DeviceInfo, EnrollRequest,
     EnrollResponse, EnrollmentTokenInfo, FleetInfo, Issued, MAX_WATCH_WAIT_MS, PutClasses, PutNodeConfig, RenewRequest,
     Report, RevokeDevice, TokenCreated, WatchQuery,
 };
 use timeshard_control_api::state::NodeConfigEntry;
-use timeshard_control_api::ClassSpec;
 
 use super::AppState;
 use super::extract::{Body, PeerNode, Query};
@@ -27,7 +27,7 @@ pub async fn health() -> &'static str {
 }
 
 pub async fn fleet(State(s): State<AppState>, caller: Caller) -> Result<Json<FleetInfo>> {
-    Ok(Json(s.fleet.info(&caller)?))
+    Ok(Json(s.fleet.info(&caller).await?))
 }
 
 pub async fn enroll(State(s): State<AppState>, Body(req): Body<EnrollRequest>) -> Result<Json<EnrollResponse>> {
@@ -71,7 +71,10 @@ pub async fn create_enrollment_token(
     Ok(Json(s.fleet.create_enrollment_token(&caller, req).await?))
 }
 
-pub async fn list_enrollment_tokens(State(s): State<AppState>, caller: Caller) -> Result<Json<Vec<EnrollmentTokenInfo>>> {
+pub async fn list_enrollment_tokens(
+    State(s): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<EnrollmentTokenInfo>>> {
     Ok(Json(s.fleet.list_enrollment_tokens(&caller).await?))
 }
 
@@ -96,11 +99,19 @@ pub async fn list_classes(State(s): State<AppState>, caller: Caller) -> Result<J
     Ok(Json(s.fleet.list_classes(&caller).await?))
 }
 
-pub async fn put_classes(State(s): State<AppState>, caller: Caller, Body(req): Body<PutClasses>) -> Result<Json<Changed>> {
+pub async fn put_classes(
+    State(s): State<AppState>,
+    caller: Caller,
+    Body(req): Body<PutClasses>,
+) -> Result<Json<Changed>> {
     Ok(Json(s.fleet.put_classes(&caller, req).await?))
 }
 
-pub async fn remove_class(State(s): State<AppState>, caller: Caller, Path(name): Path<String>) -> Result<Json<Changed>> {
+pub async fn remove_class(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Changed>> {
     Ok(Json(s.fleet.remove_class(&caller, &name).await?))
 }
 
@@ -138,6 +149,10 @@ pub async fn revoke_device(
     Ok(Json(s.fleet.revoke(&caller, &node_id, req).await?))
 }
 
-pub async fn audit(State(s): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Result<Json<Vec<AuditEntry>>> {
+pub async fn audit(
+    State(s): State<AppState>,
+    caller: Caller,
+    Query(q): Query<AuditQuery>,
+) -> Result<Json<Vec<AuditEntry>>> {
     Ok(Json(s.fleet.audit_log(&caller, q).await?))
 }
