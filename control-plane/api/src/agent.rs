@@ -346,3 +346,41 @@ impl Agent {
         Ok(issued)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::ClassSpec;
+    use crate::state::FleetState;
+
+    fn state() -> DesiredState {
+        FleetState::new(4, vec![ClassSpec::new("pmu", "pmu.")], vec![], vec![]).for_node("n", &Default::default(), None)
+    }
+
+    #[test]
+    fn newer_or_unknown_state_is_refused_with_its_generation() {
+        let good = serde_json::to_value(state()).unwrap();
+        assert_eq!(decode_state(good.clone()).unwrap(), state());
+        let mut newer = good.clone();
+        newer["format"] = (STATE_FORMAT + 1).into();
+        let err = decode_state(newer).unwrap_err();
+        assert!(matches!(err, AgentError::Incompatible { generation: 4, .. }), "{err}");
+        assert!(err.to_string().contains("upgrade the node"), "{err}");
+        let mut unknown = good;
+        unknown["classes"][0]["in_coi_dist"] = 5.into();
+        let err = decode_state(unknown).unwrap_err();
+        assert!(matches!(err, AgentError::Incompatible { generation: 4, .. }), "{err}");
+    }
+
+    #[test]
+    fn missing_enrollment_is_explained_and_files_are_written_privately() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Agent::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("timeshard node --enroll"), "{err}");
+        let target = dir.path().join("x.json");
+        files::write_atomic(&target, b"{}", true).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(!dir.path().join(".x.json.tmp").exists());
+    }
+}

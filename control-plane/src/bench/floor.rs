@@ -48,7 +48,10 @@ async fn https_ms(exe: &Path, dir: &Path) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         let start = Instant::now();
-        endpoint.call(http::Method::GET, timeshard_control_api::api::paths::HEALTH, None, None, CALL_TIMEOUT).await?.check()?;
+        endpoint
+            .call(http::Method::GET, timeshard_control_api::api::paths::HEALTH, None, None, CALL_TIMEOUT)
+            .await?
+            .check()?;
         samples.push(start.elapsed().as_secs_f64() * 1000.0);
     }
     service.stop().await?;

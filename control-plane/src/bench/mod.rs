@@ -61,7 +61,10 @@ pub struct BenchArgs {
 
 /// Runs the benchmark and prints its JSON document.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.devices > 0 && args.concurrency > 0 && args.rounds > 0, "--devices, --concurrency and --rounds must be positive");
+    anyhow::ensure!(
+        args.devices > 0 && args.concurrency > 0 && args.rounds > 0,
+        "--devices, --concurrency and --rounds must be positive"
+    );
     let exe = std::env::current_exe().context("cannot find this program's path to start `serve`")?;
     let work = tempfile::Builder::new().prefix("timeshard-control-bench-").tempdir()?;
     let mut doc = json!({
@@ -87,8 +90,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         };
         let storage = process::Storage::Postgres(url);
-        doc["postgres"] =
-            scale::measure(&exe, &storage, args.postgres_instances.max(1), &args).await.context("PostgreSQL")?.to_json();
+        doc["postgres"] = scale::measure(&exe, &storage, args.postgres_instances.max(1), &args)
+            .await
+            .context("PostgreSQL")?
+            .to_json();
     }
     doc["floor"] = floor::measure(&exe, work.path()).await?;
     let text = serde_json::to_string_pretty(&doc)?;

@@ -152,7 +152,8 @@ pub async fn measure(exe: &Path, storage: &Storage, instances: usize, args: &Ben
 /// Changes the bench class's retention (a change every node must apply).
 async fn change(admin: &Client, class: &mut ClassSpec, round: usize) -> anyhow::Result<u64> {
     class.retention = Some(Duration::from_secs(86_400 * (round as u64 + 1)));
-    let changed: Changed = admin.send(Method::PUT, paths::CLASSES, &PutClasses { classes: vec![class.clone()] }).await?;
+    let changed: Changed =
+        admin.send(Method::PUT, paths::CLASSES, &PutClasses { classes: vec![class.clone()] }).await?;
     Ok(changed.generation)
 }
 
@@ -186,7 +187,9 @@ async fn wait_all(
     let mut delays = Vec::with_capacity(n);
     while delays.len() < n {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some((g, at))) if g >= generation => delays.push(at.saturating_duration_since(t0).as_secs_f64() * 1000.0),
+            Ok(Some((g, at))) if g >= generation => {
+                delays.push(at.saturating_duration_since(t0).as_secs_f64() * 1000.0)
+            }
             Ok(Some(_)) => {}
             Ok(None) => bail!("the watchers stopped"),
             Err(_) => bail!("only {} of {n} watchers got generation {generation} within 60 s", delays.len()),
