@@ -79,6 +79,7 @@ pub enum TokenCommand {
         /// How long the token stays usable (e.g. 15m, 1h, 7d).
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         expires: Duration,
+        /// Print the token, its id and its expiry as JSON.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -86,6 +87,7 @@ pub enum TokenCommand {
     },
     /// List enrollment tokens (never their secrets): labels, expiry, which device used each.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -164,6 +166,7 @@ pub enum ApiTokenCommand {
     },
     /// List API tokens (admin).
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -271,6 +274,7 @@ pub enum ClassCommand {
     },
     /// List classes.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -404,6 +408,7 @@ pub enum NodeConfigCommand {
     },
     /// List node configurations.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -458,6 +463,7 @@ pub async fn node_config(cmd: NodeConfigCommand) -> anyhow::Result<()> {
     after_help = "Examples:\n  timeshard-control devices\n  timeshard-control devices --json | jq '.[] | select(.health != \"ok\")'"
 )]
 pub struct DevicesArgs {
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -538,6 +544,7 @@ pub struct AuditArgs {
     /// Entries older than this entry id (paging).
     #[arg(long)]
     before: Option<String>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -565,6 +572,7 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
 /// `fleet`.
 #[derive(Debug, clap::Args)]
 pub struct FleetArgs {
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -74,9 +74,34 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create the data directory {}", dir.display()))
 }
 
+/// Holds an exclusive lock on `dir/serve.lock` while the returned file is open.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `timeshard-control serve` is using {}; run one per data directory, or use \
+             --database postgres://... to run several instances on one fleet",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
 /// Runs the service until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let url = database_url(&args)?;
+    // SQLite has one writer: one `serve` per data directory (PostgreSQL takes several).
+    let _lock = match &args.database {
+        None => Some(lock_data_dir(&args.data_dir)?),
+        Some(_) => None,
+    };
     if args.cert_lifetime < Duration::from_secs(3600) {
         anyhow::bail!("--cert-lifetime must be at least 1h (nodes renew after two thirds of it)");
     }

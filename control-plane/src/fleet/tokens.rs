@@ -89,6 +89,8 @@ impl Fleet {
     /// Creates the first admin token (`serve --init`). Refuses when any API token exists.
     pub async fn init_admin(&self) -> Result<Token> {
         let mut w = self.db.write().await?;
+        // Lock the fleet row: two instances started with --init at once make one admin token.
+        sqlx::query("UPDATE fleet SET id = id WHERE id = 1").execute(&mut *w.tx).await?;
         let count: i64 = sqlx::query("SELECT COUNT(*) FROM api_tokens").fetch_one(&mut *w.tx).await?.try_get(0)?;
         if count > 0 {
             return Err(Error::BadRequest(
