@@ -1,0 +1,25 @@
+//! What the timeshard control plane and its clients share, and nothing that needs a database or
+//! a server: the HTTP API's JSON types ([`api`]), desired state and how it is computed from
+//! classes and node configurations ([`state`], [`class`]), enrollment and API tokens
+//! ([`token`]), TLS to the control plane with CA pinning ([`tls`]), a small HTTPS client
+//! ([`http`]), and the device-side agent a node uses to enroll, renew its certificate, watch
+//! its desired state and report what it runs ([`agent`], [`files`]).
+//!
+//! The service itself (database, CA, HTTP server, CLI) is the `timeshard-control` crate.
+
+pub mod agent;
+pub mod api;
+pub mod class;
+pub mod files;
+pub mod geo;
+pub mod http;
+pub mod state;
+pub mod tls;
+pub mod token;
+
+pub use agent::{Agent, AgentError, Credentials, Enrolled, NodeClient, enroll, request_enrollment};
+pub use api::Role;
+pub use class::ClassSpec;
+pub use geo::Location;
+pub use state::{DesiredState, FleetState, NodeConfigEntry, NodeSettings, Selector};
+pub use token::{Fingerprint, Token, TokenKind};

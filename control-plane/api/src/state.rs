@@ -1,0 +1,357 @@
+//! Desired state: what the control plane wants one node to run, and how it is computed from
+//! the fleet's classes and per-selector node configurations. Pure functions, no I/O, so the
+//! service and the node compute the same thing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::class::ClassSpec;
+use crate::geo::{Location, is_geohash_prefix};
+use crate::token::{hex, sha256};
+
+/// Version of the [`DesiredState`] document. A node that meets a higher one reports that it
+/// cannot apply it (and keeps running what it has) instead of half-understanding it.
+pub const STATE_FORMAT: u32 = 1;
+
+/// Which devices a node configuration applies to: all of `labels` and, when set, a geohash
+/// prefix of the device's location. An empty selector matches every device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geohash: Option<String>,
+}
+
+impl Selector {
+    /// Whether a device with `labels` at `location` is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>, location: Option<&Location>) -> bool {
+        let labels_match = self.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let place_match = match &self.geohash {
+            None => true,
+            Some(prefix) => location.is_some_and(|l| l.geohash.starts_with(prefix.as_str())),
+        };
+        labels_match && place_match
+    }
+
+    /// Checks labels and geohash.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_labels(&self.labels)?;
+        if let Some(g) = &self.geohash
+            && !is_geohash_prefix(g)
+        {
+            return Err(format!(
+                "geohash prefix {g:?} must be 1 to 9 geohash characters (0-9 and b-z without a, i, l, o)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(g) = &self.geohash {
+            parts.push(format!("geohash={g}*"));
+        }
+        if parts.is_empty() { f.write_str("every device") } else { f.write_str(&parts.join(",")) }
+    }
+}
+
+/// Parses `k=v,k2=v2` (the CLI's label syntax).
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| format!("label {part:?} must be written key=value"))?;
+        if labels.insert(k.trim().to_string(), v.trim().to_string()).is_some() {
+            return Err(format!("label {k:?} is given twice"));
+        }
+    }
+    validate_labels(&labels)?;
+    Ok(labels)
+}
+
+/// Label keys and values: 1 to 63 letters, digits, `-`, `_`, `.`; at most 32 labels.
+pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
+    if labels.len() > 32 {
+        return Err("at most 32 labels".into());
+    }
+    let ok = |s: &str| {
+        !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    for (k, v) in labels {
+        if !ok(k) || !ok(v) {
+            return Err(format!("label {k}={v}: keys and values must be 1 to 63 letters, digits, '-', '_' or '.'"));
+        }
+    }
+    Ok(())
+}
+
+/// Limits that may differ between nodes and change while a node runs. Wire limits (message
+/// and batch sizes) must be the same on every node and are not here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_parallelism: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_quanta_per_page: Option<u32>,
+}
+
+/// The names [`LimitSettings::set`] accepts.
+pub const LIMIT_NAMES: &[&str] =
+    &["max_concurrent_requests", "max_connections", "read_parallelism", "max_quanta_per_page"];
+
+impl LimitSettings {
+    /// Sets the limit called `name` (`max_connections=...`, as the CLI writes it).
+    pub fn set(&mut self, name: &str, value: u32) -> Result<(), String> {
+        if value == 0 || value > 1_000_000 {
+            return Err(format!("limit {name}={value}: must be between 1 and 1000000"));
+        }
+        let slot = match name {
+            "max_concurrent_requests" => &mut self.max_concurrent_requests,
+            "max_connections" => &mut self.max_connections,
+            "read_parallelism" => &mut self.read_parallelism,
+            "max_quanta_per_page" => &mut self.max_quanta_per_page,
+            _ => {
+                return Err(format!(
+                    "unknown limit {name:?}; limits that can be set per node: {}",
+                    LIMIT_NAMES.join(", ")
+                ));
+            }
+        };
+        *slot = Some(value);
+        Ok(())
+    }
+
+    fn fields(&self) -> [(&'static str, Option<u32>); 4] {
+        [
+            ("max_concurrent_requests", self.max_concurrent_requests),
+            ("max_connections", self.max_connections),
+            ("read_parallelism", self.read_parallelism),
+            ("max_quanta_per_page", self.max_quanta_per_page),
+        ]
+    }
+
+    /// Checks every set limit.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in self.fields() {
+            if let Some(v) = value {
+                LimitSettings::default().set(name, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `other`'s set limits override ours.
+    fn overlay(&mut self, other: &LimitSettings) {
+        let pick = |a: &mut Option<u32>, b: Option<u32>| {
+            if b.is_some() {
+                *a = b;
+            }
+        };
+        pick(&mut self.max_concurrent_requests, other.max_concurrent_requests);
+        pick(&mut self.max_connections, other.max_connections);
+        pick(&mut self.read_parallelism, other.read_parallelism);
+        pick(&mut self.max_quanta_per_page, other.max_quanta_per_page);
+    }
+}
+
+/// Settings one node configuration gives to the devices it selects. Unset fields leave what
+/// lower-priority configurations (or the node's own file) say.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSettings {
+    /// Addresses (`host:port`) of nodes to join through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Vec<String>>,
+    #[serde(default)]
+    pub limits: LimitSettings,
+}
+
+impl NodeSettings {
+    /// Checks bootstrap addresses and limits.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(peers) = &self.bootstrap {
+            if peers.len() > 64 {
+                return Err("at most 64 bootstrap peers".into());
+            }
+            for p in peers {
+                let ok = p.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+                if !ok {
+                    return Err(format!("bootstrap peer {p:?} must be host:port"));
+                }
+            }
+        }
+        self.limits.validate()
+    }
+}
+
+/// A named node configuration: settings for the devices a selector picks. Where several
+/// select a device, they apply in ascending `priority` (then name), later ones overriding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfigEntry {
+    pub name: String,
+    #[serde(default)]
+    pub selector: Selector,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub settings: NodeSettings,
+}
+
+/// What the control plane wants one node to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesiredState {
+    /// [`STATE_FORMAT`] of the service that wrote it.
+    pub format: u32,
+    /// Fleet-wide generation: every change to the desired state of any node raises it.
+    pub generation: u64,
+    /// [`fleet_digest`] of `classes` and `revoked`: what every node must agree on. Nodes
+    /// exchange it so that one running an older configuration is visible.
+    pub digest: String,
+    /// The node this is for (40 hex digits, the node's id).
+    pub node_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub location: Option<Location>,
+    /// Peers to join through (empty: keep the node's own).
+    pub bootstrap: Vec<String>,
+    pub limits: LimitSettings,
+    pub classes: Vec<ClassSpec>,
+    /// Node ids whose certificates are revoked and not yet expired: peers refuse them.
+    pub revoked: Vec<String>,
+}
+
+/// Digest of what every node must agree on: SHA-256 (hex) of the class table sorted by name
+/// and the sorted revocation list.
+pub fn fleet_digest(classes: &[ClassSpec], revoked: &[String]) -> String {
+    let mut classes: Vec<&ClassSpec> = classes.iter().collect();
+    classes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut revoked: Vec<&String> = revoked.iter().collect();
+    revoked.sort();
+    let doc = serde_json::to_vec(&(classes, revoked)).expect("class specs serialize");
+    hex(&sha256(&doc))
+}
+
+/// The fleet-wide part of desired state at one generation; [`FleetState::for_node`] adds what
+/// is particular to one device.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetState {
+    pub generation: u64,
+    pub classes: Vec<ClassSpec>,
+    pub node_configs: Vec<NodeConfigEntry>,
+    pub revoked: Vec<String>,
+    pub digest: String,
+}
+
+impl FleetState {
+    /// Sorts and digests.
+    pub fn new(
+        generation: u64,
+        mut classes: Vec<ClassSpec>,
+        mut node_configs: Vec<NodeConfigEntry>,
+        mut revoked: Vec<String>,
+    ) -> FleetState {
+        classes.sort_by(|a, b| a.name.cmp(&b.name));
+        node_configs.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+        revoked.sort();
+        let digest = fleet_digest(&classes, &revoked);
+        FleetState { generation, classes, node_configs, revoked, digest }
+    }
+
+    /// The desired state of the device `node_id` with `labels` at `location`.
+    pub fn for_node(
+        &self,
+        node_id: &str,
+        labels: &BTreeMap<String, String>,
+        location: Option<&Location>,
+    ) -> DesiredState {
+        let mut settings = NodeSettings::default();
+        for entry in self.node_configs.iter().filter(|e| e.selector.matches(labels, location)) {
+            if entry.settings.bootstrap.is_some() {
+                settings.bootstrap = entry.settings.bootstrap.clone();
+            }
+            settings.limits.overlay(&entry.settings.limits);
+        }
+        DesiredState {
+            format: STATE_FORMAT,
+            generation: self.generation,
+            digest: self.digest.clone(),
+            node_id: node_id.to_string(),
+            labels: labels.clone(),
+            location: location.cloned(),
+            bootstrap: settings.bootstrap.unwrap_or_default(),
+            limits: settings.limits,
+            classes: self.classes.clone(),
+            revoked: self.revoked.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(text: &str) -> BTreeMap<String, String> {
+        parse_labels(text).unwrap()
+    }
+
+    #[test]
+    fn selectors_match_labels_and_geohash_prefix() {
+        let atl: Location = "33.75,-84.39".parse().unwrap();
+        let sel = Selector { labels: labels("site=atl"), geohash: Some("dn5".into()) };
+        assert!(sel.matches(&labels("site=atl,rack=3"), Some(&atl)));
+        assert!(!sel.matches(&labels("site=atl"), None));
+        assert!(!sel.matches(&labels("site=sfo"), Some(&atl)));
+        assert!(Selector::default().matches(&BTreeMap::new(), None));
+        assert!(Selector { geohash: Some("dna".into()), ..Default::default() }.validate().is_err());
+        assert!(parse_labels("site").unwrap_err().contains("key=value"));
+        assert!(parse_labels("a=1,a=2").unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn node_configs_apply_in_priority_order() {
+        let mut wide = NodeConfigEntry {
+            name: "all".into(),
+            selector: Selector::default(),
+            priority: 0,
+            settings: NodeSettings { bootstrap: Some(vec!["a:1".into()]), limits: LimitSettings::default() },
+        };
+        wide.settings.limits.set("max_connections", 100).unwrap();
+        wide.settings.limits.set("read_parallelism", 8).unwrap();
+        let mut atl = NodeConfigEntry {
+            name: "atl".into(),
+            selector: Selector { labels: labels("site=atl"), geohash: None },
+            priority: 10,
+            settings: NodeSettings::default(),
+        };
+        atl.settings.limits.set("max_connections", 50).unwrap();
+        let fleet = FleetState::new(7, vec![ClassSpec::new("pmu", "pmu.")], vec![atl, wide], vec![]);
+        let d = fleet.for_node("n1", &labels("site=atl"), None);
+        assert_eq!(d.bootstrap, vec!["a:1".to_string()]);
+        assert_eq!((d.limits.max_connections, d.limits.read_parallelism), (Some(50), Some(8)));
+        let d = fleet.for_node("n2", &labels("site=sfo"), None);
+        assert_eq!(d.limits.max_connections, Some(100));
+        assert_eq!(d.generation, 7);
+        assert!(LimitSettings::default().set("max_message_bytes", 5).unwrap_err().contains("unknown limit"));
+    }
+
+    #[test]
+    fn digest_ignores_order_but_not_content() {
+        let a = ClassSpec::new("a", "a.");
+        let mut b = ClassSpec::new("b", "b.");
+        let d1 = fleet_digest(&[a.clone(), b.clone()], &["x".into(), "y".into()]);
+        assert_eq!(d1, fleet_digest(&[b.clone(), a.clone()], &["y".into(), "x".into()]));
+        b.rf = 5;
+        assert_ne!(d1, fleet_digest(&[a.clone(), b.clone()], &["x".into(), "y".into()]));
+        assert_ne!(d1, fleet_digest(&[a, ClassSpec::new("b", "b.")], &["x".into()]));
+    }
+}

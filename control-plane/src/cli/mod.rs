@@ -1,0 +1,88 @@
+//! The `timeshard-control` command line: `serve` runs the service; the other commands talk to a
+//! running service over its API with an API token; `bench` measures a fleet.
+
+pub mod admin;
+pub mod client;
+pub mod serve;
+
+use clap::{Parser, Subcommand};
+
+const ABOUT: &str = "The timeshard control plane: enrolls devices, hands out their configuration, keeps an audit log";
+
+const LONG_ABOUT: &str = "\
+The timeshard control plane: a fleet CA that enrolls devices with one-time tokens, the fleet's
+desired state (series classes, per-site node configurations, revocations) that nodes watch and
+apply without restarting, and an audit log of every change. State lives in SQLite in the data
+directory, or in PostgreSQL with --database (several `serve` instances can share one).";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Start the service the first time; it prints an admin token and the variables to export.
+  timeshard-control serve --init --listen 0.0.0.0:7443 --data-dir /var/lib/timeshard-control
+  export TIMESHARD_CONTROL_URL=https://cp.example:7443 TIMESHARD_CONTROL_TOKEN=tsa1...
+
+  # A one-time token for a device in Atlanta, valid for an hour.
+  timeshard-control token create --labels site=atl --location 33.75,-84.39 --expires 1h
+  # On the device:
+  timeshard node --enroll https://cp.example:7443 --token tsc1... --data-dir /var/lib/timeshard
+
+  # Desired state: classes for every node, settings per site.
+  timeshard-control class set pmu --prefix pmu. --quantum 10s --rf 3 --w 2 --r 2 --retention 30d
+  timeshard-control node-config set atl --select site=atl --bootstrap 10.0.0.5:7400
+  timeshard-control devices
+  timeshard-control device revoke 3f2a...
+  timeshard-control audit";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "timeshard-control", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the control plane service (HTTPS API and fleet CA).
+    Serve(serve::ServeArgs),
+    /// Enrollment tokens: one-time secrets that let one device enroll.
+    #[command(subcommand)]
+    Token(admin::TokenCommand),
+    /// API tokens for people and scripts, with roles admin, operator or viewer.
+    #[command(subcommand, name = "api-token")]
+    ApiToken(admin::ApiTokenCommand),
+    /// Series classes every node uses: key format, quantum, replication, retention.
+    #[command(subcommand)]
+    Class(admin::ClassCommand),
+    /// Node settings per selector (labels and/or geohash prefix): bootstrap peers, limits.
+    #[command(subcommand, name = "node-config")]
+    NodeConfig(admin::NodeConfigCommand),
+    /// List enrolled devices with what they report.
+    Devices(admin::DevicesArgs),
+    /// Act on one device.
+    #[command(subcommand)]
+    Device(admin::DeviceCommand),
+    /// The audit log: who changed what, when, before and after.
+    Audit(admin::AuditArgs),
+    /// The fleet: CA fingerprint, generation and digest.
+    Fleet(admin::FleetArgs),
+    /// Measure enrollment and propagation at fleet scale (SQLite and PostgreSQL).
+    Bench(crate::bench::BenchArgs),
+}
+
+/// Runs the command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Token(c) => admin::token(c).await,
+        Command::ApiToken(c) => admin::api_token(c).await,
+        Command::Class(c) => admin::class(c).await,
+        Command::NodeConfig(c) => admin::node_config(c).await,
+        Command::Devices(a) => admin::devices(a).await,
+        Command::Device(c) => admin::device(c).await,
+        Command::Audit(a) => admin::audit(a).await,
+        Command::Fleet(a) => admin::fleet(a).await,
+        Command::Bench(a) => crate::bench::run(a).await,
+    }
+}

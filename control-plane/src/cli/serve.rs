@@ -1,0 +1,148 @@
+//! `timeshard-control serve`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::db::{Db, redact};
+use crate::fleet::{Fleet, Policy, follow};
+use crate::server::{self, Limits};
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  # First start: creates the fleet CA and prints the first admin token (once).
+  timeshard-control serve --init --data-dir /var/lib/timeshard-control --listen 0.0.0.0:7443
+  # Later starts keep everything in the data directory:
+  timeshard-control serve --data-dir /var/lib/timeshard-control --listen 0.0.0.0:7443
+  # PostgreSQL instead of SQLite; run several instances on one database to scale out:
+  timeshard-control serve --database postgres://timeshard@db.example/timeshard --listen 0.0.0.0:7443
+
+The fleet CA's private key is stored in the database (SQLite file or PostgreSQL) and never
+leaves the service: protect the database as you would the key.";
+
+/// `serve` options.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = SERVE_EXAMPLES)]
+pub struct ServeArgs {
+    /// Directory for the SQLite database (`control.db`), created if missing.
+    #[arg(long, default_value = "timeshard-control-data", env = "TIMESHARD_CONTROL_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// PostgreSQL instead of SQLite: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`.
+    #[arg(long, env = "TIMESHARD_CONTROL_DATABASE", hide_env_values = true)]
+    pub database: Option<String>,
+    /// Address for the HTTPS API. Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:7443")]
+    pub listen: SocketAddr,
+    /// Create the first admin API token and print it (only on a fleet without API tokens).
+    #[arg(long)]
+    pub init: bool,
+    /// Lifetime of node certificates; nodes renew after two thirds of it.
+    #[arg(long, default_value = "30days", value_parser = humantime::parse_duration)]
+    pub cert_lifetime: Duration,
+    /// Connections accepted at once.
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    pub max_connections: usize,
+    /// Requests (other than watches) in progress at once; more wait up to 5 s, then get 503.
+    #[arg(long, default_value_t = Limits::default().max_requests)]
+    pub max_requests: usize,
+    /// Watching nodes at once; more get 503 and retry.
+    #[arg(long, default_value_t = Limits::default().max_watchers)]
+    pub max_watchers: usize,
+}
+
+/// The database URL `args` select.
+pub fn database_url(args: &ServeArgs) -> anyhow::Result<String> {
+    if let Some(url) = &args.database {
+        return Ok(url.clone());
+    }
+    create_private_dir(&args.data_dir)?;
+    let path = args.data_dir.join("control.db");
+    let path = path.to_str().context("the data directory's path must be UTF-8")?;
+    Ok(format!("sqlite://{path}?mode=rwc"))
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))
+}
+
+/// Holds an exclusive lock on `dir/serve.lock` while the returned file is open.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `timeshard-control serve` is using {}; run one per data directory, or use \
+             --database postgres://... to run several instances on one fleet",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
+/// Runs the service until SIGINT or SIGTERM.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let url = database_url(&args)?;
+    // SQLite has one writer: one `serve` per data directory (PostgreSQL takes several).
+    let _lock = match &args.database {
+        None => Some(lock_data_dir(&args.data_dir)?),
+        Some(_) => None,
+    };
+    if args.cert_lifetime < Duration::from_secs(3600) {
+        anyhow::bail!("--cert-lifetime must be at least 1h (nodes renew after two thirds of it)");
+    }
+    let db = Db::connect(&url).await.with_context(|| format!("database {}", redact(&url)))?;
+    let backend = db.backend();
+    let policy = Policy { cert_lifetime: args.cert_lifetime, ..Policy::default() };
+    let fleet = Fleet::open(db, policy).await?;
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let mut addr = listener.local_addr()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let admin = if args.init { Some(fleet.init_admin().await?) } else { None };
+    let state = fleet.current();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "timeshard-control: fleet {} ({backend:?}), generation {}",
+        fleet.ca.fingerprint(),
+        state.generation
+    )?;
+    writeln!(out, "timeshard-control: listening on https://{addr}")?;
+    if let Some(token) = admin {
+        writeln!(out, "# The admin token is shown this once; keep it secret.")?;
+        writeln!(out, "export TIMESHARD_CONTROL_URL=https://{addr}")?;
+        writeln!(out, "export TIMESHARD_CONTROL_TOKEN={token}")?;
+    }
+    out.flush()?;
+    drop(out);
+    let _followers = follow::spawn(fleet.clone());
+    let limits = Limits {
+        max_connections: args.max_connections.max(1),
+        max_requests: args.max_requests.max(1),
+        max_watchers: args.max_watchers.max(1),
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = server::serve(fleet.clone(), listener, limits) => result?,
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    fleet.db.pool().close().await;
+    Ok(())
+}
