@@ -57,7 +57,7 @@
 use std::fmt;
 
 use timeshard_proto::wire::BlockPoints;
-use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
+use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;
 pub mod backend;
@@ -128,6 +128,9 @@ pub struct MaintenanceReport {
     pub sealed_blocks: u64,
     /// Points those blocks hold.
     pub sealed_points: u64,
+    /// Of the sealed blocks, those whose quantum has not ended: their open points were written
+    /// as a checkpoint frame so they no longer pin the log.
+    pub checkpointed_blocks: u64,
     /// Blocks removed because retention expired them.
     pub expired_blocks: u64,
     /// Block segment files rewritten to reclaim space.
@@ -155,6 +158,58 @@ pub struct WriteStats {
     /// Points that were not stored before.
     pub new_points: u64,
 }
+
+/// One block a store holds, as [`Store::list_blocks`] reports it: what anti-entropy and
+/// handoff compare between replicas without reading points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// The block's series.
+    pub series: SeriesKey,
+    /// Its quantum.
+    pub quantum: Quantum,
+    /// Points it holds.
+    pub count: u64,
+    /// Wrapping sum of [`Point::identity_hash`] over its points: equal on two replicas exactly
+    /// when they hold the same points (up to hash collisions).
+    pub digest: u64,
+    /// When a write last added points to it, in ns of the clock the store's caller gives
+    /// [`Store::maintain`] (the store reads no clock; it may lag the wall clock by one
+    /// maintenance interval). Blocks not written since the store was opened report the first
+    /// maintenance time after opening (0 before it).
+    pub last_write: Timestamp,
+}
+
+/// Where a paged listing ([`Store::list_blocks`], [`Store::list_registered`]) goes on: returned
+/// with a page, and valid only for the store that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    /// The engine's number of the series to go on with.
+    series: u32,
+    /// Its blocks starting after this one are next (all of them when `None`).
+    after: Option<i64>,
+}
+
+/// One page of [`Store::list_blocks`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockPage {
+    /// At most the `limit` asked for; possibly fewer (even none) while `next` is set.
+    pub blocks: Vec<BlockInfo>,
+    /// Where the next page starts; `None` once every block was listed.
+    pub next: Option<ListCursor>,
+}
+
+/// One page of [`Store::list_registered`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesPage {
+    /// At most the `limit` asked for; possibly fewer (even none) while `next` is set.
+    pub series: Vec<SeriesKey>,
+    /// Where the next page starts; `None` once every registration was listed.
+    pub next: Option<ListCursor>,
+}
+
+/// Series numbers (of dictionary entries, or empty slots) a listing call visits beyond its
+/// limit, so a page holds the state lock for bounded work even when few entries qualify.
+const LIST_SCAN_SLACK: usize = 4096;
 
 /// Local storage engine.
 pub trait Store: Send + Sync + fmt::Debug {
@@ -202,8 +257,54 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// One bounded step of background work at wall-clock time `now` (ns since the epoch):
     /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs
-    /// for how often to call it.
+    /// for how often to call it. `now` is also the store's clock for [`BlockInfo::last_write`].
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError>;
+
+    /// Every block held, a page at a time: start with `after = None`, then pass each page's
+    /// `next` until it is `None`. Counts, digests and write times come from memory; no point
+    /// is decoded, and each call holds the state lock for bounded work (about `limit` blocks),
+    /// so listing a million blocks never stalls writers. The order is the engine's (stable
+    /// while the store lives); blocks created behind the cursor meanwhile show up in the next
+    /// listing. A block written within the last maintenance step may briefly report a count and
+    /// digest that include points it holds twice (after a restart, or a write racing a
+    /// checkpoint); its `last_write` is then recent.
+    fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError>;
+
+    /// Block (`series`, `quantum_start`) as [`Store::list_blocks`] reports it; `None` when it
+    /// is not held.
+    fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError>;
+
+    /// Points of block (`series`, `quantum_start`), sorted by identity, strictly after `after`,
+    /// at most `limit` of them (page through a block to copy it whole).
+    fn read_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError>;
+
+    /// Removes block (`series`, `quantum_start`) if its digest is `expected_digest` (what the
+    /// new owners confirmed they hold), durably: a restart does not bring it back. Returns
+    /// whether it was dropped: `false` when it is not held, its digest differs, or its digest
+    /// is being settled (retry later). Points written into it after the check are kept, as a
+    /// new block. May wait briefly for writes in flight.
+    fn drop_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        expected_digest: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Registered series a page at a time, with cursors as [`Store::list_blocks`]; cheap at any
+    /// dictionary size (no sorting, bounded work per call).
+    fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError>;
+
+    /// Replaces the retention rules (a configuration reload); engines that never expire points
+    /// ignore them.
+    fn set_retention(&self, rules: Vec<RetentionRule>) {
+        let _ = rules;
+    }
 }
 
 pub use timeshard_proto::point::page_start;

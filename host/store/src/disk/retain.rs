@@ -132,13 +132,7 @@ impl DiskStore {
             let gone = std::mem::replace(&mut s.blocks, keep);
             st.blocks -= gone.len();
             for (start, b) in gone {
-                st.open_points -= b.open.len();
-                st.dirty.remove(&(id, start));
-                if let Some(loc) = b.sealed
-                    && let Some(seg) = st.segs.get_mut(&loc.seg)
-                {
-                    seg.live = seg.live.saturating_sub(u64::from(loc.len));
-                }
+                st.forget_block(id, start, &b);
                 report.expired_blocks += 1;
             }
         }
