@@ -169,9 +169,11 @@ pub(super) fn recover(backend: &dyn Backend, seal_grace_ns: i64) -> Result<Recov
     }
     maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
 
-    // Replay the log.
+    // Replay the log. New segments are numbered past every drop's boundary (a drop names the
+    // segment writes after it go to, which may never have been created).
     let mut wal_segs = BTreeMap::new();
-    let mut last_seq = img.first_live_wal.saturating_sub(1);
+    let newest_drop = st.drops.values().max().copied().unwrap_or(0);
+    let mut last_seq = img.first_live_wal.max(newest_drop).saturating_sub(1);
     let names = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
     for name in names {
         let Some(seq) = wal::parse_segment_name(&name) else {
