@@ -36,16 +36,27 @@
 //!
 //! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
 //! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
-//! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
-//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance
-//! seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago, merges late
-//! data, applies retention, compacts and checkpoints the log; without it the log and memory grow
-//! (writes then seal blocks themselves to stay within [`DiskConfig::max_open_points`]).
+//! the store worked around (log it, export it as a metric); [`Store::set_retention`] applies
+//! new retention rules without a restart (give one [`RetentionRule`] per class, the catch-all
+//! class and classes that keep forever included); [`DiskStore::stats`] feeds `/metrics`.
+//! Maintenance seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago,
+//! merges late data, checkpoints blocks whose quantum lasts (so no block pins the log longer
+//! than [`DiskConfig::max_open_age_ns`], and the log stays under about
+//! [`DiskConfig::max_wal_bytes`] whatever the quantum lengths and timestamps), applies
+//! retention, compacts and cuts the log; without it the log and memory grow (writes then seal
+//! blocks themselves to stay within [`DiskConfig::max_open_points`]). The `now` it is given is
+//! the store's only clock.
+//!
+//! Repair and handoff work on whole blocks: [`Store::list_blocks`] pages through every block
+//! with its count, digest and last write (from memory), [`Store::read_block`] copies one,
+//! [`Store::drop_block`] removes one only if it still has the digest the new owners confirmed,
+//! and [`Store::list_registered`] pages through the registrations.
 //!
 //! # Layout
 //!
-//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing, compaction,
-//!   index writes), `recover` (opening, log replay, checkpoints) and `retain` (retention);
+//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing and
+//!   checkpoint frames, compaction, index writes), `recover` (opening, log replay, log cuts),
+//!   `retain` (retention) and `blocks` (whole blocks for repair);
 //! - [`block`], [`wal`] and the private `frame` and `index`: the on-disk formats (FORMAT.md);
 //! - [`backend`]: the few file operations the disk engine uses ([`FileBackend`]), and
 //!   [`faulty_disk`]: a disk in memory that crashes and fails on demand, for the store's tests;

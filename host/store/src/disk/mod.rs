@@ -69,8 +69,11 @@ pub use retain::RetentionRule;
 
 /// On-disk format version this build writes and the newest it reads. Version 2 adds blocks of
 /// several frames and dropped blocks (index edits 6 and 7); a directory stays at version 1
-/// until the first such edit is written.
+/// (readable by older builds) until the first such edit is written.
 pub const FORMAT_VERSION: u32 = 2;
+
+/// The format a new directory starts at: the oldest that reads everything written so far.
+const BASE_FORMAT: u32 = 1;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -339,12 +342,19 @@ impl State {
     }
 
     /// Adds or takes `b` (block `start` of series `id`) in `merge_due` after its frames or
-    /// flags changed: due once its quantum ended plus grace (`ends_at`), at once if its frames
-    /// overlap, never with one frame.
-    fn schedule_merge(merge_due: &mut BTreeSet<(i64, u32, i64)>, id: u32, start: i64, b: &mut Block, ends_at: i64) {
+    /// flags changed: due once its quantum ended plus grace (`ends_at`) if fewer frames of at
+    /// most `max_points` would hold it, at once if its frames overlap, else never.
+    fn schedule_merge(
+        merge_due: &mut BTreeSet<(i64, u32, i64)>,
+        (id, start): (u32, i64),
+        b: &mut Block,
+        ends_at: i64,
+        max_points: usize,
+    ) {
+        let fewer = b.frames.len() as u64 > b.frames.count().div_ceil(max_points.max(1) as u64);
         let want = if b.overlap {
             Some(i64::MIN)
-        } else if b.frames.len() > 1 {
+        } else if fewer {
             Some(ends_at)
         } else {
             None
@@ -478,7 +488,7 @@ impl DiskStore {
     /// Opens the store over any backend (tests use [`crate::faulty_disk::FaultyDisk`]).
     pub fn open_with_backend(backend: Arc<dyn Backend>, mut config: DiskConfig) -> Result<DiskStore, StoreError> {
         config.max_block_points = config.max_block_points.clamp(1, block::MAX_POINTS / 2);
-        let found = recover::recover(&*backend, config.seal_grace_ns)?;
+        let found = recover::recover(&*backend, &config)?;
         let wal = Wal::new(backend.clone(), config.fsync, found.last_wal_seq, found.wal_segments);
         let retention = RwLock::new(config.retention.clone());
         Ok(DiskStore {

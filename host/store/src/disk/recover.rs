@@ -9,7 +9,8 @@ use timeshard_proto::{Quantum, QuantumLen, SeriesKey};
 
 use super::write::{apply_points, ensure_series};
 use super::{
-    Block, DictEntry, DiskStore, FORMAT_VERSION, Frames, Maint, SegStat, Series, State, parse_seg_name, seg_path,
+    BASE_FORMAT, Block, DictEntry, DiskConfig, DiskStore, FORMAT_VERSION, Frames, Maint, SegStat, Series, State,
+    parse_seg_name, seg_path,
 };
 use crate::backend::{Backend, io_error};
 use crate::block;
@@ -35,8 +36,8 @@ pub(super) struct Recovered {
 /// Reads the directory behind `backend`: checks the format, loads the index (dictionary,
 /// sealed blocks, watermarks, checkpoint), drops segments nothing points at and replays the
 /// log. Repairs what it can (torn tails, orphans) and reports the rest as problems. Blocks of
-/// several frames are due for merging `seal_grace_ns` after their quantum ends.
-pub(super) fn recover(backend: &dyn Backend, seal_grace_ns: i64) -> Result<Recovered, StoreError> {
+/// several frames are due for merging as `config` says.
+pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Recovered, StoreError> {
     let mut problems = Vec::new();
     let format = check_format(backend, &mut problems)?;
 
@@ -82,7 +83,7 @@ pub(super) fn recover(backend: &dyn Backend, seal_grace_ns: i64) -> Result<Recov
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let mut out = Vec::new();
-            index::put(&mut out, &Edit::Header { version: FORMAT_VERSION });
+            index::put(&mut out, &Edit::Header { version: maint.format });
             backend
                 .append(index::PATH, &out)
                 .and_then(|_| backend.sync(index::PATH))
@@ -152,8 +153,8 @@ pub(super) fn recover(backend: &dyn Backend, seal_grace_ns: i64) -> Result<Recov
             open_min_seg: u64::MAX,
             ..Block::default()
         };
-        let ends_at = start.saturating_add(s.quantum.map_or(0, QuantumLen::ns)).saturating_add(seal_grace_ns);
-        State::schedule_merge(&mut st.merge_due, id, start, &mut b, ends_at);
+        let ends_at = start.saturating_add(s.quantum.map_or(0, QuantumLen::ns)).saturating_add(config.seal_grace_ns);
+        State::schedule_merge(&mut st.merge_due, (id, start), &mut b, ends_at, config.max_block_points);
         s.blocks.insert(start, b);
         st.blocks += 1;
         st.frames += locs.len();
@@ -366,16 +367,21 @@ fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<u32
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
-            if !existing.is_empty() || backend.len(index::PATH).is_ok() {
+            // A new directory starts at the base format; one with data but no FORMAT may hold
+            // anything this build wrote.
+            let version = if !existing.is_empty() || backend.len(index::PATH).is_ok() {
                 problems.push(format!(
                     "{FORMAT_PATH} was missing in a data directory with data; assumed format {FORMAT_VERSION}"
                 ));
-            }
-            let body = format!("timeshard-store\nformat {FORMAT_VERSION}\n");
+                FORMAT_VERSION
+            } else {
+                BASE_FORMAT
+            };
+            let body = format!("timeshard-store\nformat {version}\n");
             backend
                 .write_atomic(FORMAT_PATH, body.as_bytes())
                 .map_err(|e| io_error(format!("creating {FORMAT_PATH}"), e))?;
-            Ok(FORMAT_VERSION)
+            Ok(version)
         }
         Err(e) => Err(io_error(format!("reading {FORMAT_PATH}"), e)),
     }

@@ -133,16 +133,18 @@ impl DiskStore {
     /// (before `wal_cut`), may duplicate frames, or memory is short (`pressure`).
     fn plan(&self, b: &Block, start: i64, len: i64, clock: i64, pressure: bool, wal_cut: u64) -> Option<(usize, bool)> {
         let frames = b.frames.as_slice();
-        let counts: Vec<u64> = frames.iter().map(|l| l.summary.count).collect();
         let open = b.open.len() as u64;
         let max = self.config.max_block_points as u64;
-        let max_frames = self.config.max_block_frames.max(1);
-        let total = counts.iter().sum::<u64>() + open;
+        let run = || {
+            let counts: Vec<u64> = frames.iter().map(|l| l.summary.count).collect();
+            merge_run(&counts, open, self.config.max_block_frames.max(1), max)
+        };
         let ended = start.saturating_add(len).saturating_add(self.config.seal_grace_ns) <= clock;
         if b.overlap {
             return Some((0, ended));
         }
         if ended {
+            let total = b.frames.count() + open;
             if total <= max {
                 return (open > 0 || frames.len() > 1).then_some((0, true));
             }
@@ -150,7 +152,7 @@ impl DiskStore {
                 // Too many points for one frame: merge only if fewer frames would hold them.
                 return (frames.len() as u64 > total.div_ceil(max)).then_some((0, true));
             }
-            return Some((merge_run(&counts, open, max_frames, max), true));
+            return Some((run(), true));
         }
         if open == 0 {
             return None;
@@ -160,7 +162,7 @@ impl DiskStore {
             || open >= max
             || b.open_since.saturating_add(self.config.max_open_age_ns) <= clock
             || b.open_min_seg < wal_cut;
-        due.then(|| (merge_run(&counts, open, max_frames, max), false))
+        due.then(|| (run(), false))
     }
 
     /// Seals due blocks (see [`DiskStore::plan`]), or under memory pressure the oldest blocks
@@ -342,7 +344,13 @@ impl DiskStore {
                 b.frames_gen = b.frames_gen.wrapping_add(1);
                 b.overlap = false;
                 let ends_at = snap.start.saturating_add(snap.len.ns()).saturating_add(grace);
-                State::schedule_merge(&mut st.merge_due, snap.id, snap.start, b, ends_at);
+                State::schedule_merge(
+                    &mut st.merge_due,
+                    (snap.id, snap.start),
+                    b,
+                    ends_at,
+                    self.config.max_block_points,
+                );
             }
             let before = b.open.len();
             if b.open.len() == snap.open.len() {
