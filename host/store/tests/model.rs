@@ -24,6 +24,9 @@ enum Op {
     Replay(usize),
     Maintain(i64),
     Restart(u64),
+    /// Drop the block of series `.0` holding the `.1`-th point of the model (if any), with its
+    /// digest or (`.2`) a wrong one.
+    Drop(usize, usize, bool),
 }
 
 fn arb_op() -> impl Strategy<Value = Op> {
@@ -32,6 +35,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (0usize..8).prop_map(Op::Replay),
         2 => (0i64..16_000_000).prop_map(Op::Maintain),
         1 => any::<u64>().prop_map(Op::Restart),
+        1 => (0usize..2, any::<usize>(), any::<bool>()).prop_map(|(s, i, wrong)| Op::Drop(s, i, wrong)),
     ]
 }
 
@@ -158,6 +162,32 @@ proptest! {
                     store = open(&disk, config());
                     prop_assert!(store.health().is_empty(), "{:?}", store.health());
                     settled = false;
+                    None
+                }
+                Op::Drop(si, i, wrong) => {
+                    let set = &mut model[si];
+                    if let Some(&k) = set.iter().nth(i % set.len().max(1)) {
+                        let q = len.quantum_of(k.ts);
+                        let pts: Vec<PointKey> = set.range(PointKey { ts: q.start, event: 0, value_bits: 0 }..)
+                            .take_while(|p| p.ts < q.end()).copied().collect();
+                        let digest = pts.iter().fold(0u64, |d, p| {
+                            let p = Point { ts: p.ts, event: p.event, value: f64::from_bits(p.value_bits) };
+                            d.wrapping_add(p.identity_hash())
+                        });
+                        let expected = if wrong { digest ^ 1 } else { digest };
+                        let dropped = store.drop_block(&series()[si], q.start, expected).unwrap();
+                        if wrong {
+                            prop_assert!(!dropped, "a drop with another digest");
+                        } else if settled {
+                            // (Right after a restart a block may be settling its digest.)
+                            prop_assert!(dropped, "a drop with the block's digest");
+                        }
+                        if dropped {
+                            for p in &pts {
+                                set.remove(p);
+                            }
+                        }
+                    }
                     None
                 }
             };

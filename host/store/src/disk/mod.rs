@@ -95,7 +95,8 @@ pub struct DiskConfig {
     /// A block is sealed once its quantum ended this long ago (default 30 s); later points are
     /// late data and get merged by a re-seal.
     pub seal_grace_ns: i64,
-    /// A block's open points are sealed early past this many (default 1 Mi).
+    /// A block's open points are sealed early past this many, and no frame holds more
+    /// (default 1 Mi; a block with more is kept as several frames).
     pub max_block_points: usize,
     /// Open points held in memory above which writes seal the oldest blocks themselves
     /// (default 8 Mi points, about 200 MB).
@@ -123,7 +124,8 @@ pub struct DiskConfig {
     /// The index log is rewritten as a snapshot once it is this large and 4 times its live
     /// content (default 8 MiB).
     pub index_rewrite_bytes: u64,
-    /// Retention rules by metric prefix; series without a rule are kept forever.
+    /// Retention rules by metric prefix: the longest matching prefix decides (see
+    /// [`RetentionRule`]); series no rule matches are kept forever.
     pub retention: Vec<RetentionRule>,
 }
 
