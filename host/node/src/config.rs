@@ -316,15 +316,29 @@ impl NodeConfig {
         Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
     }
 
-    /// Retention rules of the store, one per class that sets a retention.
+    /// Retention rules of the store: one per class, the catch-all class (prefix `""`, added
+    /// with no retention when the file has none) and classes that keep forever included, so
+    /// the class that owns a series decides (the store takes the longest matching prefix).
+    /// Timeshard's own series (`_timeshard.`, e.g. the quantum index of every class) are kept
+    /// as long as the longest-lived class, forever if any class keeps forever.
     pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
-        self.classes
+        use timeshard_store::RetentionRule;
+        let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+        let mut rules: Vec<RetentionRule> = self
+            .classes
             .iter()
-            .filter_map(|c| {
-                let keep = i64::try_from(c.retention?.as_nanos()).unwrap_or(i64::MAX);
-                Some(timeshard_store::RetentionRule::new(c.metric_prefix.clone(), keep))
-            })
-            .collect()
+            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: keep(c) })
+            .collect();
+        if !self.classes.iter().any(|c| c.metric_prefix.is_empty()) {
+            rules.push(RetentionRule::forever(""));
+        }
+        let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
+        if !rules.iter().any(|r| r.metric_prefix == reserved) {
+            // Any rule that keeps forever (the implicit catch-all too) makes this forever.
+            let longest = rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k)));
+            rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
+        }
+        rules
     }
 
     /// Checks settings that have no valid default when given badly.
