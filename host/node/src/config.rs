@@ -188,6 +188,15 @@ pub struct StoreConfig {
     pub maintenance_interval: Duration,
     /// Most points the memory engine holds before refusing writes.
     pub memory_max_points: u64,
+    /// The disk engine checkpoints a block's open points (writes them as a sealed frame) once
+    /// they are this old, so no open block pins the write-ahead log longer than this, even one
+    /// whose quantum lasts a year.
+    #[serde(with = "humantime_serde")]
+    pub max_open_age: Duration,
+    /// Once the write-ahead log holds this many bytes, the disk engine checkpoints the open
+    /// points of its older half early. Bounds the log on disk and the replay after a crash
+    /// (and so the memory a restart needs).
+    pub max_wal_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -198,6 +207,8 @@ impl Default for StoreConfig {
             seal_grace: Duration::from_secs(30),
             maintenance_interval: Duration::from_secs(1),
             memory_max_points: 200_000_000,
+            max_open_age: Duration::from_secs(60),
+            max_wal_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -369,6 +380,12 @@ impl NodeConfig {
         }
         if self.store.maintenance_interval.is_zero() {
             return invalid("store.maintenance_interval", "must be positive");
+        }
+        if self.store.max_open_age.is_zero() {
+            return invalid("store.max_open_age", "must be positive (60s is the default)");
+        }
+        if self.store.max_wal_bytes < 1024 * 1024 {
+            return invalid("store.max_wal_bytes", "must be at least 1 MiB (64 MiB is the default)");
         }
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {

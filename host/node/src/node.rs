@@ -113,6 +113,8 @@ fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
                 },
                 seal_grace_ns: i64::try_from(config.store.seal_grace.as_nanos()).unwrap_or(i64::MAX),
                 retention: config.retention_rules(),
+                max_open_age_ns: i64::try_from(config.store.max_open_age.as_nanos()).unwrap_or(i64::MAX),
+                max_wal_bytes: config.store.max_wal_bytes,
                 ..DiskConfig::default()
             };
             let store =

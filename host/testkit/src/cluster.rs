@@ -257,6 +257,24 @@ impl LocalCluster {
         }
     }
 
+    /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
+    /// running node read it, a restart regenerates it from the cluster's options.
+    pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
+        let path = self.config(i);
+        let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+        edit(&mut config);
+        std::fs::write(path, toml::to_string(&config)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Sends node `i` SIGHUP: it re-reads its config file and applies what can change while it
+    /// runs (retention, policies).
+    pub fn reload(&self, i: usize) -> Result<()> {
+        let pid =
+            self.nodes[i].child.as_ref().and_then(Child::id).with_context(|| format!("node {i} is not running"))?;
+        kill(Pid::from_raw(pid as i32), Signal::SIGHUP).context("cannot signal the node")?;
+        Ok(())
+    }
+
     /// Kills node `i` with SIGKILL (no chance to clean up).
     pub async fn kill(&mut self, i: usize) -> Result<()> {
         if let Some(mut child) = self.nodes[i].child.take() {
