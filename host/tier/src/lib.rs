@@ -127,8 +127,14 @@ struct Inner {
 impl Archive {
     /// Opens the archive at `url` (see [`Location`]).
     pub fn open(url: &str, config: Config) -> Result<Archive, Error> {
+        Archive::open_with_options(url, &[], config)
+    }
+
+    /// Opens the archive at `url` with settings of its remote store over the environment's
+    /// (see [`Location::open`]).
+    pub fn open_with_options(url: &str, options: &[(String, String)], config: Config) -> Result<Archive, Error> {
         let location = Location::parse(url)?;
-        let store = location.open(Duration::from_secs(30))?;
+        let store = location.open(options, Duration::from_secs(30))?;
         let local_root = match location {
             Location::Local(dir) => Some(dir),
             _ => None,

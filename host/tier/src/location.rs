@@ -5,13 +5,14 @@
 //! - `memory://`: in memory, for tests (each URL opened is a new, empty store);
 //! - `s3://bucket/prefix`: any S3-compatible server, configured from the usual `AWS_*`
 //!   environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, and
-//!   `AWS_ENDPOINT_URL` for servers other than AWS; an `http://` endpoint allows plain HTTP).
+//!   `AWS_ENDPOINT_URL` for servers other than AWS; an `http://` endpoint allows plain HTTP),
+//!   then from explicit options (object_store's S3 keys, as `aws_endpoint`), which win.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::prefix::PrefixStore;
@@ -56,11 +57,16 @@ impl Location {
         Ok(Location::Local(PathBuf::from(url)))
     }
 
-    /// The object store of this location. `retry_timeout` bounds how long one request to a
-    /// remote store is retried before the error reaches the caller (whose own retries back off
-    /// further).
-    pub fn open(&self, retry_timeout: Duration) -> Result<Arc<dyn ObjectStore>, Error> {
+    /// The object store of this location. `options` are settings of a remote store
+    /// (object_store's configuration keys, e.g. `aws_endpoint`, `aws_access_key_id`,
+    /// `aws_allow_http`) over the environment's; `retry_timeout` bounds how long one request
+    /// to a remote store is retried before the error reaches the caller (whose own retries back
+    /// off further).
+    pub fn open(&self, options: &[(String, String)], retry_timeout: Duration) -> Result<Arc<dyn ObjectStore>, Error> {
         match self {
+            Location::Memory | Location::Local(_) if !options.is_empty() => {
+                Err(Error::BadUrl { url: format!("{self:?}"), reason: "options apply to s3:// archives only".into() })
+            }
             Location::Memory => Ok(Arc::new(InMemory::new())),
             Location::Local(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| Error::BadUrl {
@@ -74,16 +80,9 @@ impl Location {
                 Ok(Arc::new(store))
             }
             Location::S3 { bucket, prefix } => {
+                let url = format!("s3://{bucket}/{prefix}");
                 // reqwest's rustls takes the process's crypto provider; timeshard uses ring.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-                let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT"));
-                if let Ok(endpoint) = endpoint {
-                    builder = builder.with_endpoint(&endpoint);
-                    if endpoint.starts_with("http://") {
-                        builder = builder.with_allow_http(true);
-                    }
-                }
                 let retry = RetryConfig {
                     backoff: BackoffConfig::default(),
                     max_retries: 3,
@@ -92,13 +91,35 @@ impl Location {
                 let client = ClientOptions::new()
                     .with_connect_timeout(Duration::from_secs(5))
                     .with_timeout(Duration::from_secs(60));
-                let store =
-                    builder.with_retry(retry).with_client_options(client).build().map_err(|e| Error::BadUrl {
-                        url: format!("s3://{bucket}/{prefix}"),
-                        reason: format!(
-                            "{e}; set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (and AWS_ENDPOINT_URL)"
-                        ),
-                    })?;
+                // Client options first: setting them later would replace allow-http and the rest.
+                let mut builder =
+                    AmazonS3Builder::new().with_client_options(client).with_retry(retry).with_bucket_name(bucket);
+                let from_env = std::env::vars()
+                    .filter(|(k, _)| k.starts_with("AWS_"))
+                    .filter_map(|(k, v)| k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>().ok().map(|key| (key, v)));
+                let given: Vec<(AmazonS3ConfigKey, String)> = options
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = k.parse::<AmazonS3ConfigKey>().map_err(|e| Error::BadUrl {
+                            url: url.clone(),
+                            reason: format!("unknown S3 option {k:?}: {e}"),
+                        })?;
+                        Ok((key, v.clone()))
+                    })
+                    .collect::<Result<_, Error>>()?;
+                for (key, value) in from_env.chain(given) {
+                    // A plain-HTTP endpoint (a local server) implies allowing HTTP.
+                    if matches!(key, AmazonS3ConfigKey::Endpoint) && value.starts_with("http://") {
+                        builder = builder.with_allow_http(true);
+                    }
+                    builder = builder.with_config(key, value);
+                }
+                let store = builder.build().map_err(|e| Error::BadUrl {
+                    url: url.clone(),
+                    reason: format!(
+                        "{e}; set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (and AWS_ENDPOINT_URL)"
+                    ),
+                })?;
                 if prefix.is_empty() {
                     Ok(Arc::new(store))
                 } else {

@@ -26,6 +26,9 @@ pub fn class(name: &str, quantum_s: i64) -> SeriesClass {
     }
 }
 
+/// Series and their points.
+pub type Data = Vec<(SeriesKey, Vec<Point>)>;
+
 pub fn series(name: &str) -> SeriesKey {
     name.parse().unwrap()
 }
