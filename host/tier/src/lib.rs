@@ -73,6 +73,9 @@ pub mod schema;
 mod upkeep;
 pub mod write;
 
+/// The object-store crate the archive is built on, for callers that wrap or list its store.
+pub use object_store;
+
 pub use catalog::{ArchivedBlock, CacheConfig, Part};
 pub use error::Error;
 pub use export::{Confirmed, ExportConfig, ExportReport};

@@ -7,3 +7,4 @@ pub mod paper;
 pub mod policy;
 pub mod policy_host;
 pub mod store;
+pub mod tier;
