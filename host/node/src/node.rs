@@ -1,8 +1,9 @@
-//! A running node: wires the endpoint, DHT, store and coordinator together, joins the network,
-//! keeps the routing table fresh, and shuts down cleanly.
+//! A running node: wires the endpoint, DHT, membership view, store, hints and coordinator
+//! together, joins the network and learns the view, keeps both fresh, and shuts down cleanly.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use timeshard_proto::Contact;
@@ -15,8 +16,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
+use crate::faults::Faults;
+use crate::hints::{Hints, replay};
+use crate::membership::View;
 use crate::net::{BindError, Net};
 use crate::server;
 
@@ -31,6 +35,8 @@ pub struct Node {
     config: NodeConfig,
     limits: Limits,
     dht: Arc<Dht>,
+    view: Arc<View>,
+    faults: Option<Arc<Faults>>,
     store: Arc<dyn Store>,
     coordinator: Arc<Coordinator>,
     request_slots: Arc<Semaphore>,
@@ -50,6 +56,23 @@ impl Node {
     }
     pub fn net(&self) -> &Arc<Net> {
         self.dht.net()
+    }
+    /// The membership view: who is in the cluster, who is up, who owns what.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+    /// The digest of the configuration this node runs, gossiped with its membership entry
+    /// (0 until whoever applies configurations sets it).
+    pub fn config_digest(&self) -> &Arc<AtomicU64> {
+        self.view.config_digest()
+    }
+    /// The hints this node keeps for replicas that missed writes.
+    pub fn hints(&self) -> &Arc<Hints> {
+        self.coordinator.replica_writes().hints()
+    }
+    /// Whether a test cut this node off from the node `id` at `addr` (`[testing] fault_file`).
+    pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
+        self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
     }
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -98,6 +121,12 @@ pub enum StartError {
     },
     #[error("cannot set up the policy host: {0}")]
     Policy(#[from] timeshard_policy::PolicyError),
+    #[error("cannot open the hints in {path}: {source}")]
+    Hints {
+        path: std::path::PathBuf,
+        #[source]
+        source: crate::hints::HintError,
+    },
 }
 
 fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
@@ -179,20 +208,45 @@ impl RunningNode {
         let me = Contact { id, addr };
         let store = open_store(&config)?;
         let classes = config.class_table()?;
+        let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
+        if let Some(f) = &faults {
+            warn!(file = %f.file().display(), "fault injection is on ([testing] fault_file)");
+            net.set_faults(f.clone());
+        }
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
+        let view = Arc::new(View::new(me, &config.membership, Arc::new(AtomicU64::new(0))));
+        let hints_dir = config.data_dir.join("hints");
+        let hints = Arc::new(
+            Hints::open(&hints_dir, config.hints.clone())
+                .map_err(|source| StartError::Hints { path: hints_dir.clone(), source })?,
+        );
+        let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
         let policies = crate::policies::open(&config)?;
-        let coordinator =
-            Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone(), policies));
+        let coordinator = Arc::new(Coordinator::new(
+            dht.clone(),
+            view.clone(),
+            replica_writes,
+            store.clone(),
+            classes,
+            config.limits.clone(),
+            policies,
+        ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
             config,
             dht,
+            view,
+            faults,
             store,
             coordinator,
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
+        if let Some(f) = node.faults.clone() {
+            let stop = node.shutdown.clone();
+            node.tasks.spawn(async move { f.watch(stop).await });
+        }
         node.tasks.spawn(server::accept_loop(node.clone()));
         // A weak reference: the endpoint (inside the node) must not keep the node alive.
         let weak = Arc::downgrade(&node);
@@ -207,9 +261,20 @@ impl RunningNode {
         if !seeds.is_empty() {
             let peers = node.dht.bootstrap(&seeds).await;
             info!(peers, "joined the network");
+            node.view.join(&node.dht).await;
         }
         node.tasks.spawn(maintain(node.clone(), seeds));
         node.tasks.spawn(maintain_store(node.clone()));
+        node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        let replayer = replay::Replayer {
+            hints,
+            view: node.view.clone(),
+            dht: node.dht.clone(),
+            limits: node.limits,
+            bytes_per_sec: node.config.hints.replay_bytes_per_sec,
+        };
+        node.tasks.spawn(replayer.run(node.shutdown.clone()));
+        node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
         Ok(RunningNode { node })
     }
 
@@ -228,9 +293,14 @@ impl RunningNode {
     pub async fn shutdown(self) {
         self.node.shutdown.cancel();
         self.node.tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.node.tasks.wait()).await.is_err() {
+        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        if tokio::time::timeout_at(grace, self.node.tasks.wait()).await.is_err() {
             warn!("requests still running after the grace period; closing anyway");
         }
+        // Replica writes that outlived their client's write get the rest of the grace period;
+        // what still runs then is kept as hints.
+        let left = grace.saturating_duration_since(tokio::time::Instant::now());
+        self.node.coordinator.replica_writes().shutdown(left.max(Duration::from_millis(100))).await;
         self.node.net().close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.node.net().wait_idle()).await;
         info!("node stopped");
