@@ -27,17 +27,21 @@ pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> 
     std::fs::rename(&tmp, path)
 }
 
-/// Serves until SIGTERM or SIGINT; on SIGHUP, re-reads the config file and applies what can
-/// change without a restart: the classes' retention, and the `[policy]` section (new policy
-/// versions swap in; a module that fails to load leaves the last good one).
+/// Serves until SIGTERM or SIGINT, or until the node stops itself (see
+/// [`crate::node::Node::stop_reason`]); on SIGHUP, re-reads the config file and applies what
+/// can change without a restart: the classes' retention (unless the node is enrolled: then the
+/// control plane decides its classes), and the `[policy]` section (new policy versions swap in;
+/// a module that fails to load leaves the last good one).
 pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;
     let stop = wait_for_stop_signal();
     tokio::pin!(stop);
+    let stopped_itself = node.node().shutdown_signal().clone();
     loop {
         tokio::select! {
             r = &mut stop => return r,
+            _ = stopped_itself.cancelled() => return Ok(()),
             _ = hup.recv() => {
                 let Some(path) = config else {
                     tracing::warn!("SIGHUP: nothing to reload (the node was started without a config file)");
