@@ -30,6 +30,8 @@ const RETRY_MIN: Duration = Duration::from_millis(500);
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Longest health message the control plane accepts.
 const MAX_MESSAGE: usize = 1000;
+/// While the control plane stays unreachable, the node says so this often (not at every retry).
+const UNREACHABLE_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Why the node could not apply a desired state.
 fn refusal(generation: u64, message: String) -> ApplyError {
@@ -46,6 +48,8 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
     let mut last_report = Instant::now();
     let mut retry = RETRY_MIN;
     let mut renew_after = Instant::now();
+    // Since when, and when it was last said, that the control plane cannot be reached.
+    let mut unreachable: Option<(Instant, Instant)> = None;
     loop {
         if agent.client().renewal_due(SystemTime::now()) && Instant::now() >= renew_after {
             if let Err(e) = renew(&node, &mut agent).await {
@@ -71,6 +75,11 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
             _ = shutdown.cancelled() => return,
             answer = agent.client().watch(since, WATCH_WAIT) => answer,
         };
+        if !matches!(answer, Err(AgentError::Http(_)))
+            && let Some((since, _)) = unreachable.take()
+        {
+            info!(after = ?since.elapsed(), "reached the control plane again");
+        }
         match answer {
             Ok(Some(state)) => {
                 retry = RETRY_MIN;
@@ -98,11 +107,20 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
                 refused = Some(refusal(generation, reason));
             }
             Err(e) => {
-                warn!(
-                    error = %e,
-                    generation = agent.applied().generation,
-                    "cannot reach the control plane; running the last applied configuration, retrying"
-                );
+                let now = Instant::now();
+                match &mut unreachable {
+                    Some((_, said)) if now.duration_since(*said) < UNREACHABLE_LOG_EVERY => {}
+                    state => {
+                        let since = state.map_or(now, |(since, _)| since);
+                        *state = Some((since, now));
+                        warn!(
+                            error = %e,
+                            generation = agent.applied().generation,
+                            unreachable_for = ?now.duration_since(since),
+                            "cannot reach the control plane; running the last applied configuration, retrying"
+                        );
+                    }
+                }
                 // Jitter, so a fleet does not come back all at once.
                 let wait = retry.mul_f64(rand::rng().random_range(0.5..1.0));
                 retry = (retry * 2).min(RETRY_MAX);
