@@ -275,6 +275,79 @@ async fn revoked_node_is_refused(backend: Backend) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `timeshard node --enroll URL --token TOKEN --data-dir DIR` once; afterwards `--data-dir`
+/// alone starts the node as enrolled. Misuse is refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enroll_from_the_command_line_then_start_from_the_data_dir() -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("timeshard-fleet-").tempdir()?;
+    let control = ControlPlane::start(CONTROL, Backend::Sqlite, dir.path()).await?;
+    control.cli(&["class", "set", "env", "--prefix", "env.", "--rf", "1", "--w", "1", "--r", "1"]).await?;
+    let url = &control.urls()[0];
+    let token = |labels: &'static str| {
+        let control = &control;
+        async move {
+            let out = control.cli(&["token", "create", "--labels", labels, "--expires", "10m"]).await?;
+            anyhow::Ok(out.trim().to_string())
+        }
+    };
+    let data = dir.path().join("device");
+    let node = |args: Vec<String>| {
+        let mut command = tokio::process::Command::new(NODE);
+        command.arg("node").args(args).env("TIMESHARD_LOG", "info").kill_on_drop(true);
+        command
+    };
+    let data_arg = data.display().to_string();
+
+    let out = node(vec!["--enroll".into(), url.clone(), "--data-dir".into(), data_arg.clone()]).output().await?;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--token"));
+
+    let serve = async |extra: &[&str]| -> anyhow::Result<NodeStatus> {
+        let ready = dir.path().join("ready.json");
+        let _ = std::fs::remove_file(&ready);
+        let mut args = vec!["--data-dir".to_string(), data_arg.clone(), "--listen".into(), "127.0.0.1:0".into()];
+        args.extend(["--ready-file".to_string(), ready.display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = node(args).stderr(std::process::Stdio::null()).spawn()?;
+        let ready: timeshard_node::process::Ready = loop {
+            if let Ok(text) = std::fs::read_to_string(&ready)
+                && let Ok(r) = serde_json::from_str(&text)
+            {
+                break r;
+            }
+            anyhow::ensure!(child.try_wait()?.is_none(), "the node exited before it was ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let tls = timeshard_sdk::tls::TlsFiles::in_dir(&data.join("control"), "node");
+        let client = Client::connect(ready.addr, &tls).await?;
+        let status = client.status().await?;
+        client.close().await;
+        child.kill().await?;
+        Ok(status)
+    };
+    let first = serve(&["--enroll", url, "--token", &token("site=lab").await?]).await?;
+    let fleet = control.fleet().await?;
+    assert_eq!((first.config_generation, first.config_digest), (fleet.generation, digest_prefix(&fleet.digest)));
+    assert_eq!(control.devices().await?[0].node_id, first.id.to_hex());
+
+    // Enrolling again into the same directory says what to do instead.
+    let out = node(vec!["--enroll".into(), url.clone(), "--token".into(), token("site=lab").await?])
+        .args(["--data-dir", &data_arg])
+        .output()
+        .await?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("already holds an enrollment"), "{err}");
+    // The effective configuration: the enrollment's identity, the control plane's classes.
+    let out = node(vec!["--data-dir".into(), data_arg.clone(), "--print-config".into()]).output().await?;
+    let config = String::from_utf8_lossy(&out.stdout);
+    assert!(config.contains(&data.join("control/node.pem").display().to_string()), "{config}");
+    assert!(config.contains("name = \"env\""), "{config}");
+
+    // Later starts: the data directory is all it needs.
+    let again = serve(&[]).await?;
+    assert_eq!((again.id, again.config_generation), (first.id, first.config_generation));
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_enrolled_nodes_follow_changes() -> anyhow::Result<()> {
     enrolled_nodes_follow_changes(Backend::Sqlite).await
