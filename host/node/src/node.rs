@@ -37,7 +37,7 @@ pub struct Node {
     limits: Limits,
     dht: Arc<Dht>,
     store: Arc<dyn Store>,
-    /// The same store when it is the disk engine, for what only it has (retention rules).
+    /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
     request_slots: Arc<Semaphore>,
@@ -45,6 +45,7 @@ pub struct Node {
     pub(crate) request_capacity: Mutex<usize>,
     config_generation: AtomicU64,
     config_digest: AtomicU64,
+    enrolled: bool,
     stop_reason: Mutex<Option<String>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -63,6 +64,10 @@ impl Node {
     /// see [`crate::control::config_digest`]. Nodes exchange it to see who runs what.
     pub fn config_digest(&self) -> u64 {
         self.config_digest.load(Ordering::Acquire)
+    }
+    /// Whether the node follows a control plane (its classes come from there, not its file).
+    pub fn is_enrolled(&self) -> bool {
+        self.enrolled
     }
     pub(crate) fn set_applied(&self, generation: u64, digest: u64) {
         self.config_digest.store(digest, Ordering::Release);
@@ -210,10 +215,12 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
     out
 }
 
-/// What a node starts from besides its configuration: the control plane's generation and
-/// revocations (none for a node configured by hand).
+/// What a node starts from besides its configuration: whether it follows a control plane, and
+/// the generation and revocations of the desired state it runs (none for a node configured by
+/// hand).
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
+    pub enrolled: bool,
     pub generation: u64,
     pub revoked: HashSet<Id>,
 }
@@ -251,6 +258,7 @@ impl RunningNode {
             coordinator,
             config_generation: AtomicU64::new(applied.generation),
             config_digest: AtomicU64::new(digest),
+            enrolled: applied.enrolled,
             stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),

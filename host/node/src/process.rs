@@ -58,8 +58,20 @@ pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> s
 
 /// Applies the reloadable parts of `cfg` to a running node.
 fn reload(node: &RunningNode, cfg: &NodeConfig) {
-    node.node().store().set_retention(cfg.retention_rules());
-    tracing::info!("SIGHUP: retention of the classes reloaded");
+    let node_ref = node.node();
+    if node_ref.is_enrolled() {
+        tracing::info!("SIGHUP: the control plane decides this node's classes; their retention is not reloaded");
+    } else {
+        // The same path as any change: checked whole, then swapped in with the digest.
+        let next = crate::reconfigure::with_retention_of(&node_ref.config(), cfg);
+        match node_ref.prepare(next, &[], node_ref.config_generation()) {
+            Ok(prepared) => {
+                node_ref.reconfigure(prepared);
+                tracing::info!("SIGHUP: retention of the classes reloaded");
+            }
+            Err(e) => tracing::warn!(error = %e, "SIGHUP: retention not reloaded"),
+        }
+    }
     match node.node().coordinator().policies() {
         Some(registry) => crate::policies::reload(registry, cfg),
         None if !cfg.policy.modules.is_empty() => {

@@ -56,6 +56,18 @@ pub fn parse_revoked(ids: &[String]) -> Result<HashSet<Id>, ReconfigureError> {
     ids.iter().map(|s| s.parse::<Id>().map_err(|_| ReconfigureError::BadRevokedId(s.clone()))).collect()
 }
 
+/// `current` with the retention `file` gives each of its classes (by name): what SIGHUP
+/// applies to a node configured by hand. Classes the file adds or drops need a restart.
+pub fn with_retention_of(current: &NodeConfig, file: &NodeConfig) -> NodeConfig {
+    let mut next = current.clone();
+    for class in &mut next.classes {
+        if let Some(f) = file.classes.iter().find(|f| f.name == class.name) {
+            class.retention = f.retention;
+        }
+    }
+    next
+}
+
 /// Refuses a change of the settings that need a restart.
 fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureError> {
     let fixed = |setting| Err(ReconfigureError::Fixed { setting });
@@ -144,13 +156,12 @@ impl Node {
             self.coordinator().set_classes(classes);
             changed.push(format!("classes ({})", config.classes.len()));
         }
-        if let Some(disk) = &self.disk {
-            let rules = config.retention_rules();
-            if rules != old.retention_rules() {
-                disk.set_retention(rules);
-                changed.push("retention".into());
-            }
+        // Set even when unchanged: it also runs a retention pass at once (what SIGHUP promises).
+        let rules = config.retention_rules();
+        if rules != old.retention_rules() {
+            changed.push("retention".into());
         }
+        self.store().set_retention(rules);
         if old.limits != config.limits {
             self.coordinator().set_limits(config.limits.clone());
             self.resize_request_slots(config.limits.max_concurrent_requests);

@@ -51,14 +51,15 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
     // Since when, and when it was last said, that the control plane cannot be reached.
     let mut unreachable: Option<(Instant, Instant)> = None;
     loop {
-        if agent.client().renewal_due(SystemTime::now()) && Instant::now() >= renew_after {
-            if let Err(e) = renew(&node, &mut agent).await {
-                if e.is_revoked() {
-                    return revoked(&node, &agent);
-                }
-                warn!(error = %e, "cannot renew the node certificate yet; will retry");
-                renew_after = Instant::now() + RETRY_MAX;
+        if agent.client().renewal_due(SystemTime::now())
+            && Instant::now() >= renew_after
+            && let Err(e) = renew(&node, &mut agent).await
+        {
+            if e.is_revoked() {
+                return revoked(&node, &agent);
             }
+            warn!(error = %e, "cannot renew the node certificate yet; will retry");
+            renew_after = Instant::now() + RETRY_MAX;
         }
         if report_due || last_report.elapsed() >= HEARTBEAT {
             match agent.client().report(&report(&node, &agent, refused.as_ref())).await {

@@ -30,7 +30,7 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
     }
     let desired = agent.applied();
     let config = effective_config(&base, agent.dir(), desired)?;
-    let applied = Applied { generation: desired.generation, revoked: parse_revoked(&desired.revoked)? };
+    let applied = Applied { enrolled: true, generation: desired.generation, revoked: parse_revoked(&desired.revoked)? };
     let running = RunningNode::start_from(config, applied).await?;
     let node = running.node().clone();
     node.tasks().spawn(follow::follow(node.clone(), agent, base));
