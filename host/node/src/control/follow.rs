@@ -40,8 +40,16 @@ fn refusal(generation: u64, message: String) -> ApplyError {
 
 /// Follows the control plane until the node shuts down. `base` is the node's own file and
 /// flags, which every desired state is laid over.
-pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
+pub(crate) async fn follow(node: Arc<Node>, agent: Agent, base: NodeConfig) {
     let shutdown = node.shutdown_signal().clone();
+    // Applying a state has no await point, so shutting down never cuts one in half.
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = run(node, agent, base) => {}
+    }
+}
+
+async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
     let mut since = agent.applied().generation;
     let mut refused: Option<ApplyError> = None;
     let mut report_due = true;
@@ -51,7 +59,11 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
     // Since when, and when it was last said, that the control plane cannot be reached.
     let mut unreachable: Option<(Instant, Instant)> = None;
     loop {
-        if agent.client().renewal_due(SystemTime::now())
+        // While the control plane is away only the watch tries it (and says so); renewal and
+        // reports wait until it answers.
+        let reachable = unreachable.is_none();
+        if reachable
+            && agent.client().renewal_due(SystemTime::now())
             && Instant::now() >= renew_after
             && let Err(e) = renew(&node, &mut agent).await
         {
@@ -61,21 +73,17 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
             warn!(error = %e, "cannot renew the node certificate yet; will retry");
             renew_after = Instant::now() + RETRY_MAX;
         }
-        if report_due || last_report.elapsed() >= HEARTBEAT {
+        if reachable && (report_due || last_report.elapsed() >= HEARTBEAT) {
             match agent.client().report(&report(&node, &agent, refused.as_ref())).await {
                 Ok(()) => {
                     report_due = false;
                     last_report = Instant::now();
                 }
                 Err(e) if e.is_revoked() => return revoked(&node, &agent),
-                // The watch below says whether the control plane is away.
-                Err(e) => warn!(error = %e, "cannot report to the control plane"),
+                Err(e) => warn!(error = %e, "cannot report to the control plane; will retry"),
             }
         }
-        let answer = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            answer = agent.client().watch(since, WATCH_WAIT) => answer,
-        };
+        let answer = agent.client().watch(since, WATCH_WAIT).await;
         if !matches!(answer, Err(AgentError::Http(_)))
             && let Some((since, _)) = unreachable.take()
         {
@@ -125,10 +133,7 @@ pub(crate) async fn follow(node: Arc<Node>, mut agent: Agent, base: NodeConfig) 
                 // Jitter, so a fleet does not come back all at once.
                 let wait = retry.mul_f64(rand::rng().random_range(0.5..1.0));
                 retry = (retry * 2).min(RETRY_MAX);
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                tokio::time::sleep(wait).await;
             }
         }
     }
