@@ -298,6 +298,11 @@ async fn enroll_from_the_command_line_then_start_from_the_data_dir() -> anyhow::
     };
     let data_arg = data.display().to_string();
 
+    // `--help` teaches it, with an example.
+    let out = node(vec!["--help".into()]).output().await?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("timeshard node --enroll https://cp.example:7443 --token tsc1..."), "{help}");
+    assert!(help.contains("starts need only --data-dir"), "{help}");
     let out = node(vec!["--enroll".into(), url.clone(), "--data-dir".into(), data_arg.clone()]).output().await?;
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--token"));
 
