@@ -153,6 +153,29 @@ async fn a_new_configuration_is_applied_whole_or_not_at_all() {
     node.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_bootstrap_peers_are_joined_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = timeshard_node::pki::dev_pki(&dir.path().join("pki"), 2).unwrap();
+    let mut a_config = config(dir.path(), &pki, "node-0", vec![]);
+    a_config.store.engine = StoreEngine::Memory;
+    let a = RunningNode::start(a_config).await.unwrap();
+    let mut b_config = config(dir.path(), &pki, "node-1", vec![]);
+    b_config.store.engine = StoreEngine::Memory;
+    let b = RunningNode::start(b_config.clone()).await.unwrap();
+    assert_eq!(b.node().dht().peer_count(), 0);
+    b_config.bootstrap = vec![a.addr().to_string()];
+    let prepared = b.node().prepare(b_config, &[], 2).unwrap();
+    let changed = b.node().reconfigure(prepared);
+    assert_eq!(changed, [format!("bootstrap peers ({})", a.addr())]);
+    eventually("b joins through its new bootstrap peer", async || {
+        b.node().dht().peer_count() == 1 && a.node().dht().peer_count() == 1
+    })
+    .await;
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
 /// Signs a new certificate for the key in `name.key` with the CA in `pki` (what renewal gets
 /// from the control plane: same key, same id, new certificate).
 fn reissue(pki: &Path, name: &str) {

@@ -13,7 +13,7 @@ mod follow;
 pub use apply::{class_config, class_spec, config_digest, config_digest_u64, digest_prefix, effective_config};
 pub use follow::{RETRY_MAX, WATCH_WAIT};
 use timeshard_control_api::Agent;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::config::NodeConfig;
 use crate::node::{Applied, RunningNode, StartError};
@@ -29,6 +29,15 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         );
     }
     let desired = agent.applied();
+    let labels: Vec<String> = desired.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    info!(
+        node = agent.node_id(),
+        generation = desired.generation,
+        labels = %labels.join(","),
+        location = %desired.location.as_ref().map(|l| format!("{l} ({})", l.geohash)).unwrap_or_else(|| "-".into()),
+        control_plane = %agent.client().credentials().url,
+        "starting as an enrolled node"
+    );
     let config = effective_config(&base, agent.dir(), desired)?;
     let applied = Applied { enrolled: true, generation: desired.generation, revoked: parse_revoked(&desired.revoked)? };
     let running = RunningNode::start_from(config, applied).await?;
