@@ -3,8 +3,8 @@
 //! A node enrolled with `timeshard node --enroll URL --token TOKEN --data-dir DIR` keeps its
 //! key, certificate, the fleet CA and the last desired state it applied in `DIR/control` (the
 //! agent of `timeshard-control-api` writes them). [`start`] runs such a node from those files
-//! and its own configuration ([`apply`] says which wins where), and spawns the task that
-//! follows the control plane ([`follow`]): new desired states applied without a restart,
+//! and its own configuration ([`effective_config`] says which wins where), and spawns the task
+//! that follows the control plane (`follow`): new desired states applied without a restart,
 //! reports, certificate renewal, and revocation.
 
 mod apply;
