@@ -8,6 +8,11 @@ pub(crate) async fn run(args: ConnArgs) -> Result<()> {
     let client = args.connect().await?;
     let s = client.status().await?;
     println!("node {} at {} (version {}), knows {} peers", s.id, s.addr, s.version, s.peers);
+    if s.config_generation == 0 {
+        println!("configuration: by hand (not enrolled), digest {:016x}", s.config_digest);
+    } else {
+        println!("configuration: generation {}, digest {:016x}", s.config_generation, s.config_digest);
+    }
     client.close().await;
     Ok(())
 }

@@ -165,7 +165,7 @@ impl Coordinator {
                 ),
             ));
         }
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let summaries = Summaries { series: series.clone(), registry: registry.clone(), policy, params };
         let answers = self.ask_owners(&series, &class, &parts, &summaries).await?;
@@ -189,7 +189,7 @@ impl Coordinator {
         range: TimeRange,
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let per_part = self.ask_owners(&series, &class, &parts, &Windows { series: series.clone(), width_ns }).await?;
         let windows = merge_windows(&range, width_ns, per_part);
@@ -273,7 +273,7 @@ impl Coordinator {
         let settled = answers.settle(|a, b| push_down.agree(a, b));
         let redone = bounded_in_order(
             settled.redo().iter().map(|&i| self.reconcile_part(series, class, parts[i], push_down)).collect(),
-            self.limits.read_parallelism,
+            self.limits().read_parallelism,
         )
         .await;
         let redone = redone.into_iter().collect::<Result<Vec<_>, _>>()?;

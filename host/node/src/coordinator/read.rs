@@ -25,12 +25,13 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: u32,
     ) -> Result<(Vec<Point>, Option<PointKey>), ErrorReply> {
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
+        let limits = self.limits();
         let Some(scan) = read::scan_range(&range, after) else {
             return Ok((Vec::new(), None));
         };
         let series_hash = key::series_hash(&series);
-        let page_quanta = self.limits.max_quanta_per_page;
+        let page_quanta = limits.max_quanta_per_page;
         // Long scans skip the quanta that hold no data, as the quantum index says.
         let (parts, more_quanta) = if read::uses_index(scan, class.quantum) {
             let (indexed, more) = self.indexed_quanta(&series, &class, scan, page_quanta).await?;
@@ -38,7 +39,7 @@ impl Coordinator {
         } else {
             read::first_parts(scan, class.quantum, page_quanta)
         };
-        let mut page = Page::new(parts, more_quanta, limit as usize, self.limits.read_parallelism);
+        let mut page = Page::new(parts, more_quanta, limit as usize, limits.read_parallelism);
         while let Some((window, remaining)) = page.next_fetches() {
             let fetches = window.iter().map(|part| {
                 let id = key::block_id_from_hashes(class.format, &series_hash, &part.quantum);

@@ -74,7 +74,8 @@ impl Coordinator {
             let mut seen = HashSet::new();
             batch.iter().map(|s| &s.series).filter(|s| !known.contains(*s) && seen.insert(*s)).cloned().collect()
         };
-        let data = split_batch(batch, &self.classes);
+        let classes = self.classes();
+        let data = split_batch(batch, &classes);
         let points: u64 = data.iter().map(|b| b.block.points.len() as u64).sum();
         let n_data = data.len();
         let new_spans: Vec<(SeriesKey, i64)> = {
@@ -90,11 +91,11 @@ impl Coordinator {
         let mut stored: Vec<(Id, Replication, BlockPoints)> =
             data.into_iter().map(|b| (b.id, b.replication, b.block)).collect();
         for (series, block) in quantum_index::blocks(&new_spans) {
-            stored.push((series_meta_id(&series), self.classes.of(&series).replication, block));
+            stored.push((series_meta_id(&series), classes.of(&series).replication, block));
         }
         let n_stored = stored.len();
         let registrations: Vec<(Id, Replication)> =
-            new_series.iter().map(|s| (series_meta_id(s), self.classes.of(s).replication)).collect();
+            new_series.iter().map(|s| (series_meta_id(s), classes.of(s).replication)).collect();
 
         // Where everything goes: one lookup per block and per new series, a few at a time.
         let lookups: Vec<(Id, usize)> = stored
