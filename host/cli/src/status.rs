@@ -16,6 +16,11 @@ pub(crate) async fn run(args: ConnArgs) -> Result<()> {
         "hints: {} pending ({} bytes), {} replayed, {} dropped; replica writes in flight: {}",
         s.hints_pending, s.hints_pending_bytes, s.hints_replayed, s.hints_dropped, s.replica_writes_in_flight
     );
+    if s.config_generation == 0 {
+        println!("configuration: by hand (not enrolled), digest {:016x}", s.config_digest);
+    } else {
+        println!("configuration: generation {}, digest {:016x}", s.config_generation, s.config_digest);
+    }
     client.close().await;
     Ok(())
 }

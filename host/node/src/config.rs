@@ -189,6 +189,15 @@ pub struct StoreConfig {
     pub maintenance_interval: Duration,
     /// Most points the memory engine holds before refusing writes.
     pub memory_max_points: u64,
+    /// The disk engine checkpoints a block's open points (writes them as a sealed frame) once
+    /// they are this old, so no open block pins the write-ahead log longer than this, even one
+    /// whose quantum lasts a year.
+    #[serde(with = "humantime_serde")]
+    pub max_open_age: Duration,
+    /// Once the write-ahead log holds this many bytes, the disk engine checkpoints the open
+    /// points of its older half early. Bounds the log on disk and the replay after a crash
+    /// (and so the memory a restart needs).
+    pub max_wal_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -199,6 +208,8 @@ impl Default for StoreConfig {
             seal_grace: Duration::from_secs(30),
             maintenance_interval: Duration::from_secs(1),
             memory_max_points: 200_000_000,
+            max_open_age: Duration::from_secs(60),
+            max_wal_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -400,15 +411,29 @@ impl NodeConfig {
         Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
     }
 
-    /// Retention rules of the store, one per class that sets a retention.
+    /// Retention rules of the store: one per class, the catch-all class (prefix `""`, added
+    /// with no retention when the file has none) and classes that keep forever included, so
+    /// the class that owns a series decides (the store takes the longest matching prefix).
+    /// Timeshard's own series (`_timeshard.`, e.g. the quantum index of every class) are kept
+    /// as long as the longest-lived class, forever if any class keeps forever.
     pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
-        self.classes
+        use timeshard_store::RetentionRule;
+        let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+        let mut rules: Vec<RetentionRule> = self
+            .classes
             .iter()
-            .filter_map(|c| {
-                let keep = i64::try_from(c.retention?.as_nanos()).unwrap_or(i64::MAX);
-                Some(timeshard_store::RetentionRule::new(c.metric_prefix.clone(), keep))
-            })
-            .collect()
+            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: keep(c) })
+            .collect();
+        if !self.classes.iter().any(|c| c.metric_prefix.is_empty()) {
+            rules.push(RetentionRule::forever(""));
+        }
+        let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
+        if !rules.iter().any(|r| r.metric_prefix == reserved) {
+            // Any rule that keeps forever (the implicit catch-all too) makes this forever.
+            let longest = rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k)));
+            rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
+        }
+        rules
     }
 
     /// Checks settings that have no valid default when given badly.
@@ -439,6 +464,12 @@ impl NodeConfig {
         }
         if self.store.maintenance_interval.is_zero() {
             return invalid("store.maintenance_interval", "must be positive");
+        }
+        if self.store.max_open_age.is_zero() {
+            return invalid("store.max_open_age", "must be positive (60s is the default)");
+        }
+        if self.store.max_wal_bytes < 1024 * 1024 {
+            return invalid("store.max_wal_bytes", "must be at least 1 MiB (64 MiB is the default)");
         }
         let m = &self.membership;
         if m.gossip_interval.is_zero() || m.suspect_after <= m.gossip_interval || m.gone_after <= m.suspect_after {

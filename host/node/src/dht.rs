@@ -89,6 +89,12 @@ impl Dht {
         }
     }
 
+    /// Drops `ids` from the routing table (revoked peers); returns how many it held.
+    pub fn forget(&self, ids: &[Id]) -> usize {
+        let mut table = self.table.lock().expect("table lock");
+        ids.iter().filter(|id| table.remove(id).is_some()).count()
+    }
+
     fn failed(&self, id: &Id) {
         self.suspects.lock().expect("suspects lock").insert(*id, Instant::now());
         if let Some(gone) = self.table.lock().expect("table lock").failed(id, Instant::now()) {
@@ -110,7 +116,7 @@ impl Dht {
             }
             Err(e) => {
                 match &e {
-                    NetError::IdMismatch { .. } | NetError::NotANode { .. } => {
+                    NetError::IdMismatch { .. } | NetError::NotANode { .. } | NetError::Revoked { .. } => {
                         self.table.lock().expect("table lock").remove(&contact.id);
                     }
                     // The peer is alive and said no; that is not a liveness failure.

@@ -16,6 +16,8 @@ use timeshard_proto::Id;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// QUIC close code of a connection from a node the fault file names.
+pub const CLOSE_CUT_OFF: u32 = 4;
 /// How often the fault file is read.
 pub const RELOAD_EVERY: Duration = Duration::from_millis(200);
 /// Largest fault file read; a longer one is a mistake.

@@ -9,8 +9,9 @@ use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus,
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
 use timeshard_store::{Store, StoreError};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
 
 /// Accepts connections until the node shuts down.
@@ -45,8 +46,13 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
         conn.close(VarInt::from_u32(2), b"certificate unreadable");
         return;
     };
+    if node.net().is_revoked(&peer.id) {
+        info!(%remote, peer = %peer.id, "refused a connection: its certificate is revoked");
+        conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+        return;
+    }
     if peer.is_node && node.is_cut_off(Some(&peer.id), remote) {
-        conn.close(VarInt::from_u32(3), b"cut off by the fault file");
+        conn.close(VarInt::from_u32(crate::faults::CLOSE_CUT_OFF), b"cut off by the fault file");
         return;
     }
     if peer.is_node {
@@ -66,10 +72,18 @@ pub fn serve_dialed(node: &Arc<Node>, conn: Connection) {
 async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity) {
     let remote = conn.remote_address();
     let shutdown = node.shutdown_signal().clone();
+    let mut revocations = node.net().revocations();
     loop {
+        if revocations.borrow_and_update().contains(&peer.id) {
+            info!(%remote, peer = %peer.id, "closed a connection: its certificate was revoked");
+            conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+            return;
+        }
         let (send, recv) = tokio::select! {
             // Stop taking new requests; the node closes the connection once those in flight end.
             _ = shutdown.cancelled() => return,
+            // Checked at the top of the loop.
+            Ok(()) = revocations.changed() => continue,
             stream = conn.accept_bi() => match stream {
                 Ok(s) => s,
                 Err(_) => return, // closed by the peer or timed out
@@ -269,6 +283,8 @@ pub fn status(node: &Node) -> NodeStatus {
         bytes_sent: node.net().traffic().totals().0,
         bytes_received: node.net().traffic().totals().1,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        config_generation: node.config_generation(),
+        config_digest: node.config_digest(),
         members_up: members.up,
         members_down: members.down,
         members_gone: members.gone,

@@ -22,6 +22,12 @@ use crate::window::WindowStats;
 /// ALPN protocol id; the trailing number is the wire protocol version.
 pub const ALPN: &[u8] = b"timeshard/1";
 
+/// DNS name in every node certificate; clients and peers verify a node against it. The SDK,
+/// the node and the control plane's CA all take it from here.
+pub const NODE_NAME: &str = "node.timeshard";
+/// DNS name in every client certificate.
+pub const CLIENT_NAME: &str = "client.timeshard";
+
 /// Bytes in a frame header.
 pub const HEADER_BYTES: usize = 4;
 
@@ -225,6 +231,13 @@ pub struct NodeStatus {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub version: String,
+    /// Generation of the control plane's desired state the node runs; 0 when it is configured
+    /// by hand (no enrollment).
+    pub config_generation: u64,
+    /// First 64 bits of the SHA-256 digest of what every node must agree on (its classes and
+    /// revocations, as the control plane's digest): nodes that differ here may answer
+    /// differently.
+    pub config_digest: u64,
     /// Members of this node's membership view that are up, down (silent, still owners) and
     /// gone (no longer owners), this node included.
     pub members_up: u32,

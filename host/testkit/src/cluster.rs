@@ -1,10 +1,13 @@
 //! A local cluster of separate node processes on loopback, for the demo, the benchmarks and
 //! the end-to-end tests. Each node gets its own directory, config file, certificate and log.
-//! With [`ClusterOptions::fault_injection`], each node also watches a fault file, and
+//! The certificates come from a development PKI, or, with [`Enrollment`], each node enrolls
+//! with a control plane at its first start (`timeshard node --enroll`). With
+//! [`ClusterOptions::fault_injection`], each node also watches a fault file, and
 //! [`LocalCluster::partition`] cuts the cluster into groups that cannot talk to each other.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -50,6 +53,21 @@ pub struct ClusterOptions {
     pub policy: timeshard_policy::Config,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
+    /// Enroll with a control plane instead of using a development PKI.
+    pub enroll: Option<Enrollment>,
+}
+
+/// Nodes that enroll with a control plane at their first start.
+#[derive(Clone, Debug)]
+pub struct Enrollment {
+    /// Node `i` enrolls with (and then follows) `urls[i % urls.len()]`.
+    pub urls: Vec<String>,
+    /// One single-use enrollment token per node.
+    pub tokens: Vec<String>,
+    /// Node 0 listens here and no node gets `--bootstrap`: the control plane's node
+    /// configuration names this address as the bootstrap peer. `None`: the nodes join
+    /// through node 0 with `--bootstrap`, as without a control plane.
+    pub first_addr: Option<SocketAddr>,
 }
 
 impl ClusterOptions {
@@ -68,6 +86,7 @@ impl ClusterOptions {
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            enroll: None,
         }
     }
 }
@@ -118,15 +137,26 @@ impl LocalCluster {
             bail!("a cluster needs at least one node");
         }
         std::fs::create_dir_all(&options.dir).with_context(|| format!("cannot create {}", options.dir.display()))?;
-        let pki_dir = options.dir.join("pki");
-        pki::dev_pki(&pki_dir, options.nodes)?;
+        let first_addr = match &options.enroll {
+            Some(e) if e.tokens.len() < options.nodes => {
+                bail!("{} enrollment tokens for {} nodes", e.tokens.len(), options.nodes)
+            }
+            Some(e) => e.first_addr,
+            None => {
+                pki::dev_pki(&options.dir.join("pki"), options.nodes)?;
+                None
+            }
+        };
         let mut cluster = LocalCluster { options, nodes: Vec::new() };
-        let first = cluster.spawn(0, None, Vec::new()).await?;
+        let first = cluster.spawn(0, first_addr, Vec::new()).await?;
         cluster.nodes.push(first);
-        let seed = cluster.nodes[0].ready.addr;
+        let seeds = match first_addr {
+            Some(_) => Vec::new(),
+            None => vec![cluster.nodes[0].ready.addr.to_string()],
+        };
         let mut starting = Vec::new();
         for i in 1..cluster.options.nodes {
-            starting.push(cluster.spawn(i, None, vec![seed.to_string()]));
+            starting.push(cluster.spawn(i, None, seeds.clone()));
         }
         for node in futures::future::join_all(starting).await {
             cluster.nodes.push(node?);
@@ -146,7 +176,7 @@ impl LocalCluster {
         let pki = TlsFiles::in_dir(&o.dir.join("pki"), &format!("node-{i}"));
         NodeConfig {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
-            data_dir: o.dir.join(format!("node-{i}")).join("data"),
+            data_dir: self.data_dir(i),
             bootstrap,
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
@@ -155,7 +185,8 @@ impl LocalCluster {
             membership: o.membership.clone(),
             hints: o.hints.clone(),
             testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
-            classes: o.classes.clone(),
+            // An enrolled node takes its classes from the control plane.
+            classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
             base_dir: o.dir.join(format!("node-{i}")),
         }
@@ -175,12 +206,14 @@ impl LocalCluster {
         let _ = std::fs::remove_file(&ready_file);
         let log = dir.join("node.log");
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
-        let child = Command::new(&self.options.binary)
-            .arg("node")
-            .arg("--config")
-            .arg(&config)
-            .arg("--ready-file")
-            .arg(&ready_file)
+        let mut command = Command::new(&self.options.binary);
+        command.arg("node").arg("--config").arg(&config).arg("--ready-file").arg(&ready_file);
+        if let Some(e) = &self.options.enroll
+            && !timeshard_control_api::Agent::is_enrolled(&self.data_dir(i))
+        {
+            command.arg("--enroll").arg(&e.urls[i % e.urls.len()]).arg("--token").arg(&e.tokens[i]);
+        }
+        let child = command
             .env("TIMESHARD_LOG", &self.options.log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -224,11 +257,6 @@ impl LocalCluster {
         self.nodes.iter().map(|n| Contact { id: n.ready.id, addr: n.ready.addr }).collect()
     }
 
-    /// Node `i`'s data directory.
-    pub fn data_dir(&self, i: usize) -> PathBuf {
-        self.options.dir.join(format!("node-{i}")).join("data")
-    }
-
     /// Node `i`'s log file.
     pub fn log(&self, i: usize) -> &Path {
         &self.nodes[i].log
@@ -237,6 +265,11 @@ impl LocalCluster {
     /// Node `i`'s config file.
     pub fn config(&self, i: usize) -> &Path {
         &self.nodes[i].config
+    }
+
+    /// Node `i`'s data directory (an enrolled node keeps its enrollment in `control/` there).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.options.dir.join(format!("node-{i}")).join("data")
     }
 
     /// The cluster's directory.
@@ -254,9 +287,19 @@ impl LocalCluster {
         TlsFiles::in_dir(&self.pki_dir(), "client")
     }
 
+    /// The certificate a client of node `i` uses: the development PKI's client certificate,
+    /// or, for enrolled nodes (the control plane issues node certificates only), node `i`'s
+    /// own, which it knows as itself and never takes for a peer.
+    pub fn client_tls_of(&self, i: usize) -> TlsFiles {
+        match &self.options.enroll {
+            Some(_) => TlsFiles::in_dir(&self.data_dir(i).join("control"), "node"),
+            None => self.client_tls(),
+        }
+    }
+
     /// A client connected to node `i`.
     pub async fn client(&self, i: usize) -> Result<Client> {
-        Ok(Client::connect(self.addr(i), &self.client_tls()).await?)
+        Ok(Client::connect(self.addr(i), &self.client_tls_of(i)).await?)
     }
 
     /// Whether node `i` is running.
@@ -335,12 +378,40 @@ impl LocalCluster {
         }
     }
 
+    /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
+    /// running node read it, a restart regenerates it from the cluster's options.
+    pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
+        let path = self.config(i);
+        let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+        edit(&mut config);
+        std::fs::write(path, toml::to_string(&config)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Sends node `i` SIGHUP: it re-reads its config file and applies what can change while it
+    /// runs (retention, policies).
+    pub fn reload(&self, i: usize) -> Result<()> {
+        let pid =
+            self.nodes[i].child.as_ref().and_then(Child::id).with_context(|| format!("node {i} is not running"))?;
+        kill(Pid::from_raw(pid as i32), Signal::SIGHUP).context("cannot signal the node")?;
+        Ok(())
+    }
+
     /// Kills node `i` with SIGKILL (no chance to clean up).
     pub async fn kill(&mut self, i: usize) -> Result<()> {
         if let Some(mut child) = self.nodes[i].child.take() {
             child.kill().await.context("cannot kill the node")?;
         }
         Ok(())
+    }
+
+    /// Waits up to `timeout` for node `i` to exit on its own; returns how it exited.
+    pub async fn wait_exit(&mut self, i: usize, timeout: Duration) -> Result<ExitStatus> {
+        let Some(child) = self.nodes[i].child.as_mut() else { bail!("node {i} is not running") };
+        let status = tokio::time::timeout(timeout, child.wait())
+            .await
+            .with_context(|| format!("node {i} still runs after {timeout:?}"))??;
+        self.nodes[i].child = None;
+        Ok(status)
     }
 
     /// Stops node `i` with SIGTERM and waits for it; returns whether it exited cleanly.

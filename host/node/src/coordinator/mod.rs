@@ -22,7 +22,7 @@ mod series;
 mod write;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -50,8 +50,13 @@ pub struct Coordinator {
     view: Arc<View>,
     replica_writes: Arc<ReplicaWrites>,
     store: Arc<dyn Store>,
-    classes: Classes,
-    limits: LimitsConfig,
+    /// Swapped whole when the control plane changes the classes: a request takes one table
+    /// and uses it throughout. Prefix, format and quantum of a class never change (the control
+    /// plane and the node refuse that), so where stored blocks live stays valid.
+    classes: RwLock<Arc<Classes>>,
+    /// Swapped whole, like the classes; only the per-node limits change (read parallelism,
+    /// quanta per page), never the wire limits.
+    limits: RwLock<Arc<LimitsConfig>>,
     registered: Mutex<HashSet<SeriesKey>>,
     /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
@@ -100,8 +105,8 @@ impl Coordinator {
             view,
             replica_writes,
             store,
-            classes,
-            limits,
+            classes: RwLock::new(Arc::new(classes)),
+            limits: RwLock::new(Arc::new(limits)),
             registered: Mutex::new(HashSet::new()),
             indexed: Mutex::new(HashSet::new()),
             policies,
@@ -122,9 +127,24 @@ impl Coordinator {
         })
     }
 
-    /// The class table.
-    pub fn classes(&self) -> &Classes {
-        &self.classes
+    /// The class table in force now.
+    pub fn classes(&self) -> Arc<Classes> {
+        self.classes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the class table; requests already running finish with the one they took.
+    pub fn set_classes(&self, classes: Classes) {
+        *self.classes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(classes);
+    }
+
+    /// The limits in force now.
+    pub fn limits(&self) -> Arc<LimitsConfig> {
+        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the limits (for requests that start from now on).
+    pub fn set_limits(&self, limits: LimitsConfig) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
     }
 
     /// The membership view placement is computed from.
@@ -223,7 +243,7 @@ impl Coordinator {
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
         let replicas = self.ordered_replicas(id, class);
-        let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits.max_page_points);
+        let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
             let mut cursor = after;

@@ -165,7 +165,7 @@ impl Coordinator {
                 ),
             ));
         }
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let summaries = Summaries { series: series.clone(), registry: registry.clone(), policy, params };
         let answers = self.ask_owners(&series, &class, &parts, &summaries).await?;
@@ -189,7 +189,7 @@ impl Coordinator {
         range: TimeRange,
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let per_part = self.ask_owners(&series, &class, &parts, &Windows { series: series.clone(), width_ns }).await?;
         let windows = merge_windows(&range, width_ns, per_part);
@@ -240,7 +240,8 @@ impl Coordinator {
         push_down: &Q,
     ) -> Result<Vec<Q::Answer>, ErrorReply> {
         let r = usize::from(class.replication.r);
-        let ids = parts.iter().map(|p| placement_id(series, &p.quantum, &self.classes));
+        let classes = self.classes();
+        let ids = parts.iter().map(|p| placement_id(series, &p.quantum, &classes));
         let replicas: Vec<Vec<Contact>> = ids.map(|id| self.ordered_replicas(id, class)).collect();
         // Answers are kept in request order, and the first of agreeing answers is used: the
         // local node's first, then a fixed order, so the same query picks the same replicas.
@@ -272,7 +273,7 @@ impl Coordinator {
         let settled = answers.settle(|a, b| push_down.agree(a, b));
         let redone = bounded_in_order(
             settled.redo().iter().map(|&i| self.reconcile_part(series, class, parts[i], push_down)).collect(),
-            self.limits.read_parallelism,
+            self.limits().read_parallelism,
         )
         .await;
         let redone = redone.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -290,7 +291,7 @@ impl Coordinator {
         part: BlockPart,
         push_down: &Q,
     ) -> Result<Q::Answer, ErrorReply> {
-        let id = placement_id(series, &part.quantum, &self.classes);
+        let id = placement_id(series, &part.quantum, &self.classes());
         let replicas = self.ordered_replicas(id, class);
         let ask = |c: Contact| async move {
             let resp = self.replica_call(&c, push_down.request(vec![part])).await?;

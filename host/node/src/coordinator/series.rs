@@ -38,7 +38,7 @@ impl Coordinator {
                 Err(e) => failed.push(format!("{}: {}", node.addr, e.message)),
             }
         }
-        let min_rf = self.classes.iter().map(|c| c.replication.rf).min().unwrap_or(1) as usize;
+        let min_rf = self.classes().iter().map(|c| c.replication.rf).min().unwrap_or(1) as usize;
         if failed.len() >= min_rf {
             return Err(unavailable(format!(
                 "{} nodes did not answer, so the list could miss series: {}",
@@ -55,7 +55,7 @@ impl Coordinator {
         if self.registered.lock().expect("registered lock").contains(series) {
             return Ok(true);
         }
-        let rf = usize::from(self.classes.of(series).replication.rf);
+        let rf = usize::from(self.classes().of(series).replication.rf);
         let replicas = self.view.owners(series_meta_id(series), rf);
         let mut asks: FuturesUnordered<_> =
             replicas.iter().map(|c| self.replica_call(c, Request::HasSeries { series: series.clone() })).collect();

@@ -124,7 +124,8 @@ impl Coordinator {
             let mut seen = HashSet::new();
             batch.iter().map(|s| &s.series).filter(|s| !known.contains(*s) && seen.insert(*s)).cloned().collect()
         };
-        let data = split_batch(batch, &self.classes);
+        let classes = self.classes();
+        let data = split_batch(batch, &classes);
         let points: u64 = data.iter().map(|b| b.block.points.len() as u64).sum();
         let n_data = data.len() as u64;
         let new_spans: Vec<(SeriesKey, i64)> = {
@@ -135,21 +136,22 @@ impl Coordinator {
                 .filter(|k| !indexed.contains(k) && seen.insert(k.clone()))
                 .collect()
         };
-        let (max_points, max_bytes) = (self.limits.max_batch_points as usize, self.limits.max_message_bytes as usize);
+        let limits = self.limits();
+        let (max_points, max_bytes) = (limits.max_batch_points as usize, limits.max_message_bytes as usize);
         let mut blocks: Vec<(Replication, BlockPoints)> = data.into_iter().map(|b| (b.replication, b.block)).collect();
         // Index blocks keep the replication of the series they index.
         for (series, block) in quantum_index::blocks(&new_spans) {
-            blocks.push((self.classes.of(&series).replication, block));
+            blocks.push((classes.of(&series).replication, block));
         }
         let mut items = Vec::new();
         for (replication, block) in blocks {
-            let id = placement_id(&block.series, &block.quantum, &self.classes);
+            let id = placement_id(&block.series, &block.quantum, &classes);
             for piece in split_block(block, max_points, max_bytes) {
                 items.push(Item { id, replication, what: What::Block(piece) });
             }
         }
         for s in &new_series {
-            let replication = self.classes.of(s).replication;
+            let replication = classes.of(s).replication;
             items.push(Item { id: series_meta_id(s), replication, what: What::Registration(s.clone()) });
         }
         (items, points, n_data, new_series, new_spans)
@@ -168,8 +170,9 @@ impl Coordinator {
                 }
             }
         }
-        let (max_points, max_bytes) = (self.limits.max_batch_points as usize, self.limits.max_message_bytes as usize);
-        let max_series = self.limits.max_batch_series.max(1) as usize;
+        let limits = self.limits();
+        let (max_points, max_bytes) = (limits.max_batch_points as usize, limits.max_message_bytes as usize);
+        let max_series = limits.max_batch_series.max(1) as usize;
         let mut out = Vec::new();
         for (node, (blocks, regs)) in per_node {
             let sizes: Vec<(usize, usize)> = blocks
