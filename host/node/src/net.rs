@@ -148,6 +148,8 @@ pub struct Net {
     on_dialed: std::sync::OnceLock<DialedHook>,
     traffic: Traffic,
     revoked: tokio::sync::watch::Sender<Revoked>,
+    /// Nodes a test cut this node off from (`[testing] fault_file`).
+    faults: std::sync::OnceLock<Arc<crate::faults::Faults>>,
 }
 
 struct DialedHook(DialedHandler);
@@ -176,6 +178,7 @@ impl Net {
             on_dialed: std::sync::OnceLock::new(),
             traffic: Traffic::default(),
             revoked: tokio::sync::watch::Sender::new(Arc::default()),
+            faults: std::sync::OnceLock::new(),
         })
     }
 
@@ -243,6 +246,16 @@ impl Net {
     /// Sets what happens to connections this node dials (once; later calls are ignored).
     pub fn on_dialed(&self, handler: DialedHandler) {
         let _ = self.on_dialed.set(DialedHook(handler));
+    }
+
+    /// Cuts this node off from the nodes `faults` names (once; later calls are ignored).
+    pub fn set_faults(&self, faults: Arc<crate::faults::Faults>) {
+        let _ = self.faults.set(faults);
+    }
+
+    /// Whether a test cut this node off from the node `id` at `addr`.
+    pub fn is_cut_off(&self, id: Option<&Id>, addr: SocketAddr) -> bool {
+        self.faults.get().is_some_and(|f| f.blocks(id, addr))
     }
 
     /// The endpoint (for accepting).
@@ -331,6 +344,9 @@ impl Net {
         expected: Option<Id>,
         req: &Request,
     ) -> Result<(Response, PeerIdentity), NetError> {
+        if self.is_cut_off(expected.as_ref(), addr) {
+            return Err(NetError::Connect { addr, reason: "unreachable: cut off by the fault file".into() });
+        }
         match self.call_once(addr, expected, req).await {
             Err(NetError::Call { source: CallError::Connection(_), .. }) => self.call_once(addr, expected, req).await,
             other => other,
@@ -351,6 +367,9 @@ impl Net {
         }
         if !peer.is_node {
             return Err(NetError::NotANode { addr });
+        }
+        if self.is_cut_off(Some(&peer.id), addr) {
+            return Err(NetError::Connect { addr, reason: "unreachable: cut off by the fault file".into() });
         }
         if let Some(expected) = expected
             && expected != peer.id

@@ -1,6 +1,7 @@
-//! A running node: wires the endpoint, DHT, store and coordinator together, joins the network,
-//! keeps the routing table fresh, and shuts down cleanly. What may change while it runs, and
-//! how, is in [`crate::reconfigure`]; following the control plane is [`crate::control`].
+//! A running node: wires the endpoint, DHT, membership view, store, hints and coordinator
+//! together, joins the network and learns the view, keeps both fresh, and shuts down cleanly.
+//! What may change while it runs, and how, is in [`crate::reconfigure`]; following the control
+//! plane is [`crate::control`].
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -18,8 +19,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
+use crate::faults::Faults;
+use crate::hints::{Hints, replay};
+use crate::membership::View;
 use crate::net::{BindError, Net};
 use crate::server;
 
@@ -36,6 +40,8 @@ pub struct Node {
     /// Wire limits: the same on every node, fixed while it runs.
     limits: Limits,
     dht: Arc<Dht>,
+    view: Arc<View>,
+    faults: Option<Arc<Faults>>,
     store: Arc<dyn Store>,
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
@@ -44,7 +50,8 @@ pub struct Node {
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
     config_generation: AtomicU64,
-    config_digest: AtomicU64,
+    /// Shared with the membership view, which gossips it with this node's entry.
+    config_digest: Arc<AtomicU64>,
     enrolled: bool,
     stop_reason: Mutex<Option<String>>,
     tasks: TaskTracker,
@@ -90,6 +97,18 @@ impl Node {
     }
     pub fn net(&self) -> &Arc<Net> {
         self.dht.net()
+    }
+    /// The membership view: who is in the cluster, who is up, who owns what.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+    /// The hints this node keeps for replicas that missed writes.
+    pub fn hints(&self) -> &Arc<Hints> {
+        self.coordinator.replica_writes().hints()
+    }
+    /// Whether a test cut this node off from the node `id` at `addr` (`[testing] fault_file`).
+    pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
+        self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
     }
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -140,6 +159,12 @@ pub enum StartError {
     Policy(#[from] timeshard_policy::PolicyError),
     #[error("the last applied desired state cannot be used: {0}")]
     Desired(#[from] crate::reconfigure::ReconfigureError),
+    #[error("cannot open the hints in {path}: {source}")]
+    Hints {
+        path: std::path::PathBuf,
+        #[source]
+        source: crate::hints::HintError,
+    },
 }
 
 type Stores = (Arc<dyn Store>, Option<Arc<DiskStore>>);
@@ -242,27 +267,52 @@ impl RunningNode {
         let me = Contact { id, addr };
         let (store, disk) = open_store(&config)?;
         let classes = config.class_table()?;
+        let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
+        if let Some(f) = &faults {
+            warn!(file = %f.file().display(), "fault injection is on ([testing] fault_file)");
+            net.set_faults(f.clone());
+        }
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
+        let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
+        let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        let hints_dir = config.data_dir.join("hints");
+        let hints = Arc::new(
+            Hints::open(&hints_dir, config.hints.clone())
+                .map_err(|source| StartError::Hints { path: hints_dir.clone(), source })?,
+        );
+        let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
         let policies = crate::policies::open(&config)?;
-        let coordinator =
-            Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone(), policies));
-        let digest = crate::control::config_digest_u64(&config.classes, &applied.revoked);
+        let coordinator = Arc::new(Coordinator::new(
+            dht.clone(),
+            view.clone(),
+            replica_writes,
+            store.clone(),
+            classes,
+            config.limits.clone(),
+            policies,
+        ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: RwLock::new(Arc::new(config)),
             dht,
+            view,
+            faults,
             store,
             disk,
             coordinator,
             config_generation: AtomicU64::new(applied.generation),
-            config_digest: AtomicU64::new(digest),
+            config_digest: digest,
             enrolled: applied.enrolled,
             stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
+        if let Some(f) = node.faults.clone() {
+            let stop = node.shutdown.clone();
+            node.tasks.spawn(async move { f.watch(stop).await });
+        }
         node.tasks.spawn(server::accept_loop(node.clone()));
         // A weak reference: the endpoint (inside the node) must not keep the node alive.
         let weak = Arc::downgrade(&node);
@@ -274,8 +324,19 @@ impl RunningNode {
         info!(id = %id, %addr, generation = applied.generation, "node listening");
 
         join(&node).await;
+        node.view.join(&node.dht).await;
         node.tasks.spawn(maintain(node.clone()));
         node.tasks.spawn(maintain_store(node.clone()));
+        node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        let replayer = replay::Replayer {
+            hints,
+            view: node.view.clone(),
+            dht: node.dht.clone(),
+            limits: node.limits,
+            bytes_per_sec: node.config().hints.replay_bytes_per_sec,
+        };
+        node.tasks.spawn(replayer.run(node.shutdown.clone()));
+        node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
         Ok(RunningNode { node })
     }
 
@@ -294,9 +355,14 @@ impl RunningNode {
     pub async fn shutdown(self) {
         self.node.shutdown.cancel();
         self.node.tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.node.tasks.wait()).await.is_err() {
+        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        if tokio::time::timeout_at(grace, self.node.tasks.wait()).await.is_err() {
             warn!("requests still running after the grace period; closing anyway");
         }
+        // Replica writes that outlived their client's write get the rest of the grace period;
+        // what still runs then is kept as hints.
+        let left = grace.saturating_duration_since(tokio::time::Instant::now());
+        self.node.coordinator.replica_writes().shutdown(left.max(Duration::from_millis(100))).await;
         self.node.net().close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.node.net().wait_idle()).await;
         info!("node stopped");

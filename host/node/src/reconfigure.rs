@@ -6,7 +6,8 @@
 //! key format and quantum, which decide where stored blocks live) with their retention, the
 //! bootstrap peers, the per-node limits (requests served at once, connections, read
 //! parallelism, quanta per page) and the revoked node ids. Everything else (listen address,
-//! data directory, TLS files, DHT settings, store, wire limits, policies) needs a restart.
+//! data directory, TLS files, DHT settings, store, wire limits, policies, membership, hints,
+//! fault injection) needs a restart.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -88,6 +89,15 @@ fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureErro
     }
     if old.policy != new.policy {
         return fixed("[policy]");
+    }
+    if old.membership != new.membership {
+        return fixed("[membership]");
+    }
+    if old.hints != new.hints {
+        return fixed("[hints]");
+    }
+    if old.testing != new.testing {
+        return fixed("[testing]");
     }
     let wire = |l: &LimitsConfig| {
         (l.max_message_bytes, l.max_batch_points, l.max_batch_series, l.max_page_points, l.max_streams_per_connection)

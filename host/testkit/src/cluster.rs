@@ -1,7 +1,9 @@
 //! A local cluster of separate node processes on loopback, for the demo, the benchmarks and
 //! the end-to-end tests. Each node gets its own directory, config file, certificate and log.
 //! The certificates come from a development PKI, or, with [`Enrollment`], each node enrolls
-//! with a control plane at its first start (`timeshard node --enroll`).
+//! with a control plane at its first start (`timeshard node --enroll`). With
+//! [`ClusterOptions::fault_injection`], each node also watches a fault file, and
+//! [`LocalCluster::partition`] cuts the cluster into groups that cannot talk to each other.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,10 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use timeshard_node::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig, TlsConfig};
+use timeshard_node::config::{
+    ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, StoreConfig, TestingConfig,
+    TlsConfig,
+};
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
-use timeshard_proto::Id;
+use timeshard_proto::{Contact, Id};
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, NodeStatus};
 use tokio::process::{Child, Command};
@@ -39,6 +44,11 @@ pub struct ClusterOptions {
     pub store: StoreConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    pub membership: MembershipConfig,
+    pub hints: HintsConfig,
+    /// Whether every node watches a fault file (`node-<i>/faults`), so tests can partition the
+    /// cluster with [`LocalCluster::partition`].
+    pub fault_injection: bool,
     /// Policies of every node (use absolute paths for the modules).
     pub policy: timeshard_policy::Config,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
@@ -71,6 +81,9 @@ impl ClusterOptions {
             store: StoreConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            membership: MembershipConfig::default(),
+            hints: HintsConfig::default(),
+            fault_injection: false,
             policy: timeshard_policy::Config::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
@@ -80,8 +93,8 @@ impl ClusterOptions {
 
 impl ClusterOptions {
     /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory
-    /// (removed when the returned guard drops). Timeouts are shortened so failures are detected
-    /// within seconds.
+    /// (removed when the returned guard drops). Timeouts and gossip are shortened so failures
+    /// are detected within seconds.
     pub fn for_tests(nodes: usize, binary: impl Into<PathBuf>) -> (ClusterOptions, tempfile::TempDir) {
         let dir = tempfile::Builder::new().prefix("timeshard-e2e-").tempdir().expect("temp dir");
         let mut options = ClusterOptions::new(nodes, dir.path(), binary);
@@ -90,6 +103,11 @@ impl ClusterOptions {
             connect_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(3),
             ..DhtConfig::default()
+        };
+        options.membership = MembershipConfig {
+            gossip_interval: Duration::from_millis(200),
+            suspect_after: Duration::from_secs(3),
+            ..MembershipConfig::default()
         };
         (options, dir)
     }
@@ -164,11 +182,18 @@ impl LocalCluster {
             dht: o.dht.clone(),
             limits: o.limits.clone(),
             store: o.store.clone(),
+            membership: o.membership.clone(),
+            hints: o.hints.clone(),
+            testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
             base_dir: o.dir.join(format!("node-{i}")),
         }
+    }
+
+    fn fault_file(&self, i: usize) -> PathBuf {
+        self.options.dir.join(format!("node-{i}")).join("faults")
     }
 
     async fn spawn(&self, i: usize, listen: Option<SocketAddr>, bootstrap: Vec<String>) -> Result<NodeProcess> {
@@ -227,6 +252,11 @@ impl LocalCluster {
         self.nodes[i].ready.id
     }
 
+    /// Every node's contact (running or not), in node order.
+    pub fn contacts(&self) -> Vec<Contact> {
+        self.nodes.iter().map(|n| Contact { id: n.ready.id, addr: n.ready.addr }).collect()
+    }
+
     /// Node `i`'s log file.
     pub fn log(&self, i: usize) -> &Path {
         &self.nodes[i].log
@@ -277,7 +307,45 @@ impl LocalCluster {
         self.nodes[i].child.is_some()
     }
 
-    /// Waits until every running node knows every other running node (or `k` of them).
+    /// What node `i` reports about itself.
+    pub async fn status(&self, i: usize) -> Result<NodeStatus> {
+        let client = self.client(i).await?;
+        let status = client.status().await;
+        client.close().await;
+        Ok(status?)
+    }
+
+    /// Cuts the cluster into `groups` of node indices: from then on, a node talks only to the
+    /// nodes of its own group (nodes in no group talk to everyone). Needs
+    /// [`ClusterOptions::fault_injection`]. The nodes see it within 200 ms.
+    pub fn partition(&self, groups: &[&[usize]]) -> Result<()> {
+        if !self.options.fault_injection {
+            bail!("the cluster was started without fault_injection");
+        }
+        for (g, group) in groups.iter().enumerate() {
+            let others: Vec<String> = groups
+                .iter()
+                .enumerate()
+                .filter(|(h, _)| *h != g)
+                .flat_map(|(_, other)| other.iter().map(|&j| self.id(j).to_hex()))
+                .collect();
+            for &i in group.iter() {
+                write_atomically(&self.fault_file(i), &others.join("\n"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lifts every partition.
+    pub fn heal(&self) -> Result<()> {
+        for i in 0..self.len() {
+            write_atomically(&self.fault_file(i), "")?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every running node knows every other running node (or `k` of them) and
+    /// holds every running node as up in its membership view.
     pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<NodeStatus>> {
         let running: Vec<usize> = (0..self.len()).filter(|&i| self.is_running(i)).collect();
         let want = (running.len() - 1).min(self.options.dht.k) as u32;
@@ -291,7 +359,8 @@ impl LocalCluster {
             for c in &clients {
                 statuses.push(c.status().await?);
             }
-            if statuses.iter().all(|s| s.peers >= want) {
+            let members = running.len() as u32;
+            if statuses.iter().all(|s| s.peers >= want && s.members_up >= members) {
                 for c in clients {
                     c.close().await;
                 }
@@ -299,7 +368,11 @@ impl LocalCluster {
             }
             if Instant::now() > deadline {
                 let peers: Vec<u32> = statuses.iter().map(|s| s.peers).collect();
-                bail!("nodes did not learn of each other within {timeout:?}: peers known {peers:?}, want {want}");
+                let up: Vec<u32> = statuses.iter().map(|s| s.members_up).collect();
+                bail!(
+                    "nodes did not learn of each other within {timeout:?}: peers known {peers:?}, want {want}; \
+                     members up {up:?}, want {members}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -386,6 +459,12 @@ impl LocalCluster {
         }
         Ok(clean)
     }
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 async fn wait_ready(node: &mut NodeProcess) -> Result<Ready> {

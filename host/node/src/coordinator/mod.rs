@@ -2,18 +2,22 @@
 //!
 //! One module per path: `write` (placing a batch on RF replicas each and waiting for W
 //! acknowledgements, with series registrations and quantum index entries in the same round),
+//! `replicas` (replica requests that run on after their write was answered, bounded, and handed
+//! to hints when they cannot complete),
 //! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
 //! `query` (window aggregates and query policies pushed down to the owners of each block and
 //! merged here) and `series` (listing the cluster's series, whether one was ever written).
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
 //! locally when it is this node), ordering and asking R replicas of a block, and fetching one
-//! block's points. The decisions themselves (placement and quorum, replica agreement, paging,
+//! block's points. The replicas of a block are its owners in the membership view
+//! ([`crate::membership::View::owners`]), computed locally: no network lookups on the data path. The decisions themselves (placement and quorum, replica agreement, paging,
 //! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
 //! quantum_index}`; the coordinator runs them over the network.
 
 mod query;
 mod read;
+pub mod replicas;
 mod series;
 mod write;
 
@@ -30,12 +34,12 @@ use timeshard_store::Store;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
+use crate::membership::View;
 use crate::server::serve_replica;
 
+pub use replicas::ReplicaWrites;
 pub use write::WriteOutcome;
 
-/// Placement lookups a write or query runs at once.
-const PLACEMENT_PARALLELISM: usize = 32;
 /// Owner requests a query keeps in flight.
 const OWNER_PARALLELISM: usize = 16;
 
@@ -43,6 +47,8 @@ const OWNER_PARALLELISM: usize = 16;
 #[derive(Debug)]
 pub struct Coordinator {
     dht: Arc<Dht>,
+    view: Arc<View>,
+    replica_writes: Arc<ReplicaWrites>,
     store: Arc<dyn Store>,
     /// Swapped whole when the control plane changes the classes: a request takes one table
     /// and uses it throughout. Prefix, format and quantum of a class never change (the control
@@ -83,9 +89,12 @@ async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize)
 }
 
 impl Coordinator {
-    /// A coordinator placing data through `dht` and storing this node's share in `store`.
+    /// A coordinator placing data on its owners in `view`, talking to them through `dht`,
+    /// storing this node's share in `store`, and running replica writes as `replica_writes`.
     pub fn new(
         dht: Arc<Dht>,
+        view: Arc<View>,
+        replica_writes: Arc<ReplicaWrites>,
         store: Arc<dyn Store>,
         classes: Classes,
         limits: LimitsConfig,
@@ -93,6 +102,8 @@ impl Coordinator {
     ) -> Coordinator {
         Coordinator {
             dht,
+            view,
+            replica_writes,
             store,
             classes: RwLock::new(Arc::new(classes)),
             limits: RwLock::new(Arc::new(limits)),
@@ -136,6 +147,16 @@ impl Coordinator {
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
     }
 
+    /// The membership view placement is computed from.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+
+    /// Replica writes running on after their write was answered, and the hints.
+    pub fn replica_writes(&self) -> &Arc<ReplicaWrites> {
+        &self.replica_writes
+    }
+
     /// Sends `req` to `contact`, or serves it locally if that is this node.
     async fn replica_call(&self, contact: &Contact, req: Request) -> Result<Response, ErrorReply> {
         if contact.id == self.dht.me().id {
@@ -158,12 +179,12 @@ impl Coordinator {
         }
     }
 
-    /// The replicas of block `id`, the local node first (no network) and peers that failed
-    /// lately last.
-    async fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
-        let mut replicas = self.dht.replicas(id, usize::from(class.replication.rf)).await;
+    /// The owners of block `id`, the local node first (no network), then those up, and peers
+    /// that are down or failed lately last.
+    fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
+        let mut replicas = self.view.owners(id, usize::from(class.replication.rf));
         let me = self.dht.me().id;
-        replicas.sort_by_key(|c| (c.id != me, self.dht.is_suspect(&c.id)));
+        replicas.sort_by_key(|c| (c.id != me, !self.view.is_up(&c.id), self.dht.is_suspect(&c.id)));
         replicas
     }
 
@@ -221,7 +242,7 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let replicas = self.ordered_replicas(id, class).await;
+        let replicas = self.ordered_replicas(id, class);
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
