@@ -25,6 +25,9 @@ pub struct NodeConfig {
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
     pub store: StoreConfig,
+    pub membership: MembershipConfig,
+    pub hints: HintsConfig,
+    pub testing: TestingConfig,
     /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
     /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
     #[serde(rename = "class")]
@@ -47,6 +50,9 @@ impl Default for NodeConfig {
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
             store: StoreConfig::default(),
+            membership: MembershipConfig::default(),
+            hints: HintsConfig::default(),
+            testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
             base_dir: PathBuf::from("."),
@@ -94,10 +100,6 @@ pub struct DhtConfig {
     /// A connection with no traffic for this long is closed (keep-alives are sent at a third of it).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long a block's replica set is reused before it is looked up again (also dropped
-    /// whenever the routing table changes).
-    #[serde(with = "humantime_serde")]
-    pub placement_ttl: Duration,
 }
 
 impl Default for DhtConfig {
@@ -110,7 +112,6 @@ impl Default for DhtConfig {
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(6),
-            placement_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -213,6 +214,86 @@ impl Default for StoreConfig {
     }
 }
 
+/// The membership view: gossip and when a silent node counts as down or gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MembershipConfig {
+    /// How often this node bumps its heartbeat and gossips with a few peers.
+    #[serde(with = "humantime_serde")]
+    pub gossip_interval: Duration,
+    /// A node whose heartbeat did not advance for this long is down: writes to it become hints.
+    #[serde(with = "humantime_serde")]
+    pub suspect_after: Duration,
+    /// A node silent for this long is gone: it no longer owns blocks, and the next closest
+    /// nodes take over.
+    #[serde(with = "humantime_serde")]
+    pub gone_after: Duration,
+    /// Most nodes the view holds.
+    pub max_members: usize,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        let d = timeshard_proto::membership::Config::default();
+        MembershipConfig {
+            gossip_interval: Duration::from_secs(1),
+            suspect_after: d.suspect_after,
+            gone_after: d.gone_after,
+            max_members: d.max_members,
+        }
+    }
+}
+
+impl MembershipConfig {
+    /// The settings of the sans-IO view.
+    pub fn view(&self) -> timeshard_proto::membership::Config {
+        timeshard_proto::membership::Config {
+            suspect_after: self.suspect_after,
+            gone_after: self.gone_after,
+            max_members: self.max_members,
+            ..timeshard_proto::membership::Config::default()
+        }
+    }
+}
+
+/// Hinted handoff: writes a replica missed, kept by the coordinator in `<data_dir>/hints`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HintsConfig {
+    /// Hints older than this are dropped (anti-entropy repairs what they held).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// Most bytes of hints kept; a hint beyond it is dropped.
+    pub max_bytes: u64,
+    /// Bytes per second replayed to replicas that are back.
+    pub replay_bytes_per_sec: u64,
+    /// Writes to replicas that may still run after their write was answered; beyond it they
+    /// become hints.
+    pub max_replica_writes: usize,
+}
+
+impl Default for HintsConfig {
+    fn default() -> Self {
+        HintsConfig {
+            max_age: Duration::from_secs(3 * 3600),
+            max_bytes: 256 << 20,
+            replay_bytes_per_sec: 16 << 20,
+            max_replica_writes: 256,
+        }
+    }
+}
+
+/// Fault injection for tests. Only the node's own config file sets it; no peer can.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingConfig {
+    /// A file naming nodes (ids in hex, or `ip:port` addresses), one per line, that this node
+    /// must not talk to: requests to them fail as unreachable, and requests from them are
+    /// dropped. Re-read every 200 ms; absent or empty means no fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_file: Option<PathBuf>,
+}
+
 /// Storage engines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -295,7 +376,10 @@ impl NodeConfig {
     /// Makes relative paths absolute against `base`.
     pub fn resolve_paths(&mut self, base: &Path) {
         self.base_dir = base.to_path_buf();
-        for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key] {
+        for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key]
+            .into_iter()
+            .chain(self.testing.fault_file.as_mut())
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -386,6 +470,19 @@ impl NodeConfig {
         }
         if self.store.max_wal_bytes < 1024 * 1024 {
             return invalid("store.max_wal_bytes", "must be at least 1 MiB (64 MiB is the default)");
+        }
+        let m = &self.membership;
+        if m.gossip_interval.is_zero() || m.suspect_after <= m.gossip_interval || m.gone_after <= m.suspect_after {
+            return invalid(
+                "membership",
+                "need 0 < gossip_interval < suspect_after < gone_after (a few gossip rounds before a node is down)",
+            );
+        }
+        if m.max_members < 2 || m.max_members > timeshard_proto::membership::MAX_MEMBERS {
+            return invalid("membership.max_members", "must be between 2 and 16384");
+        }
+        if self.hints.max_age.is_zero() || self.hints.replay_bytes_per_sec == 0 {
+            return invalid("hints", "max_age and replay_bytes_per_sec must be positive");
         }
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {
