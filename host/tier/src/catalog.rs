@@ -153,12 +153,23 @@ impl Catalog {
     }
 
     /// The committed manifests of `class` on the days `from..=to`, listing the class again when
-    /// the cached listing is older than the TTL.
+    /// the cached listing is older than the TTL. When listing fails, an earlier listing is used
+    /// (and listing is tried again only a TTL later), so an unreachable store slows no query
+    /// more than once per TTL; only a class never listed fails.
     pub async fn manifests(&self, class: &str, from: Day, to: Day) -> Result<Vec<(Day, Vec<FileId>)>, Error> {
         let fresh = |s: &State| s.listings.get(class).is_some_and(|l| l.at.elapsed() < self.config.listing_ttl);
         if !fresh(&self.state()) {
-            let days = self.list(&FileId::class_prefix(Kind::Manifest, class)).await?;
-            self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
+            match self.list(&FileId::class_prefix(Kind::Manifest, class)).await {
+                Ok(days) => {
+                    self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
+                }
+                Err(e) => {
+                    let mut state = self.state();
+                    let Some(stale) = state.listings.get_mut(class) else { return Err(e) };
+                    tracing::warn!(class, error = %e, "listing the archive failed; using the previous listing");
+                    stale.at = Instant::now();
+                }
+            }
         }
         let state = self.state();
         let Some(listing) = state.listings.get(class) else { return Ok(Vec::new()) };
@@ -186,6 +197,21 @@ impl Catalog {
         }
         days.values_mut().for_each(|v| v.sort());
         Ok(days)
+    }
+
+    /// Lists the manifests of `class` now and replaces the cached listing (kept on failure).
+    pub async fn relist(&self, class: &str) -> Result<(), Error> {
+        let days = self.list(&FileId::class_prefix(Kind::Manifest, class)).await?;
+        self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
+        Ok(())
+    }
+
+    /// The newest day holding committed manifests of `class` as last listed (`Some(None)`:
+    /// none), and the listing's age; `None` when the class was never listed. No I/O.
+    pub fn newest_day(&self, class: &str) -> Option<(Option<Day>, Duration)> {
+        let state = self.state();
+        let l = state.listings.get(class)?;
+        Some((l.days.keys().next_back().copied(), l.at.elapsed()))
     }
 
     /// Records a manifest this process just committed, so queries see it without listing.

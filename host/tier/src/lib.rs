@@ -81,6 +81,7 @@ pub use error::Error;
 pub use export::{Confirmed, ExportConfig, ExportReport};
 pub use layout::{Day, FileId};
 pub use location::Location;
+pub use query::Horizon;
 pub use retry::RetryPolicy;
 pub use upkeep::{ArchiveStatus, ClassStatus, CleanupReport, LastExport};
 

@@ -13,7 +13,7 @@ use timeshard_store::{ReadPage, WindowAggregate};
 use crate::Archive;
 use crate::catalog::{ArchivedBlock, Part};
 use crate::error::Error;
-use crate::layout::{self, Day, FileId};
+use crate::layout::{self, DAY_NS, Day, FileId};
 use crate::read::ParquetFile;
 use crate::schema::points as col;
 
@@ -58,7 +58,35 @@ fn next_batch(blocks: &[ArchivedBlock], budget: u64) -> (Batch<'_>, usize) {
     (Batch::Run { file, rows: start..end }, taken)
 }
 
+/// What the archive may hold of a class, as its last listing says (see [`Archive::horizon`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Horizon {
+    /// Every archived point of the class is earlier than this ([`Timestamp::MIN`] when the
+    /// archive holds none): a range starting here or later has nothing cold.
+    pub cold_until: Timestamp,
+    /// Age of the listing it comes from; past the listing TTL, [`Archive::relist`] renews it.
+    pub age: std::time::Duration,
+}
+
 impl Archive {
+    /// The [`Horizon`] of `class` from the cached listing, without I/O; `None` when the class
+    /// was never listed by this handle. Exports of this handle move it at once; exports of
+    /// other nodes show after a relisting.
+    pub fn horizon(&self, class: &SeriesClass) -> Option<Horizon> {
+        let (newest, age) = self.inner.catalog.newest_day(&class.name)?;
+        // A block lives in the partition of its quantum's start, so its points end before the
+        // next day plus one quantum.
+        let cold_until = newest.map_or(Timestamp::MIN, |d| (d.start() + DAY_NS).saturating_add(class.quantum.ns()));
+        Some(Horizon { cold_until, age })
+    }
+
+    /// Lists the committed exports of `class` now (what [`Archive::horizon`] and queries go
+    /// by); on failure the previous listing stays in use.
+    pub async fn relist(&self, class: &SeriesClass) -> Result<(), Error> {
+        layout::check_class(&class.name)?;
+        self.inner.catalog.relist(&class.name).await
+    }
+
     /// The days whose partitions may hold points of `range` for `class`: from the day of the
     /// quantum holding the range's start (a block lives in the partition of its quantum's
     /// start) to the day of its end.

@@ -170,3 +170,35 @@ async fn an_unreachable_store_fails_the_export_and_leaves_hot_data_alone() {
     archive.export(hot.clone(), &class, blocks).await.unwrap();
     assert_complete(Arc::clone(faulty.inner()), &hot, &class, &data, "after the outage").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_keep_the_last_listing_while_the_store_is_unreachable() {
+    let (hot, class, data, mut config) = setup();
+    config.cache.listing_ttl = std::time::Duration::ZERO;
+    let blocks = hot_blocks(&*hot);
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()));
+    let archive = Archive::with_store(Arc::new(faulty.clone()), config).unwrap();
+    assert_eq!(archive.horizon(&class), None, "never listed");
+    archive.export(hot.clone(), &class, blocks).await.unwrap();
+    let range = TimeRange::new(T0 - 2 * DAY, T0 + 3 * DAY).unwrap();
+    assert_eq!(read_all(&archive, &class, &data[0].0, range, 4_000).await, data[0].1);
+    // Every point of the class lies before the horizon: the day after the last partition,
+    // plus a quantum.
+    let horizon = archive.horizon(&class).unwrap();
+    let last = data.iter().flat_map(|(_, p)| p).map(|p| p.ts).max().unwrap();
+    assert!(horizon.cold_until > last, "{horizon:?}");
+    assert!(horizon.cold_until <= last - last.rem_euclid(DAY) + DAY + class.quantum.ns());
+    // The listing a read starts with fails (the TTL is zero: every read lists): the last
+    // listing serves. A relisting reports its failure and keeps the listing too.
+    let failing = faulty.ops();
+    faulty.set_fault(Fault::FailOnly(BTreeSet::from([failing])));
+    assert_eq!(read_all(&archive, &class, &data[0].0, range, 4_000).await, data[0].1);
+    assert!(faulty.log()[failing as usize].starts_with("list"), "{:?}", faulty.log()[failing as usize]);
+    faulty.set_fault(Fault::FailOnly(BTreeSet::from([faulty.ops()])));
+    assert!(archive.relist(&class).await.is_err());
+    assert_eq!(archive.horizon(&class).map(|h| h.cold_until), Some(horizon.cold_until));
+    // A handle that never listed cannot tell what the archive holds, and says so.
+    faulty.set_fault(Fault::FailFrom(faulty.ops()));
+    let fresh = Archive::with_store(Arc::new(faulty.clone()), quick_config("other")).unwrap();
+    assert!(fresh.read(&class, &data[0].0, range, None, 10).await.is_err());
+}
