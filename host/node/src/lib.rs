@@ -12,7 +12,8 @@
 //! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
 //! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
-//! and stop signals of a node process), [`faults`] (partition fault injection for tests).
+//! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`tier`] (the cold tier: export to the
+//! archive, and reads that span both tiers).
 
 pub mod config;
 pub mod control;
@@ -28,6 +29,7 @@ pub mod policies;
 pub mod process;
 pub mod reconfigure;
 pub mod server;
+pub mod tier;
 
 pub use config::NodeConfig;
 pub use node::{Node, RunningNode, StartError};

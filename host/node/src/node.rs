@@ -46,6 +46,8 @@ pub struct Node {
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
+    /// The cold tier, when the node has an archive or ages a class by write time.
+    tier: Option<Arc<crate::tier::Tier>>,
     request_slots: Arc<Semaphore>,
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
@@ -110,8 +112,13 @@ impl Node {
     pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
         self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
     }
+    /// The store replica requests are served from (with an archive: hot and cold merged).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+    /// The cold tier, if the node has one.
+    pub fn tier(&self) -> Option<&Arc<crate::tier::Tier>> {
+        self.tier.as_ref()
     }
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
@@ -159,6 +166,8 @@ pub enum StartError {
     Policy(#[from] timeshard_policy::PolicyError),
     #[error("the last applied desired state cannot be used: {0}")]
     Desired(#[from] crate::reconfigure::ReconfigureError),
+    #[error(transparent)]
+    Tier(#[from] crate::tier::TierError),
     #[error("cannot open the hints in {path}: {source}")]
     Hints {
         path: std::path::PathBuf,
@@ -266,6 +275,12 @@ impl RunningNode {
         let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
         let (store, disk) = open_store(&config)?;
+        // Tier hook: with an archive, replicas serve hot and cold merged (crate::tier).
+        let tier = crate::tier::Tier::open(&config, &id.to_hex(), store.clone())?;
+        let store: Arc<dyn Store> = match &tier {
+            Some(t) if t.archive().is_some() => Arc::new(crate::tier::store::TieredStore::new(t.clone())),
+            _ => store,
+        };
         let classes = config.class_table()?;
         let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
         if let Some(f) = &faults {
@@ -302,6 +317,7 @@ impl RunningNode {
             store,
             disk,
             coordinator,
+            tier,
             config_generation: AtomicU64::new(applied.generation),
             config_digest: digest,
             enrolled: applied.enrolled,
@@ -337,6 +353,9 @@ impl RunningNode {
         };
         node.tasks.spawn(replayer.run(node.shutdown.clone()));
         node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
+        if let Some(tier) = node.tier.clone() {
+            node.tasks.spawn(crate::tier::run_mover(tier, node.clone()));
+        }
         Ok(RunningNode { node })
     }
 

@@ -138,6 +138,10 @@ pub enum Request {
     /// items) and entries it pushes (at most [`membership::MAX_GOSSIP_ENTRIES`]: those the
     /// receiver asked for in an earlier answer); answered with [`Response::Gossip`].
     Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry> },
+
+    /// Client: the cold tier as the receiver sees it (what the archive holds, this node's
+    /// pending exports and last error); answered with [`Response::Archive`].
+    ArchiveStatus,
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -219,6 +223,7 @@ pub enum Response {
         entries: Vec<GossipEntry>,
         want: Vec<Id>,
     },
+    Archive(crate::tier::ArchiveReport),
 }
 
 /// What a node reports about itself.
@@ -638,7 +643,11 @@ impl Request {
                 }
                 Ok(())
             }
-            Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
+            Request::Ping
+            | Request::FindNode { .. }
+            | Request::HasSeries { .. }
+            | Request::Status
+            | Request::ArchiveStatus => Ok(()),
         }
     }
 
@@ -677,6 +686,7 @@ impl Request {
             Request::Aggregate { .. } => "aggregate",
             Request::ListSeries { .. } => "list_series",
             Request::Gossip { .. } => "gossip",
+            Request::ArchiveStatus => "archive_status",
         }
     }
 }

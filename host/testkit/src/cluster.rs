@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use timeshard_node::config::{
     ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, StoreConfig, TestingConfig,
-    TlsConfig,
+    TierConfig, TlsConfig,
 };
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
@@ -46,6 +46,8 @@ pub struct ClusterOptions {
     pub limits: LimitsConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
+    /// The cold tier of every node (the same archive for all).
+    pub tier: TierConfig,
     /// Whether every node watches a fault file (`node-<i>/faults`), so tests can partition the
     /// cluster with [`LocalCluster::partition`].
     pub fault_injection: bool,
@@ -83,6 +85,7 @@ impl ClusterOptions {
             limits: LimitsConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
+            tier: TierConfig::default(),
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
@@ -184,6 +187,7 @@ impl LocalCluster {
             store: o.store.clone(),
             membership: o.membership.clone(),
             hints: o.hints.clone(),
+            tier: o.tier.clone(),
             testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },

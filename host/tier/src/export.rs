@@ -474,7 +474,10 @@ impl Archive {
                 encoded.rows
             )));
         }
-        let mut entries = encoded.entries.iter().filter(|e| e.summary.count > 0).peekable();
+        // A Vec, not a lazy filter: an iterator adapter's closure held across the awaits below
+        // makes the export future not `Send` for callers that spawn it.
+        let with_rows: Vec<&Entry> = encoded.entries.iter().filter(|e| e.summary.count > 0).collect();
+        let mut entries = with_rows.into_iter().peekable();
         let mut digest = 0u64;
         let mut row = 0u64;
         for rg in 0..pf.meta.num_row_groups() {

@@ -1,0 +1,241 @@
+//! The cold tier on a node: classes with `archive = true` move sealed blocks past their hot
+//! window to the archive (`[tier] url`, the `timeshard-tier` crate), and every read, window
+//! aggregate and policy query spans both tiers.
+//!
+//! - [`store::TieredStore`] is the store the node serves replica requests from: the hot store,
+//!   with reads and aggregates of archived classes merged with what the archive holds. Each
+//!   replica answers for hot and cold alike, so the coordinator's paths (quorums, agreement,
+//!   reconciliation) work unchanged, and a replica that dropped its hot copy answers exactly
+//!   like one that still holds it.
+//! - `mover` is the export loop: every `[tier] interval` it finds the blocks past their hot
+//!   window; the first owner up exports them (later owners take over after `takeover_after`:
+//!   `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
+//!   checked by its own digest (`Store::drop_block` refuses a copy that changed meanwhile). It
+//!   also applies write-time retention (`age_by = "write"`), which the store does not measure.
+//! - `report` answers `timeshard archive status`.
+//!
+//! The coordinator never sees the archive; the hooks are the store the node hands out
+//! ([`crate::node`]), the export task it spawns, the class settings a reconfiguration passes on
+//! ([`crate::reconfigure`]), and the status request ([`crate::server`]).
+
+mod mover;
+mod report;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use timeshard_proto::class::AgeBy;
+use timeshard_proto::{Classes, SeriesClass, SeriesKey};
+use timeshard_store::Store;
+use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig};
+use tracing::warn;
+
+use crate::config::{ConfigError, NodeConfig, TierConfig};
+
+pub use mover::run as run_mover;
+
+/// The tier settings of one class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassTier {
+    pub archive: bool,
+    /// The hot window (ns); 0 when the class is not archived.
+    pub hot_ns: i64,
+    pub age_by: AgeBy,
+    /// Retention (ns) the tier applies itself: write-time retention only (the store applies
+    /// event-time retention).
+    pub write_retention_ns: Option<i64>,
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The classes and their tier settings, swapped whole on reconfiguration.
+#[derive(Debug)]
+pub struct Policy {
+    pub classes: Classes,
+    by_name: HashMap<String, ClassTier>,
+}
+
+impl Policy {
+    fn of(config: &NodeConfig) -> Result<Policy, ConfigError> {
+        let by_name = config
+            .classes
+            .iter()
+            .map(|c| {
+                let tier = ClassTier {
+                    archive: c.archive,
+                    hot_ns: c.hot_window().map_or(0, nanos),
+                    age_by: c.age_by,
+                    write_retention_ns: c.retention.filter(|_| c.age_by == AgeBy::Write).map(nanos),
+                };
+                (c.name.clone(), tier)
+            })
+            .collect();
+        Ok(Policy { classes: config.class_table()?, by_name })
+    }
+
+    /// The tier settings of `class` (a class the file does not name, the implicit catch-all,
+    /// is not archived).
+    pub fn tier(&self, class: &SeriesClass) -> ClassTier {
+        self.by_name.get(&class.name).copied().unwrap_or(ClassTier {
+            archive: false,
+            hot_ns: 0,
+            age_by: AgeBy::Event,
+            write_retention_ns: None,
+        })
+    }
+
+    /// The class of `series` if it is archived (timeshard's own series never are).
+    pub fn archived_class(&self, series: &SeriesKey) -> Option<(&SeriesClass, ClassTier)> {
+        if series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
+            return None;
+        }
+        let class = self.classes.of(series);
+        let tier = self.tier(class);
+        tier.archive.then_some((class, tier))
+    }
+
+    /// Whether the node has tier work at all: an archived class, or write-time retention.
+    fn has_work(&self) -> bool {
+        self.by_name.values().any(|t| t.archive || t.write_retention_ns.is_some())
+    }
+}
+
+/// What the export loop has done, for `timeshard archive status`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClassCounters {
+    pub exported_files: u64,
+    pub exported_blocks: u64,
+    pub exported_rows: u64,
+    pub exported_bytes: u64,
+    pub dropped_blocks: u64,
+    pub pending_blocks: u64,
+    pub waiting_for_owner: u64,
+    pub expired_blocks: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub classes: HashMap<String, ClassCounters>,
+    pub last_round_ns: i64,
+    pub last_error: Option<String>,
+    pub last_error_ns: i64,
+    pub failed_rounds: u32,
+}
+
+/// The cold tier of a node.
+#[derive(Debug)]
+pub struct Tier {
+    archive: Option<Archive>,
+    url: String,
+    hot: Arc<dyn Store>,
+    config: TierConfig,
+    seal_grace_ns: i64,
+    policy: RwLock<Arc<Policy>>,
+    progress: Mutex<Progress>,
+    /// A background relisting of the archive is under way (see [`store::TieredStore`]).
+    relisting: AtomicBool,
+    runtime: tokio::runtime::Handle,
+}
+
+/// The tier cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    #[error("cannot open the archive {url}: {source}")]
+    Archive {
+        url: String,
+        #[source]
+        source: timeshard_tier::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl Tier {
+    /// The tier of a node named `node` (its id in hex: the name its exports carry) over its hot
+    /// store, when `config` needs one: an archive is configured, or a class ages by write time.
+    /// Must be called within the node's runtime.
+    pub fn open(config: &NodeConfig, node: &str, hot: Arc<dyn Store>) -> Result<Option<Arc<Tier>>, TierError> {
+        let policy = Policy::of(config)?;
+        let t = &config.tier;
+        if t.url.is_empty() && !policy.has_work() {
+            return Ok(None);
+        }
+        let archive = if t.url.is_empty() {
+            None
+        } else {
+            let archive_config = Config {
+                node: node.to_string(),
+                export: ExportConfig {
+                    row_group_rows: t.row_group_rows,
+                    rate_limit_bytes_per_s: (t.rate_limit_bytes_per_sec > 0).then_some(t.rate_limit_bytes_per_sec),
+                    ..ExportConfig::default()
+                },
+                cache: CacheConfig { listing_ttl: t.listing_ttl, ..CacheConfig::default() },
+                retry: timeshard_tier::RetryPolicy::default(),
+            };
+            let options: Vec<(String, String)> = t.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let archive = Archive::open_with_options(&t.url, &options, archive_config)
+                .map_err(|source| TierError::Archive { url: t.url.clone(), source })?;
+            Some(archive)
+        };
+        Ok(Some(Arc::new(Tier {
+            archive,
+            url: t.url.clone(),
+            hot,
+            config: t.clone(),
+            seal_grace_ns: nanos(config.store.seal_grace),
+            policy: RwLock::new(Arc::new(policy)),
+            progress: Mutex::new(Progress::default()),
+            relisting: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
+        })))
+    }
+
+    /// The archive, if one is configured.
+    pub fn archive(&self) -> Option<&Archive> {
+        self.archive.as_ref()
+    }
+
+    /// The hot store.
+    pub fn hot(&self) -> &Arc<dyn Store> {
+        &self.hot
+    }
+
+    /// The classes and tier settings in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Applies the classes of a new configuration (checked already: see
+    /// [`crate::reconfigure`]).
+    pub fn set_config(&self, config: &NodeConfig) {
+        match Policy::of(config) {
+            Ok(p) => *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p),
+            Err(e) => warn!(error = %e, "tier settings not applied"),
+        }
+    }
+
+    pub(crate) fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lists the archive's exports of `class` in the background, unless a listing is under way.
+    pub(crate) fn relist_soon(self: &Arc<Self>, class: &SeriesClass) {
+        let Some(archive) = self.archive.clone() else { return };
+        if self.relisting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (tier, class) = (self.clone(), class.clone());
+        self.runtime.spawn(async move {
+            if let Err(e) = archive.relist(&class).await {
+                warn!(class = %class.name, error = %e, "listing the archive failed; queries use the previous listing");
+            }
+            tier.relisting.store(false, Ordering::Release);
+        });
+    }
+}
