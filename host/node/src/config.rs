@@ -312,7 +312,9 @@ pub struct TierConfig {
     /// is exported by the next owner in line (the first may be down, or lack some points).
     #[serde(with = "humantime_serde")]
     pub takeover_after: Duration,
-    /// Points files no manifest commits (interrupted exports) are removed once this old.
+    /// Points files no manifest commits (interrupted exports) are removed once this old: far
+    /// longer than an export of one file takes, or a slow export loses its file to the cleanup
+    /// and fails (a day is safe).
     #[serde(with = "humantime_serde")]
     pub cleanup_grace: Duration,
     /// How long a listing of the archive is trusted before queries list it again.
@@ -606,8 +608,11 @@ impl NodeConfig {
         if t.row_group_rows < 1024 || t.max_blocks_per_round == 0 {
             return invalid("tier", "row_group_rows must be at least 1024 and max_blocks_per_round positive".into());
         }
-        if t.cleanup_grace < Duration::from_secs(60) {
-            return invalid("tier.cleanup_grace", "must be at least a minute, far longer than an export takes".into());
+        if t.cleanup_grace < Duration::from_secs(1) {
+            return invalid(
+                "tier.cleanup_grace",
+                "must be at least a second, and far longer than an export takes".into(),
+            );
         }
         Ok(())
     }

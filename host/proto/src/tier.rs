@@ -4,15 +4,16 @@
 //!
 //! # Who exports
 //!
-//! Exactly one owner of a block exports it: the first owner (closest to the block's placement
-//! id) that the membership view has up, this node counting as up. Every owner computes the
-//! same rank from the same view, so in a settled cluster one node exports and the others only
-//! wait for the archive to hold their copy ([`export_rank`]). Ownership changes as nodes join
-//! and leave, and the first owner may lack the block (it joined after the block was written) or
-//! some of its points; so an owner of rank `k` also exports a block still not archived
-//! `k * takeover` after it became due ([`exports_now`]). The archive then holds only what that
-//! owner adds (an export of a block the archive already holds writes only the points it lacks),
-//! so a takeover never duplicates rows.
+//! Exactly one owner of a block exports it: the first of its owners (closest to the block's
+//! placement id) that is in the membership view, as every owner computes from the same view
+//! ([`export_rank`]); the others only wait for the archive to hold their copy. Ownership
+//! changes as nodes join and leave, the first owner may be down, or lack the block (it joined
+//! after the block was written) or some of its points; so an owner of rank `k` also exports a
+//! block still not archived `k * takeover` after it became due ([`exports_now`]). A down owner
+//! keeps its rank until the view counts it gone: being down is a guess (a node busy exporting
+//! can miss heartbeats), and two owners exporting the same block at once would write its rows
+//! twice. A takeover itself never duplicates rows: an export of a block the archive already
+//! holds writes only the points it lacks.
 
 use std::collections::BTreeMap;
 
@@ -46,26 +47,19 @@ pub fn expired(age_by: AgeBy, quantum: Quantum, last_write: Timestamp, keep_ns: 
 }
 
 /// The place of `me` in the line of exporters of a block whose owners are `owners` (closest
-/// first): its index among the owners that are up (`me` always is). A node that no longer owns
-/// the block comes after every owner that is up.
-pub fn export_rank(owners: &[Contact], me: Id, is_up: impl Fn(&Id) -> bool) -> usize {
-    let mut rank = 0;
-    for o in owners {
-        if o.id == me {
-            return rank;
-        }
-        if is_up(&o.id) {
-            rank += 1;
-        }
-    }
-    rank
+/// first, gone members left out: the view's owners): its index among them. A node that no
+/// longer owns the block comes after every owner.
+pub fn export_rank(owners: &[Contact], me: Id) -> usize {
+    owners.iter().position(|o| o.id == me).unwrap_or(owners.len())
 }
 
-/// Whether the exporter of rank `rank` exports a block due at `due` at `now`: the first at
-/// once, each later one `takeover_ns` after the one before it.
-pub fn exports_now(rank: usize, due: Timestamp, now: Timestamp, takeover_ns: i64) -> bool {
+/// Whether the exporter of rank `rank` exports a block due at `due` and last written at
+/// `last_write` at `now`: the first at once, each later one `takeover_ns` after the one before
+/// it, counted from when the block was due and its points were there (old data written today
+/// is due at once, yet the first owner has had no time to export it).
+pub fn exports_now(rank: usize, due: Timestamp, last_write: Timestamp, now: Timestamp, takeover_ns: i64) -> bool {
     let wait = takeover_ns.saturating_mul(i64::try_from(rank).unwrap_or(i64::MAX));
-    now >= due.saturating_add(wait)
+    now >= due.max(last_write).saturating_add(wait)
 }
 
 /// The due blocks one round takes: at most `budget`, from the earliest days (UTC) on, so each
@@ -210,22 +204,21 @@ mod tests {
     }
 
     #[test]
-    fn the_first_owner_up_exports_and_later_ones_take_over_in_turn() {
+    fn the_first_owner_exports_and_later_ones_take_over_in_turn() {
         let owners = [contact(1), contact(2), contact(3)];
-        let all_up = |_: &Id| true;
-        assert_eq!(export_rank(&owners, contact(1).id, all_up), 0);
-        assert_eq!(export_rank(&owners, contact(3).id, all_up), 2);
-        // The first owner is down: the second moves up, whatever the first believes.
-        let first_down = |id: &Id| *id != contact(1).id;
-        assert_eq!(export_rank(&owners, contact(2).id, first_down), 0);
-        assert_eq!(export_rank(&owners, contact(1).id, first_down), 0);
-        // A former owner comes after the owners that are up.
-        assert_eq!(export_rank(&owners, contact(9).id, all_up), 3);
-        assert!(exports_now(0, 100, 100, 50));
-        assert!(!exports_now(2, 100, 199, 50));
-        assert!(exports_now(2, 100, 200, 50));
-        assert!(exports_now(usize::MAX, 0, i64::MAX, 1));
-        assert!(!exports_now(usize::MAX, 0, i64::MAX - 1, 1));
+        assert_eq!(export_rank(&owners, contact(1).id), 0);
+        assert_eq!(export_rank(&owners, contact(3).id), 2);
+        // A former owner comes after the owners.
+        assert_eq!(export_rank(&owners, contact(9).id), 3);
+        assert!(exports_now(0, 100, 0, 100, 50));
+        assert!(!exports_now(2, 100, 0, 199, 50));
+        assert!(exports_now(2, 100, 0, 200, 50));
+        assert!(exports_now(usize::MAX, 0, 0, i64::MAX, 1));
+        assert!(!exports_now(usize::MAX, 0, 0, i64::MAX - 1, 1));
+        // Old data written lately: the takeover waits from the write, not from the due time.
+        assert!(exports_now(0, 100, 1_000, 1_000, 50));
+        assert!(!exports_now(1, 100, 1_000, 1_049, 50));
+        assert!(exports_now(1, 100, 1_000, 1_050, 50));
     }
 
     proptest! {

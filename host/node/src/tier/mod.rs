@@ -8,8 +8,8 @@
 //!   reconciliation) work unchanged, and a replica that dropped its hot copy answers exactly
 //!   like one that still holds it.
 //! - `mover` is the export loop: every `[tier] interval` it finds the blocks past their hot
-//!   window; the first owner up exports them (later owners take over after `takeover_after`:
-//!   `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
+//!   window; their first owner exports them (later owners take over after `takeover_after`
+//!   each, should it be down or lack them: `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
 //!   checked by its own digest (`Store::drop_block` refuses a copy that changed meanwhile). It
 //!   also applies write-time retention (`age_by = "write"`), which the store does not measure.
 //! - `report` answers `timeshard archive status`.
@@ -139,6 +139,9 @@ pub struct Tier {
     progress: Mutex<Progress>,
     /// A background relisting of the archive is under way (see [`store::TieredStore`]).
     relisting: AtomicBool,
+    /// When listing each class last failed: reads do not wait for another attempt within the
+    /// listing TTL.
+    list_failures: Mutex<HashMap<String, std::time::Instant>>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -192,6 +195,7 @@ impl Tier {
             policy: RwLock::new(Arc::new(policy)),
             progress: Mutex::new(Progress::default()),
             relisting: AtomicBool::new(false),
+            list_failures: Mutex::new(HashMap::new()),
             runtime: tokio::runtime::Handle::current(),
         })))
     }
@@ -224,15 +228,34 @@ impl Tier {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Lists the archive's exports of `class` now, unless that failed within the listing TTL;
+    /// remembers a failure.
+    pub(crate) async fn relist(&self, class: &SeriesClass) -> Result<(), timeshard_tier::Error> {
+        let Some(archive) = &self.archive else { return Ok(()) };
+        let failed = |at: &std::time::Instant| at.elapsed() < self.config.listing_ttl;
+        if self.list_failures.lock().unwrap_or_else(|e| e.into_inner()).get(&class.name).is_some_and(failed) {
+            return Err(timeshard_tier::Error::InvalidInput(format!(
+                "the archive could not be listed lately; class {} is tried again within {:?}",
+                class.name, self.config.listing_ttl
+            )));
+        }
+        let result = archive.relist(class).await;
+        let mut failures = self.list_failures.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(()) => failures.remove(&class.name),
+            Err(_) => failures.insert(class.name.clone(), std::time::Instant::now()),
+        };
+        result
+    }
+
     /// Lists the archive's exports of `class` in the background, unless a listing is under way.
     pub(crate) fn relist_soon(self: &Arc<Self>, class: &SeriesClass) {
-        let Some(archive) = self.archive.clone() else { return };
-        if self.relisting.swap(true, Ordering::AcqRel) {
+        if self.archive.is_none() || self.relisting.swap(true, Ordering::AcqRel) {
             return;
         }
         let (tier, class) = (self.clone(), class.clone());
         self.runtime.spawn(async move {
-            if let Err(e) = archive.relist(&class).await {
+            if let Err(e) = tier.relist(&class).await {
                 warn!(class = %class.name, error = %e, "listing the archive failed; queries use the previous listing");
             }
             tier.relisting.store(false, Ordering::Release);

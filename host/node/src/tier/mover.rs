@@ -9,8 +9,9 @@
 //!    those hot copies (`Store::drop_block` with that digest: a copy that changed meanwhile is
 //!    kept, and goes again as late data);
 //! 3. exports the rest of the blocks this node is first in line for (`export_rank`,
-//!    `exports_now`); the archive confirms them, and the next round drops them here, by which
-//!    time every replica's listing can see the export.
+//!    `exports_now`: the first owner at once, the next ones after `takeover_after` each); the
+//!    archive confirms them, and the next round drops them here, by which time every
+//!    replica's listing can see the export.
 //!
 //! A round that fails (the archive unreachable, failing, or corrupt) changes nothing hot: the
 //! error is kept for `timeshard archive status`, and the next round waits twice as long, up to
@@ -54,6 +55,7 @@ struct Due {
     quantum: Quantum,
     digest: u64,
     due: Timestamp,
+    last_write: Timestamp,
 }
 
 fn now_ns() -> Timestamp {
@@ -65,6 +67,16 @@ pub async fn run(tier: Arc<Tier>, node: Arc<Node>) {
     let stop = node.shutdown_signal().clone();
     let interval = tier.config.interval;
     let mut last_cleanup: Option<tokio::time::Instant> = None;
+    // Learn what the archive holds, so reads know which ranges are cold.
+    let archived: Vec<SeriesClass> = {
+        let policy = tier.policy();
+        policy.classes.iter().filter(|c| policy.tier(c).archive).cloned().collect()
+    };
+    for class in archived {
+        if let Err(e) = tier.relist(&class).await {
+            warn!(class = %class.name, error = %e, "cannot list the archive yet");
+        }
+    }
     loop {
         let failed = tier.progress().failed_rounds;
         let wait = interval.saturating_mul(1 << failed.min(16)).min(tier.config.max_backoff.max(interval));
@@ -142,7 +154,8 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
             }
             let (_, picker) =
                 found.due.entry(class.name.clone()).or_insert_with(|| (class.clone(), RoundPicker::new(budget)));
-            picker.offer(b.quantum, Due { series: b.series, quantum: b.quantum, digest: b.digest, due });
+            let block = Due { series: b.series, quantum: b.quantum, digest: b.digest, due, last_write: b.last_write };
+            picker.offer(b.quantum, block);
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -212,7 +225,7 @@ fn split_by_turn(
     let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
     blocks.into_iter().partition(|d| {
         let owners = view.owners(placement_id(&d.series, &d.quantum, &policy.classes), rf);
-        exports_now(export_rank(&owners, me, |id| view.is_up(id)), d.due, now, takeover)
+        exports_now(export_rank(&owners, me), d.due, d.last_write, now, takeover)
     })
 }
 
@@ -243,6 +256,7 @@ async fn move_class(
         return Ok(());
     }
     let blocks: Vec<(SeriesKey, Quantum)> = mine.into_iter().map(|d| (d.series, d.quantum)).collect();
+    info!(class = %class.name, blocks = blocks.len(), "exporting to the archive");
     let report = archive.export(tier.hot.clone(), class, blocks).await?;
     let written = report.confirmed.iter().filter(|c| !c.already).count() as u64;
     info!(class = %class.name, files = report.files.len(), blocks = written, rows = report.rows, "exported to the archive");

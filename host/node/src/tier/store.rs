@@ -96,7 +96,7 @@ impl TieredStore {
         let Some((class, tier)) = policy.archived_class(series) else { return Ok(None) };
         let horizon = match archive.horizon(class) {
             Some(h) => h,
-            None => match self.wait(archive.relist(class)) {
+            None => match self.wait(self.tier.relist(class)) {
                 Ok(()) => archive.horizon(class).ok_or_else(|| StoreError::Unavailable("the archive".into()))?,
                 // Nothing in the hot window was archived: such a range needs no listing.
                 Err(_)
