@@ -23,12 +23,13 @@ mod report;
 pub mod store;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use timeshard_proto::class::AgeBy;
-use timeshard_proto::{Classes, SeriesClass, SeriesKey};
+use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
 use timeshard_store::Store;
 use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig};
 use tracing::warn;
@@ -142,6 +143,10 @@ pub struct Tier {
     /// When listing each class last failed: reads do not wait for another attempt within the
     /// listing TTL.
     list_failures: Mutex<HashMap<String, std::time::Instant>>,
+    /// Per class, the end of the newest quantum this node dropped a hot copy of (see
+    /// [`Tier::drop_horizon`]), kept in `drops_file`.
+    drops: Mutex<HashMap<String, Timestamp>>,
+    drops_file: PathBuf,
     runtime: tokio::runtime::Handle,
 }
 
@@ -156,7 +161,16 @@ pub enum TierError {
     },
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("cannot keep the tier's state in {path}: {source}")]
+    State {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// Where a node keeps its drop horizons (in `<data_dir>/tier`).
+const DROPS_FILE: &str = "drops.json";
 
 impl Tier {
     /// The tier of a node named `node` (its id in hex: the name its exports carry) over its hot
@@ -168,6 +182,17 @@ impl Tier {
         if t.url.is_empty() && !policy.has_work() {
             return Ok(None);
         }
+        let dir = config.data_dir.join("tier");
+        std::fs::create_dir_all(&dir).map_err(|source| TierError::State { path: dir.clone(), source })?;
+        let drops_file = dir.join(DROPS_FILE);
+        let drops = match std::fs::read(&drops_file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| TierError::State {
+                path: drops_file.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(source) => return Err(TierError::State { path: drops_file, source }),
+        };
         let archive = if t.url.is_empty() {
             None
         } else {
@@ -196,6 +221,8 @@ impl Tier {
             progress: Mutex::new(Progress::default()),
             relisting: AtomicBool::new(false),
             list_failures: Mutex::new(HashMap::new()),
+            drops: Mutex::new(drops),
+            drops_file,
             runtime: tokio::runtime::Handle::current(),
         })))
     }
@@ -226,6 +253,36 @@ impl Tier {
 
     pub(crate) fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The end of the newest quantum of `class` this node ever dropped a hot copy of
+    /// ([`Timestamp::MIN`]: none): from there on its hot store holds everything it was given.
+    pub fn drop_horizon(&self, class: &str) -> Timestamp {
+        self.drops.lock().unwrap_or_else(|e| e.into_inner()).get(class).copied().unwrap_or(Timestamp::MIN)
+    }
+
+    /// Moves the drop horizon of `class` to `end` (if later) and makes it durable: called
+    /// before hot copies up to `end` are dropped.
+    pub(crate) fn note_drops(&self, class: &str, end: Timestamp) -> std::io::Result<()> {
+        let mut drops = self.drops.lock().unwrap_or_else(|e| e.into_inner());
+        if drops.get(class).is_some_and(|&d| d >= end) {
+            return Ok(());
+        }
+        let mut next = drops.clone();
+        next.insert(class.to_string(), end);
+        let tmp = self.drops_file.with_extension("tmp");
+        let bytes = serde_json::to_vec(&next).map_err(std::io::Error::other)?;
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.drops_file)?;
+        if let Some(dir) = self.drops_file.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        *drops = next;
+        Ok(())
     }
 
     /// Lists the archive's exports of `class` now, unless that failed within the listing TTL;

@@ -15,7 +15,9 @@
 //! - Only ranges that may hold cold points ask the archive: those starting before its horizon
 //!   ([`timeshard_tier::Archive::horizon`], from the last listing, renewed in the background
 //!   once older than the listing TTL). Reads of recent data never wait for the object store,
-//!   reachable or not.
+//!   reachable or not. Before the first listing succeeds (the archive unreachable since the
+//!   node started), ranges after the newest block this node ever dropped (its drop horizon,
+//!   kept on disk) are answered from the hot store alone: they are all still there.
 //!
 //! Everything else (writes, registrations, maintenance, the block-level repair calls the
 //! exporter uses) goes to the hot store unchanged. The [`Store`] calls are blocking; the node
@@ -25,7 +27,7 @@ use std::sync::Arc;
 
 use timeshard_proto::point::sort_dedup;
 use timeshard_proto::window::{check_windows, merge_windows};
-use timeshard_proto::{AgeBy, Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
+use timeshard_proto::{Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
 use timeshard_store::agg::Aggregator;
 use timeshard_store::{
     BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, RetentionRule, SeriesPage, Store, StoreError,
@@ -35,9 +37,6 @@ use timeshard_tier::ArchivedBlock;
 
 use super::Tier;
 
-/// How far clocks of nodes may disagree: a node that never listed the archive still answers
-/// ranges starting this much inside the hot window of an event-aged class without it.
-const CLOCK_SLACK_NS: i64 = 10 * 60 * 1_000_000_000;
 /// Points per page when a quantum's points are gathered whole.
 const GATHER_PAGE: usize = 65_536;
 
@@ -45,10 +44,6 @@ const GATHER_PAGE: usize = 65_536;
 #[derive(Debug)]
 pub struct TieredStore {
     tier: Arc<Tier>,
-}
-
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// A failure of the archive as the hot store's callers know failures.
@@ -93,20 +88,16 @@ impl TieredStore {
     fn cold_class(&self, series: &SeriesKey, range: TimeRange) -> Result<Option<SeriesClass>, StoreError> {
         let Some(archive) = self.tier.archive() else { return Ok(None) };
         let policy = self.tier.policy();
-        let Some((class, tier)) = policy.archived_class(series) else { return Ok(None) };
+        let Some((class, _)) = policy.archived_class(series) else { return Ok(None) };
         let horizon = match archive.horizon(class) {
             Some(h) => h,
-            None => match self.wait(self.tier.relist(class)) {
-                Ok(()) => archive.horizon(class).ok_or_else(|| StoreError::Unavailable("the archive".into()))?,
-                // Nothing in the hot window was archived: such a range needs no listing.
-                Err(_)
-                    if tier.age_by == AgeBy::Event
-                        && range.start() >= now_ns().saturating_sub(tier.hot_ns).saturating_add(CLOCK_SLACK_NS) =>
-                {
-                    return Ok(None);
-                }
-                Err(e) => return Err(from_tier(e)),
-            },
+            // Not listed yet (the archive may be unreachable): this replica's hot copies of
+            // a range it never dropped anything from are its whole answer.
+            None if range.start() >= self.tier.drop_horizon(&class.name) => return Ok(None),
+            None => {
+                self.wait(self.tier.relist(class)).map_err(from_tier)?;
+                archive.horizon(class).ok_or_else(|| StoreError::Unavailable("the archive is not listed".into()))?
+            }
         };
         if horizon.age > self.tier.config.listing_ttl {
             self.tier.relist_soon(class);
