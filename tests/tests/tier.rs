@@ -1,7 +1,7 @@
 //! The cold tier end to end on node processes, the archive in a local directory: history past
 //! the hot window moves to the archive (each block exported by one owner, dropped from every
 //! replica once the archive holds it), and every point reads back through reads, window
-//! aggregates, `timeshard get` and the SDK across both tiers; late data for an archived quantum
+//! aggregates, a query policy, `timeshard get` and the SDK across both tiers; late data for an archived quantum
 //! is kept and read; DuckDB reads the archive directly and agrees with timeshard per series and
 //! day; a corrupt Parquet file fails the reads that need it with an error naming it, while the
 //! rest is still served.
@@ -52,6 +52,7 @@ async fn history_moves_to_the_archive_and_reads_span_both_tiers() -> Result<()> 
     let root = dir.path().join("archive");
     options.classes = vec![archived_class("pmu", "pmu.", 2)];
     options.tier = quick_tier(root.to_str().unwrap());
+    options.policy = rms_policy(dir.path(), "pmu.")?;
     let cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
 
@@ -121,6 +122,14 @@ async fn history_moves_to_the_archive_and_reads_span_both_tiers() -> Result<()> 
     // Everything, across both tiers: raw reads, aggregates, `timeshard get`.
     let everything = TimeRange::new(old.0 - MIN, now)?;
     check_everything(&client, &series, &data, everything).await?;
+    // A query policy pushed down to the owners reads both tiers too.
+    for (s, written) in series.iter().zip(&data) {
+        let out = client.query(s, everything, "rms", &[]).await?;
+        let value = |name: &str| out.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap_or(f64::NAN);
+        let (want, count) = rms(written, everything);
+        assert_eq!(value("count"), count, "{s}: rms over every point");
+        assert!((value("rms") - want).abs() <= 1e-9 * want, "{s}: rms {} vs {want}", value("rms"));
+    }
     let csv = cli(
         &cluster,
         &["get", series[1].as_str(), "--start", &everything.start().to_string(), "--end", &now.to_string()],
@@ -183,5 +192,56 @@ async fn history_moves_to_the_archive_and_reads_span_both_tiers() -> Result<()> 
 
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_time_ages_data_from_its_arrival() -> Result<()> {
+    let (mut options, dir) = ClusterOptions::for_tests(1, BIN);
+    let root = dir.path().join("archive");
+    // Hot for 4 s by write time, and kept 4 s by write time (no archive).
+    let mut device = archived_class("device", "device.", 1);
+    device.hot = Some(std::time::Duration::from_secs(4));
+    device.age_by = timeshard_proto::AgeBy::Write;
+    let scratch = timeshard_node::config::ClassConfig {
+        name: "scratch".into(),
+        metric_prefix: "scratch.".into(),
+        rf: 1,
+        w: 1,
+        r: 1,
+        retention: Some(std::time::Duration::from_secs(4)),
+        age_by: timeshard_proto::AgeBy::Write,
+        ..Default::default()
+    };
+    options.classes = vec![device, scratch];
+    options.tier = quick_tier(root.to_str().unwrap());
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    // A device back after four weeks uploads what it kept: by event time all of it would be
+    // past any window at once; by write time it starts its hot window and retention now.
+    let now = now_ns();
+    let range = TimeRange::new(now - 30 * DAY, now)?;
+    let (device, scratch): (SeriesKey, SeriesKey) = ("device.temp{id=1}".parse()?, "scratch.temp{id=1}".parse()?);
+    let old = points(1, now - 28 * DAY, now - 27 * DAY, 60 * SEC);
+    write(&client, &device, &old).await?;
+    write(&client, &scratch, &old).await?;
+    let written = std::time::Instant::now();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let r = reports(&cluster, &[0]).await?;
+    if written.elapsed() < std::time::Duration::from_secs(4) {
+        assert_eq!(total(&r, "device", |c| c.exported_blocks + c.pending_blocks), 0, "still hot: {r:#?}");
+        assert_eq!(client.read(&scratch, range).await?, old, "still kept");
+    }
+    let blocks = old.iter().map(|p| p.ts.div_euclid(MIN)).collect::<BTreeSet<_>>().len() as u64;
+    let r = wait_reports(&cluster, &[0], std::time::Duration::from_secs(60), "aged by write time", |r| {
+        total(r, "device", |c| c.dropped_blocks) == blocks && total(r, "scratch", |c| c.expired_blocks) == blocks
+    })
+    .await?;
+    assert!(written.elapsed() >= std::time::Duration::from_secs(4), "not before the window passed: {r:#?}");
+    assert_eq!(client.read(&device, range).await?, old, "read back from the archive");
+    assert!(client.read(&scratch, range).await?.is_empty(), "expired by write-time retention");
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }

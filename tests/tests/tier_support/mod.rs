@@ -157,6 +157,45 @@ pub async fn wait_reports(
     }
 }
 
+/// Policies with the `rms` query policy (guest/build.sh builds it) bound to `prefix`, signed
+/// with a key made in `dir`.
+pub fn rms_policy(dir: &Path, prefix: &str) -> Result<timeshard_policy::Config> {
+    use timeshard_policy::signing;
+    let key_file = dir.join("policy.key");
+    let key = signing::generate_keypair()?;
+    key.write(&key_file)?;
+    let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
+    let built = timeshard_policy::guest_artifact(&guests, "rms").context("run guest/build.sh first")?;
+    let wasm = dir.join(built.file_name().context("a file")?);
+    std::fs::copy(&built, &wasm)?;
+    signing::sign_file(&key_file, &wasm)?;
+    Ok(toml::from_str(&format!(
+        r#"
+        trusted_keys = ["{public}"]
+        [[modules]]
+        name = "rms"
+        version = "1.0.0"
+        kind = "query"
+        wasm = "{wasm}"
+        [[bindings]]
+        select = {{ metric_prefix = "{prefix}" }}
+        query = ["rms"]
+        "#,
+        public = key.public().to_text().trim(),
+        wasm = wasm.display(),
+    ))?)
+}
+
+/// RMS and count of the finite values of `points` in `range`.
+pub fn rms(points: &[Point], range: TimeRange) -> (f64, f64) {
+    let (mut sq, mut n) = (0.0, 0.0);
+    for p in points.iter().filter(|p| range.contains(p.ts) && p.value.is_finite()) {
+        sq += p.value * p.value;
+        n += 1.0;
+    }
+    ((sq / n).sqrt(), n)
+}
+
 /// What DuckDB finds in a local archive.
 #[derive(Debug)]
 pub struct DuckDb {
