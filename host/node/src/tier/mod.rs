@@ -157,7 +157,7 @@ pub enum TierError {
     Archive {
         url: String,
         #[source]
-        source: timeshard_tier::Error,
+        source: Box<timeshard_tier::Error>,
     },
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -208,7 +208,7 @@ impl Tier {
             };
             let options: Vec<(String, String)> = t.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let archive = Archive::open_with_options(&t.url, &options, archive_config)
-                .map_err(|source| TierError::Archive { url: t.url.clone(), source })?;
+                .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
             Some(archive)
         };
         Ok(Some(Arc::new(Tier {

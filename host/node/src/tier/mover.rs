@@ -242,17 +242,21 @@ async fn move_class(
     tier.progress().classes.entry(class.name.clone()).or_default().pending_blocks = offered;
     let asked: Vec<(SeriesKey, Quantum, u64)> = due.iter().map(|d| (d.series.clone(), d.quantum, d.digest)).collect();
     let held = archive.confirmed(class, &asked).await?;
-    let (covered, rest): (Vec<(Due, bool)>, Vec<(Due, bool)>) = due.into_iter().zip(held).partition(|(_, h)| *h);
+    let mut covered = Vec::new();
+    let mut rest = Vec::new();
+    for (d, held) in due.into_iter().zip(held) {
+        if held { covered.push(d) } else { rest.push(d) }
+    }
     // The drop horizon first, durably: reads that skip the archive rely on it.
-    if let Some(end) = covered.iter().map(|(d, _)| d.quantum.end()).max() {
+    if let Some(end) = covered.iter().map(|d| d.quantum.end()).max() {
         let (tier2, name) = (tier.clone(), class.name.clone());
         tokio::task::spawn_blocking(move || tier2.note_drops(&name, end))
             .await?
             .map_err(|e| RoundError::Hot(StoreError::Io { context: "recording the drop horizon".into(), source: e }))?;
     }
-    let covered = covered.into_iter().map(|(d, _)| (d.series, d.quantum.start, d.digest)).collect();
+    let covered = covered.into_iter().map(|d| (d.series, d.quantum.start, d.digest)).collect();
     let dropped = drop_blocks(tier, covered).await?.into_iter().filter(|&d| d).count() as u64;
-    let (mine, waiting) = split_by_turn(tier, node, class, rest.into_iter().map(|(d, _)| d).collect(), now);
+    let (mine, waiting) = split_by_turn(tier, node, class, rest, now);
     {
         let mut progress = tier.progress();
         let c = progress.classes.entry(class.name.clone()).or_default();
