@@ -24,6 +24,8 @@ try:
 except ImportError:
     sys.exit("duckdb is not installed: run `pip install duckdb` (scripts/test does)")
 root = sys.argv[1]
+# A slow query would print a progress bar into the JSON on standard output.
+duckdb.execute("SET enable_progress_bar = false")
 files = f"{root}/points/**/*.parquet"
 rows = duckdb.sql(f"""
     SELECT class, series_key, strftime(timezone('UTC', "timestamp"), '%Y-%m-%d') AS day,
@@ -49,8 +51,11 @@ fn duckdb(root: &std::path::Path) -> (Vec<serde_json::Value>, i64) {
         "DuckDB failed: {}\nInstall it with `pip install duckdb` (scripts/test does).",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("DuckDB printed {l:?}: {e}")))
+        .collect();
     let (last, groups) = lines.split_last().unwrap();
     (groups.to_vec(), last["duplicates"].as_i64().unwrap())
 }

@@ -220,6 +220,8 @@ try:
 except ImportError:
     sys.exit("duckdb is not installed: run `pip install duckdb` (scripts/test does)")
 root = sys.argv[1]
+# A slow query would print a progress bar into the JSON on standard output.
+duckdb.execute("SET enable_progress_bar = false")
 manifests = sorted(glob.glob(f"{root}/manifests/**/*.parquet", recursive=True))
 committed = [m.replace("/manifests/", "/points/") for m in manifests]
 out = {"groups": [], "duplicates_committed": 0, "duplicates_all": 0, "rows_all": 0, "parts": 0, "blocks": 0,
