@@ -24,7 +24,7 @@ use crate::cache::Lru;
 use crate::error::Error;
 use crate::layout::{Day, FileId, Kind};
 use crate::manifest::Manifest;
-use crate::read::ParquetFile;
+use crate::read::{DictionaryCache, ParquetFile};
 
 /// The rows of one block in one points file.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,11 +91,18 @@ pub struct CacheConfig {
     pub max_parts: usize,
     /// Opened files (footer and page index) kept in memory.
     pub max_files: usize,
+    /// Bytes of decompressed dictionary pages kept for the next read of their row group.
+    pub max_dictionary_bytes: usize,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { listing_ttl: Duration::from_secs(10), max_parts: 250_000, max_files: 256 }
+        CacheConfig {
+            listing_ttl: Duration::from_secs(10),
+            max_parts: 250_000,
+            max_files: 256,
+            max_dictionary_bytes: 16 << 20,
+        }
     }
 }
 
@@ -124,6 +131,7 @@ pub(crate) struct Catalog {
     store: Arc<dyn ObjectStore>,
     config: CacheConfig,
     state: Mutex<State>,
+    dictionaries: Arc<DictionaryCache>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -140,7 +148,8 @@ impl Catalog {
             manifests: Lru::new(config.max_files),
             points: Lru::new(config.max_files),
         };
-        Catalog { store, config, state: Mutex::new(state) }
+        let dictionaries = Arc::new(DictionaryCache::new(config.max_dictionary_bytes));
+        Catalog { store, config, state: Mutex::new(state), dictionaries }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -296,7 +305,7 @@ impl Catalog {
                 ),
             ));
         }
-        let file = Arc::new(file);
+        let file = Arc::new(file.with_dictionary_cache(Arc::clone(&self.dictionaries)));
         self.state().points.insert(id.clone(), Arc::clone(&file), 1);
         Ok(file)
     }

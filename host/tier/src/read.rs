@@ -1,15 +1,18 @@
 //! Reading Parquet files on object storage without arrow: the footer and page index once per
 //! file (callers cache [`ParquetFile`]), then only the pages that hold the asked rows of the
 //! asked columns, fetched in one ranged request per run of pages and decoded with the parquet
-//! crate's column readers.
+//! crate's column readers. Dictionary pages are kept decompressed in a [`DictionaryCache`]:
+//! a paged read of a row group would otherwise fetch and decompress the value dictionary
+//! (up to 1 MiB) once per page, more than the rows it reads.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
-use parquet::column::page::PageReader;
+use parquet::basic::PageType;
+use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::DataType;
 use parquet::errors::ParquetError;
@@ -30,6 +33,32 @@ pub struct ParquetFile {
     pub path: Path,
     pub size: u64,
     pub meta: ParquetMetaData,
+    dictionaries: Option<Arc<DictionaryCache>>,
+}
+
+/// Which dictionary page: file, its size (a file rewritten under the same name differs), row
+/// group, column.
+type DictionaryKey = (Path, u64, usize, usize);
+
+/// Decompressed dictionary pages of column chunks, shared by the files of a catalog, bounded
+/// in bytes.
+#[derive(Debug)]
+pub struct DictionaryCache(Mutex<crate::cache::Lru<DictionaryKey, Page>>);
+
+impl DictionaryCache {
+    /// A cache of at most `bytes` of dictionary pages.
+    pub fn new(bytes: usize) -> DictionaryCache {
+        DictionaryCache(Mutex::new(crate::cache::Lru::new(bytes)))
+    }
+
+    fn get(&self, key: &DictionaryKey) -> Option<Page> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key)
+    }
+
+    fn put(&self, key: DictionaryKey, page: &Page) {
+        let weight = page.buffer().len() + 64;
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key, page.clone(), weight);
+    }
 }
 
 impl ParquetFile {
@@ -57,7 +86,17 @@ impl ParquetFile {
             }
         }
         let meta = reader.finish().map_err(corrupt)?;
-        Ok(ParquetFile { path: path.clone(), size, meta })
+        Ok(ParquetFile { path: path.clone(), size, meta, dictionaries: None })
+    }
+
+    /// Keeps the file's dictionary pages in `cache` once decoded, and takes them from there.
+    pub fn with_dictionary_cache(mut self, cache: Arc<DictionaryCache>) -> ParquetFile {
+        self.dictionaries = Some(cache);
+        self
+    }
+
+    fn cached_dictionary(&self, rg: usize, col: usize) -> Option<Page> {
+        self.dictionaries.as_ref()?.get(&(self.path.clone(), self.size, rg, col))
     }
 
     /// Rows of the file.
@@ -145,6 +184,7 @@ impl ParquetFile {
             let locs = oi.page_locations();
             if let Some(first) = locs.first()
                 && (first.offset as u64) > chunk_start
+                && self.cached_dictionary(span.rg, col).is_none()
             {
                 ranges.push(chunk_start..first.offset as u64);
             }
@@ -182,10 +222,25 @@ impl ParquetFile {
         let chunk = group.column(col);
         let locations =
             self.meta.page_index_for_row_group(span.rg).offset_index(col).map(|o| o.page_locations().clone());
-        let page_reader: Box<dyn PageReader> = Box::new(
+        let mut inner =
             SerializedPageReader::new(Arc::clone(&pages.0), chunk, group.num_rows().max(0) as usize, locations)
-                .map_err(corrupt)?,
-        );
+                .map_err(corrupt)?;
+        let mut pending = self.cached_dictionary(span.rg, col);
+        if pending.is_some() {
+            if inner.peek_next_page().map_err(corrupt)?.is_some_and(|p| p.is_dict) {
+                // Its bytes were not fetched; skipping it (by its location) reads nothing.
+                inner.skip_next_page().map_err(corrupt)?;
+            } else {
+                pending = None;
+            }
+        }
+        let replaced = pending.is_some();
+        let fill = match (&pending, &self.dictionaries) {
+            (None, Some(cache)) => Some((Arc::clone(cache), (self.path.clone(), self.size, span.rg, col))),
+            _ => None,
+        };
+        let page_reader: Box<dyn PageReader> =
+            Box::new(CachingPages { inner, pending, deferred: None, replaced, fill });
         let descr = self.meta.file_metadata().schema_descr().column(col);
         let mut reader = ColumnReaderImpl::<T>::new(descr, page_reader);
         let skipped = reader.skip_records(span.start).map_err(corrupt)?;
@@ -201,6 +256,90 @@ impl ParquetFile {
             }
         }
         Ok(out)
+    }
+}
+
+/// A column chunk's pages, with its dictionary page served from a [`DictionaryCache`]
+/// (`pending`: the inner reader's was skipped unread) or put there once read (`fill`).
+struct CachingPages {
+    inner: SerializedPageReader<Sparse>,
+    pending: Option<Page>,
+    /// The cached dictionary page after the column reader skipped it, to hand out on demand.
+    deferred: Option<Page>,
+    /// The inner reader's dictionary page was skipped for the cached one: never read it.
+    replaced: bool,
+    fill: Option<(Arc<DictionaryCache>, DictionaryKey)>,
+}
+
+impl CachingPages {
+    fn remember(&mut self, page: &Option<Page>) {
+        if let Some(p) = page
+            && p.page_type() == PageType::DICTIONARY_PAGE
+            && let Some((cache, key)) = self.fill.take()
+        {
+            cache.put(key, p);
+        }
+    }
+}
+
+impl Iterator for CachingPages {
+    type Item = parquet::errors::Result<Page>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.get_next_page().transpose()
+    }
+}
+
+impl PageReader for CachingPages {
+    fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
+        if let Some(p) = self.pending.take() {
+            return Ok(Some(p));
+        }
+        let page = self.inner.get_next_page()?;
+        self.remember(&page);
+        Ok(page)
+    }
+
+    fn peek_next_page(&mut self) -> parquet::errors::Result<Option<PageMetadata>> {
+        if self.pending.is_some() {
+            return Ok(Some(PageMetadata { num_rows: None, num_levels: None, is_dict: true }));
+        }
+        self.inner.peek_next_page()
+    }
+
+    fn skip_next_page(&mut self) -> parquet::errors::Result<()> {
+        match self.pending.take() {
+            Some(p) => {
+                self.deferred = Some(p);
+                Ok(())
+            }
+            None => self.inner.skip_next_page(),
+        }
+    }
+
+    fn supports_deferred_dictionary(&self) -> bool {
+        self.pending.is_some()
+            || self.deferred.is_some()
+            || (!self.replaced && self.inner.supports_deferred_dictionary())
+    }
+
+    fn take_deferred_dictionary(&mut self) -> parquet::errors::Result<Option<Page>> {
+        if let Some(p) = self.deferred.take() {
+            return Ok(Some(p));
+        }
+        if self.replaced {
+            return Ok(None);
+        }
+        let page = self.inner.take_deferred_dictionary()?;
+        self.remember(&page);
+        Ok(page)
+    }
+
+    fn at_record_boundary(&mut self) -> parquet::errors::Result<bool> {
+        if self.pending.is_some() {
+            return Ok(false);
+        }
+        self.inner.at_record_boundary()
     }
 }
 
