@@ -177,6 +177,9 @@ pub fn rms_policy(dir: &Path, prefix: &str) -> Result<timeshard_policy::Config> 
         version = "1.0.0"
         kind = "query"
         wasm = "{wasm}"
+        # Merging a few thousand quanta's partials takes longer than the default 10 ms on a busy
+        # debug build.
+        deadline_ms = 2000
         [[bindings]]
         select = {{ metric_prefix = "{prefix}" }}
         query = ["rms"]
