@@ -639,6 +639,39 @@ mod tests {
     }
 
     #[test]
+    fn tier_settings_are_checked() {
+        let archived = "[[class]]\nname = \"h\"\nmetric_prefix = \"h.\"\narchive = true\n";
+        let cfg: NodeConfig = toml::from_str(archived).unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("tier.url"), "an archived class needs an archive");
+        let mut cfg: NodeConfig = toml::from_str(&format!("{archived}[tier]\nurl = \"archive\"\n")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.classes[0].hot_window(), Some(Duration::from_secs(30 * 86_400)), "30 days by default");
+        cfg.resolve_paths(Path::new("/etc/timeshard"));
+        assert_eq!(cfg.tier.url, "/etc/timeshard/archive", "a relative directory is relative to the file");
+        // Retention of archived classes is refused; the store keeps what the tier ages by write
+        // time, and timeshard's own series of archived classes forever.
+        cfg.classes[0].retention = Some(Duration::from_secs(86_400));
+        assert!(cfg.validate().unwrap_err().to_string().contains("retention does not apply"));
+        cfg.classes[0].retention = None;
+        cfg.classes.push(ClassConfig {
+            name: "w".into(),
+            metric_prefix: "w.".into(),
+            retention: Some(Duration::from_secs(60)),
+            age_by: AgeBy::Write,
+            ..Default::default()
+        });
+        cfg.validate().unwrap();
+        let rules = cfg.retention_rules();
+        let keep = |prefix: &str| rules.iter().find(|r| r.metric_prefix == prefix).map(|r| r.keep_ns);
+        assert_eq!(keep("w."), Some(None), "write-time retention is the tier's, not the store's");
+        assert_eq!(keep(timeshard_proto::key::RESERVED_METRIC_PREFIX), Some(None));
+        for bad in ["url = \"gs://x/y\"", "interval = \"0s\"", "row_group_rows = 10", "cleanup_grace = \"0s\""] {
+            let cfg: NodeConfig = toml::from_str(&format!("[tier]\n{bad}\n")).unwrap();
+            assert!(cfg.validate().unwrap_err().to_string().contains("tier"), "{bad}");
+        }
+    }
+
+    #[test]
     fn bad_settings_are_explained() {
         let err = toml::from_str::<NodeConfig>("lissen = \"1.2.3.4:5\"").unwrap_err().to_string();
         assert!(err.contains("lissen"), "{err}");

@@ -46,8 +46,8 @@ pub struct Node {
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
-    /// The cold tier, when the node has an archive or ages a class by write time.
-    tier: Option<Arc<crate::tier::Tier>>,
+    /// The cold tier (idle without an archive or write-time retention).
+    tier: Arc<crate::tier::Tier>,
     request_slots: Arc<Semaphore>,
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
@@ -116,9 +116,9 @@ impl Node {
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
-    /// The cold tier, if the node has one.
-    pub fn tier(&self) -> Option<&Arc<crate::tier::Tier>> {
-        self.tier.as_ref()
+    /// The cold tier.
+    pub fn tier(&self) -> &Arc<crate::tier::Tier> {
+        &self.tier
     }
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
@@ -277,9 +277,9 @@ impl RunningNode {
         let (store, disk) = open_store(&config)?;
         // Tier hook: with an archive, replicas serve hot and cold merged (crate::tier).
         let tier = crate::tier::Tier::open(&config, &id.to_hex(), store.clone())?;
-        let store: Arc<dyn Store> = match &tier {
-            Some(t) if t.archive().is_some() => Arc::new(crate::tier::store::TieredStore::new(t.clone())),
-            _ => store,
+        let store: Arc<dyn Store> = match tier.archive() {
+            Some(_) => Arc::new(crate::tier::store::TieredStore::new(tier.clone())),
+            None => store,
         };
         let classes = config.class_table()?;
         let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
@@ -353,9 +353,7 @@ impl RunningNode {
         };
         node.tasks.spawn(replayer.run(node.shutdown.clone()));
         node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
-        if let Some(tier) = node.tier.clone() {
-            node.tasks.spawn(crate::tier::run_mover(tier, node.clone()));
-        }
+        node.tasks.spawn(crate::tier::run_mover(node.tier.clone(), node.clone()));
         Ok(RunningNode { node })
     }
 

@@ -180,9 +180,7 @@ impl Node {
         }
         self.store().set_retention(rules);
         // Tier hook: class tier settings and write-time retention.
-        if let Some(tier) = self.tier() {
-            tier.set_config(&config);
-        }
+        self.tier().set_config(&config);
         if old.limits != config.limits {
             self.coordinator().set_limits(config.limits.clone());
             self.resize_request_slots(config.limits.max_concurrent_requests);

@@ -241,10 +241,7 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         }
         Request::Status => Response::Status(status(node)),
         // Tier hook: `timeshard archive status`.
-        Request::ArchiveStatus => Response::Archive(match node.tier() {
-            Some(tier) => tier.report().await,
-            None => timeshard_proto::tier::ArchiveReport::default(),
-        }),
+        Request::ArchiveStatus => Response::Archive(node.tier().report().await),
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))

@@ -101,7 +101,7 @@ impl Policy {
     }
 
     /// Whether the node has tier work at all: an archived class, or write-time retention.
-    fn has_work(&self) -> bool {
+    pub fn has_work(&self) -> bool {
         self.by_name.values().any(|t| t.archive || t.write_retention_ns.is_some())
     }
 }
@@ -174,14 +174,11 @@ const DROPS_FILE: &str = "drops.json";
 
 impl Tier {
     /// The tier of a node named `node` (its id in hex: the name its exports carry) over its hot
-    /// store, when `config` needs one: an archive is configured, or a class ages by write time.
-    /// Must be called within the node's runtime.
-    pub fn open(config: &NodeConfig, node: &str, hot: Arc<dyn Store>) -> Result<Option<Arc<Tier>>, TierError> {
+    /// store. Every node has one, idle unless an archive is configured or a class ages by write
+    /// time (a reconfiguration may make it so). Must be called within the node's runtime.
+    pub fn open(config: &NodeConfig, node: &str, hot: Arc<dyn Store>) -> Result<Arc<Tier>, TierError> {
         let policy = Policy::of(config)?;
         let t = &config.tier;
-        if t.url.is_empty() && !policy.has_work() {
-            return Ok(None);
-        }
         let dir = config.data_dir.join("tier");
         std::fs::create_dir_all(&dir).map_err(|source| TierError::State { path: dir.clone(), source })?;
         let drops_file = dir.join(DROPS_FILE);
@@ -211,7 +208,7 @@ impl Tier {
                 .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
             Some(archive)
         };
-        Ok(Some(Arc::new(Tier {
+        Ok(Arc::new(Tier {
             archive,
             url: t.url.clone(),
             hot,
@@ -224,7 +221,7 @@ impl Tier {
             drops: Mutex::new(drops),
             drops_file,
             runtime: tokio::runtime::Handle::current(),
-        })))
+        }))
     }
 
     /// The archive, if one is configured.

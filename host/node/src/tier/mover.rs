@@ -179,6 +179,9 @@ async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>)
 
 /// One round (see the module docs).
 async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
+    if !tier.policy().has_work() {
+        return Ok(());
+    }
     let now = now_ns();
     let found = walk(tier, now).await?;
     if !found.expired.is_empty() {
