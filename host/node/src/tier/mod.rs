@@ -142,7 +142,7 @@ pub struct Tier {
     relisting: AtomicBool,
     /// When listing each class last failed: reads do not wait for another attempt within the
     /// listing TTL.
-    list_failures: Mutex<HashMap<String, std::time::Instant>>,
+    list_failures: Mutex<HashMap<String, (std::time::Instant, String)>>,
     /// Per class, the end of the newest quantum this node dropped a hot copy of (see
     /// [`Tier::drop_horizon`]), kept in `drops_file`.
     drops: Mutex<HashMap<String, Timestamp>>,
@@ -282,22 +282,21 @@ impl Tier {
         Ok(())
     }
 
-    /// Lists the archive's exports of `class` now, unless that failed within the listing TTL;
-    /// remembers a failure.
-    pub(crate) async fn relist(&self, class: &SeriesClass) -> Result<(), timeshard_tier::Error> {
+    /// Lists the archive's exports of `class` now, unless that failed within the listing TTL
+    /// (then the earlier failure is the answer); remembers a failure. The error says why.
+    pub(crate) async fn relist(&self, class: &SeriesClass) -> Result<(), String> {
         let Some(archive) = &self.archive else { return Ok(()) };
-        let failed = |at: &std::time::Instant| at.elapsed() < self.config.listing_ttl;
-        if self.list_failures.lock().unwrap_or_else(|e| e.into_inner()).get(&class.name).is_some_and(failed) {
-            return Err(timeshard_tier::Error::InvalidInput(format!(
-                "the archive could not be listed lately; class {} is tried again within {:?}",
-                class.name, self.config.listing_ttl
-            )));
+        let recent = |(at, _): &&(std::time::Instant, String)| at.elapsed() < self.config.listing_ttl;
+        if let Some((_, e)) =
+            self.list_failures.lock().unwrap_or_else(|e| e.into_inner()).get(&class.name).filter(recent)
+        {
+            return Err(e.clone());
         }
-        let result = archive.relist(class).await;
+        let result = archive.relist(class).await.map_err(|e| e.to_string());
         let mut failures = self.list_failures.lock().unwrap_or_else(|e| e.into_inner());
         match &result {
             Ok(()) => failures.remove(&class.name),
-            Err(_) => failures.insert(class.name.clone(), std::time::Instant::now()),
+            Err(e) => failures.insert(class.name.clone(), (std::time::Instant::now(), e.clone())),
         };
         result
     }

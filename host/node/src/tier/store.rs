@@ -95,7 +95,11 @@ impl TieredStore {
             // a range it never dropped anything from are its whole answer.
             None if range.start() >= self.tier.drop_horizon(&class.name) => return Ok(None),
             None => {
-                self.wait(self.tier.relist(class)).map_err(from_tier)?;
+                self.wait(self.tier.relist(class)).map_err(|e| {
+                    StoreError::Unavailable(format!(
+                        "the archive cannot be listed, so its cold ranges cannot be read: {e}"
+                    ))
+                })?;
                 archive.horizon(class).ok_or_else(|| StoreError::Unavailable("the archive is not listed".into()))?
             }
         };
