@@ -156,6 +156,8 @@ impl Fx {
 }
 
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+/// (series text, field name) as sent -> index in the batch, or why that series is refused.
+type Slots<'a> = FxMap<(&'a [u8], &'a [u8]), Result<usize, String>>;
 
 /// One field of a line: its raw (escaped) name and value.
 enum FieldValue {
@@ -166,8 +168,7 @@ enum FieldValue {
 /// Parses a whole body. `now_ns` stamps lines without a timestamp.
 pub fn parse(body: &[u8], precision: Precision, now_ns: i64) -> Parsed {
     let mut out = Parsed::default();
-    // (series text, field name) as sent -> index in `out.batch`, or why that series is refused.
-    let mut slots: FxMap<(&[u8], &[u8]), Result<usize, String>> = FxMap::default();
+    let mut slots = Slots::default();
     let mut by_key: HashMap<SeriesKey, usize> = HashMap::new();
     let mut fields: Vec<(&[u8], FieldValue)> = Vec::new();
     let mut start = 0;

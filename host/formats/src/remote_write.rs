@@ -89,7 +89,7 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Decoded, DecodeError> {
 pub fn to_batch(request: WriteRequest) -> Decoded {
     let mut out = Decoded::default();
     let mut index: HashMap<timeshard_proto::SeriesKey, usize> = HashMap::new();
-    let mut fail = |out: &mut Decoded, n: usize, message: String| {
+    let fail = |out: &mut Decoded, n: usize, message: String| {
         out.failed += 1;
         if out.errors.len() < MAX_REPORTED_ERRORS {
             out.errors.push(LineError { line: n, message });
