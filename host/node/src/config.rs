@@ -32,6 +32,9 @@ pub struct NodeConfig {
     /// WebAssembly policies: trusted signing keys, modules and their bindings to series (see
     /// `timeshard_policy::Config`). Every node of a cluster must have the same query policies.
     pub policy: timeshard_policy::Config,
+    /// The HTTP side: InfluxDB line protocol and `/query`, Prometheus remote write, the JSON
+    /// API and `/metrics` (see `crate::http`).
+    pub http: crate::http::HttpConfig,
     /// Directory that relative paths resolve against: the config file's. Not part of the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -49,6 +52,7 @@ impl Default for NodeConfig {
             store: StoreConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
+            http: crate::http::HttpConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -289,6 +293,11 @@ impl NodeConfig {
                 *p = base.join(&*p);
             }
         }
+        for p in [&mut self.http.cert, &mut self.http.key].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
     }
 
     /// The certificate files.
@@ -356,6 +365,7 @@ impl NodeConfig {
         if self.store.maintenance_interval.is_zero() {
             return invalid("store.maintenance_interval", "must be positive");
         }
+        self.http.validate()?;
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {
             return invalid("class", "a replication factor is larger than dht.k");

@@ -8,11 +8,14 @@
 //! writes, reads, aggregates, policy queries and series listings across replicas, one submodule
 //! per path), [`server`] (accepting and answering requests), [`node`] (start and shutdown),
 //! [`policies`] (ingest and query policies on the node), [`process`] (ready file and stop
-//! signals of a node process).
+//! signals of a node process), [`http`] (InfluxDB and Prometheus endpoints, the JSON API and
+//! `/metrics`), [`metrics`] (what the node counts).
 
 pub mod config;
 pub mod coordinator;
 pub mod dht;
+pub mod http;
+pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod pki;

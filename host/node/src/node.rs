@@ -17,6 +17,8 @@ use tracing::{info, warn};
 use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
 use crate::coordinator::Coordinator;
 use crate::dht::Dht;
+use crate::http::{self, HttpStartError, Tokens};
+use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
 use crate::server;
 
@@ -32,8 +34,12 @@ pub struct Node {
     limits: Limits,
     dht: Arc<Dht>,
     store: Arc<dyn Store>,
+    /// The same store when it is the disk engine, for its stats.
+    disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
     request_slots: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    http_tokens: Arc<Tokens>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -60,6 +66,18 @@ impl Node {
     pub fn request_slots(&self) -> &Arc<Semaphore> {
         &self.request_slots
     }
+    /// The disk store, when the node runs the disk engine.
+    pub fn disk_store(&self) -> Option<&Arc<DiskStore>> {
+        self.disk.as_ref()
+    }
+    /// What the node counts for `/metrics`.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    /// The tokens the HTTP side accepts; [`Tokens::set_issued`] adds tokens issued elsewhere.
+    pub fn http_tokens(&self) -> &Arc<Tokens> {
+        &self.http_tokens
+    }
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
     }
@@ -73,6 +91,7 @@ impl Node {
 #[derive(Debug)]
 pub struct RunningNode {
     node: Arc<Node>,
+    http_addr: Option<SocketAddr>,
 }
 
 /// A node could not start.
@@ -98,11 +117,13 @@ pub enum StartError {
     },
     #[error("cannot set up the policy host: {0}")]
     Policy(#[from] timeshard_policy::PolicyError),
+    #[error(transparent)]
+    Http(#[from] HttpStartError),
 }
 
-fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
+fn open_store(config: &NodeConfig) -> Result<(Arc<dyn Store>, Option<Arc<DiskStore>>), StartError> {
     Ok(match config.store.engine {
-        StoreEngine::Memory => Arc::new(MemStore::new(config.store.memory_max_points)),
+        StoreEngine::Memory => (Arc::new(MemStore::new(config.store.memory_max_points)), None),
         StoreEngine::Disk => {
             let dir = config.data_dir.join("store");
             std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir { path: dir.clone(), source })?;
@@ -120,7 +141,8 @@ fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
             for problem in store.health() {
                 warn!(%problem, "store health");
             }
-            Arc::new(store)
+            let store = Arc::new(store);
+            (store.clone(), Some(store))
         }
     })
 }
@@ -177,7 +199,9 @@ impl RunningNode {
         let net = Arc::new(Net::bind(&config, &identity)?);
         let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
-        let store = open_store(&config)?;
+        // Bound before anything starts, so a taken HTTP port fails the start cleanly.
+        let http_listener = if config.http.enabled { Some(http::bind(&config.http).await?) } else { None };
+        let (store, disk) = open_store(&config)?;
         let classes = config.class_table()?;
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let policies = crate::policies::open(&config)?;
@@ -186,13 +210,26 @@ impl RunningNode {
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            metrics: Arc::new(Metrics::default()),
+            http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
             config,
             dht,
             store,
+            disk,
             coordinator,
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
+        let http_addr = match http_listener {
+            Some((listener, addr)) => {
+                if let Err(e) = http::spawn(node.clone(), listener, node.http_tokens.clone()) {
+                    node.shutdown.cancel();
+                    return Err(e.into());
+                }
+                Some(addr)
+            }
+            None => None,
+        };
         node.tasks.spawn(server::accept_loop(node.clone()));
         // A weak reference: the endpoint (inside the node) must not keep the node alive.
         let weak = Arc::downgrade(&node);
@@ -210,7 +247,7 @@ impl RunningNode {
         }
         node.tasks.spawn(maintain(node.clone(), seeds));
         node.tasks.spawn(maintain_store(node.clone()));
-        Ok(RunningNode { node })
+        Ok(RunningNode { node, http_addr })
     }
 
     /// The node.
@@ -221,6 +258,11 @@ impl RunningNode {
     /// The address the node listens on.
     pub fn addr(&self) -> SocketAddr {
         self.node.dht.me().addr
+    }
+
+    /// The address the HTTP side listens on, if it is enabled.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Stops accepting, lets requests in flight finish (up to a grace period), closes every
@@ -266,6 +308,7 @@ mod tests {
     async fn start_failures_are_typed_and_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = NodeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NodeConfig::default() };
+        config.http.listen = "127.0.0.1:0".parse().unwrap();
         config.resolve_paths(dir.path());
         let err = RunningNode::start(config.clone()).await.unwrap_err();
         assert!(matches!(err, StartError::Tls(_)), "{err}");

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use timeshard_node::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig, TlsConfig};
+use timeshard_node::http::HttpConfig;
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
 use timeshard_proto::Id;
@@ -38,6 +39,8 @@ pub struct ClusterOptions {
     pub limits: LimitsConfig,
     /// Policies of every node (use absolute paths for the modules).
     pub policy: timeshard_policy::Config,
+    /// The HTTP side of every node; its `listen` port is replaced by a free one per node.
+    pub http: HttpConfig,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
 }
@@ -54,6 +57,7 @@ impl ClusterOptions {
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
             policy: timeshard_policy::Config::default(),
+            http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
         }
     }
@@ -136,6 +140,7 @@ impl LocalCluster {
             store: o.store.clone(),
             classes: o.classes.clone(),
             policy: o.policy.clone(),
+            http: HttpConfig { listen: SocketAddr::new(o.http.listen.ip(), 0), ..o.http.clone() },
             base_dir: o.dir.join(format!("node-{i}")),
         }
     }
@@ -168,7 +173,7 @@ impl LocalCluster {
             ready_file,
             log,
             child: Some(child),
-            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0 },
+            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0, http_addr: None },
         };
         node.ready = wait_ready(&mut node).await.with_context(|| format!("node {i} did not start"))?;
         Ok(node)
@@ -187,6 +192,11 @@ impl LocalCluster {
     /// Node `i`'s address.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].ready.addr
+    }
+
+    /// Node `i`'s HTTP address (`None` if its HTTP side is disabled).
+    pub fn http_addr(&self, i: usize) -> Option<SocketAddr> {
+        self.nodes[i].ready.http_addr
     }
 
     /// Node `i`'s id.

@@ -352,7 +352,10 @@ impl Parser<'_> {
                     Tok::Ident(f) | Tok::Quoted(f) => f,
                     Tok::Sym("*") => return unsupported(format!("{name}(*) (name the field)")),
                     t => {
-                        return Err(QueryError::Syntax(format!("expected a field in {name}(), found {}", t.describe())));
+                        return Err(QueryError::Syntax(format!(
+                            "expected a field in {name}(), found {}",
+                            t.describe()
+                        )));
                     }
                 };
                 if *self.peek()? == Tok::Sym("(") {

@@ -1,0 +1,196 @@
+//! `/metrics`: the node's figures in Prometheus' text format. Each metric is one line below,
+//! read when scraped from where it lives: the node's counters (`crate::metrics`), the store's
+//! stats and files, the policy registry's call counters, the QUIC endpoint and the DHT.
+//! Names are `timeshard_<subsystem>_<what>_<unit>`, counters end in `_total`, units are base
+//! units (seconds, bytes).
+
+use std::path::Path;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use timeshard_formats::exposition::{CONTENT_TYPE, Exposition};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::metrics::{Ingest, Query, get};
+use crate::node::Node;
+
+/// `GET /metrics`.
+pub async fn scrape(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let node = s.node.clone();
+    // The store's figures walk its index and list its files: off the async threads.
+    let text = tokio::task::spawn_blocking(move || render(&node))
+        .await
+        .map_err(|e| ApiError::Internal(format!("metrics task failed: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
+}
+
+/// Bytes in the files under `dir` (recursively); 0 if it does not exist.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The whole exposition.
+pub fn render(node: &Node) -> String {
+    let mut e = Exposition::new();
+    let m = node.metrics();
+    e.gauges(
+        "timeshard_build_info",
+        "Version of this node; always 1.",
+        [(&[("version", env!("CARGO_PKG_VERSION"))][..], 1.0)],
+    );
+
+    let labels: Vec<[(&str, &str); 1]> = Ingest::ALL.iter().map(|p| [("protocol", p.label())]).collect();
+    let per_protocol =
+        |f: &dyn Fn(Ingest) -> f64| Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], f(*p))).collect::<Vec<_>>();
+    e.counters(
+        "timeshard_ingest_requests_total",
+        "Write requests received, by protocol.",
+        per_protocol(&|p| get(&m.ingest(p).requests)),
+    );
+    e.counters(
+        "timeshard_ingest_failed_requests_total",
+        "Write requests that failed whole (nothing or not all stored).",
+        per_protocol(&|p| get(&m.ingest(p).failed_requests)),
+    );
+    e.counters(
+        "timeshard_ingest_points_total",
+        "Points stored by write requests, by protocol.",
+        per_protocol(&|p| get(&m.ingest(p).points)),
+    );
+    e.counters(
+        "timeshard_ingest_rejected_total",
+        "Lines, samples or points refused (malformed, invalid, or by an ingest policy).",
+        per_protocol(&|p| get(&m.ingest(p).rejected)),
+    );
+    e.histograms(
+        "timeshard_ingest_duration_seconds",
+        "Time to answer a write request, by protocol.",
+        Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], m.ingest(*p).latency.snapshot())),
+    );
+
+    let labels: Vec<[(&str, &str); 1]> = Query::ALL.iter().map(|k| [("kind", k.label())]).collect();
+    let per_kind =
+        |f: &dyn Fn(Query) -> f64| Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], f(*k))).collect::<Vec<_>>();
+    e.counters(
+        "timeshard_query_requests_total",
+        "Queries answered or refused, by kind.",
+        per_kind(&|k| get(&m.query(k).requests)),
+    );
+    e.counters(
+        "timeshard_query_failed_requests_total",
+        "Queries that failed, by kind.",
+        per_kind(&|k| get(&m.query(k).failed_requests)),
+    );
+    e.histograms(
+        "timeshard_query_duration_seconds",
+        "Time to answer a query, by kind.",
+        Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], m.query(*k).latency.snapshot())),
+    );
+
+    let statuses = m.http_statuses();
+    let labels: Vec<[(&str, &str); 1]> = statuses.iter().map(|(c, _)| [("code", *c)]).collect();
+    e.counters(
+        "timeshard_http_responses_total",
+        "HTTP answers, by status class.",
+        labels.iter().zip(&statuses).map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
+    e.gauge("timeshard_http_requests_in_flight", "HTTP requests being served.", m.http_in_flight() as f64);
+
+    let quic_slots = node.config().limits.max_concurrent_requests;
+    e.gauge(
+        "timeshard_quic_connections",
+        "QUIC connections open (peers and clients).",
+        node.net().endpoint().open_connections() as f64,
+    );
+    e.gauge(
+        "timeshard_quic_requests_in_flight",
+        "QUIC requests being served.",
+        quic_slots.saturating_sub(node.request_slots().available_permits()) as f64,
+    );
+    let (sent, received) = node.net().traffic().totals();
+    e.counter(
+        "timeshard_net_sent_bytes_total",
+        "Message bytes sent to peers and clients (replication included).",
+        sent as f64,
+    );
+    e.counter("timeshard_net_received_bytes_total", "Message bytes received from peers and clients.", received as f64);
+    e.gauge("timeshard_dht_peers", "Other nodes in the routing table.", node.dht().peer_count() as f64);
+
+    let store_dir = node.config().data_dir.join("store");
+    if let Some(disk) = node.disk_store() {
+        let st = disk.stats();
+        e.gauge(
+            "timeshard_store_size_bytes",
+            "Bytes of sealed blocks and the index on disk.",
+            (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
+        );
+        e.gauge(
+            "timeshard_store_log_size_bytes",
+            "Bytes of the write-ahead log on disk.",
+            dir_bytes(&store_dir.join("wal")) as f64,
+        );
+        e.gauge(
+            "timeshard_store_open_points",
+            "Points held in memory, not yet sealed into blocks: the seal backlog.",
+            st.open_points as f64,
+        );
+        e.gauge("timeshard_store_sealed_blocks", "Sealed blocks.", st.sealed_blocks as f64);
+        e.gauge("timeshard_store_series", "Series in the store's dictionary.", st.series as f64);
+        e.gauge("timeshard_store_log_segments", "Write-ahead log segment files.", st.wal_segments as f64);
+        e.gauge("timeshard_store_block_segments", "Block segment files.", st.block_segments as f64);
+        e.counter("timeshard_store_blocks_decoded_total", "Sealed blocks read and decoded.", st.blocks_decoded as f64);
+        e.counter(
+            "timeshard_store_summaries_used_total",
+            "Block summaries that answered aggregates without decoding.",
+            st.summaries_used as f64,
+        );
+    }
+
+    if let Some(registry) = node.coordinator().policies() {
+        let stats = registry.call_stats();
+        let labels: Vec<[(&str, &str); 3]> = stats
+            .iter()
+            .map(|s| {
+                [
+                    ("policy", s.policy.name.as_str()),
+                    ("version", s.policy.version.as_str()),
+                    ("kind", kind_label(s.kind)),
+                ]
+            })
+            .collect();
+        let rows = |f: &dyn Fn(&timeshard_policy::CallStats) -> f64| {
+            stats.iter().zip(&labels).map(|(s, l)| (&l[..], f(s))).collect::<Vec<_>>()
+        };
+        e.counters("timeshard_policy_calls_total", "Calls into a policy.", rows(&|s| s.calls as f64));
+        e.counters("timeshard_policy_call_seconds_total", "Time spent in calls into a policy.", rows(&|s| s.seconds));
+        e.counters("timeshard_policy_traps_total", "Calls into a policy that trapped.", rows(&|s| s.traps as f64));
+        e.counters(
+            "timeshard_policy_timeouts_total",
+            "Calls into a policy stopped at their deadline.",
+            rows(&|s| s.timeouts as f64),
+        );
+        e.counters(
+            "timeshard_policy_failures_total",
+            "Calls into a policy that failed otherwise (limits, errors).",
+            rows(&|s| s.failures as f64),
+        );
+    }
+    e.finish()
+}
+
+fn kind_label(kind: timeshard_policy::Kind) -> &'static str {
+    match kind {
+        timeshard_policy::Kind::Ingest => "ingest",
+        timeshard_policy::Kind::Query => "query",
+    }
+}
