@@ -134,6 +134,15 @@ pub fn metric_in_measurement(metric: &str, encoded_measurement: &str) -> bool {
             .is_some_and(|field| !field.is_empty() && !field.contains('.'))
 }
 
+/// The field `metric` holds within the (encoded) measurement it belongs to, decoded.
+pub fn field_in(metric: &str, encoded_measurement: &str) -> Option<String> {
+    if metric == encoded_measurement {
+        return Some(VALUE_FIELD.to_string());
+    }
+    let field = metric.strip_prefix(encoded_measurement)?.strip_prefix('.')?;
+    (!field.is_empty() && !field.contains('.')).then(|| decode(field).into_owned())
+}
+
 fn checked(key: SeriesKey) -> Result<SeriesKey, NameError> {
     if key.metric().starts_with(RESERVED_METRIC_PREFIX) {
         return Err(NameError::Reserved(key.metric().to_string()));
@@ -195,6 +204,10 @@ mod tests {
         assert!(metric_in_measurement("cpu", "cpu"));
         assert!(!metric_in_measurement("cpu.idle.x", "cpu"));
         assert!(!metric_in_measurement("cpux", "cpu"));
+        assert_eq!(field_in("pmu.phase", "pmu.phase").as_deref(), Some("value"));
+        assert_eq!(field_in("pmu.phase.a%2Eb", "pmu.phase").as_deref(), Some("a.b"));
+        assert_eq!(field_in("pmu.phase", "pmu").as_deref(), Some("phase"));
+        assert_eq!(field_in("pmu.phasex", "pmu.phase"), None);
     }
 
     #[test]

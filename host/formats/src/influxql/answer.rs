@@ -231,15 +231,14 @@ fn tags_text(key: &SeriesKey) -> String {
 
 /// The `series` of a SHOW statement's answer, from the series listed for it.
 pub fn show(statement: &Statement, listed: &[SeriesKey]) -> Vec<Value> {
-    let in_measurement = |m: &Option<String>, key: &SeriesKey| {
-        m.as_deref().is_none_or(|m| names::metric_in_measurement(key.metric(), &names::encode_name(m)))
+    // A series belongs to the measurement the statement names, or to the one its metric reads
+    // as; with the field it holds there.
+    let place = |m: &Option<String>, key: &SeriesKey| match m {
+        Some(m) => names::field_in(key.metric(), &names::encode_name(m)).map(|f| (m.clone(), f)),
+        None => Some(names::measurement_and_field(key.metric())),
     };
     // measurement -> what the statement collects for it.
     let mut per: BTreeMap<String, BTreeSet<Vec<String>>> = BTreeMap::new();
-    let mut collect = |key: &SeriesKey, rows: Vec<Vec<String>>| {
-        let (measurement, _) = names::measurement_and_field(key.metric());
-        per.entry(measurement).or_default().extend(rows);
-    };
     let columns: &[&str] = match statement {
         Statement::ShowDatabases => {
             return vec![json!({"name": "databases", "columns": ["name"], "values": [[DATABASE]]})];
@@ -259,23 +258,28 @@ pub fn show(statement: &Statement, listed: &[SeriesKey]) -> Vec<Value> {
             return vec![json!({"name": "measurements", "columns": ["name"], "values": values})];
         }
         Statement::ShowTagKeys { measurement } => {
-            for key in listed.iter().filter(|k| in_measurement(measurement, k)) {
-                collect(key, names::decoded_tags(key).into_iter().map(|(k, _)| vec![k]).collect());
+            for key in listed {
+                if let Some((m, _)) = place(measurement, key) {
+                    per.entry(m).or_default().extend(names::decoded_tags(key).into_iter().map(|(k, _)| vec![k]));
+                }
             }
             &["tagKey"]
         }
         Statement::ShowFieldKeys { measurement } => {
-            for key in listed.iter().filter(|k| in_measurement(measurement, k)) {
-                let (_, field) = names::measurement_and_field(key.metric());
-                collect(key, vec![vec![field, "float".into()]]);
+            for key in listed {
+                if let Some((m, field)) = place(measurement, key) {
+                    per.entry(m).or_default().insert(vec![field, "float".into()]);
+                }
             }
             &["fieldKey", "fieldType"]
         }
         Statement::ShowTagValues { measurement, keys, tags } => {
-            for key in listed.iter().filter(|k| in_measurement(measurement, k) && tags_match(k, tags)) {
-                let rows =
-                    names::decoded_tags(key).into_iter().filter(|(k, _)| keys.contains(k)).map(|(k, v)| vec![k, v]);
-                collect(key, rows.collect());
+            for key in listed.iter().filter(|k| tags_match(k, tags)) {
+                if let Some((m, _)) = place(measurement, key) {
+                    let rows =
+                        names::decoded_tags(key).into_iter().filter(|(k, _)| keys.contains(k)).map(|(k, v)| vec![k, v]);
+                    per.entry(m).or_default().extend(rows);
+                }
             }
             &["key", "value"]
         }
@@ -417,5 +421,15 @@ mod tests {
         );
         assert_eq!(q("SHOW DATABASES")[0]["values"], json!([["timeshard"]]));
         assert_eq!(q("SHOW MEASUREMENTS LIMIT 1 OFFSET 2")[0]["values"], json!([["up"]]));
+        // Named in FROM, a measurement holds the metric itself (field value) and its fields.
+        let listed = [key("pmu.phase{bus=7}"), key("pmu.phase.ok{bus=7}"), key("pmu.phasex{bus=8}")];
+        let q = |text: &str| show(&parse(text, T).unwrap()[0], &listed);
+        assert_eq!(
+            q("SHOW FIELD KEYS FROM \"pmu.phase\""),
+            vec![
+                json!({"name": "pmu.phase", "columns": ["fieldKey", "fieldType"], "values": [["ok", "float"], ["value", "float"]]})
+            ]
+        );
+        assert_eq!(q("SHOW TAG VALUES FROM \"pmu.phase\" WITH KEY = bus")[0]["values"], json!([["bus", "7"]]));
     }
 }
