@@ -2,7 +2,7 @@
 //! and policy queries, each a thin layer over the coordinator (the same calls the SDK makes).
 //!
 //! Times are nanoseconds since the epoch, RFC 3339 (`2023-11-14T22:13:20Z`), `now`, or
-//! `now-<duration>` (`now-15m`; units ns, u, ms, s, m, h, d, w). Values that JSON cannot hold
+//! `now-<duration>` or `now+<duration>` (`now-15m`; units ns, u, ms, s, m, h, d, w). Values that JSON cannot hold
 //! (NaN, infinities) are written as strings, as `timeshard get --format json` writes them.
 
 use std::time::Instant;
@@ -44,6 +44,9 @@ pub fn parse_time(s: &str) -> Result<i64, ApiError> {
     }
     if let Some(ago) = s.strip_prefix("now-") {
         return Ok(now_ns() - parse_duration(ago).ok_or_else(bad)?);
+    }
+    if let Some(ahead) = s.strip_prefix("now+") {
+        return Ok(now_ns() + parse_duration(ahead).ok_or_else(bad)?);
     }
     parse_rfc3339(s).ok_or_else(bad)
 }
