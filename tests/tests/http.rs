@@ -167,10 +167,8 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
         v["results"][0]["series"][0]["values"],
         json!([[T, expected_mean0, 120, 159.0], [T + 60, expected_mean0 + 30.0, 120, 219.0]])
     );
-    let q = format!(
-        "SELECT last(value) FROM \"pmu.phase\" WHERE site = 'bos' AND time >= '2023-11-14T22:13:00Z' GROUP BY site"
-    );
-    let v = reader.get(&format!("/query?q={}", encode(&q))).await?.json()?;
+    let q = "SELECT last(value) FROM \"pmu.phase\" WHERE site = 'bos' AND time >= '2023-11-14T22:13:00Z' GROUP BY site";
+    let v = reader.get(&format!("/query?q={}", encode(q))).await?.json()?;
     let s = &v["results"][0]["series"][0];
     assert_eq!(s["tags"], json!({"site": "bos"}));
     assert_eq!(s["values"][0], json!(["2023-11-14T22:13:00Z", 279.0]));

@@ -118,14 +118,14 @@ async fn prometheus_scrapes_metrics_and_remote_writes_samples_that_are_served_ba
     // Prometheus' own series came too, and the node's metrics as Prometheus stored them.
     let a = client.get("/v1/series?metric=prometheus_build_info").await?;
     assert_eq!(a.json()?["series"].as_array().map(Vec::len), Some(1), "{}", a.text());
-    let a = client.get(&format!("/v1/series?metric=timeshard_ingest_points_total&tag=protocol=remote_write")).await?;
+    let a = client.get("/v1/series?metric=timeshard_ingest_points_total&tag=protocol=remote_write").await?;
     assert_eq!(a.json()?["series"].as_array().map(Vec::len), Some(1), "{}", a.text());
     // Histograms' `le` labels (`+Inf`) survive the name mapping.
-    let a = client.get(&format!("/v1/series?metric=timeshard_ingest_duration_seconds_bucket&tag=le=%252BInf")).await?;
+    let a = client.get("/v1/series?metric=timeshard_ingest_duration_seconds_bucket&tag=le=%252BInf").await?;
     assert_eq!(a.json()?["series"].as_array().map(Vec::len), Some(3), "{}", a.text());
     // And the same data through InfluxQL, as a dashboard would ask.
-    let q = format!("SELECT last(value) FROM up WHERE job = 'timeshard' AND time > now() - 10m");
-    let v = client.get(&format!("/query?q={}", encode(&q))).await?.json()?;
+    let q = "SELECT last(value) FROM up WHERE job = 'timeshard' AND time > now() - 10m";
+    let v = client.get(&format!("/query?q={}", encode(q))).await?.json()?;
     assert_eq!(v["results"][0]["series"][0]["values"][0][1], 1.0, "{v}");
 
     prometheus.kill().await?;

@@ -121,7 +121,10 @@ pub enum StartError {
     Http(#[from] HttpStartError),
 }
 
-fn open_store(config: &NodeConfig) -> Result<(Arc<dyn Store>, Option<Arc<DiskStore>>), StartError> {
+/// The store, and the same store as a [`DiskStore`] when it is one (for its stats).
+type OpenedStore = (Arc<dyn Store>, Option<Arc<DiskStore>>);
+
+fn open_store(config: &NodeConfig) -> Result<OpenedStore, StartError> {
     Ok(match config.store.engine {
         StoreEngine::Memory => (Arc::new(MemStore::new(config.store.memory_max_points)), None),
         StoreEngine::Disk => {
