@@ -11,6 +11,7 @@
 //! The clients run in this process, on the same machine: their formatting and compression
 //! share its cores with the nodes.
 
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +88,7 @@ fn lines(run: usize, c: usize, b: u64, batch: usize) -> String {
         let i = b * per_series + j;
         for bus in 0..SERIES as u32 {
             let p = pmu_point(bus, i);
-            out.push_str(&format!("pmu.phase,bus={bus},site=r{run}c{c} value={} {}\n", p.value, p.ts));
+            let _ = writeln!(out, "pmu.phase,bus={bus},site=r{run}c{c} value={} {}", p.value, p.ts);
         }
     }
     out
@@ -204,7 +205,7 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
                 let mut body = String::with_capacity((end - i) as usize * 56);
                 for k in i..end {
                     let p = pmu_point(1, k);
-                    body.push_str(&format!("pmu.phase,bus=1,site=day value={} {}\n", p.value, p.ts));
+                    let _ = writeln!(body, "pmu.phase,bus=1,site=day value={} {}", p.value, p.ts);
                 }
                 let a = client.post("/write", body).await?;
                 if a.status != 204 {
