@@ -75,7 +75,8 @@ impl Precision {
 /// A line that was not stored (whole or in part), and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LineError {
-    /// 1-based line number in the body.
+    /// 1-based line number in the body; 0 for a refusal that is not of one line (a point an
+    /// ingest policy refused).
     pub line: usize,
     pub message: String,
 }
@@ -117,7 +118,10 @@ pub fn partial_write_message(errors: &[LineError], failed: usize) -> String {
         if i > 0 {
             out.push_str("; ");
         }
-        out.push_str(&format!("line {}: {}", e.line, e.message));
+        if e.line > 0 {
+            out.push_str(&format!("line {}: ", e.line));
+        }
+        out.push_str(&e.message);
     }
     if failed > errors.len() {
         out.push_str(&format!("; and {} more", failed - errors.len()));
@@ -172,17 +176,16 @@ pub fn parse(body: &[u8], precision: Precision, now_ns: i64) -> Parsed {
     let mut by_key: HashMap<SeriesKey, usize> = HashMap::new();
     let mut fields: Vec<(&[u8], FieldValue)> = Vec::new();
     let mut start = 0;
-    let mut line_no = 0;
+    let mut next_line = 1;
     while start < body.len() {
         let end = line_end(body, start);
         let segment = &body[start..end];
-        line_no += 1;
-        let first_line = line_no;
+        let line_no = next_line;
         // Numbers are of physical lines, so count the newlines inside quoted strings too.
+        next_line += 1;
         if segment.contains(&b'"') {
-            line_no += segment.iter().filter(|&&b| b == b'\n').count();
+            next_line += segment.iter().filter(|&&b| b == b'\n').count();
         }
-        let line_no = first_line;
         let line = trim_line(segment);
         start = end + 1;
         if line.is_empty() || line[0] == b'#' {

@@ -116,9 +116,7 @@ fn answer(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     errors.extend(policy_reasons);
-    let mut message = line_protocol::partial_write_message(&errors, failed + rejected as usize);
-    message = message.replace("line 0: ", "");
-    Err(ApiError::PartialWrite(message))
+    Err(ApiError::PartialWrite(line_protocol::partial_write_message(&errors, failed + rejected as usize)))
 }
 
 async fn line_protocol(
