@@ -21,3 +21,32 @@ pub mod server;
 pub mod time;
 
 pub use error::Error;
+
+/// The `timeshard-control` program: parses the command line, logs to standard error
+/// (`TIMESHARD_LOG`, default `warn`) and runs the command. Other binaries may call it (the
+/// end-to-end tests build it under another name).
+pub fn main() -> std::process::ExitCode {
+    use clap::Parser;
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TIMESHARD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

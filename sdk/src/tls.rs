@@ -15,10 +15,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use timeshard_proto::Id;
 use timeshard_proto::wire::ALPN;
 
-/// DNS name in every node certificate; clients and peers verify a node against it.
-pub const NODE_NAME: &str = "node.timeshard";
-/// DNS name in every client certificate.
-pub const CLIENT_NAME: &str = "client.timeshard";
+pub use timeshard_proto::wire::{CLIENT_NAME, NODE_NAME};
 
 /// Loading or using certificates failed.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use timeshard_formats::compression::gzip;
 use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
 use timeshard_node::config::ClassConfig;
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
-use timeshard_testkit::http::{HttpClient, encode};
+use timeshard_testkit::http_client::{HttpClient, encode};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 const TOKEN: &str = "e2e-token-0123456789abcdef";

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use timeshard_node::config::ClassConfig;
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
-use timeshard_testkit::http::{HttpClient, encode};
+use timeshard_testkit::http_client::{HttpClient, encode};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 

@@ -2,7 +2,7 @@
 //! state and report what the node runs. The node drives these calls; this module does not
 //! decide when (except [`NodeClient::renewal_due`]) and applies nothing itself.
 //!
-//! Phase B's node loop, in short:
+//! The node's loop (`timeshard_node::control`), in short:
 //! ```text
 //! agent = if enrolled { Agent::open(dir) } else { agent::enroll(url, token, dir) }
 //! start from agent.applied()

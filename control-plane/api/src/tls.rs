@@ -20,8 +20,8 @@ use crate::token::Fingerprint;
 
 /// DNS name in the control plane's server certificate.
 pub const CONTROL_NAME: &str = "control.timeshard";
-/// DNS name in every node certificate (the same as `timeshard_sdk::tls::NODE_NAME`).
-pub const NODE_NAME: &str = "node.timeshard";
+/// DNS name in every node certificate: the one the SDK and the node use.
+pub use timeshard_proto::wire::NODE_NAME;
 
 /// TLS setup failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

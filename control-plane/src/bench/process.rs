@@ -2,6 +2,7 @@
 //! free loopback port, its address (and, with `--init`, the admin token) read from what it
 //! prints, killed on drop.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -31,8 +32,20 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Starts `exe serve` on `storage` with `extra` arguments and waits until it listens.
     pub async fn start(exe: &Path, storage: &Storage, init: bool, extra: &[&str]) -> anyhow::Result<ServeProcess> {
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        ServeProcess::start_on(exe, storage, any_port, init, extra).await
+    }
+
+    /// [`ServeProcess::start`] listening on `listen` (to come back where devices enrolled).
+    pub async fn start_on(
+        exe: &Path,
+        storage: &Storage,
+        listen: SocketAddr,
+        init: bool,
+        extra: &[&str],
+    ) -> anyhow::Result<ServeProcess> {
         let mut cmd = Command::new(exe);
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]);
+        cmd.arg("serve").arg("--listen").arg(listen.to_string());
         match storage {
             Storage::Sqlite(dir) => cmd.arg("--data-dir").arg(dir),
             Storage::Postgres(url) => cmd.args(["--database", url]),

@@ -31,7 +31,7 @@ lookup per quantum.
 Start here:
   timeshard demo                 start a local 5-node cluster, write and read sample PMU data
   timeshard demo --serve         ... and keep it running for `put` and `get`
-  timeshard node --help          run a node from a TOML config
+  timeshard node --help          run a node: configured by hand, or enrolled with a control plane
 
 Client commands (put, get, status) talk to one node with a client certificate from the fleet
 CA; --node and --pki default to $TIMESHARD_NODE and $TIMESHARD_PKI.";
@@ -44,15 +44,17 @@ pub struct Cli {
     command: Command,
 }
 
+// Commands whose arguments carry a `long_about` (with examples) take their one-line summary as
+// `about`: a doc comment here would replace that `long_about` in `--help`.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run an edge node.
+    #[command(about = "Run an edge node, configured by hand or enrolled with a control plane")]
     Node(node::NodeArgs),
-    /// Start a local cluster of node processes, write sample PMU data, read it back, stop.
+    #[command(about = "Start a local cluster of node processes, write sample PMU data, read it back, stop")]
     Demo(demo::DemoArgs),
-    /// Write points: as arguments (TS=VALUE ...) or as CSV on standard input.
+    #[command(about = "Write points: as arguments (TS=VALUE ...) or as CSV on standard input")]
     Put(put::PutArgs),
-    /// Read a time range of one series as CSV or JSON, raw or in aggregated windows.
+    #[command(about = "Read a time range of one series as CSV or JSON, raw or in aggregated windows")]
     Get(get::GetArgs),
     /// List the series of the cluster, by metric prefix and tags.
     Series(series::SeriesArgs),
@@ -60,7 +62,7 @@ enum Command {
     Import(import::ImportArgs),
     /// Write a time range of some series to CSV or Parquet, with progress.
     Export(export::ExportArgs),
-    /// Run a query policy (WebAssembly) over a time range, pushed down to the nodes that hold it.
+    #[command(about = "Run a query policy (WebAssembly) over a time range, pushed down to the nodes that hold it")]
     Query(query::QueryArgs),
     /// Sign policy modules: create a signing key, sign a component.
     #[command(subcommand)]

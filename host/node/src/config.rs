@@ -25,6 +25,9 @@ pub struct NodeConfig {
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
     pub store: StoreConfig,
+    pub membership: MembershipConfig,
+    pub hints: HintsConfig,
+    pub testing: TestingConfig,
     /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
     /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
     #[serde(rename = "class")]
@@ -50,6 +53,9 @@ impl Default for NodeConfig {
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
             store: StoreConfig::default(),
+            membership: MembershipConfig::default(),
+            hints: HintsConfig::default(),
+            testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
             http: crate::http::HttpConfig::default(),
@@ -98,10 +104,6 @@ pub struct DhtConfig {
     /// A connection with no traffic for this long is closed (keep-alives are sent at a third of it).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long a block's replica set is reused before it is looked up again (also dropped
-    /// whenever the routing table changes).
-    #[serde(with = "humantime_serde")]
-    pub placement_ttl: Duration,
 }
 
 impl Default for DhtConfig {
@@ -114,7 +116,6 @@ impl Default for DhtConfig {
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(6),
-            placement_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -192,6 +193,15 @@ pub struct StoreConfig {
     pub maintenance_interval: Duration,
     /// Most points the memory engine holds before refusing writes.
     pub memory_max_points: u64,
+    /// The disk engine checkpoints a block's open points (writes them as a sealed frame) once
+    /// they are this old, so no open block pins the write-ahead log longer than this, even one
+    /// whose quantum lasts a year.
+    #[serde(with = "humantime_serde")]
+    pub max_open_age: Duration,
+    /// Once the write-ahead log holds this many bytes, the disk engine checkpoints the open
+    /// points of its older half early. Bounds the log on disk and the replay after a crash
+    /// (and so the memory a restart needs).
+    pub max_wal_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -202,8 +212,90 @@ impl Default for StoreConfig {
             seal_grace: Duration::from_secs(30),
             maintenance_interval: Duration::from_secs(1),
             memory_max_points: 200_000_000,
+            max_open_age: Duration::from_secs(60),
+            max_wal_bytes: 64 * 1024 * 1024,
         }
     }
+}
+
+/// The membership view: gossip and when a silent node counts as down or gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MembershipConfig {
+    /// How often this node bumps its heartbeat and gossips with a few peers.
+    #[serde(with = "humantime_serde")]
+    pub gossip_interval: Duration,
+    /// A node whose heartbeat did not advance for this long is down: writes to it become hints.
+    #[serde(with = "humantime_serde")]
+    pub suspect_after: Duration,
+    /// A node silent for this long is gone: it no longer owns blocks, and the next closest
+    /// nodes take over.
+    #[serde(with = "humantime_serde")]
+    pub gone_after: Duration,
+    /// Most nodes the view holds.
+    pub max_members: usize,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        let d = timeshard_proto::membership::Config::default();
+        MembershipConfig {
+            gossip_interval: Duration::from_secs(1),
+            suspect_after: d.suspect_after,
+            gone_after: d.gone_after,
+            max_members: d.max_members,
+        }
+    }
+}
+
+impl MembershipConfig {
+    /// The settings of the sans-IO view.
+    pub fn view(&self) -> timeshard_proto::membership::Config {
+        timeshard_proto::membership::Config {
+            suspect_after: self.suspect_after,
+            gone_after: self.gone_after,
+            max_members: self.max_members,
+            ..timeshard_proto::membership::Config::default()
+        }
+    }
+}
+
+/// Hinted handoff: writes a replica missed, kept by the coordinator in `<data_dir>/hints`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HintsConfig {
+    /// Hints older than this are dropped (anti-entropy repairs what they held).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// Most bytes of hints kept; a hint beyond it is dropped.
+    pub max_bytes: u64,
+    /// Bytes per second replayed to replicas that are back.
+    pub replay_bytes_per_sec: u64,
+    /// Writes to replicas that may still run after their write was answered; beyond it they
+    /// become hints.
+    pub max_replica_writes: usize,
+}
+
+impl Default for HintsConfig {
+    fn default() -> Self {
+        HintsConfig {
+            max_age: Duration::from_secs(3 * 3600),
+            max_bytes: 256 << 20,
+            replay_bytes_per_sec: 16 << 20,
+            max_replica_writes: 256,
+        }
+    }
+}
+
+/// Fault injection for tests. Only the node's own config file sets it; no peer can.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingConfig {
+    /// A file naming nodes (ids in hex, or `ip:port` addresses), one per line, that this node
+    /// must not talk to: requests to them fail as unreachable, and requests from them are
+    /// dropped. Re-read every 200 ms; absent or empty means no fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_file: Option<PathBuf>,
 }
 
 /// Storage engines.
@@ -288,7 +380,10 @@ impl NodeConfig {
     /// Makes relative paths absolute against `base`.
     pub fn resolve_paths(&mut self, base: &Path) {
         self.base_dir = base.to_path_buf();
-        for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key] {
+        for p in [&mut self.data_dir, &mut self.tls.ca, &mut self.tls.cert, &mut self.tls.key]
+            .into_iter()
+            .chain(self.testing.fault_file.as_mut())
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -325,15 +420,29 @@ impl NodeConfig {
         Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
     }
 
-    /// Retention rules of the store, one per class that sets a retention.
+    /// Retention rules of the store: one per class, the catch-all class (prefix `""`, added
+    /// with no retention when the file has none) and classes that keep forever included, so
+    /// the class that owns a series decides (the store takes the longest matching prefix).
+    /// Timeshard's own series (`_timeshard.`, e.g. the quantum index of every class) are kept
+    /// as long as the longest-lived class, forever if any class keeps forever.
     pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
-        self.classes
+        use timeshard_store::RetentionRule;
+        let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+        let mut rules: Vec<RetentionRule> = self
+            .classes
             .iter()
-            .filter_map(|c| {
-                let keep = i64::try_from(c.retention?.as_nanos()).unwrap_or(i64::MAX);
-                Some(timeshard_store::RetentionRule::new(c.metric_prefix.clone(), keep))
-            })
-            .collect()
+            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: keep(c) })
+            .collect();
+        if !self.classes.iter().any(|c| c.metric_prefix.is_empty()) {
+            rules.push(RetentionRule::forever(""));
+        }
+        let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
+        if !rules.iter().any(|r| r.metric_prefix == reserved) {
+            // Any rule that keeps forever (the implicit catch-all too) makes this forever.
+            let longest = rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k)));
+            rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
+        }
+        rules
     }
 
     /// Checks settings that have no valid default when given badly.
@@ -364,6 +473,25 @@ impl NodeConfig {
         }
         if self.store.maintenance_interval.is_zero() {
             return invalid("store.maintenance_interval", "must be positive");
+        }
+        if self.store.max_open_age.is_zero() {
+            return invalid("store.max_open_age", "must be positive (60s is the default)");
+        }
+        if self.store.max_wal_bytes < 1024 * 1024 {
+            return invalid("store.max_wal_bytes", "must be at least 1 MiB (64 MiB is the default)");
+        }
+        let m = &self.membership;
+        if m.gossip_interval.is_zero() || m.suspect_after <= m.gossip_interval || m.gone_after <= m.suspect_after {
+            return invalid(
+                "membership",
+                "need 0 < gossip_interval < suspect_after < gone_after (a few gossip rounds before a node is down)",
+            );
+        }
+        if m.max_members < 2 || m.max_members > timeshard_proto::membership::MAX_MEMBERS {
+            return invalid("membership.max_members", "must be between 2 and 16384");
+        }
+        if self.hints.max_age.is_zero() || self.hints.replay_bytes_per_sec == 0 {
+            return invalid("hints", "max_age and replay_bytes_per_sec must be positive");
         }
         self.http.validate()?;
         let classes = self.class_table()?;

@@ -1,5 +1,7 @@
 //! The DHT as the node runs it: drives the sans-IO routing table and lookups from
-//! `timeshard_proto` with real requests, and caches where blocks live.
+//! `timeshard_proto` with real requests. It serves discovery (bootstrap, bucket refresh) and
+//! calls to peers; where blocks live comes from the membership view
+//! ([`crate::membership::View::owners`]), not from lookups.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,17 +19,8 @@ use tracing::{debug, info, warn};
 use crate::config::DhtConfig;
 use crate::net::{Net, NetError};
 
-/// Most entries in the placement cache before it is cleared.
-const PLACEMENT_CACHE_MAX: usize = 200_000;
 /// How long a peer that failed a request is tried after its healthy siblings.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
-
-#[derive(Debug)]
-struct Placement {
-    replicas: Vec<Contact>,
-    generation: u64,
-    at: Instant,
-}
 
 /// The node's view of the DHT.
 #[derive(Debug)]
@@ -36,7 +29,6 @@ pub struct Dht {
     table: Mutex<RoutingTable>,
     net: Arc<Net>,
     cfg: DhtConfig,
-    placements: Mutex<HashMap<(Id, usize), Placement>>,
     suspects: Mutex<HashMap<Id, Instant>>,
 }
 
@@ -48,7 +40,6 @@ impl Dht {
             me,
             net,
             cfg,
-            placements: Mutex::new(HashMap::new()),
             suspects: Mutex::new(HashMap::new()),
         }
     }
@@ -98,6 +89,12 @@ impl Dht {
         }
     }
 
+    /// Drops `ids` from the routing table (revoked peers); returns how many it held.
+    pub fn forget(&self, ids: &[Id]) -> usize {
+        let mut table = self.table.lock().expect("table lock");
+        ids.iter().filter(|id| table.remove(id).is_some()).count()
+    }
+
     fn failed(&self, id: &Id) {
         self.suspects.lock().expect("suspects lock").insert(*id, Instant::now());
         if let Some(gone) = self.table.lock().expect("table lock").failed(id, Instant::now()) {
@@ -119,7 +116,7 @@ impl Dht {
             }
             Err(e) => {
                 match &e {
-                    NetError::IdMismatch { .. } | NetError::NotANode { .. } => {
+                    NetError::IdMismatch { .. } | NetError::NotANode { .. } | NetError::Revoked { .. } => {
                         self.table.lock().expect("table lock").remove(&contact.id);
                     }
                     // The peer is alive and said no; that is not a liveness failure.
@@ -158,30 +155,6 @@ impl Dht {
             }
         }
         lookup.result()
-    }
-
-    /// The `rf` nodes that hold the block with id `key`, closest first; cached until the routing
-    /// table changes or the cache entry ages out.
-    pub async fn replicas(self: &Arc<Self>, key: Id, rf: usize) -> Vec<Contact> {
-        let generation = self.table.lock().expect("table lock").generation();
-        {
-            let cache = self.placements.lock().expect("placement lock");
-            if let Some(p) = cache.get(&(key, rf))
-                && p.generation == generation
-                && p.at.elapsed() < self.cfg.placement_ttl
-            {
-                return p.replicas.clone();
-            }
-        }
-        let replicas = self.lookup(key, rf).await;
-        let mut cache = self.placements.lock().expect("placement lock");
-        if cache.len() >= PLACEMENT_CACHE_MAX {
-            cache.clear();
-        }
-        // Recorded under the generation seen before the lookup: if the lookup itself taught
-        // us new peers, the next use looks up again with them.
-        cache.insert((key, rf), Placement { replicas: replicas.clone(), generation, at: Instant::now() });
-        replicas
     }
 
     /// Joins the network through `seeds`: learns their ids, then looks itself up so that the

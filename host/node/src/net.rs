@@ -4,10 +4,16 @@
 //! fleet CA of whoever connects. Connections to peers are pooled by address and reused (one
 //! connection per peer, one stream per request); a connection a peer opened to us is reused for
 //! our requests to it too.
+//!
+//! The TLS identity can be replaced while the node runs (a renewed certificate): new
+//! handshakes use it, established connections keep theirs. The endpoint also holds the set of
+//! revoked node ids: a connection with a revoked peer is refused once its handshake shows who
+//! it is, in both directions, and connections already open are closed when the set changes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use quinn::{Connection, Endpoint, TransportConfig, VarInt};
@@ -28,6 +34,8 @@ pub enum NetError {
     IdMismatch { addr: SocketAddr, expected: Id, got: Id },
     #[error("{addr} does not hold a node certificate")]
     NotANode { addr: SocketAddr },
+    #[error("{addr} is node {id}, whose certificate the control plane revoked; refusing it")]
+    Revoked { addr: SocketAddr, id: Id },
     #[error("request to {addr} failed: {source}")]
     Call {
         addr: SocketAddr,
@@ -93,6 +101,13 @@ pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> Result<quinn::Ser
     Ok(server)
 }
 
+/// The client configuration: our certificate, and servers must hold one from the CA.
+fn client_config(cfg: &NodeConfig, identity: &Identity) -> Result<quinn::ClientConfig, BindError> {
+    let mut client = tls::client_config(identity)?;
+    client.transport_config(transport_config(cfg));
+    Ok(client)
+}
+
 /// The pooled connection to one address, or why the last dial failed (and when).
 #[derive(Debug, Default)]
 struct SlotState {
@@ -112,17 +127,29 @@ type Slot = Arc<tokio::sync::Mutex<SlotState>>;
 /// back over it (a connection serves both directions).
 pub type DialedHandler = Box<dyn Fn(Connection) + Send + Sync>;
 
+/// QUIC application close code for a connection refused because the peer is revoked.
+pub const CLOSE_REVOKED: u32 = 3;
+
+/// The node ids whose certificates are revoked.
+pub type Revoked = Arc<HashSet<Id>>;
+
 /// The endpoint and the pool of peer connections.
 #[derive(Debug)]
 pub struct Net {
     endpoint: Endpoint,
+    /// What new handshakes present and trust; replaced on renewal.
+    identity: RwLock<Identity>,
+    client_config: RwLock<quinn::ClientConfig>,
     pool: Mutex<HashMap<SocketAddr, Slot>>,
     max_message_bytes: u32,
     request_timeout: Duration,
     connect_timeout: Duration,
-    max_pool: usize,
+    max_pool: AtomicUsize,
     on_dialed: std::sync::OnceLock<DialedHook>,
     traffic: Traffic,
+    revoked: tokio::sync::watch::Sender<Revoked>,
+    /// Nodes a test cut this node off from (`[testing] fault_file`).
+    faults: std::sync::OnceLock<Arc<crate::faults::Faults>>,
 }
 
 struct DialedHook(DialedHandler);
@@ -137,26 +164,98 @@ impl Net {
     /// Binds the endpoint on `cfg.listen`.
     pub fn bind(cfg: &NodeConfig, identity: &Identity) -> Result<Net, BindError> {
         let server = server_config(cfg, identity)?;
-        let mut endpoint =
+        let endpoint =
             Endpoint::server(server, cfg.listen).map_err(|source| BindError::Listen { addr: cfg.listen, source })?;
-        let mut client = tls::client_config(identity)?;
-        client.transport_config(transport_config(cfg));
-        endpoint.set_default_client_config(client);
         Ok(Net {
             endpoint,
+            identity: RwLock::new(identity.clone()),
+            client_config: RwLock::new(client_config(cfg, identity)?),
             pool: Mutex::new(HashMap::new()),
             max_message_bytes: cfg.limits.max_message_bytes,
             request_timeout: cfg.dht.request_timeout,
             connect_timeout: cfg.dht.connect_timeout,
-            max_pool: cfg.limits.max_connections,
+            max_pool: AtomicUsize::new(cfg.limits.max_connections),
             on_dialed: std::sync::OnceLock::new(),
             traffic: Traffic::default(),
+            revoked: tokio::sync::watch::Sender::new(Arc::default()),
+            faults: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Presents `identity` (a renewed certificate) in every handshake from now on, as server
+    /// and as client; connections already open keep the one they were made with. Nothing
+    /// changes when the identity is unusable.
+    pub fn set_identity(&self, cfg: &NodeConfig, identity: &Identity) -> Result<(), BindError> {
+        let server = server_config(cfg, identity)?;
+        let client = client_config(cfg, identity)?;
+        self.endpoint.set_server_config(Some(server));
+        *self.client_config.write().unwrap_or_else(|e| e.into_inner()) = client;
+        *self.identity.write().unwrap_or_else(|e| e.into_inner()) = identity.clone();
+        Ok(())
+    }
+
+    /// The server configuration `cfg`'s limits give with the current identity (to check it
+    /// before [`Net::set_limits`]).
+    pub fn server_config_for(&self, cfg: &NodeConfig) -> Result<quinn::ServerConfig, BindError> {
+        server_config(cfg, &self.identity.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Applies the connection limit of `cfg` to new connections, with `server` from
+    /// [`Net::server_config_for`].
+    pub fn set_limits(&self, cfg: &NodeConfig, server: quinn::ServerConfig) {
+        self.endpoint.set_server_config(Some(server));
+        self.max_pool.store(cfg.limits.max_connections, Ordering::Relaxed);
+    }
+
+    /// Whether node `id`'s certificate is revoked.
+    pub fn is_revoked(&self, id: &Id) -> bool {
+        self.revoked.borrow().contains(id)
+    }
+
+    /// Follows the revocation set: a receiver sees each change.
+    pub fn revocations(&self) -> tokio::sync::watch::Receiver<Revoked> {
+        self.revoked.subscribe()
+    }
+
+    /// Replaces the revocation set, closes pooled connections to peers now in it (the
+    /// server closes the connections it serves), and returns the ids newly revoked.
+    pub fn set_revoked(&self, ids: HashSet<Id>) -> Vec<Id> {
+        let newly: Vec<Id> = {
+            let old = self.revoked.borrow();
+            ids.iter().filter(|id| !old.contains(id)).copied().collect()
+        };
+        self.revoked.send_if_modified(|set| {
+            if **set == ids {
+                return false;
+            }
+            *set = Arc::new(ids);
+            true
+        });
+        let slots: Vec<Slot> = self.pool.lock().expect("pool lock").values().cloned().collect();
+        for slot in slots {
+            let Ok(guard) = slot.try_lock() else { continue };
+            if let Some(conn) = guard.live()
+                && PeerIdentity::of_connection(conn).is_some_and(|p| self.is_revoked(&p.id))
+            {
+                conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+            }
+        }
+        newly
     }
 
     /// Sets what happens to connections this node dials (once; later calls are ignored).
     pub fn on_dialed(&self, handler: DialedHandler) {
         let _ = self.on_dialed.set(DialedHook(handler));
+    }
+
+    /// Cuts this node off from the nodes `faults` names (once; later calls are ignored).
+    pub fn set_faults(&self, faults: Arc<crate::faults::Faults>) {
+        let _ = self.faults.set(faults);
+    }
+
+    /// Whether a test cut this node off from the node `id` at `addr`.
+    pub fn is_cut_off(&self, id: Option<&Id>, addr: SocketAddr) -> bool {
+        self.faults.get().is_some_and(|f| f.blocks(id, addr))
     }
 
     /// The endpoint (for accepting).
@@ -171,7 +270,7 @@ impl Net {
 
     fn slot(&self, addr: SocketAddr) -> Slot {
         let mut pool = self.pool.lock().expect("pool lock");
-        if pool.len() >= self.max_pool && !pool.contains_key(&addr) {
+        if pool.len() >= self.max_pool.load(Ordering::Relaxed) && !pool.contains_key(&addr) {
             // Forget slots whose connection is gone (or never came), which bounds the map.
             pool.retain(|_, s| s.try_lock().map(|s| s.live().is_some()).unwrap_or(true));
         }
@@ -193,7 +292,8 @@ impl Net {
         {
             return Err(connect_err(format!("{reason} (recently)")));
         }
-        let dialed = match self.endpoint.connect(addr, NODE_NAME) {
+        let client = self.client_config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let dialed = match self.endpoint.connect_with(client, addr, NODE_NAME) {
             Ok(connecting) => match tokio::time::timeout(self.connect_timeout, connecting).await {
                 Ok(Ok(conn)) => Ok(conn),
                 Ok(Err(e)) => Err(e.to_string()),
@@ -208,6 +308,12 @@ impl Net {
                 return Err(connect_err(reason));
             }
         };
+        if let Some(peer) = PeerIdentity::of_connection(&conn)
+            && self.is_revoked(&peer.id)
+        {
+            conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+            return Err(NetError::Revoked { addr, id: peer.id });
+        }
         *guard = SlotState { conn: Some(conn.clone()), failed: None };
         if let Some(DialedHook(handler)) = self.on_dialed.get() {
             handler(conn.clone());
@@ -219,6 +325,9 @@ impl Net {
     /// The newest connection wins: if the peer restarted, the pooled one is stale (it only
     /// times out later), and if both sides dialed at once, either works.
     pub fn adopt(&self, conn: &Connection) {
+        if PeerIdentity::of_connection(conn).is_some_and(|p| self.is_revoked(&p.id)) {
+            return;
+        }
         let slot = self.slot(conn.remote_address());
         if let Ok(mut guard) = slot.try_lock() {
             *guard = SlotState { conn: Some(conn.clone()), failed: None };
@@ -235,6 +344,9 @@ impl Net {
         expected: Option<Id>,
         req: &Request,
     ) -> Result<(Response, PeerIdentity), NetError> {
+        if self.is_cut_off(expected.as_ref(), addr) {
+            return Err(NetError::Connect { addr, reason: "unreachable: cut off by the fault file".into() });
+        }
         match self.call_once(addr, expected, req).await {
             Err(NetError::Call { source: CallError::Connection(_), .. }) => self.call_once(addr, expected, req).await,
             other => other,
@@ -249,8 +361,15 @@ impl Net {
     ) -> Result<(Response, PeerIdentity), NetError> {
         let conn = self.connection(addr).await?;
         let peer = PeerIdentity::of_connection(&conn).ok_or(NetError::NotANode { addr })?;
+        if self.is_revoked(&peer.id) {
+            conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+            return Err(NetError::Revoked { addr, id: peer.id });
+        }
         if !peer.is_node {
             return Err(NetError::NotANode { addr });
+        }
+        if self.is_cut_off(Some(&peer.id), addr) {
+            return Err(NetError::Connect { addr, reason: "unreachable: cut off by the fault file".into() });
         }
         if let Some(expected) = expected
             && expected != peer.id

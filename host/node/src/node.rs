@@ -1,12 +1,16 @@
-//! A running node: wires the endpoint, DHT, store and coordinator together, joins the network,
-//! keeps the routing table fresh, and shuts down cleanly.
+//! A running node: wires the endpoint, DHT, membership view, store, hints and coordinator
+//! together, joins the network and learns the view, keeps both fresh, and shuts down cleanly.
+//! What may change while it runs, and how, is in [`crate::reconfigure`]; following the control
+//! plane is [`crate::control`].
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use timeshard_proto::Contact;
 use timeshard_proto::wire::Limits;
+use timeshard_proto::{Contact, Id};
 use timeshard_sdk::tls::Identity;
 use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, Store};
 use tokio::sync::Semaphore;
@@ -15,9 +19,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
+use crate::faults::Faults;
+use crate::hints::{Hints, replay};
 use crate::http::{self, HttpStartError, Tokens};
+use crate::membership::View;
 use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
 use crate::server;
@@ -30,14 +37,25 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The parts of a node, shared by its tasks.
 #[derive(Debug)]
 pub struct Node {
-    config: NodeConfig,
+    /// The configuration in force; replaced whole by [`Node::reconfigure`].
+    pub(crate) config: RwLock<Arc<NodeConfig>>,
+    /// Wire limits: the same on every node, fixed while it runs.
     limits: Limits,
     dht: Arc<Dht>,
+    view: Arc<View>,
+    faults: Option<Arc<Faults>>,
     store: Arc<dyn Store>,
-    /// The same store when it is the disk engine, for its stats.
-    disk: Option<Arc<DiskStore>>,
+    /// The same store when it is the disk engine, for what only it has (its health).
+    pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
     request_slots: Arc<Semaphore>,
+    /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
+    pub(crate) request_capacity: Mutex<usize>,
+    config_generation: AtomicU64,
+    /// Shared with the membership view, which gossips it with this node's entry.
+    config_digest: Arc<AtomicU64>,
+    enrolled: bool,
+    stop_reason: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
     http_tokens: Arc<Tokens>,
     tasks: TaskTracker,
@@ -45,8 +63,35 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn config(&self) -> &NodeConfig {
-        &self.config
+    /// The configuration in force now.
+    pub fn config(&self) -> Arc<NodeConfig> {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Generation of the control plane's desired state this node runs (0: configured by hand).
+    pub fn config_generation(&self) -> u64 {
+        self.config_generation.load(Ordering::Acquire)
+    }
+    /// First 64 bits of the digest of what every node must agree on (classes, revocations):
+    /// see [`crate::control::config_digest`]. Nodes exchange it to see who runs what.
+    pub fn config_digest(&self) -> u64 {
+        self.config_digest.load(Ordering::Acquire)
+    }
+    /// Whether the node follows a control plane (its classes come from there, not its file).
+    pub fn is_enrolled(&self) -> bool {
+        self.enrolled
+    }
+    pub(crate) fn set_applied(&self, generation: u64, digest: u64) {
+        self.config_digest.store(digest, Ordering::Release);
+        self.config_generation.store(generation, Ordering::Release);
+    }
+    /// Stops the node for `reason` (logged by the caller); [`Node::stop_reason`] says why.
+    pub fn stop(&self, reason: String) {
+        self.stop_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(reason);
+        self.shutdown.cancel();
+    }
+    /// Why the node stopped itself, if it did (a revoked certificate).
+    pub fn stop_reason(&self) -> Option<String> {
+        self.stop_reason.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     pub fn limits(&self) -> Limits {
         self.limits
@@ -56,6 +101,18 @@ impl Node {
     }
     pub fn net(&self) -> &Arc<Net> {
         self.dht.net()
+    }
+    /// The membership view: who is in the cluster, who is up, who owns what.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+    /// The hints this node keeps for replicas that missed writes.
+    pub fn hints(&self) -> &Arc<Hints> {
+        self.coordinator.replica_writes().hints()
+    }
+    /// Whether a test cut this node off from the node `id` at `addr` (`[testing] fault_file`).
+    pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
+        self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
     }
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -117,14 +174,21 @@ pub enum StartError {
     },
     #[error("cannot set up the policy host: {0}")]
     Policy(#[from] timeshard_policy::PolicyError),
+    #[error("the last applied desired state cannot be used: {0}")]
+    Desired(#[from] crate::reconfigure::ReconfigureError),
+    #[error("cannot open the hints in {path}: {source}")]
+    Hints {
+        path: std::path::PathBuf,
+        #[source]
+        source: crate::hints::HintError,
+    },
     #[error(transparent)]
     Http(#[from] HttpStartError),
 }
 
-/// The store, and the same store as a [`DiskStore`] when it is one (for its stats).
-type OpenedStore = (Arc<dyn Store>, Option<Arc<DiskStore>>);
+type Stores = (Arc<dyn Store>, Option<Arc<DiskStore>>);
 
-fn open_store(config: &NodeConfig) -> Result<OpenedStore, StartError> {
+fn open_store(config: &NodeConfig) -> Result<Stores, StartError> {
     Ok(match config.store.engine {
         StoreEngine::Memory => (Arc::new(MemStore::new(config.store.memory_max_points)), None),
         StoreEngine::Disk => {
@@ -137,6 +201,8 @@ fn open_store(config: &NodeConfig) -> Result<OpenedStore, StartError> {
                 },
                 seal_grace_ns: i64::try_from(config.store.seal_grace.as_nanos()).unwrap_or(i64::MAX),
                 retention: config.retention_rules(),
+                max_open_age_ns: i64::try_from(config.store.max_open_age.as_nanos()).unwrap_or(i64::MAX),
+                max_wal_bytes: config.store.max_wal_bytes,
                 ..DiskConfig::default()
             };
             let store =
@@ -157,7 +223,7 @@ fn now_ns() -> i64 {
 /// Runs the store's maintenance (sealing, late data, retention, log checkpoints) in bounded
 /// steps on a blocking thread, so ingest never waits for it.
 async fn maintain_store(node: Arc<Node>) {
-    let mut tick = tokio::time::interval(node.config.store.maintenance_interval);
+    let mut tick = tokio::time::interval(node.config().store.maintenance_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -193,36 +259,83 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
     out
 }
 
+/// What a node starts from besides its configuration: whether it follows a control plane, and
+/// the generation and revocations of the desired state it runs (none for a node configured by
+/// hand).
+#[derive(Clone, Debug, Default)]
+pub struct Applied {
+    pub enrolled: bool,
+    pub generation: u64,
+    pub revoked: HashSet<Id>,
+}
+
 impl RunningNode {
     /// Starts a node: binds, begins serving, and joins through the bootstrap peers.
     pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
+        RunningNode::start_from(config, Applied::default()).await
+    }
+
+    /// [`RunningNode::start`] with the revocations and generation of a desired state.
+    pub async fn start_from(config: NodeConfig, applied: Applied) -> Result<RunningNode, StartError> {
         config.validate()?;
         let identity = Identity::load(&config.tls_files())?;
         let id = identity.id()?;
         let net = Arc::new(Net::bind(&config, &identity)?);
+        net.set_revoked(applied.revoked.clone());
         let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
         // Bound before anything starts, so a taken HTTP port fails the start cleanly.
         let http_listener = if config.http.enabled { Some(http::bind(&config.http).await?) } else { None };
         let (store, disk) = open_store(&config)?;
         let classes = config.class_table()?;
+        let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
+        if let Some(f) = &faults {
+            warn!(file = %f.file().display(), "fault injection is on ([testing] fault_file)");
+            net.set_faults(f.clone());
+        }
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
+        let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
+        let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        let hints_dir = config.data_dir.join("hints");
+        let hints = Arc::new(
+            Hints::open(&hints_dir, config.hints.clone())
+                .map_err(|source| StartError::Hints { path: hints_dir.clone(), source })?,
+        );
+        let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
         let policies = crate::policies::open(&config)?;
-        let coordinator =
-            Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone(), policies));
+        let coordinator = Arc::new(Coordinator::new(
+            dht.clone(),
+            view.clone(),
+            replica_writes,
+            store.clone(),
+            classes,
+            config.limits.clone(),
+            policies,
+        ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
             metrics: Arc::new(Metrics::default()),
             http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
-            config,
+            request_capacity: Mutex::new(config.limits.max_concurrent_requests),
+            config: RwLock::new(Arc::new(config)),
             dht,
+            view,
+            faults,
             store,
             disk,
             coordinator,
+            config_generation: AtomicU64::new(applied.generation),
+            config_digest: digest,
+            enrolled: applied.enrolled,
+            stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
+        if let Some(f) = node.faults.clone() {
+            let stop = node.shutdown.clone();
+            node.tasks.spawn(async move { f.watch(stop).await });
+        }
         let http_addr = match http_listener {
             Some((listener, addr)) => {
                 if let Err(e) = http::spawn(node.clone(), listener, node.http_tokens.clone()) {
@@ -241,15 +354,22 @@ impl RunningNode {
                 server::serve_dialed(&node, conn);
             }
         }));
-        info!(id = %id, %addr, "node listening");
+        info!(id = %id, %addr, generation = applied.generation, "node listening");
 
-        let seeds = resolve(&node.config.bootstrap).await;
-        if !seeds.is_empty() {
-            let peers = node.dht.bootstrap(&seeds).await;
-            info!(peers, "joined the network");
-        }
-        node.tasks.spawn(maintain(node.clone(), seeds));
+        join(&node).await;
+        node.view.join(&node.dht).await;
+        node.tasks.spawn(maintain(node.clone()));
         node.tasks.spawn(maintain_store(node.clone()));
+        node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        let replayer = replay::Replayer {
+            hints,
+            view: node.view.clone(),
+            dht: node.dht.clone(),
+            limits: node.limits,
+            bytes_per_sec: node.config().hints.replay_bytes_per_sec,
+        };
+        node.tasks.spawn(replayer.run(node.shutdown.clone()));
+        node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
         Ok(RunningNode { node, http_addr })
     }
 
@@ -273,17 +393,36 @@ impl RunningNode {
     pub async fn shutdown(self) {
         self.node.shutdown.cancel();
         self.node.tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.node.tasks.wait()).await.is_err() {
+        let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        if tokio::time::timeout_at(grace, self.node.tasks.wait()).await.is_err() {
             warn!("requests still running after the grace period; closing anyway");
         }
+        // Replica writes that outlived their client's write get the rest of the grace period;
+        // what still runs then is kept as hints.
+        let left = grace.saturating_duration_since(tokio::time::Instant::now());
+        self.node.coordinator.replica_writes().shutdown(left.max(Duration::from_millis(100))).await;
         self.node.net().close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.node.net().wait_idle()).await;
         info!("node stopped");
     }
 }
 
+/// Joins the network through the bootstrap peers in force (they may change while the node
+/// runs); returns the peers known.
+pub(crate) async fn join(node: &Node) -> usize {
+    let seeds = resolve(&node.config().bootstrap).await;
+    if seeds.is_empty() {
+        return node.dht.peer_count();
+    }
+    let peers = node.dht.bootstrap(&seeds).await;
+    if peers > 0 {
+        info!(peers, "joined the network");
+    }
+    peers
+}
+
 /// Rejoins when the node lost every peer, and refreshes stale buckets.
-async fn maintain(node: Arc<Node>, seeds: Vec<std::net::SocketAddr>) {
+async fn maintain(node: Arc<Node>) {
     let shutdown = node.shutdown.clone();
     let mut tick = tokio::time::interval(MAINTENANCE_EVERY);
     tick.tick().await;
@@ -292,11 +431,8 @@ async fn maintain(node: Arc<Node>, seeds: Vec<std::net::SocketAddr>) {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if node.dht.peer_count() == 0 && !seeds.is_empty() {
-            let peers = node.dht.bootstrap(&seeds).await;
-            if peers > 0 {
-                info!(peers, "joined the network");
-            }
+        if node.dht.peer_count() == 0 {
+            join(&node).await;
         } else {
             node.dht.refresh(8).await;
         }

@@ -35,27 +35,57 @@ pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> 
     std::fs::rename(&tmp, path)
 }
 
-/// Serves until SIGTERM or SIGINT; on SIGHUP, re-reads the config file's `[policy]` section
-/// and swaps in new policy versions (a module that fails to load leaves the last good one).
+/// Serves until SIGTERM or SIGINT, or until the node stops itself (see
+/// [`crate::node::Node::stop_reason`]); on SIGHUP, re-reads the config file and applies what
+/// can change without a restart: the classes' retention (unless the node is enrolled: then the
+/// control plane decides its classes), and the `[policy]` section (new policy versions swap in;
+/// a module that fails to load leaves the last good one).
 pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;
     let stop = wait_for_stop_signal();
     tokio::pin!(stop);
+    let stopped_itself = node.node().shutdown_signal().clone();
     loop {
         tokio::select! {
             r = &mut stop => return r,
+            _ = stopped_itself.cancelled() => return Ok(()),
             _ = hup.recv() => {
-                let (Some(path), Some(registry)) = (config, node.node().coordinator().policies()) else {
-                    tracing::warn!("SIGHUP: nothing to reload (no config file, or no [policy] section at start)");
+                let Some(path) = config else {
+                    tracing::warn!("SIGHUP: nothing to reload (the node was started without a config file)");
                     continue;
                 };
                 match NodeConfig::load(path) {
-                    Ok(cfg) => crate::policies::reload(registry, &cfg),
+                    Ok(cfg) => reload(node, &cfg),
                     Err(e) => tracing::warn!(error = %e, "SIGHUP: config not reloaded"),
                 }
             }
         }
+    }
+}
+
+/// Applies the reloadable parts of `cfg` to a running node.
+fn reload(node: &RunningNode, cfg: &NodeConfig) {
+    let node_ref = node.node();
+    if node_ref.is_enrolled() {
+        tracing::info!("SIGHUP: the control plane decides this node's classes; their retention is not reloaded");
+    } else {
+        // The same path as any change: checked whole, then swapped in with the digest.
+        let next = crate::reconfigure::with_retention_of(&node_ref.config(), cfg);
+        match node_ref.prepare(next, &[], node_ref.config_generation()) {
+            Ok(prepared) => {
+                node_ref.reconfigure(prepared);
+                tracing::info!("SIGHUP: retention of the classes reloaded");
+            }
+            Err(e) => tracing::warn!(error = %e, "SIGHUP: retention not reloaded"),
+        }
+    }
+    match node.node().coordinator().policies() {
+        Some(registry) => crate::policies::reload(registry, cfg),
+        None if !cfg.policy.modules.is_empty() => {
+            tracing::warn!("SIGHUP: [policy] not applied: the node started without policies; restart it to load them")
+        }
+        None => {}
     }
 }
 

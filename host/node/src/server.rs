@@ -9,8 +9,9 @@ use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus,
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
 use timeshard_store::{Store, StoreError};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
 
 /// Accepts connections until the node shuts down.
@@ -45,6 +46,15 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
         conn.close(VarInt::from_u32(2), b"certificate unreadable");
         return;
     };
+    if node.net().is_revoked(&peer.id) {
+        info!(%remote, peer = %peer.id, "refused a connection: its certificate is revoked");
+        conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+        return;
+    }
+    if peer.is_node && node.is_cut_off(Some(&peer.id), remote) {
+        conn.close(VarInt::from_u32(crate::faults::CLOSE_CUT_OFF), b"cut off by the fault file");
+        return;
+    }
     if peer.is_node {
         node.net().adopt(&conn);
         node.dht().observe_incoming(peer, remote);
@@ -62,10 +72,18 @@ pub fn serve_dialed(node: &Arc<Node>, conn: Connection) {
 async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity) {
     let remote = conn.remote_address();
     let shutdown = node.shutdown_signal().clone();
+    let mut revocations = node.net().revocations();
     loop {
+        if revocations.borrow_and_update().contains(&peer.id) {
+            info!(%remote, peer = %peer.id, "closed a connection: its certificate was revoked");
+            conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
+            return;
+        }
         let (send, recv) = tokio::select! {
             // Stop taking new requests; the node closes the connection once those in flight end.
             _ = shutdown.cancelled() => return,
+            // Checked at the top of the loop.
+            Ok(()) = revocations.changed() => continue,
             stream = conn.accept_bi() => match stream {
                 Ok(s) => s,
                 Err(_) => return, // closed by the peer or timed out
@@ -101,6 +119,12 @@ async fn serve_stream(
     mut recv: RecvStream,
 ) {
     let limit = node.limits().max_message_bytes;
+    if peer.is_node && node.is_cut_off(Some(&peer.id), remote) {
+        // A partition: the request goes unanswered.
+        let _ = recv.stop(VarInt::from_u32(STOP_LIMIT));
+        let _ = send.reset(VarInt::from_u32(STOP_LIMIT));
+        return;
+    }
     let Ok(_permit) = node.request_slots().clone().try_acquire_owned() else {
         let e =
             ErrorReply::new(ErrorCode::Overloaded, "the node is serving its maximum number of requests; retry shortly");
@@ -131,7 +155,12 @@ async fn serve_stream(
             if peer.is_node {
                 node.dht().observe_incoming(peer, remote);
             }
-            handle(&node, peer, req).await
+            if let Request::Gossip { digest, entries } = req {
+                let from = timeshard_proto::Contact { id: peer.id, addr: remote };
+                handle_gossip(&node, peer, from, digest, entries)
+            } else {
+                handle(&node, peer, req).await
+            }
         }
     };
     respond(&node, &mut send, &resp, limit).await;
@@ -220,14 +249,61 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Err(e) => Response::Error(e),
             }
         }
-        Request::Status => Response::Status(NodeStatus {
-            id: node.dht().me().id,
-            addr: node.dht().me().addr,
-            peers: node.dht().peer_count() as u32,
-            bytes_sent: node.net().traffic().totals().0,
-            bytes_received: node.net().traffic().totals().1,
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        }),
+        Request::Status => Response::Status(status(node)),
+        // Served by `handle_gossip`, which knows where the peer spoke from.
+        Request::Gossip { .. } => {
+            Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))
+        }
+    }
+}
+
+/// Answers a peer's gossip: entries naming no reachable address are given the one `from` spoke
+/// from, or the routing table's.
+fn handle_gossip(
+    node: &Arc<Node>,
+    peer: PeerIdentity,
+    from: timeshard_proto::Contact,
+    digest: Vec<timeshard_proto::membership::DigestItem>,
+    entries: Vec<timeshard_proto::membership::GossipEntry>,
+) -> Response {
+    let req = Request::Gossip { digest, entries };
+    if let Err(e) = req.validate(&node.limits()) {
+        return Response::Error(e.into());
+    }
+    if !peer.is_node {
+        return Response::Error(ErrorReply::new(
+            ErrorCode::Forbidden,
+            "gossip requests are for nodes; this certificate is a client's",
+        ));
+    }
+    let Request::Gossip { digest, entries } = req else { unreachable!("built above") };
+    let dht = node.dht();
+    let known = |id: &timeshard_proto::Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
+    node.view().on_gossip(from, digest, entries, known)
+}
+
+/// What this node reports about itself.
+pub fn status(node: &Node) -> NodeStatus {
+    let members = node.view().counts();
+    let (hints_pending, hints_pending_bytes) = node.hints().pending();
+    NodeStatus {
+        id: node.dht().me().id,
+        addr: node.dht().me().addr,
+        peers: node.dht().peer_count() as u32,
+        bytes_sent: node.net().traffic().totals().0,
+        bytes_received: node.net().traffic().totals().1,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        config_generation: node.config_generation(),
+        config_digest: node.config_digest(),
+        members_up: members.up,
+        members_down: members.down,
+        members_gone: members.gone,
+        view_generation: node.view().generation(),
+        hints_pending,
+        hints_pending_bytes,
+        hints_replayed: node.hints().replayed(),
+        hints_dropped: node.hints().dropped(),
+        replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
     }
 }
 

@@ -99,9 +99,28 @@ pub const RESERVED_METRIC_PREFIX: &str = "_timeshard.";
 /// registration (at [`series_meta_id`]), so a read of a long range asks it first and then
 /// touches only the spans that hold data.
 pub fn quantum_index_series(series: &SeriesKey) -> SeriesKey {
-    format!("{RESERVED_METRIC_PREFIX}quanta{{of={}}}", Id::sha1(series.as_str().as_bytes()).to_hex())
+    format!("{QUANTUM_INDEX_METRIC}{{of={}}}", Id::sha1(series.as_str().as_bytes()).to_hex())
         .parse()
         .expect("a valid key")
+}
+
+/// The metric of every quantum index series.
+const QUANTUM_INDEX_METRIC: &str = "_timeshard.quanta";
+
+/// The series hash ([`series_hash`]) of the series that `index` indexes, if `index` is a
+/// quantum index series: its `of` tag is the SHA-1 of the base series, whose first 80 bits are
+/// the series hash. So the index's placement follows from its key alone.
+pub fn indexed_series_hash(index: &SeriesKey) -> Option<[u8; HALF]> {
+    if index.metric() != QUANTUM_INDEX_METRIC {
+        return None;
+    }
+    let hex = index.tag("of")?;
+    let digits = hex.get(..2 * HALF)?;
+    let mut out = [0u8; HALF];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(digits.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// The quantum of the index series' blocks: the longest allowed, so a year of index points
@@ -113,8 +132,13 @@ pub fn index_quantum() -> QuantumLen {
 /// The id of a series' metadata record (its registration in the series dictionary): key-first,
 /// with a fixed second half, so it never collides with a block id of a real quantum.
 pub fn series_meta_id(series: &SeriesKey) -> Id {
+    series_meta_id_from_hash(&series_hash(series))
+}
+
+/// [`series_meta_id`] from the series hash.
+pub fn series_meta_id_from_hash(series_hash: &[u8; HALF]) -> Id {
     let mut id = [0u8; ID_BYTES];
-    id[..HALF].copy_from_slice(&series_hash(series));
+    id[..HALF].copy_from_slice(series_hash);
     id[HALF..].copy_from_slice(&h80(b"timeshard/series-meta"));
     Id(id)
 }
@@ -144,6 +168,17 @@ mod tests {
         let b = block_id(KeyFormat::Kfi, &s, &len.quantum_of(10 * NANOS_PER_SEC));
         assert_eq!(a.0[..10], b.0[..10]);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn an_index_series_names_the_hash_of_its_base_series() {
+        let s: SeriesKey = "pmu.phase{bus=1,site=atl}".parse().unwrap();
+        let index = quantum_index_series(&s);
+        assert!(index.metric().starts_with(RESERVED_METRIC_PREFIX));
+        assert_eq!(indexed_series_hash(&index), Some(series_hash(&s)));
+        assert_eq!(series_meta_id_from_hash(&series_hash(&s)), series_meta_id(&s));
+        assert_eq!(indexed_series_hash(&s), None);
+        assert_eq!(indexed_series_hash(&"_timeshard.quanta{of=zz}".parse().unwrap()), None);
     }
 
     #[test]

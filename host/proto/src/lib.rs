@@ -2,8 +2,9 @@
 //!
 //! Owns ids and the XOR metric ([`id`]), timestamps, ranges and quanta ([`time`]), series keys
 //! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
-//! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), write placement and
-//! quorum tracking ([`placement`]), replica agreement and merging on the read side
+//! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
+//! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
+//! ([`placement`]), replica agreement and merging on the read side
 //! ([`agreement`]), the paging of range reads ([`read`]), the quantum index of a series
 //! ([`quantum_index`]), window aggregates ([`window`]), and the wire messages with their framing
 //! ([`wire`]).
@@ -16,6 +17,7 @@ pub mod class;
 pub mod id;
 pub mod key;
 pub mod lookup;
+pub mod membership;
 pub mod placement;
 pub mod point;
 pub mod quantum_index;
@@ -30,6 +32,7 @@ pub use class::{Classes, Replication, SeriesClass};
 pub use id::{Distance, Id};
 pub use key::KeyFormat;
 pub use lookup::Lookup;
+pub use membership::Membership;
 pub use point::{Point, PointKey};
 pub use routing::{Contact, RoutingTable};
 pub use series::SeriesKey;

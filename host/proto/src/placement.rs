@@ -1,20 +1,94 @@
 //! Placement and quorum bookkeeping for the coordinator of a write.
 //!
-//! A client batch is split into blocks, one per (series, quantum), each with its time-factored
-//! id ([`split_batch`]). Once the caller has found the replicas of every block, a [`WritePlan`]
-//! groups the blocks by replica node, so one request per node carries all of that node's
-//! blocks, and tracks acknowledgements until every block has W of them or some block can no
-//! longer get them.
+//! Where a block lives: its placement id ([`placement_id`]) and, from the membership view, its
+//! owners ([`owners`]: the RF closest members). A client batch is split into blocks, one per
+//! (series, quantum) ([`split_batch`]). A [`WritePlan`] tracks acknowledgements until every
+//! block has W of them or some block can no longer get them; what one replica gets is packed
+//! into requests within the batch and message limits ([`pack`], [`split_block`]).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::class::{Classes, Replication};
 use crate::id::Id;
-use crate::key::block_id;
+use crate::key::{self, block_id};
 use crate::point::{Point, sort_dedup};
+use crate::routing::Contact;
 use crate::series::SeriesKey;
 use crate::time::Quantum;
 use crate::wire::{BlockPoints, SeriesPoints};
+
+/// The id whose owners hold the points of `series` in `quantum`: the block id of its class's
+/// key format for data, and the series' metadata id ([`key::series_meta_id`]) for the blocks of
+/// a quantum index series, which live with the registration of the series they index. Every
+/// node computes it from the key alone.
+pub fn placement_id(series: &SeriesKey, quantum: &Quantum, classes: &Classes) -> Id {
+    match key::indexed_series_hash(series) {
+        Some(base) => key::series_meta_id_from_hash(&base),
+        None => block_id(classes.of(series).format, series, quantum),
+    }
+}
+
+/// The owners of `id` among `members`: the `rf` closest by XOR, closest first. Every node that
+/// holds the same members names the same owners.
+pub fn owners(members: &[Contact], id: &Id, rf: usize) -> Vec<Contact> {
+    let mut out: Vec<Contact> = members.to_vec();
+    let rf = rf.min(out.len());
+    if rf == 0 {
+        return Vec::new();
+    }
+    if rf < out.len() {
+        out.select_nth_unstable_by_key(rf - 1, |c| c.id.distance(id));
+        out.truncate(rf);
+    }
+    out.sort_by_key(|c| c.id.distance(id));
+    out
+}
+
+/// An upper bound of the encoded size of one point (two varints of up to 10 bytes and a f64).
+pub const MAX_POINT_BYTES: usize = 28;
+/// Room left in every request for its framing and the fields around the blocks.
+const REQUEST_OVERHEAD_BYTES: usize = 64;
+
+/// An upper bound of the encoded size of `block` inside a store request.
+pub fn block_bytes(block: &BlockPoints) -> usize {
+    // Key, its length, quantum (two varints), point count.
+    block.series.as_str().len() + 40 + block.points.len() * MAX_POINT_BYTES
+}
+
+/// Splits `block` into pieces of the same series and quantum that each fit a store request of
+/// at most `max_points` points and `max_bytes` bytes. Stored data is a set, so storing the
+/// pieces stores the block.
+pub fn split_block(block: BlockPoints, max_points: usize, max_bytes: usize) -> Vec<BlockPoints> {
+    let room = max_bytes.saturating_sub(REQUEST_OVERHEAD_BYTES + block.series.as_str().len() + 40);
+    let per_piece = max_points.min(room / MAX_POINT_BYTES).max(1);
+    if block.points.len() <= per_piece {
+        return vec![block];
+    }
+    let BlockPoints { series, quantum, points } = block;
+    points.chunks(per_piece).map(|c| BlockPoints { series: series.clone(), quantum, points: c.to_vec() }).collect()
+}
+
+/// Packs items given as (points, bytes), in order, into requests of at most `max_points`
+/// points and `max_bytes` bytes each; returns the indices of each request's items. An item
+/// over a limit on its own (split it first with [`split_block`]) gets a request to itself.
+pub fn pack(items: &[(usize, usize)], max_points: usize, max_bytes: usize) -> Vec<Vec<usize>> {
+    let budget = max_bytes.saturating_sub(REQUEST_OVERHEAD_BYTES);
+    let mut requests: Vec<Vec<usize>> = Vec::new();
+    let (mut points, mut bytes) = (0usize, 0usize);
+    for (i, &(p, b)) in items.iter().enumerate() {
+        let fits = points + p <= max_points && bytes + b <= budget;
+        match requests.last_mut() {
+            Some(last) if fits => last.push(i),
+            _ => {
+                requests.push(vec![i]);
+                (points, bytes) = (0, 0);
+            }
+        }
+        points += p;
+        bytes += b;
+    }
+    requests
+}
 
 /// One block of a client batch, with where it goes.
 #[derive(Clone, Debug, PartialEq)]
@@ -191,6 +265,43 @@ mod tests {
     }
 
     #[test]
+    fn index_blocks_live_with_their_series_registration() {
+        let classes = Classes::default();
+        let s: SeriesKey = "pmu.a".parse().unwrap();
+        let q = crate::time::QuantumLen::DEFAULT.quantum_of(NANOS_PER_SEC);
+        assert_eq!(placement_id(&s, &q, &classes), block_id(crate::key::KeyFormat::Qfi, &s, &q));
+        let index = key::quantum_index_series(&s);
+        let iq = key::index_quantum().quantum_of(0);
+        assert_eq!(placement_id(&index, &iq, &classes), key::series_meta_id(&s));
+    }
+
+    #[test]
+    fn requests_stay_within_both_limits() {
+        let s: SeriesKey = "pmu.a".parse().unwrap();
+        let q = crate::time::QuantumLen::DEFAULT.quantum_of(0);
+        let big =
+            BlockPoints { series: s.clone(), quantum: q, points: (0..1000).map(|i| Point::new(i, 0.0)).collect() };
+        let pieces = split_block(big.clone(), 300, usize::MAX);
+        assert_eq!(pieces.iter().map(|p| p.points.len()).collect::<Vec<_>>(), vec![300, 300, 300, 100]);
+        let pieces = split_block(big.clone(), usize::MAX, 64 * 1024);
+        assert!(
+            pieces.iter().all(|p| crate::wire::encode(
+                &crate::wire::Request::Store { blocks: vec![p.clone()] },
+                64 * 1024
+            )
+            .is_ok())
+        );
+        assert_eq!(pieces.iter().map(|p| p.points.len()).sum::<usize>(), 1000);
+        assert_eq!(split_block(big, 1000, usize::MAX).len(), 1);
+        // A full client batch plus its index entries: two requests, not one over the limit.
+        let requests = pack(&[(99_000, 1_000), (1_000, 1_000), (3, 100)], 100_000, usize::MAX);
+        assert_eq!(requests, vec![vec![0, 1], vec![2]]);
+        let requests = pack(&[(1, 600), (1, 600), (1, 600)], 100, 1_200);
+        assert_eq!(requests, vec![vec![0], vec![1], vec![2]]);
+        assert!(pack(&[], 1, 1).is_empty());
+    }
+
+    #[test]
     fn quorum_waits_for_w_of_every_block() {
         let blocks = split_batch(batch(), &Classes::default()); // rf 3, w 2
         let a = Id::sha1(b"a");
@@ -204,6 +315,26 @@ mod tests {
         assert_eq!(plan.on_ack(&b), WriteProgress::Pending); // block 2 has only b
         assert_eq!(plan.on_failure(&c), WriteProgress::Pending); // block 2 can still use d
         assert_eq!(plan.on_ack(&d), WriteProgress::Acknowledged);
+    }
+
+    proptest::proptest! {
+        /// Packing keeps every item once, in order, and every request within the limits unless
+        /// it holds a single item.
+        #[test]
+        fn packing_respects_the_limits(
+            items in proptest::collection::vec((0usize..500, 0usize..5_000), 0..60),
+            max_points in 1usize..2_000,
+            max_bytes in 100usize..20_000,
+        ) {
+            let requests = pack(&items, max_points, max_bytes);
+            let flat: Vec<usize> = requests.iter().flatten().copied().collect();
+            proptest::prop_assert_eq!(flat, (0..items.len()).collect::<Vec<_>>());
+            for r in &requests {
+                let points: usize = r.iter().map(|&i| items[i].0).sum();
+                let bytes: usize = r.iter().map(|&i| items[i].1).sum();
+                proptest::prop_assert!(r.len() == 1 || (points <= max_points && bytes <= max_bytes));
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::id::Id;
+use crate::membership::{self, DigestItem, GossipEntry};
 use crate::point::{Point, PointKey};
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
@@ -20,6 +21,12 @@ use crate::window::WindowStats;
 
 /// ALPN protocol id; the trailing number is the wire protocol version.
 pub const ALPN: &[u8] = b"timeshard/1";
+
+/// DNS name in every node certificate; clients and peers verify a node against it. The SDK,
+/// the node and the control plane's CA all take it from here.
+pub const NODE_NAME: &str = "node.timeshard";
+/// DNS name in every client certificate.
+pub const CLIENT_NAME: &str = "client.timeshard";
 
 /// Bytes in a frame header.
 pub const HEADER_BYTES: usize = 4;
@@ -126,6 +133,11 @@ pub enum Request {
     /// Client: the series of the whole cluster that pass the filter, sorted, at most `limit`;
     /// answered with [`Response::SeriesList`].
     ListSeries { filter: SeriesFilter, limit: u32 },
+
+    /// Membership gossip: the sender's digest of its view (at most [`membership::MAX_MEMBERS`]
+    /// items) and entries it pushes (at most [`membership::MAX_GOSSIP_ENTRIES`]: those the
+    /// receiver asked for in an earlier answer); answered with [`Response::Gossip`].
+    Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry> },
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -201,6 +213,12 @@ pub enum Response {
     },
     Status(NodeStatus),
     Error(ErrorReply),
+    /// The entries the gossip's sender lacks or holds older, and the ids of its digest the
+    /// receiver wants pushed (each at most [`membership::MAX_GOSSIP_ENTRIES`]).
+    Gossip {
+        entries: Vec<GossipEntry>,
+        want: Vec<Id>,
+    },
 }
 
 /// What a node reports about itself.
@@ -213,6 +231,29 @@ pub struct NodeStatus {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub version: String,
+    /// Generation of the control plane's desired state the node runs; 0 when it is configured
+    /// by hand (no enrollment).
+    pub config_generation: u64,
+    /// First 64 bits of the SHA-256 digest of what every node must agree on (its classes and
+    /// revocations, as the control plane's digest): nodes that differ here may answer
+    /// differently.
+    pub config_digest: u64,
+    /// Members of this node's membership view that are up, down (silent, still owners) and
+    /// gone (no longer owners), this node included.
+    pub members_up: u32,
+    pub members_down: u32,
+    pub members_gone: u32,
+    /// Bumped whenever the members that own blocks change.
+    pub view_generation: u64,
+    /// Hints this node holds for replicas that missed writes, and their bytes on disk.
+    pub hints_pending: u64,
+    pub hints_pending_bytes: u64,
+    /// Hints delivered to their replicas since the node started.
+    pub hints_replayed: u64,
+    /// Hints dropped (too old, over the byte bound, damaged) since the node started.
+    pub hints_dropped: u64,
+    /// Writes to replicas still running after their write was answered.
+    pub replica_writes_in_flight: u32,
 }
 
 /// A typed error sent back to the requester.
@@ -404,6 +445,12 @@ pub enum InvalidRequest {
     TooManyParts { parts: usize },
     #[error("series {0} is reserved: metrics starting with {prefix} are timeshard's own", prefix = crate::key::RESERVED_METRIC_PREFIX)]
     Reserved(SeriesKey),
+    #[error(
+        "a gossip message carries {digest} digest items and {entries} entries; the limits are {} and {}",
+        membership::MAX_MEMBERS,
+        membership::MAX_GOSSIP_ENTRIES
+    )]
+    TooMuchGossip { digest: usize, entries: usize },
 }
 
 impl InvalidRequest {
@@ -421,6 +468,7 @@ impl InvalidRequest {
             InvalidRequest::Windows(_) => ErrorCode::InvalidRange,
             InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
+            InvalidRequest::TooMuchGossip { .. } => ErrorCode::BatchTooLarge,
         }
     }
 }
@@ -584,6 +632,12 @@ impl Request {
                 }
                 Ok(())
             }
+            Request::Gossip { digest, entries } => {
+                if digest.len() > membership::MAX_MEMBERS || entries.len() > membership::MAX_GOSSIP_ENTRIES {
+                    return Err(InvalidRequest::TooMuchGossip { digest: digest.len(), entries: entries.len() });
+                }
+                Ok(())
+            }
             Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
         }
     }
@@ -600,6 +654,7 @@ impl Request {
                 | Request::Summarize { .. }
                 | Request::FetchWindows { .. }
                 | Request::FindSeries { .. }
+                | Request::Gossip { .. }
         )
     }
 
@@ -621,6 +676,7 @@ impl Request {
             Request::FindSeries { .. } => "find_series",
             Request::Aggregate { .. } => "aggregate",
             Request::ListSeries { .. } => "list_series",
+            Request::Gossip { .. } => "gossip",
         }
     }
 }

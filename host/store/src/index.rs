@@ -1,6 +1,7 @@
-//! The index log `index.log`: the durable catalogue of the series dictionary, of where each
-//! sealed block lives with its summary, of retention watermarks, and of the log checkpoint.
-//! Pure encode/decode of its edits plus replay into an [`Image`].
+//! The index log `index.log`: the durable catalogue of the series dictionary, of where the
+//! frames of each sealed block live with their summaries, of retention watermarks, dropped
+//! blocks, and of the log checkpoint. Pure encode/decode of its edits plus replay into an
+//! [`Image`].
 //!
 //! Only maintenance appends to it, after the data an edit points at is durable. When it grows
 //! well past its live content it is rewritten as a snapshot (atomically replaced).
@@ -23,8 +24,20 @@ const KIND_SERIES: u8 = 2;
 const KIND_PUT: u8 = 3;
 const KIND_EXPIRE: u8 = 4;
 const KIND_CHECKPOINT: u8 = 5;
+/// Format 2: a block's frames change (checkpoint fragments and their merges).
+const KIND_FRAMES: u8 = 6;
+/// Format 2: a block was dropped (the store's conditional drop).
+const KIND_DROP: u8 = 7;
 
-/// Where a sealed block lives.
+/// The oldest format that reads an edit: edits of kind 6 and 7 need format 2.
+pub fn format_of(e: &Edit) -> u32 {
+    match e {
+        Edit::Frames { .. } | Edit::Drop { .. } => 2,
+        _ => 1,
+    }
+}
+
+/// Where one frame of a sealed block lives, with the summary of that frame's points.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Loc {
     pub seg: u32,
@@ -46,11 +59,25 @@ pub enum Edit {
         quantum_ns: i64,
         key: String,
     },
-    /// The block (series, quantum start) is now at `loc` (latest wins).
+    /// The block (series, quantum start) is now the one frame at `loc` (latest wins).
     Put {
         id: u32,
         start: i64,
         loc: Loc,
+    },
+    /// The block's frames become its first `keep` frames followed by `locs` (oldest first).
+    Frames {
+        id: u32,
+        start: i64,
+        keep: u32,
+        locs: Vec<Loc>,
+    },
+    /// The block is gone, and points of it in log segments before `wal_seq` are dropped on
+    /// replay.
+    Drop {
+        id: u32,
+        start: i64,
+        wal_seq: u64,
     },
     /// Every block of `id` ending at or before `before` is gone, and points there are dropped.
     Expire {
@@ -77,10 +104,21 @@ pub fn put(out: &mut Vec<u8>, e: &Edit) {
         Edit::Put { id, start, loc } => frame::put_with(out, MAGIC, KIND_PUT, |o| {
             frame::put_varint(o, u64::from(*id));
             o.extend_from_slice(&start.to_le_bytes());
-            frame::put_varint(o, u64::from(loc.seg));
-            frame::put_varint(o, loc.offset);
-            frame::put_varint(o, u64::from(loc.len));
-            put_summary(o, &loc.summary, *start);
+            put_loc(o, loc, *start);
+        }),
+        Edit::Frames { id, start, keep, locs } => frame::put_with(out, MAGIC, KIND_FRAMES, |o| {
+            frame::put_varint(o, u64::from(*id));
+            o.extend_from_slice(&start.to_le_bytes());
+            frame::put_varint(o, u64::from(*keep));
+            frame::put_varint(o, locs.len() as u64);
+            for loc in locs {
+                put_loc(o, loc, *start);
+            }
+        }),
+        Edit::Drop { id, start, wal_seq } => frame::put_with(out, MAGIC, KIND_DROP, |o| {
+            frame::put_varint(o, u64::from(*id));
+            o.extend_from_slice(&start.to_le_bytes());
+            o.extend_from_slice(&wal_seq.to_le_bytes());
         }),
         Edit::Expire { id, before } => frame::put_with(out, MAGIC, KIND_EXPIRE, |o| {
             o.extend_from_slice(&id.to_le_bytes());
@@ -89,6 +127,28 @@ pub fn put(out: &mut Vec<u8>, e: &Edit) {
         Edit::Checkpoint { first_live_wal } => frame::put(out, MAGIC, KIND_CHECKPOINT, &first_live_wal.to_le_bytes()),
     }
 }
+
+fn put_loc(o: &mut Vec<u8>, loc: &Loc, base: i64) {
+    frame::put_varint(o, u64::from(loc.seg));
+    frame::put_varint(o, loc.offset);
+    frame::put_varint(o, u64::from(loc.len));
+    put_summary(o, &loc.summary, base);
+}
+
+fn get_u32(r: &mut Reader<'_>, what: &str) -> Result<u32, Malformed> {
+    u32::try_from(r.varint()?).map_err(|_| Malformed(format!("{what} over 32 bits")))
+}
+
+fn get_loc(r: &mut Reader<'_>, base: i64) -> Result<Loc, Malformed> {
+    let seg = get_u32(r, "segment")?;
+    let offset = r.varint()?;
+    let len = get_u32(r, "block length")?;
+    let summary = get_summary(r, base)?;
+    Ok(Loc { seg, offset, len, summary })
+}
+
+/// Most frames one edit lists (a block holds far fewer; this only bounds a damaged count).
+const MAX_FRAMES_PER_EDIT: u64 = 1 << 20;
 
 /// Decodes one frame.
 pub fn decode(kind: u8, body: &[u8]) -> Result<Edit, Malformed> {
@@ -105,16 +165,24 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Edit, Malformed> {
             Edit::Series { id, registered, quantum_ns, key }
         }
         KIND_PUT => {
-            let u32v = |r: &mut Reader<'_>, what: &str| {
-                u32::try_from(r.varint()?).map_err(|_| Malformed(format!("{what} over 32 bits")))
-            };
-            let id = u32v(&mut r, "series id")?;
+            let id = get_u32(&mut r, "series id")?;
             let start = r.i64()?;
-            let seg = u32v(&mut r, "segment")?;
-            let offset = r.varint()?;
-            let len = u32v(&mut r, "block length")?;
-            let summary = get_summary(&mut r, start)?;
-            Edit::Put { id, start, loc: Loc { seg, offset, len, summary } }
+            Edit::Put { id, start, loc: get_loc(&mut r, start)? }
+        }
+        KIND_FRAMES => {
+            let id = get_u32(&mut r, "series id")?;
+            let start = r.i64()?;
+            let keep = get_u32(&mut r, "kept frames")?;
+            let n = r.varint()?;
+            if n > MAX_FRAMES_PER_EDIT {
+                return Err(Malformed(format!("edit claims {n} frames")));
+            }
+            let locs = (0..n).map(|_| get_loc(&mut r, start)).collect::<Result<Vec<Loc>, _>>()?;
+            Edit::Frames { id, start, keep, locs }
+        }
+        KIND_DROP => {
+            let id = get_u32(&mut r, "series id")?;
+            Edit::Drop { id, start: r.i64()?, wal_seq: r.u64()? }
         }
         KIND_EXPIRE => Edit::Expire { id: r.u32()?, before: r.i64()? },
         KIND_CHECKPOINT => Edit::Checkpoint { first_live_wal: r.u64()? },
@@ -140,7 +208,10 @@ pub struct SeriesImage {
 pub struct Image {
     pub version: u32,
     pub series: HashMap<u32, SeriesImage>,
-    pub blocks: HashMap<(u32, i64), Loc>,
+    /// The frames of each block, oldest first.
+    pub blocks: HashMap<(u32, i64), Vec<Loc>>,
+    /// Dropped blocks: their points in log segments before the value are not replayed.
+    pub dropped: HashMap<(u32, i64), u64>,
     pub first_live_wal: u64,
     /// Problems met while replaying (kept going past them).
     pub problems: Vec<String>,
@@ -165,7 +236,27 @@ impl Image {
                 }
             }
             Edit::Put { id, start, loc } => {
-                self.blocks.insert((id, start), loc);
+                self.blocks.insert((id, start), vec![loc]);
+            }
+            Edit::Frames { id, start, keep, locs } => {
+                let frames = self.blocks.entry((id, start)).or_default();
+                if keep as usize > frames.len() {
+                    self.problems.push(format!(
+                        "index: series id {id} quantum {start} keeps {keep} frames but {} are known (an \
+                         earlier edit was lost); keeping those",
+                        frames.len()
+                    ));
+                }
+                frames.truncate(keep as usize);
+                frames.extend(locs);
+                if frames.is_empty() {
+                    self.blocks.remove(&(id, start));
+                }
+            }
+            Edit::Drop { id, start, wal_seq } => {
+                self.blocks.remove(&(id, start));
+                let d = self.dropped.entry((id, start)).or_default();
+                *d = (*d).max(wal_seq);
             }
             Edit::Expire { id, before } => {
                 let s = self.series.entry(id).or_default();
@@ -211,6 +302,11 @@ mod tests {
             Edit::Series { id: 0, registered: true, quantum_ns: 1_000_000, key: "m{a=1}".into() },
             Edit::Put { id: 0, start: 0, loc },
             Edit::Put { id: 0, start: 1_000_000, loc },
+            Edit::Put { id: 0, start: 2_000_000, loc },
+            Edit::Frames { id: 0, start: 2_000_000, keep: 1, locs: vec![loc, loc] },
+            Edit::Frames { id: 0, start: 2_000_000, keep: 2, locs: vec![loc] },
+            Edit::Frames { id: 0, start: 3_000_000, keep: 0, locs: vec![loc, loc] },
+            Edit::Drop { id: 0, start: 3_000_000, wal_seq: 9 },
             Edit::Expire { id: 0, before: 1_000_000 },
             Edit::Checkpoint { first_live_wal: 7 },
         ];
@@ -227,7 +323,9 @@ mod tests {
         }
         img.finish();
         assert_eq!(img.first_live_wal, 7);
-        assert_eq!(img.blocks.len(), 1, "the expired block is gone");
-        assert!(img.blocks.contains_key(&(0, 1_000_000)));
+        assert_eq!(img.blocks.len(), 2, "the expired and the dropped block are gone");
+        assert_eq!(img.blocks[&(0, 1_000_000)].len(), 1);
+        assert_eq!(img.blocks[&(0, 2_000_000)].len(), 3, "the frames edits keep a prefix and add");
+        assert_eq!(img.dropped[&(0, 3_000_000)], 9);
     }
 }

@@ -36,16 +36,27 @@
 //!
 //! Opening replays the write-ahead log, so a restart after a crash (or SIGKILL) holds exactly the
 //! acknowledged points; a killed node needs no shutdown step. [`DiskStore::health`] lists damage
-//! the store worked around (log it, export it as a metric); [`DiskStore::set_retention`] applies
-//! new retention rules without a restart; [`DiskStore::stats`] feeds `/metrics`. Maintenance
-//! seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago, merges late
-//! data, applies retention, compacts and checkpoints the log; without it the log and memory grow
-//! (writes then seal blocks themselves to stay within [`DiskConfig::max_open_points`]).
+//! the store worked around (log it, export it as a metric); [`Store::set_retention`] applies
+//! new retention rules without a restart (give one [`RetentionRule`] per class, the catch-all
+//! class and classes that keep forever included); [`DiskStore::stats`] feeds `/metrics`.
+//! Maintenance seals blocks whose quantum ended more than [`DiskConfig::seal_grace_ns`] ago,
+//! merges late data, checkpoints blocks whose quantum lasts (so no block pins the log longer
+//! than [`DiskConfig::max_open_age_ns`], and the log stays under about
+//! [`DiskConfig::max_wal_bytes`] whatever the quantum lengths and timestamps), applies
+//! retention, compacts and cuts the log; without it the log and memory grow (writes then seal
+//! blocks themselves to stay within [`DiskConfig::max_open_points`]). The `now` it is given is
+//! the store's only clock.
+//!
+//! Repair and handoff work on whole blocks: [`Store::list_blocks`] pages through every block
+//! with its count, digest and last write (from memory), [`Store::read_block`] copies one,
+//! [`Store::drop_block`] removes one only if it still has the digest the new owners confirmed,
+//! and [`Store::list_registered`] pages through the registrations.
 //!
 //! # Layout
 //!
-//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing, compaction,
-//!   index writes), `recover` (opening, log replay, checkpoints) and `retain` (retention);
+//! - `disk`: the disk engine, one file per path: `write`, `read`, `seal` (sealing and
+//!   checkpoint frames, compaction, index writes), `recover` (opening, log replay, log cuts),
+//!   `retain` (retention) and `blocks` (whole blocks for repair);
 //! - [`block`], [`wal`] and the private `frame` and `index`: the on-disk formats (FORMAT.md);
 //! - [`backend`]: the few file operations the disk engine uses ([`FileBackend`]), and
 //!   [`faulty_disk`]: a disk in memory that crashes and fails on demand, for the store's tests;
@@ -57,7 +68,7 @@
 use std::fmt;
 
 use timeshard_proto::wire::BlockPoints;
-use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
+use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;
 pub mod backend;
@@ -127,6 +138,9 @@ pub struct MaintenanceReport {
     pub sealed_blocks: u64,
     /// Points those blocks hold.
     pub sealed_points: u64,
+    /// Of the sealed blocks, those whose quantum has not ended: their open points were written
+    /// as a checkpoint frame so they no longer pin the log.
+    pub checkpointed_blocks: u64,
     /// Blocks removed because retention expired them.
     pub expired_blocks: u64,
     /// Block segment files rewritten to reclaim space.
@@ -154,6 +168,58 @@ pub struct WriteStats {
     /// Points that were not stored before.
     pub new_points: u64,
 }
+
+/// One block a store holds, as [`Store::list_blocks`] reports it: what anti-entropy and
+/// handoff compare between replicas without reading points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// The block's series.
+    pub series: SeriesKey,
+    /// Its quantum.
+    pub quantum: Quantum,
+    /// Points it holds.
+    pub count: u64,
+    /// Wrapping sum of [`Point::identity_hash`] over its points: equal on two replicas exactly
+    /// when they hold the same points (up to hash collisions).
+    pub digest: u64,
+    /// When a write last added points to it, in ns of the clock the store's caller gives
+    /// [`Store::maintain`] (the store reads no clock; it may lag the wall clock by one
+    /// maintenance interval). Blocks not written since the store was opened report the first
+    /// maintenance time after opening (0 before it).
+    pub last_write: Timestamp,
+}
+
+/// Where a paged listing ([`Store::list_blocks`], [`Store::list_registered`]) goes on: returned
+/// with a page, and valid only for the store that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    /// The engine's number of the series to go on with.
+    series: u32,
+    /// Its blocks starting after this one are next (all of them when `None`).
+    after: Option<i64>,
+}
+
+/// One page of [`Store::list_blocks`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockPage {
+    /// At most the `limit` asked for; possibly fewer (even none) while `next` is set.
+    pub blocks: Vec<BlockInfo>,
+    /// Where the next page starts; `None` once every block was listed.
+    pub next: Option<ListCursor>,
+}
+
+/// One page of [`Store::list_registered`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesPage {
+    /// At most the `limit` asked for; possibly fewer (even none) while `next` is set.
+    pub series: Vec<SeriesKey>,
+    /// Where the next page starts; `None` once every registration was listed.
+    pub next: Option<ListCursor>,
+}
+
+/// Series numbers (of dictionary entries, or empty slots) a listing call visits beyond its
+/// limit, so a page holds the state lock for bounded work even when few entries qualify.
+const LIST_SCAN_SLACK: usize = 4096;
 
 /// Local storage engine.
 pub trait Store: Send + Sync + fmt::Debug {
@@ -201,8 +267,54 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// One bounded step of background work at wall-clock time `now` (ns since the epoch):
     /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs
-    /// for how often to call it.
+    /// for how often to call it. `now` is also the store's clock for [`BlockInfo::last_write`].
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError>;
+
+    /// Every block held, a page at a time: start with `after = None`, then pass each page's
+    /// `next` until it is `None`. Counts, digests and write times come from memory; no point
+    /// is decoded, and each call holds the state lock for bounded work (about `limit` blocks),
+    /// so listing a million blocks never stalls writers. The order is the engine's (stable
+    /// while the store lives); blocks created behind the cursor meanwhile show up in the next
+    /// listing. A block written within the last maintenance step may briefly report a count and
+    /// digest that include points it holds twice (after a restart, or a write racing a
+    /// checkpoint); its `last_write` is then recent.
+    fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError>;
+
+    /// Block (`series`, `quantum_start`) as [`Store::list_blocks`] reports it; `None` when it
+    /// is not held.
+    fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError>;
+
+    /// Points of block (`series`, `quantum_start`), sorted by identity, strictly after `after`,
+    /// at most `limit` of them (page through a block to copy it whole).
+    fn read_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError>;
+
+    /// Removes block (`series`, `quantum_start`) if its digest is `expected_digest` (what the
+    /// new owners confirmed they hold), durably: a restart does not bring it back. Returns
+    /// whether it was dropped: `false` when it is not held, its digest differs, or its digest
+    /// is being settled (retry later). Points written into it after the check are kept, as a
+    /// new block. May wait briefly for writes in flight.
+    fn drop_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        expected_digest: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Registered series a page at a time, with cursors as [`Store::list_blocks`]; cheap at any
+    /// dictionary size (no sorting, bounded work per call).
+    fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError>;
+
+    /// Replaces the retention rules (a configuration reload); engines that never expire points
+    /// ignore them.
+    fn set_retention(&self, rules: Vec<RetentionRule>) {
+        let _ = rules;
+    }
 }
 
 pub use timeshard_proto::point::page_start;

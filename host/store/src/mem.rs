@@ -1,15 +1,20 @@
-//! An in-memory store: a sorted set of point identities per series. Bounded by a point cap so
-//! a runaway writer gets [`StoreError::Full`] instead of exhausting memory.
+//! An in-memory store: a sorted set of point identities per series, with per-block counts and
+//! digests for the repair listings. Bounded by a point cap so a runaway writer gets
+//! [`StoreError::Full`] instead of exhausting memory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::RwLock;
 
 use timeshard_proto::window::check_windows;
 use timeshard_proto::wire::BlockPoints;
-use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
+use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey, TimeRange};
 
 use crate::agg::{Aggregator, WindowAggregate};
-use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats, page_start};
+use crate::{
+    BlockInfo, BlockPage, LIST_SCAN_SLACK, ListCursor, MaintenanceReport, ReadPage, SeriesPage, Store, StoreError,
+    WriteStats, page_start,
+};
 use timeshard_proto::Timestamp;
 
 /// Everything in memory; lost on restart.
@@ -21,9 +26,68 @@ pub struct MemStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    series: HashMap<SeriesKey, BTreeSet<PointKey>>,
-    registered: BTreeMap<SeriesKey, ()>,
+    /// The number of each series: its index in `series`.
+    ids: HashMap<SeriesKey, u32>,
+    series: Vec<MemSeries>,
     points: u64,
+    /// The latest `now` given to maintenance: stamps writes.
+    clock: i64,
+}
+
+#[derive(Debug)]
+struct MemSeries {
+    key: SeriesKey,
+    registered: bool,
+    /// The quantum length of its writes (from the first one).
+    quantum: Option<QuantumLen>,
+    points: BTreeSet<PointKey>,
+    blocks: BTreeMap<i64, MemBlock>,
+}
+
+/// What the listings report of one block.
+#[derive(Debug, Default, Clone, Copy)]
+struct MemBlock {
+    count: u64,
+    digest: u64,
+    last_write: i64,
+}
+
+fn point_of(k: &PointKey) -> Point {
+    Point { ts: k.ts, value: f64::from_bits(k.value_bits), event: k.event }
+}
+
+impl Inner {
+    fn get(&self, key: &SeriesKey) -> Option<&MemSeries> {
+        Some(&self.series[*self.ids.get(key)? as usize])
+    }
+
+    fn ensure(&mut self, key: &SeriesKey) -> &mut MemSeries {
+        let n = self.series.len() as u32;
+        let id = *self.ids.entry(key.clone()).or_insert(n);
+        if id == n {
+            self.series.push(MemSeries {
+                key: key.clone(),
+                registered: false,
+                quantum: None,
+                points: BTreeSet::new(),
+                blocks: BTreeMap::new(),
+            });
+        }
+        &mut self.series[id as usize]
+    }
+}
+
+impl MemSeries {
+    fn info(&self, start: i64, b: &MemBlock) -> Option<BlockInfo> {
+        let quantum = Quantum::at(start, self.quantum?)?;
+        Some(BlockInfo {
+            series: self.key.clone(),
+            quantum,
+            count: b.count,
+            digest: b.digest,
+            last_write: b.last_write,
+        })
+    }
 }
 
 impl MemStore {
@@ -69,12 +133,40 @@ impl Store for MemStore {
                 inner.points, self.max_points
             )));
         }
-        let mut new_points = 0;
+        // Quantum lengths first, so a refused write changes nothing.
+        let mut in_batch: HashMap<&SeriesKey, QuantumLen> = HashMap::new();
         for b in blocks {
-            let set = inner.series.entry(b.series.clone()).or_default();
-            for p in &b.points {
-                new_points += u64::from(set.insert(p.key()));
+            let stored = inner.get(&b.series).and_then(|s| s.quantum).or_else(|| in_batch.get(&b.series).copied());
+            if let Some(len) = stored
+                && len != b.quantum.len
+            {
+                return Err(StoreError::QuantumMismatch {
+                    series: b.series.clone(),
+                    stored_ns: len.ns(),
+                    requested_ns: b.quantum.len.ns(),
+                });
             }
+            in_batch.insert(&b.series, b.quantum.len);
+        }
+        let clock = inner.clock;
+        let mut new_points = 0;
+        for b in blocks.iter().filter(|b| !b.points.is_empty()) {
+            let s = inner.ensure(&b.series);
+            s.quantum = Some(b.quantum.len);
+            let mut added = MemBlock::default();
+            for p in &b.points {
+                if s.points.insert(p.key()) {
+                    added.count += 1;
+                    added.digest = added.digest.wrapping_add(p.identity_hash());
+                }
+            }
+            if added.count > 0 {
+                let block = s.blocks.entry(b.quantum.start).or_default();
+                block.count += added.count;
+                block.digest = block.digest.wrapping_add(added.digest);
+                block.last_write = clock;
+            }
+            new_points += added.count;
         }
         inner.points += new_points;
         Ok(WriteStats { new_points })
@@ -88,14 +180,10 @@ impl Store for MemStore {
         limit: usize,
     ) -> Result<ReadPage, StoreError> {
         let inner = self.read_lock();
-        let Some(set) = inner.series.get(series) else {
+        let Some(s) = inner.get(series) else {
             return Ok(ReadPage::default());
         };
-        let mut iter = set.range(page_start(&range, after)..).take_while(|k| k.ts < range.end()).map(|k| Point {
-            ts: k.ts,
-            value: f64::from_bits(k.value_bits),
-            event: k.event,
-        });
+        let mut iter = s.points.range(page_start(&range, after)..).take_while(|k| k.ts < range.end()).map(point_of);
         let points: Vec<Point> = iter.by_ref().take(limit).collect();
         let more = iter.next().is_some();
         Ok(ReadPage { points, more })
@@ -104,17 +192,25 @@ impl Store for MemStore {
     fn register_series(&self, series: &[SeriesKey]) -> Result<(), StoreError> {
         let mut inner = self.write_lock();
         for s in series {
-            inner.registered.insert(s.clone(), ());
+            inner.ensure(s).registered = true;
         }
         Ok(())
     }
 
     fn has_series(&self, series: &SeriesKey) -> Result<bool, StoreError> {
-        Ok(self.read_lock().registered.contains_key(series))
+        Ok(self.read_lock().get(series).is_some_and(|s| s.registered))
     }
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {
-        Ok(self.read_lock().registered.keys().filter(|s| s.metric().starts_with(metric_prefix)).cloned().collect())
+        let inner = self.read_lock();
+        let mut out: Vec<SeriesKey> = inner
+            .series
+            .iter()
+            .filter(|s| s.registered && s.key.metric().starts_with(metric_prefix))
+            .map(|s| s.key.clone())
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     fn aggregate(
@@ -126,21 +222,117 @@ impl Store for MemStore {
         check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
         let inner = self.read_lock();
         let mut agg = Aggregator::new(range, window_ns);
-        if let Some(set) = inner.series.get(series) {
+        if let Some(s) = inner.get(series) {
             let start = PointKey { ts: range.start(), event: 0, value_bits: 0 };
-            let points: Vec<Point> = set
-                .range(start..)
-                .take_while(|k| k.ts < range.end())
-                .map(|k| Point { ts: k.ts, value: f64::from_bits(k.value_bits), event: k.event })
-                .collect();
+            let points: Vec<Point> = s.points.range(start..).take_while(|k| k.ts < range.end()).map(point_of).collect();
             agg.push_points(&points);
         }
         Ok(agg.finish())
     }
 
-    /// Nothing to maintain: the memory store neither seals nor expires.
-    fn maintain(&self, _now: Timestamp) -> Result<MaintenanceReport, StoreError> {
+    /// Nothing to maintain: the memory store neither seals nor expires. `now` stamps later
+    /// writes ([`BlockInfo::last_write`]).
+    fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError> {
+        let mut inner = self.write_lock();
+        inner.clock = inner.clock.max(now);
         Ok(MaintenanceReport::default())
+    }
+
+    fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError> {
+        let inner = self.read_lock();
+        let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
+        let mut blocks = Vec::new();
+        let mut visited = 0usize;
+        while let Some(s) = inner.series.get(id as usize) {
+            if blocks.len() >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
+                return Ok(BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) });
+            }
+            for (&start, b) in s.blocks.range((from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded)) {
+                if blocks.len() >= limit {
+                    return Ok(BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) });
+                }
+                visited += 1;
+                blocks.extend(s.info(start, b));
+                from = Some(start);
+            }
+            visited += 1;
+            id += 1;
+            from = None;
+        }
+        Ok(BlockPage { blocks, next: None })
+    }
+
+    fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError> {
+        let inner = self.read_lock();
+        Ok(inner.get(series).and_then(|s| s.info(quantum_start, s.blocks.get(&quantum_start)?)))
+    }
+
+    fn read_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
+        let Some(len) = self.read_lock().get(series).and_then(|s| s.quantum) else {
+            return Ok(ReadPage::default());
+        };
+        let q = Quantum::at(quantum_start, len).ok_or_else(|| {
+            StoreError::InvalidInput(format!(
+                "{quantum_start} is not the start of a quantum of {series} (quanta of {} ns)",
+                len.ns()
+            ))
+        })?;
+        let range = TimeRange::new(q.start, q.end())
+            .map_err(|e| StoreError::InvalidInput(format!("block {quantum_start} of {series}: {e}")))?;
+        self.read(series, range, after, limit)
+    }
+
+    fn drop_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        expected_digest: u64,
+    ) -> Result<bool, StoreError> {
+        let mut inner = self.write_lock();
+        let Some(&id) = inner.ids.get(series) else {
+            return Ok(false);
+        };
+        let s = &mut inner.series[id as usize];
+        let (Some(len), Some(b)) = (s.quantum, s.blocks.get(&quantum_start)) else {
+            return Ok(false);
+        };
+        if b.digest != expected_digest {
+            return Ok(false);
+        }
+        let count = b.count;
+        s.blocks.remove(&quantum_start);
+        let from = PointKey { ts: quantum_start, event: 0, value_bits: 0 };
+        let to = PointKey { ts: quantum_start.saturating_add(len.ns()), event: 0, value_bits: 0 };
+        let doomed: Vec<PointKey> = s.points.range(from..to).copied().collect();
+        for k in &doomed {
+            s.points.remove(k);
+        }
+        inner.points -= count;
+        Ok(true)
+    }
+
+    fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError> {
+        let inner = self.read_lock();
+        let mut id = after.map_or(0, |c| c.series);
+        let mut series = Vec::new();
+        let mut visited = 0usize;
+        while let Some(s) = inner.series.get(id as usize) {
+            if series.len() >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
+                return Ok(SeriesPage { series, next: Some(ListCursor { series: id, after: None }) });
+            }
+            if s.registered {
+                series.push(s.key.clone());
+            }
+            visited += 1;
+            id += 1;
+        }
+        Ok(SeriesPage { series, next: None })
     }
 }
 

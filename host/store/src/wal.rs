@@ -11,7 +11,7 @@
 //! the torn bytes off and the next group starts a fresh segment, so a failure never leaves
 //! damage between acknowledged records.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey};
@@ -171,7 +171,8 @@ struct Shared {
     seq_len: u64,
     defined: HashMap<u32, bool>,
     start_new: bool,
-    segments: BTreeSet<u64>,
+    /// Live segments and their sizes in bytes.
+    segments: BTreeMap<u64, u64>,
     // Durable but not yet applied writes, per segment: checkpoints keep those segments.
     unapplied: BTreeMap<u64, usize>,
 }
@@ -186,8 +187,9 @@ pub(crate) struct Wal {
 }
 
 impl Wal {
-    /// A writer that starts a new segment after `last_seq`; `segments` are the live ones.
-    pub fn new(backend: Arc<dyn Backend>, fsync: FsyncPolicy, last_seq: u64, segments: BTreeSet<u64>) -> Wal {
+    /// A writer that starts a new segment after `last_seq`; `segments` are the live ones with
+    /// their sizes.
+    pub fn new(backend: Arc<dyn Backend>, fsync: FsyncPolicy, last_seq: u64, segments: BTreeMap<u64, u64>) -> Wal {
         Wal {
             backend,
             fsync,
@@ -283,7 +285,7 @@ impl Wal {
             Ok(()) => {
                 g.seq_len += out.len() as u64;
                 g.defined = defined;
-                g.segments.insert(seq);
+                *g.segments.entry(seq).or_default() += out.len() as u64;
                 *g.unapplied.entry(seq).or_default() += writers;
                 let _ = group.set(Ok(seq));
             }
@@ -293,7 +295,7 @@ impl Wal {
                     // Nothing of this segment was acknowledged; it may not even exist.
                     let _ = self.backend.remove(&path);
                 } else {
-                    g.segments.insert(seq);
+                    g.segments.entry(seq).or_insert(at);
                 }
                 let _ = group.set(Err(Failure {
                     context: format!(
@@ -332,7 +334,39 @@ impl Wal {
 
     /// Live segment numbers.
     pub fn segments(&self) -> Vec<u64> {
-        self.lock().segments.iter().copied().collect()
+        self.lock().segments.keys().copied().collect()
+    }
+
+    /// Bytes in live segments.
+    pub fn bytes(&self) -> u64 {
+        self.lock().segments.values().sum()
+    }
+
+    /// When the log holds more than `max_bytes`: the segment from which on the newest segments
+    /// hold at most half of it (never past the newest), so that checkpointing the points
+    /// logged before it brings the log back under the bound.
+    pub fn cut_for(&self, max_bytes: u64) -> Option<u64> {
+        let g = self.lock();
+        if g.segments.values().sum::<u64>() <= max_bytes {
+            return None;
+        }
+        let newest = *g.segments.keys().next_back()?;
+        let mut newer = 0u64;
+        for (&seq, &bytes) in g.segments.iter().rev() {
+            newer += bytes;
+            if newer > max_bytes / 2 {
+                return Some((seq + 1).min(newest));
+            }
+        }
+        Some(newest)
+    }
+
+    /// Makes the next flush start a new segment and returns its number: every write logged
+    /// from now on lands in it or later.
+    pub fn rotate_boundary(&self) -> u64 {
+        let mut g = self.lock();
+        g.start_new = true;
+        g.seq + 1
     }
 
     /// Bytes in the current segment.
@@ -354,7 +388,7 @@ impl Wal {
         let doomed: Vec<u64> = {
             let limit = first_live.min(self.first_pinned());
             let g = self.lock();
-            g.segments.range(..limit).copied().collect()
+            g.segments.range(..limit).map(|(&s, _)| s).collect()
         };
         let mut removed = 0;
         for seq in doomed {
@@ -404,7 +438,7 @@ mod tests {
     fn concurrent_writers_share_fsyncs_and_all_land() {
         let b = crate::faulty_disk::FaultyDisk::new();
         b.set_sync_delay(std::time::Duration::from_millis(2));
-        let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, 0, BTreeSet::new()));
+        let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, 0, BTreeMap::new()));
         let q = Quantum::at(0, QuantumLen::new(1_000_000).unwrap()).unwrap();
         let key: SeriesKey = "m".parse().unwrap();
         std::thread::scope(|s| {

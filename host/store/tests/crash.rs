@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
-use timeshard_proto::{Point, PointKey, SeriesKey};
+use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey};
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk, SplitMix64};
 use timeshard_store::{DiskStore, Store};
 
@@ -143,19 +143,21 @@ fn a_torn_last_record_is_dropped_and_the_rest_replayed() {
     assert!(store.health().is_empty(), "a torn tail is expected after a crash: {:?}", store.health());
 }
 
-/// One deterministic run: writes to two series (one under retention), registrations, late
-/// data into sealed blocks, and maintenance with tiny segments, so that it seals, re-seals,
-/// compacts, rewrites the index, checkpoints the log and expires blocks. Stops at the first
-/// failure.
+/// One deterministic run: writes to two series (one under retention) and to a third whose
+/// quantum never ends, registrations, late data into sealed blocks, a conditional drop, and
+/// maintenance with tiny segments, so that it seals, re-seals, writes and merges checkpoint
+/// frames (raising the format), compacts, rewrites the index, checkpoints the log and expires
+/// blocks. Stops at the first failure.
 fn scripted_run(store: &DiskStore) -> Scripted {
     let keys = scripted_keys();
     let mut run = Scripted::default();
-    if store.register_series(&keys).is_err() {
+    let names: Vec<SeriesKey> = keys.iter().map(|(k, _)| k.clone()).collect();
+    if store.register_series(&names).is_err() {
         return run;
     }
     run.registered = true;
     for round in 0..16i64 {
-        for (si, k) in keys.iter().enumerate() {
+        for (si, (k, len)) in keys.iter().enumerate() {
             // New points in this round's quanta, plus late points into every older quantum.
             let mut pts: Vec<Point> = (0..30)
                 .map(|j| {
@@ -167,8 +169,28 @@ fn scripted_run(store: &DiskStore) -> Scripted {
                 let ts = q * 2_000_000 + 1_000 + round;
                 Point { ts, event: 1, value: value_of(ts, 1) }
             }));
-            match store.write(&blocks(k, qlen(), &pts)) {
+            match store.write(&blocks(k, *len, &pts)) {
                 Ok(_) => run.acked[si].extend(pts.iter().map(Point::key)),
+                Err(_) => return run,
+            }
+        }
+        if round == 8 {
+            // Hand a sealed block off: drop it with the digest a new owner would confirm.
+            // Until the drop returns, its points may or may not survive a crash.
+            let (k, len) = &keys[0];
+            let q = len.quantum_of(DROPPED_AT);
+            let doomed: Vec<PointKey> = run.acked[0].iter().filter(|p| q.contains(p.ts)).copied().collect();
+            run.dropped[0].extend(doomed.iter().copied());
+            for p in &doomed {
+                run.acked[0].remove(p);
+            }
+            let digest = match store.block_info(k, q.start) {
+                Ok(Some(info)) => info.digest,
+                _ => return run,
+            };
+            match store.drop_block(k, q.start, digest) {
+                Ok(true) => {}
+                Ok(false) => panic!("the drop found another digest in a run without concurrency"),
                 Err(_) => return run,
             }
         }
@@ -177,6 +199,7 @@ fn scripted_run(store: &DiskStore) -> Scripted {
             match store.maintain(run.now) {
                 Ok(r) => {
                     run.did.sealed_blocks += r.sealed_blocks;
+                    run.did.checkpointed_blocks += r.checkpointed_blocks;
                     run.did.expired_blocks += r.expired_blocks;
                     run.did.compacted_segments += r.compacted_segments;
                     run.did.wal_segments_removed += r.wal_segments_removed;
@@ -195,7 +218,9 @@ fn scripted_run(store: &DiskStore) -> Scripted {
 #[derive(Default)]
 struct Scripted {
     registered: bool,
-    acked: [BTreeSet<PointKey>; 2],
+    acked: [BTreeSet<PointKey>; 3],
+    /// Points of the dropped block, acknowledged before the drop: they may or may not be there.
+    dropped: [BTreeSet<PointKey>; 3],
     /// The latest time maintenance ran at (retention may have removed what ended before).
     now: i64,
     did: timeshard_store::MaintenanceReport,
@@ -203,13 +228,23 @@ struct Scripted {
 
 const SCRIPTED_KEEP_NS: i64 = 9_000_000;
 
-fn scripted_keys() -> [SeriesKey; 2] {
-    ["ops{s=a}".parse().unwrap(), "tmp.ops{s=b}".parse().unwrap()]
+/// The scripted run drops the block of its first series holding this time, at round 8.
+const DROPPED_AT: i64 = 4_000_000;
+
+fn scripted_keys() -> [(SeriesKey, QuantumLen); 3] {
+    [
+        ("ops{s=a}".parse().unwrap(), qlen()),
+        ("tmp.ops{s=b}".parse().unwrap(), qlen()),
+        // A quantum that lasts the whole run: its points become checkpoint frames.
+        ("live.ops{s=c}".parse().unwrap(), QuantumLen::new(1_000_000_000).unwrap()),
+    ]
 }
 
 fn scripted_config() -> timeshard_store::DiskConfig {
     timeshard_store::DiskConfig {
         retention: vec![timeshard_store::RetentionRule::new("tmp.", SCRIPTED_KEEP_NS)],
+        max_open_age_ns: 0,
+        max_block_frames: 3,
         block_segment_bytes: 3 << 10,
         wal_segment_bytes: 2 << 10,
         index_rewrite_bytes: 3 << 10,
@@ -228,12 +263,18 @@ fn a_crash_before_any_file_operation_loses_no_acknowledged_point() {
     let did = written.did;
     assert!(
         did.sealed_blocks > 0
+            && did.checkpointed_blocks > 0
             && did.expired_blocks > 0
             && did.compacted_segments > 0
             && did.wal_segments_removed > 0
             && did.index_rewrites > 0,
         "the run does every kind of maintenance, so the crashes below hit each of them: {did:?}"
     );
+    {
+        use timeshard_store::Backend;
+        let format = String::from_utf8(full.read_all("FORMAT").unwrap()).unwrap();
+        assert!(format.ends_with("format 2\n"), "checkpoint frames raised the format: {format:?}");
+    }
     let total_ops = full.ops();
     for n in 0..total_ops {
         let disk = FaultyDisk::new();
@@ -263,8 +304,17 @@ fn the_store_carries_on_after_the_disk_fills_before_any_file_operation() {
         disk.heal();
         let mut run = scripted_run(&store);
         assert!(run.registered && run.acked == written.acked, "full before op {n}: the retried run failed");
-        for (a, b) in run.acked.iter_mut().zip(first.acked) {
-            a.extend(b);
+        // The retried run dropped the block after everything the first run wrote to it, and
+        // then wrote some of those points again.
+        let dropped = qlen().quantum_of(DROPPED_AT);
+        for (si, ((a, d), b)) in run.acked.iter_mut().zip(&mut run.dropped).zip(first.acked).enumerate() {
+            for p in b {
+                if si == 0 && dropped.contains(p.ts) && !a.contains(&p) {
+                    d.insert(p);
+                } else {
+                    a.insert(p);
+                }
+            }
         }
         assert!(store.health().is_empty(), "full before op {n}: {:?}", store.health());
         drop(store);
@@ -276,22 +326,23 @@ fn the_store_carries_on_after_the_disk_fills_before_any_file_operation() {
 fn check_restart(image: &FaultyDisk, run: &Scripted, written: &Scripted, at: &str) {
     let store = DiskStore::open_with_backend(std::sync::Arc::new(image.clone()), scripted_config())
         .unwrap_or_else(|e| panic!("{at}: reopening failed: {e}"));
-    for (si, key) in scripted_keys().iter().enumerate() {
+    for (si, (key, len)) in scripted_keys().iter().enumerate() {
         let got = read_all(&store, key, 50);
         let got_keys: BTreeSet<PointKey> = got.iter().map(Point::key).collect();
         // Retention may have removed the quanta that ended before the last cutoff.
         let cutoff = if si == 1 { run.now - SCRIPTED_KEEP_NS } else { i64::MIN };
         let missing: Vec<_> = run.acked[si]
             .iter()
-            .filter(|p| qlen().quantum_of(p.ts).end() > cutoff && !got_keys.contains(p))
+            .filter(|p| len.quantum_of(p.ts).end() > cutoff && !got_keys.contains(p))
             .take(3)
             .collect();
         assert!(missing.is_empty(), "{at}: acknowledged points lost, e.g. {missing:?}");
-        let strays: Vec<_> = got_keys.difference(&written.acked[si]).take(3).collect();
+        let ever: BTreeSet<PointKey> = written.acked[si].union(&written.dropped[si]).copied().collect();
+        let strays: Vec<_> = got_keys.difference(&ever).take(3).collect();
         assert!(strays.is_empty(), "{at}: points never written appeared: {strays:?}");
         let mut by_q: std::collections::BTreeMap<i64, Vec<Point>> = Default::default();
         for p in &got {
-            by_q.entry(qlen().quantum_of(p.ts).start).or_default().push(*p);
+            by_q.entry(len.quantum_of(p.ts).start).or_default().push(*p);
         }
         for (q, pts) in &by_q {
             let s = store.block_summary(key, *q).unwrap();

@@ -215,6 +215,41 @@ fn a_newer_format_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn the_format_is_raised_only_when_a_block_first_has_several_frames() {
+    use timeshard_store::Backend;
+    let format = |disk: &FaultyDisk| String::from_utf8(disk.read_all("FORMAT").unwrap()).unwrap();
+    let disk = FaultyDisk::new();
+    let cfg = || DiskConfig { max_open_age_ns: 0, ..small_config() };
+    let store = open(&disk, cfg());
+    assert_eq!(format(&disk), "timeshard-store\nformat 1\n", "a new directory is readable by format-1 builds");
+    // Ended quanta seal into one frame each: format 1 still reads everything.
+    let old: SeriesKey = "fmt.old".parse().unwrap();
+    store.write(&blocks(&old, qlen(), &pts(0, 50))).unwrap();
+    settle(&store, 100_000_000);
+    drop(store);
+    assert!(format(&disk).ends_with("format 1\n"));
+    // A format-1 directory with data opens; a block of a quantum that lasts gets a second
+    // checkpoint frame, which format 1 cannot read: the directory says format 2 from then on.
+    let store = open(&disk, cfg());
+    assert_eq!(read_all(&store, &old, 100).len(), 50);
+    let live: SeriesKey = "fmt.live".parse().unwrap();
+    let len = timeshard_proto::QuantumLen::new(1_000_000_000_000).unwrap();
+    let first: Vec<Point> = (0..3).map(|i| Point::new(200_000_000 + i, 1.0)).collect();
+    store.write(&blocks(&live, len, &first)).unwrap();
+    settle(&store, 200_000_000);
+    assert!(format(&disk).ends_with("format 1\n"), "one checkpoint frame is a plain block");
+    // (One point is less than half of the first frame, so it is not merged into it.)
+    store.write(&blocks(&live, len, &[Point::new(300_000_000, 1.0)])).unwrap();
+    settle(&store, 300_000_000);
+    assert!(format(&disk).ends_with("format 2\n"), "{}", format(&disk));
+    assert_eq!(store.stats().frames, 2 + 5);
+    drop(store);
+    let store = open(&disk, cfg());
+    assert_eq!(read_all(&store, &live, 100).len(), 4);
+    assert_eq!(read_all(&store, &old, 100).len(), 50);
+}
+
+#[test]
 fn whole_quantum_windows_use_summaries_without_decoding() {
     let store = open(&FaultyDisk::new(), small_config());
     let k: SeriesKey = "sum".parse().unwrap();

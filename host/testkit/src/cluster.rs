@@ -1,19 +1,27 @@
 //! A local cluster of separate node processes on loopback, for the demo, the benchmarks and
 //! the end-to-end tests. Each node gets its own directory, config file, certificate and log.
+//! The certificates come from a development PKI, or, with [`Enrollment`], each node enrolls
+//! with a control plane at its first start (`timeshard node --enroll`). With
+//! [`ClusterOptions::fault_injection`], each node also watches a fault file, and
+//! [`LocalCluster::partition`] cuts the cluster into groups that cannot talk to each other.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use timeshard_node::config::{ClassConfig, DhtConfig, LimitsConfig, NodeConfig, StoreConfig, TlsConfig};
+use timeshard_node::config::{
+    ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, StoreConfig, TestingConfig,
+    TlsConfig,
+};
 use timeshard_node::http::HttpConfig;
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
-use timeshard_proto::Id;
+use timeshard_proto::{Contact, Id};
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::{Client, NodeStatus};
 use tokio::process::{Child, Command};
@@ -37,12 +45,32 @@ pub struct ClusterOptions {
     pub store: StoreConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    pub membership: MembershipConfig,
+    pub hints: HintsConfig,
+    /// Whether every node watches a fault file (`node-<i>/faults`), so tests can partition the
+    /// cluster with [`LocalCluster::partition`].
+    pub fault_injection: bool,
     /// Policies of every node (use absolute paths for the modules).
     pub policy: timeshard_policy::Config,
     /// The HTTP side of every node; its `listen` port is replaced by a free one per node.
     pub http: HttpConfig,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
+    /// Enroll with a control plane instead of using a development PKI.
+    pub enroll: Option<Enrollment>,
+}
+
+/// Nodes that enroll with a control plane at their first start.
+#[derive(Clone, Debug)]
+pub struct Enrollment {
+    /// Node `i` enrolls with (and then follows) `urls[i % urls.len()]`.
+    pub urls: Vec<String>,
+    /// One single-use enrollment token per node.
+    pub tokens: Vec<String>,
+    /// Node 0 listens here and no node gets `--bootstrap`: the control plane's node
+    /// configuration names this address as the bootstrap peer. `None`: the nodes join
+    /// through node 0 with `--bootstrap`, as without a control plane.
+    pub first_addr: Option<SocketAddr>,
 }
 
 impl ClusterOptions {
@@ -56,17 +84,21 @@ impl ClusterOptions {
             store: StoreConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            membership: MembershipConfig::default(),
+            hints: HintsConfig::default(),
+            fault_injection: false,
             policy: timeshard_policy::Config::default(),
             http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            enroll: None,
         }
     }
 }
 
 impl ClusterOptions {
     /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory
-    /// (removed when the returned guard drops). Timeouts are shortened so failures are detected
-    /// within seconds.
+    /// (removed when the returned guard drops). Timeouts and gossip are shortened so failures
+    /// are detected within seconds.
     pub fn for_tests(nodes: usize, binary: impl Into<PathBuf>) -> (ClusterOptions, tempfile::TempDir) {
         let dir = tempfile::Builder::new().prefix("timeshard-e2e-").tempdir().expect("temp dir");
         let mut options = ClusterOptions::new(nodes, dir.path(), binary);
@@ -75,6 +107,11 @@ impl ClusterOptions {
             connect_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(3),
             ..DhtConfig::default()
+        };
+        options.membership = MembershipConfig {
+            gossip_interval: Duration::from_millis(200),
+            suspect_after: Duration::from_secs(3),
+            ..MembershipConfig::default()
         };
         (options, dir)
     }
@@ -104,15 +141,26 @@ impl LocalCluster {
             bail!("a cluster needs at least one node");
         }
         std::fs::create_dir_all(&options.dir).with_context(|| format!("cannot create {}", options.dir.display()))?;
-        let pki_dir = options.dir.join("pki");
-        pki::dev_pki(&pki_dir, options.nodes)?;
+        let first_addr = match &options.enroll {
+            Some(e) if e.tokens.len() < options.nodes => {
+                bail!("{} enrollment tokens for {} nodes", e.tokens.len(), options.nodes)
+            }
+            Some(e) => e.first_addr,
+            None => {
+                pki::dev_pki(&options.dir.join("pki"), options.nodes)?;
+                None
+            }
+        };
         let mut cluster = LocalCluster { options, nodes: Vec::new() };
-        let first = cluster.spawn(0, None, Vec::new()).await?;
+        let first = cluster.spawn(0, first_addr, Vec::new()).await?;
         cluster.nodes.push(first);
-        let seed = cluster.nodes[0].ready.addr;
+        let seeds = match first_addr {
+            Some(_) => Vec::new(),
+            None => vec![cluster.nodes[0].ready.addr.to_string()],
+        };
         let mut starting = Vec::new();
         for i in 1..cluster.options.nodes {
-            starting.push(cluster.spawn(i, None, vec![seed.to_string()]));
+            starting.push(cluster.spawn(i, None, seeds.clone()));
         }
         for node in futures::future::join_all(starting).await {
             cluster.nodes.push(node?);
@@ -132,17 +180,25 @@ impl LocalCluster {
         let pki = TlsFiles::in_dir(&o.dir.join("pki"), &format!("node-{i}"));
         NodeConfig {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
-            data_dir: o.dir.join(format!("node-{i}")).join("data"),
+            data_dir: self.data_dir(i),
             bootstrap,
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
             store: o.store.clone(),
-            classes: o.classes.clone(),
+            membership: o.membership.clone(),
+            hints: o.hints.clone(),
+            testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
+            // An enrolled node takes its classes from the control plane.
+            classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
             http: HttpConfig { listen: SocketAddr::new(o.http.listen.ip(), 0), ..o.http.clone() },
             base_dir: o.dir.join(format!("node-{i}")),
         }
+    }
+
+    fn fault_file(&self, i: usize) -> PathBuf {
+        self.options.dir.join(format!("node-{i}")).join("faults")
     }
 
     async fn spawn(&self, i: usize, listen: Option<SocketAddr>, bootstrap: Vec<String>) -> Result<NodeProcess> {
@@ -155,12 +211,14 @@ impl LocalCluster {
         let _ = std::fs::remove_file(&ready_file);
         let log = dir.join("node.log");
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
-        let child = Command::new(&self.options.binary)
-            .arg("node")
-            .arg("--config")
-            .arg(&config)
-            .arg("--ready-file")
-            .arg(&ready_file)
+        let mut command = Command::new(&self.options.binary);
+        command.arg("node").arg("--config").arg(&config).arg("--ready-file").arg(&ready_file);
+        if let Some(e) = &self.options.enroll
+            && !timeshard_control_api::Agent::is_enrolled(&self.data_dir(i))
+        {
+            command.arg("--enroll").arg(&e.urls[i % e.urls.len()]).arg("--token").arg(&e.tokens[i]);
+        }
+        let child = command
             .env("TIMESHARD_LOG", &self.options.log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -204,6 +262,11 @@ impl LocalCluster {
         self.nodes[i].ready.id
     }
 
+    /// Every node's contact (running or not), in node order.
+    pub fn contacts(&self) -> Vec<Contact> {
+        self.nodes.iter().map(|n| Contact { id: n.ready.id, addr: n.ready.addr }).collect()
+    }
+
     /// Node `i`'s log file.
     pub fn log(&self, i: usize) -> &Path {
         &self.nodes[i].log
@@ -212,6 +275,11 @@ impl LocalCluster {
     /// Node `i`'s config file.
     pub fn config(&self, i: usize) -> &Path {
         &self.nodes[i].config
+    }
+
+    /// Node `i`'s data directory (an enrolled node keeps its enrollment in `control/` there).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.options.dir.join(format!("node-{i}")).join("data")
     }
 
     /// The cluster's directory.
@@ -229,9 +297,19 @@ impl LocalCluster {
         TlsFiles::in_dir(&self.pki_dir(), "client")
     }
 
+    /// The certificate a client of node `i` uses: the development PKI's client certificate,
+    /// or, for enrolled nodes (the control plane issues node certificates only), node `i`'s
+    /// own, which it knows as itself and never takes for a peer.
+    pub fn client_tls_of(&self, i: usize) -> TlsFiles {
+        match &self.options.enroll {
+            Some(_) => TlsFiles::in_dir(&self.data_dir(i).join("control"), "node"),
+            None => self.client_tls(),
+        }
+    }
+
     /// A client connected to node `i`.
     pub async fn client(&self, i: usize) -> Result<Client> {
-        Ok(Client::connect(self.addr(i), &self.client_tls()).await?)
+        Ok(Client::connect(self.addr(i), &self.client_tls_of(i)).await?)
     }
 
     /// Whether node `i` is running.
@@ -239,7 +317,45 @@ impl LocalCluster {
         self.nodes[i].child.is_some()
     }
 
-    /// Waits until every running node knows every other running node (or `k` of them).
+    /// What node `i` reports about itself.
+    pub async fn status(&self, i: usize) -> Result<NodeStatus> {
+        let client = self.client(i).await?;
+        let status = client.status().await;
+        client.close().await;
+        Ok(status?)
+    }
+
+    /// Cuts the cluster into `groups` of node indices: from then on, a node talks only to the
+    /// nodes of its own group (nodes in no group talk to everyone). Needs
+    /// [`ClusterOptions::fault_injection`]. The nodes see it within 200 ms.
+    pub fn partition(&self, groups: &[&[usize]]) -> Result<()> {
+        if !self.options.fault_injection {
+            bail!("the cluster was started without fault_injection");
+        }
+        for (g, group) in groups.iter().enumerate() {
+            let others: Vec<String> = groups
+                .iter()
+                .enumerate()
+                .filter(|(h, _)| *h != g)
+                .flat_map(|(_, other)| other.iter().map(|&j| self.id(j).to_hex()))
+                .collect();
+            for &i in group.iter() {
+                write_atomically(&self.fault_file(i), &others.join("\n"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lifts every partition.
+    pub fn heal(&self) -> Result<()> {
+        for i in 0..self.len() {
+            write_atomically(&self.fault_file(i), "")?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every running node knows every other running node (or `k` of them) and
+    /// holds every running node as up in its membership view.
     pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<NodeStatus>> {
         let running: Vec<usize> = (0..self.len()).filter(|&i| self.is_running(i)).collect();
         let want = (running.len() - 1).min(self.options.dht.k) as u32;
@@ -253,7 +369,8 @@ impl LocalCluster {
             for c in &clients {
                 statuses.push(c.status().await?);
             }
-            if statuses.iter().all(|s| s.peers >= want) {
+            let members = running.len() as u32;
+            if statuses.iter().all(|s| s.peers >= want && s.members_up >= members) {
                 for c in clients {
                     c.close().await;
                 }
@@ -261,10 +378,32 @@ impl LocalCluster {
             }
             if Instant::now() > deadline {
                 let peers: Vec<u32> = statuses.iter().map(|s| s.peers).collect();
-                bail!("nodes did not learn of each other within {timeout:?}: peers known {peers:?}, want {want}");
+                let up: Vec<u32> = statuses.iter().map(|s| s.members_up).collect();
+                bail!(
+                    "nodes did not learn of each other within {timeout:?}: peers known {peers:?}, want {want}; \
+                     members up {up:?}, want {members}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
+    /// running node read it, a restart regenerates it from the cluster's options.
+    pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
+        let path = self.config(i);
+        let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+        edit(&mut config);
+        std::fs::write(path, toml::to_string(&config)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Sends node `i` SIGHUP: it re-reads its config file and applies what can change while it
+    /// runs (retention, policies).
+    pub fn reload(&self, i: usize) -> Result<()> {
+        let pid =
+            self.nodes[i].child.as_ref().and_then(Child::id).with_context(|| format!("node {i} is not running"))?;
+        kill(Pid::from_raw(pid as i32), Signal::SIGHUP).context("cannot signal the node")?;
+        Ok(())
     }
 
     /// Kills node `i` with SIGKILL (no chance to clean up).
@@ -273,6 +412,16 @@ impl LocalCluster {
             child.kill().await.context("cannot kill the node")?;
         }
         Ok(())
+    }
+
+    /// Waits up to `timeout` for node `i` to exit on its own; returns how it exited.
+    pub async fn wait_exit(&mut self, i: usize, timeout: Duration) -> Result<ExitStatus> {
+        let Some(child) = self.nodes[i].child.as_mut() else { bail!("node {i} is not running") };
+        let status = tokio::time::timeout(timeout, child.wait())
+            .await
+            .with_context(|| format!("node {i} still runs after {timeout:?}"))??;
+        self.nodes[i].child = None;
+        Ok(status)
     }
 
     /// Stops node `i` with SIGTERM and waits for it; returns whether it exited cleanly.
@@ -320,6 +469,12 @@ impl LocalCluster {
         }
         Ok(clean)
     }
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 async fn wait_ready(node: &mut NodeProcess) -> Result<Ready> {

@@ -1,14 +1,19 @@
 //! What timeshard's tests, demo and benchmarks share; no part of a node.
 //!
-//! Owns local clusters of separate node processes on loopback ([`cluster`]), the deterministic
-//! datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]), an HTTP client for
-//! the nodes' HTTP side ([`http`]), the demo behind
-//! `timeshard demo` ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The
-//! command line (`timeshard-cli`) parses their options; everything else is here.
+//! Owns local clusters of separate node processes on loopback ([`cluster`]) with partition fault
+//! injection, a peer's look at each replica of a block ([`inspect`]), a control plane of
+//! `timeshard-control` processes for them to enroll with (`fleet`, with the `fleet` feature),
+//! the deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
+//! an HTTP client for the nodes' HTTP side ([`http_client`]), the demo behind `timeshard demo`
+//! ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The command line
+//! (`timeshard-cli`) parses their options; everything else is here.
 
 pub mod bench;
 pub mod cluster;
 pub mod datasets;
 pub mod demo;
-pub mod http;
+#[cfg(feature = "fleet")]
+pub mod fleet;
+pub mod http_client;
+pub mod inspect;
 pub mod stats;

@@ -20,7 +20,7 @@ impl Coordinator {
     /// several share its timestamp), or `None` if it holds none there.
     pub async fn latest(self: &Arc<Self>, series: SeriesKey, before: Timestamp) -> Result<Option<Point>, ErrorReply> {
         let before = before.clamp(MIN_TIMESTAMP + 1, MAX_TIMESTAMP);
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let index = key::quantum_index_series(&series);
         let meta = series_meta_id(&series);
         let whole = TimeRange::new(MIN_TIMESTAMP, before)
@@ -29,7 +29,7 @@ impl Coordinator {
             time::quanta(whole, key::index_quantum()).map(|(quantum, range)| BlockPart { quantum, range }).collect();
 
         // Which index blocks hold entries: one window per block, from R replicas, merged.
-        let replicas = self.ordered_replicas(meta, &class).await;
+        let replicas = self.ordered_replicas(meta, &class);
         let r = usize::from(class.replication.r);
         let width = key::index_quantum().ns();
         let n = parts.len();
@@ -57,7 +57,7 @@ impl Coordinator {
                 let windows = self.aggregate(series.clone(), range, span).await?;
                 let Some(last_ts) = windows.iter().filter(|w| w.count > 0).map(|w| w.last_ts).max() else { continue };
                 let instant = TimeRange::new(last_ts, last_ts + 1).map_err(|e| unavailable(e.to_string()))?;
-                let (points, _) = self.read(series.clone(), instant, None, self.limits.max_page_points).await?;
+                let (points, _) = self.read(series.clone(), instant, None, self.limits().max_page_points).await?;
                 return Ok(points.into_iter().next_back());
             }
         }

@@ -2,6 +2,8 @@
 //!
 //! One module per path: `write` (placing a batch on RF replicas each and waiting for W
 //! acknowledgements, with series registrations and quantum index entries in the same round),
+//! `replicas` (replica requests that run on after their write was answered, bounded, and handed
+//! to hints when they cannot complete),
 //! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
 //! `query` (window aggregates and query policies pushed down to the owners of each block and
 //! merged here), `series` (listing the cluster's series, whether one was ever written) and
@@ -9,18 +11,20 @@
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
 //! locally when it is this node), ordering and asking R replicas of a block, and fetching one
-//! block's points. The decisions themselves (placement and quorum, replica agreement, paging,
+//! block's points. The replicas of a block are its owners in the membership view
+//! ([`crate::membership::View::owners`]), computed locally: no network lookups on the data path. The decisions themselves (placement and quorum, replica agreement, paging,
 //! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
 //! quantum_index}`; the coordinator runs them over the network.
 
 mod latest;
 mod query;
 mod read;
+pub mod replicas;
 mod series;
 mod write;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -32,12 +36,12 @@ use timeshard_store::Store;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
+use crate::membership::View;
 use crate::server::serve_replica;
 
+pub use replicas::ReplicaWrites;
 pub use write::WriteOutcome;
 
-/// Placement lookups a write or query runs at once.
-const PLACEMENT_PARALLELISM: usize = 32;
 /// Owner requests a query keeps in flight.
 const OWNER_PARALLELISM: usize = 16;
 
@@ -45,9 +49,16 @@ const OWNER_PARALLELISM: usize = 16;
 #[derive(Debug)]
 pub struct Coordinator {
     dht: Arc<Dht>,
+    view: Arc<View>,
+    replica_writes: Arc<ReplicaWrites>,
     store: Arc<dyn Store>,
-    classes: Classes,
-    limits: LimitsConfig,
+    /// Swapped whole when the control plane changes the classes: a request takes one table
+    /// and uses it throughout. Prefix, format and quantum of a class never change (the control
+    /// plane and the node refuse that), so where stored blocks live stays valid.
+    classes: RwLock<Arc<Classes>>,
+    /// Swapped whole, like the classes; only the per-node limits change (read parallelism,
+    /// quanta per page), never the wire limits.
+    limits: RwLock<Arc<LimitsConfig>>,
     registered: Mutex<HashSet<SeriesKey>>,
     /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
@@ -80,9 +91,12 @@ async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize)
 }
 
 impl Coordinator {
-    /// A coordinator placing data through `dht` and storing this node's share in `store`.
+    /// A coordinator placing data on its owners in `view`, talking to them through `dht`,
+    /// storing this node's share in `store`, and running replica writes as `replica_writes`.
     pub fn new(
         dht: Arc<Dht>,
+        view: Arc<View>,
+        replica_writes: Arc<ReplicaWrites>,
         store: Arc<dyn Store>,
         classes: Classes,
         limits: LimitsConfig,
@@ -90,9 +104,11 @@ impl Coordinator {
     ) -> Coordinator {
         Coordinator {
             dht,
+            view,
+            replica_writes,
             store,
-            classes,
-            limits,
+            classes: RwLock::new(Arc::new(classes)),
+            limits: RwLock::new(Arc::new(limits)),
             registered: Mutex::new(HashSet::new()),
             indexed: Mutex::new(HashSet::new()),
             policies,
@@ -113,9 +129,34 @@ impl Coordinator {
         })
     }
 
-    /// The class table.
-    pub fn classes(&self) -> &Classes {
-        &self.classes
+    /// The class table in force now.
+    pub fn classes(&self) -> Arc<Classes> {
+        self.classes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the class table; requests already running finish with the one they took.
+    pub fn set_classes(&self, classes: Classes) {
+        *self.classes.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(classes);
+    }
+
+    /// The limits in force now.
+    pub fn limits(&self) -> Arc<LimitsConfig> {
+        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the limits (for requests that start from now on).
+    pub fn set_limits(&self, limits: LimitsConfig) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+    }
+
+    /// The membership view placement is computed from.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+
+    /// Replica writes running on after their write was answered, and the hints.
+    pub fn replica_writes(&self) -> &Arc<ReplicaWrites> {
+        &self.replica_writes
     }
 
     /// Sends `req` to `contact`, or serves it locally if that is this node.
@@ -140,12 +181,12 @@ impl Coordinator {
         }
     }
 
-    /// The replicas of block `id`, the local node first (no network) and peers that failed
-    /// lately last.
-    async fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
-        let mut replicas = self.dht.replicas(id, usize::from(class.replication.rf)).await;
+    /// The owners of block `id`, the local node first (no network), then those up, and peers
+    /// that are down or failed lately last.
+    fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
+        let mut replicas = self.view.owners(id, usize::from(class.replication.rf));
         let me = self.dht.me().id;
-        replicas.sort_by_key(|c| (c.id != me, self.dht.is_suspect(&c.id)));
+        replicas.sort_by_key(|c| (c.id != me, !self.view.is_up(&c.id), self.dht.is_suspect(&c.id)));
         replicas
     }
 
@@ -203,8 +244,8 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let replicas = self.ordered_replicas(id, class).await;
-        let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits.max_page_points);
+        let replicas = self.ordered_replicas(id, class);
+        let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
             let mut cursor = after;

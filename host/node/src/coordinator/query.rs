@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use timeshard_policy::Registry;
 use timeshard_proto::agreement::{self, OwnerAnswers};
-use timeshard_proto::key;
+use timeshard_proto::placement::placement_id;
 use timeshard_proto::point::set_digest;
 use timeshard_proto::read::{self, MAX_QUERY_QUANTA};
 use timeshard_proto::window::{WindowStats, merge_windows};
@@ -22,7 +22,7 @@ use timeshard_proto::wire::{
 use timeshard_proto::{Contact, Point, SeriesClass, SeriesKey, TimeRange};
 use timeshard_store::agg::Aggregator;
 
-use super::{Coordinator, OWNER_PARALLELISM, PLACEMENT_PARALLELISM, bounded_in_order, unavailable};
+use super::{Coordinator, OWNER_PARALLELISM, bounded_in_order, unavailable};
 use crate::policies;
 
 /// A computation pushed down to the owners of block parts: what to ask them, how to read and
@@ -165,7 +165,7 @@ impl Coordinator {
                 ),
             ));
         }
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let summaries = Summaries { series: series.clone(), registry: registry.clone(), policy, params };
         let answers = self.ask_owners(&series, &class, &parts, &summaries).await?;
@@ -189,7 +189,7 @@ impl Coordinator {
         range: TimeRange,
         width_ns: i64,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
-        let class = self.classes.of(&series).clone();
+        let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
         let per_part = self.ask_owners(&series, &class, &parts, &Windows { series: series.clone(), width_ns }).await?;
         let windows = merge_windows(&range, width_ns, per_part);
@@ -240,9 +240,9 @@ impl Coordinator {
         push_down: &Q,
     ) -> Result<Vec<Q::Answer>, ErrorReply> {
         let r = usize::from(class.replication.r);
-        let ids = parts.iter().map(|p| key::block_id(class.format, series, &p.quantum));
-        let replicas: Vec<Vec<Contact>> =
-            bounded_in_order(ids.map(|id| self.ordered_replicas(id, class)).collect(), PLACEMENT_PARALLELISM).await;
+        let classes = self.classes();
+        let ids = parts.iter().map(|p| placement_id(series, &p.quantum, &classes));
+        let replicas: Vec<Vec<Contact>> = ids.map(|id| self.ordered_replicas(id, class)).collect();
         // Answers are kept in request order, and the first of agreeing answers is used: the
         // local node's first, then a fixed order, so the same query picks the same replicas.
         let requests = agreement::owner_requests(&replicas, r, self.dht.me().id, MAX_BLOCK_PARTS);
@@ -273,7 +273,7 @@ impl Coordinator {
         let settled = answers.settle(|a, b| push_down.agree(a, b));
         let redone = bounded_in_order(
             settled.redo().iter().map(|&i| self.reconcile_part(series, class, parts[i], push_down)).collect(),
-            self.limits.read_parallelism,
+            self.limits().read_parallelism,
         )
         .await;
         let redone = redone.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -291,8 +291,8 @@ impl Coordinator {
         part: BlockPart,
         push_down: &Q,
     ) -> Result<Q::Answer, ErrorReply> {
-        let id = key::block_id(class.format, series, &part.quantum);
-        let replicas = self.ordered_replicas(id, class).await;
+        let id = placement_id(series, &part.quantum, &self.classes());
+        let replicas = self.ordered_replicas(id, class);
         let ask = |c: Contact| async move {
             let resp = self.replica_call(&c, push_down.request(vec![part])).await?;
             push_down.parse(resp, 1).map(|mut answers| answers.swap_remove(0))

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use timeshard_proto::key::{self, series_meta_id};
+use timeshard_proto::key;
+use timeshard_proto::placement::placement_id;
 use timeshard_proto::quantum_index::Scan;
 use timeshard_proto::read::{self, Page};
 use timeshard_proto::wire::{ErrorCode, ErrorReply};
@@ -25,12 +26,13 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: u32,
     ) -> Result<(Vec<Point>, Option<PointKey>), ErrorReply> {
-        let class = self.classes.of(&series).clone();
+        let classes = self.classes();
+        let class = classes.of(&series).clone();
+        let limits = self.limits();
         let Some(scan) = read::scan_range(&range, after) else {
             return Ok((Vec::new(), None));
         };
-        let series_hash = key::series_hash(&series);
-        let page_quanta = self.limits.max_quanta_per_page;
+        let page_quanta = limits.max_quanta_per_page;
         // Long scans skip the quanta that hold no data, as the quantum index says.
         let (parts, more_quanta) = if read::uses_index(scan, class.quantum) {
             let (indexed, more) = self.indexed_quanta(&series, &class, scan, page_quanta).await?;
@@ -38,10 +40,10 @@ impl Coordinator {
         } else {
             read::first_parts(scan, class.quantum, page_quanta)
         };
-        let mut page = Page::new(parts, more_quanta, limit as usize, self.limits.read_parallelism);
+        let mut page = Page::new(parts, more_quanta, limit as usize, limits.read_parallelism);
         while let Some((window, remaining)) = page.next_fetches() {
             let fetches = window.iter().map(|part| {
-                let id = key::block_id_from_hashes(class.format, &series_hash, &part.quantum);
+                let id = placement_id(&series, &part.quantum, &classes);
                 self.fetch_block(&series, &class, id, part.quantum, part.range, after, remaining)
             });
             for result in futures::future::join_all(fetches).await {
@@ -71,9 +73,10 @@ impl Coordinator {
         limit: usize,
     ) -> Result<(Vec<Quantum>, bool), ErrorReply> {
         let index = key::quantum_index_series(series);
-        let at = series_meta_id(series);
+        let classes = self.classes();
         let mut found = Scan::new(scan, class.quantum, limit);
         for (q, part) in found.index_parts() {
+            let at = placement_id(&index, &q, &classes);
             let entries = self.fetch_block(&index, class, at, q, part, None, usize::MAX).await?;
             if found.push(&entries) {
                 break;

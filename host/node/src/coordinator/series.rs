@@ -13,12 +13,13 @@ use tracing::warn;
 use super::{Coordinator, OWNER_PARALLELISM, bounded_in_order, unavailable};
 
 impl Coordinator {
-    /// The series of the whole cluster passing `filter`: every known node lists the
-    /// registrations it holds (each series is registered on RF nodes), and the answers are
-    /// merged. Fails if so many nodes failed to answer that a series could be missing.
+    /// The series of the whole cluster passing `filter`: every member of the view that owns
+    /// data lists the registrations it holds (each series is registered on RF nodes), and the
+    /// answers are merged. Members that are down count as failed. Fails if so many nodes failed
+    /// to answer that a series could be missing.
     pub async fn list_series(&self, filter: SeriesFilter, limit: u32) -> Result<(Vec<SeriesKey>, bool), ErrorReply> {
-        let mut nodes = self.dht.all_known();
-        nodes.push(self.dht.me());
+        let (nodes, down): (Vec<Contact>, Vec<Contact>) =
+            self.view.eligible().into_iter().partition(|c| self.view.is_up(&c.id));
         let ask = |c: Contact| {
             let req = Request::FindSeries { filter: filter.clone(), limit };
             async move { self.replica_call(&c, req).await }
@@ -26,7 +27,7 @@ impl Coordinator {
         let answers = bounded_in_order(nodes.iter().map(|c| ask(*c)).collect(), OWNER_PARALLELISM).await;
         let mut all = BTreeSet::new();
         let mut more = false;
-        let mut failed = Vec::new();
+        let mut failed: Vec<String> = down.iter().map(|c| format!("{}: down", c.addr)).collect();
         for (node, answer) in nodes.iter().zip(answers) {
             match answer {
                 Ok(Response::SeriesList { series, more: m }) => {
@@ -37,7 +38,7 @@ impl Coordinator {
                 Err(e) => failed.push(format!("{}: {}", node.addr, e.message)),
             }
         }
-        let min_rf = self.classes.iter().map(|c| c.replication.rf).min().unwrap_or(1) as usize;
+        let min_rf = self.classes().iter().map(|c| c.replication.rf).min().unwrap_or(1) as usize;
         if failed.len() >= min_rf {
             return Err(unavailable(format!(
                 "{} nodes did not answer, so the list could miss series: {}",
@@ -54,8 +55,8 @@ impl Coordinator {
         if self.registered.lock().expect("registered lock").contains(series) {
             return Ok(true);
         }
-        let rf = usize::from(self.classes.of(series).replication.rf);
-        let replicas = self.dht.replicas(series_meta_id(series), rf).await;
+        let rf = usize::from(self.classes().of(series).replication.rf);
+        let replicas = self.view.owners(series_meta_id(series), rf);
         let mut asks: FuturesUnordered<_> =
             replicas.iter().map(|c| self.replica_call(c, Request::HasSeries { series: series.clone() })).collect();
         let mut answered = 0;

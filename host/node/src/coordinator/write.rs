@@ -1,24 +1,29 @@
-//! The write path: ingest policies, then placing every block of a batch on its RF replicas and
-//! returning once each has W acknowledgements.
+//! The write path: ingest policies, then placing every block of a batch on its RF owners (from
+//! the membership view) and returning once each has W acknowledgements.
 //!
 //! Series seen for the first time are registered in the series dictionary, and index spans
 //! holding data for the first time are added to the series' quantum index, in the same round
 //! and under the same quorum. This node remembers (boundedly) what it saw acknowledged, so
 //! live data does not register or index the same thing again.
+//!
+//! What one owner gets is packed into requests within `max_batch_points` and the message size
+//! (a full client batch plus its index entries does not fit one). Owners the view says are
+//! down get hints instead of requests; a write whose blocks cannot reach W owners that are up
+//! is refused at once, before anything is sent. Requests still running once the write has its
+//! quorum run on, bounded, as [`super::replicas::ReplicaWrites`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use timeshard_proto::class::Replication;
 use timeshard_proto::key::series_meta_id;
-use timeshard_proto::placement::{WritePlan, WriteProgress, split_batch};
+use timeshard_proto::placement::{WritePlan, WriteProgress, block_bytes, pack, placement_id, split_batch, split_block};
 use timeshard_proto::quantum_index;
-use timeshard_proto::wire::{BlockPoints, ErrorReply, RejectedPoint, Request, Response, SeriesPoints};
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, RejectedPoint, Request, Response, SeriesPoints};
 use timeshard_proto::{Contact, Id, SeriesKey};
 use tokio::sync::mpsc;
 
-use super::{Coordinator, PLACEMENT_PARALLELISM, unavailable};
+use super::{Coordinator, unavailable};
 use crate::policies;
 
 /// Series remembered as registered before the memory is cleared.
@@ -26,13 +31,13 @@ const REGISTERED_CACHE_MAX: usize = 100_000;
 /// (series, index span) pairs remembered as indexed before the memory is cleared.
 const INDEXED_CACHE_MAX: usize = 1_000_000;
 
-/// Where one part of a write goes.
+/// One request of a write: to a node, blocks or registrations, one of several if they did not
+/// fit one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Target {
-    /// Blocks stored on a node.
-    Blocks(Id),
-    /// Series registrations stored on a node.
-    Registrations(Id),
+struct Target {
+    node: Id,
+    registrations: bool,
+    part: usize,
 }
 
 /// What a coordinated write did.
@@ -45,6 +50,50 @@ pub struct WriteOutcome {
     /// Points an ingest policy refused, and the first of them with reasons.
     pub rejected: u64,
     pub rejections: Vec<RejectedPoint>,
+}
+
+/// One thing a write must get W owners to store: a piece of a block, or a registration.
+#[derive(Debug)]
+struct Item {
+    id: Id,
+    replication: Replication,
+    what: What,
+}
+
+#[derive(Debug)]
+enum What {
+    Block(BlockPoints),
+    Registration(SeriesKey),
+}
+
+impl Item {
+    fn describe(&self) -> String {
+        match &self.what {
+            What::Block(b) => format!("block {} at quantum {}", b.series, b.quantum.start),
+            What::Registration(s) => format!("the registration of {s}"),
+        }
+    }
+}
+
+/// The error a failed write reports: a replica's own error when the request itself was wrong
+/// (every replica would refuse it; its code says why), otherwise `Unavailable` with the causes.
+fn write_failure(errors: &[(Contact, ErrorReply)]) -> ErrorReply {
+    if let Some((c, e)) = errors.iter().find(|(_, e)| !e.code.is_replica_fault()) {
+        return ErrorReply::new(e.code, format!("replica {} refused the write: {}", c.addr, e.message));
+    }
+    let mut causes: Vec<String> = Vec::new();
+    for (c, e) in errors {
+        let cause = format!("{}: {}", c.addr, e.message);
+        if !causes.contains(&cause) && causes.len() < 3 {
+            causes.push(cause);
+        }
+    }
+    unavailable(format!(
+        "too few replicas acknowledged the write ({} replica request(s) failed: {}); some points may be stored, \
+         and retrying is safe because writes are idempotent",
+        errors.len(),
+        if causes.is_empty() { "no answer".to_string() } else { causes.join("; ") }
+    ))
 }
 
 impl Coordinator {
@@ -65,18 +114,20 @@ impl Coordinator {
         Ok(WriteOutcome { points, blocks, rejected, rejections })
     }
 
-    /// Places and stores a batch; returns (points, blocks) once every block has W acks. Series
-    /// seen for the first time are registered, and quanta that hold data for the first time
-    /// are added to the series' quantum index, in the same round and under the same quorum.
-    async fn replicate(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
+    /// Everything a batch stores: its blocks (split to fit a request), the index blocks of
+    /// spans it fills first, and the registrations of series it writes first, each with where
+    /// it goes. Returns them with (points, blocks) of the data and the new series and spans.
+    #[allow(clippy::type_complexity)]
+    fn items(&self, batch: Vec<SeriesPoints>) -> (Vec<Item>, u64, u64, Vec<SeriesKey>, Vec<(SeriesKey, i64)>) {
         let new_series: Vec<SeriesKey> = {
             let known = self.registered.lock().expect("registered lock");
             let mut seen = HashSet::new();
             batch.iter().map(|s| &s.series).filter(|s| !known.contains(*s) && seen.insert(*s)).cloned().collect()
         };
-        let data = split_batch(batch, &self.classes);
+        let classes = self.classes();
+        let data = split_batch(batch, &classes);
         let points: u64 = data.iter().map(|b| b.block.points.len() as u64).sum();
-        let n_data = data.len();
+        let n_data = data.len() as u64;
         let new_spans: Vec<(SeriesKey, i64)> = {
             let indexed = self.indexed.lock().expect("indexed lock");
             let mut seen = HashSet::new();
@@ -85,101 +136,203 @@ impl Coordinator {
                 .filter(|k| !indexed.contains(k) && seen.insert(k.clone()))
                 .collect()
         };
-
-        // Everything stored: the data blocks, then the index blocks, each with where it goes.
-        let mut stored: Vec<(Id, Replication, BlockPoints)> =
-            data.into_iter().map(|b| (b.id, b.replication, b.block)).collect();
+        let limits = self.limits();
+        let (max_points, max_bytes) = (limits.max_batch_points as usize, limits.max_message_bytes as usize);
+        let mut blocks: Vec<(Replication, BlockPoints)> = data.into_iter().map(|b| (b.replication, b.block)).collect();
+        // Index blocks keep the replication of the series they index.
         for (series, block) in quantum_index::blocks(&new_spans) {
-            stored.push((series_meta_id(&series), self.classes.of(&series).replication, block));
+            blocks.push((classes.of(&series).replication, block));
         }
-        let n_stored = stored.len();
-        let registrations: Vec<(Id, Replication)> =
-            new_series.iter().map(|s| (series_meta_id(s), self.classes.of(s).replication)).collect();
-
-        // Where everything goes: one lookup per block and per new series, a few at a time.
-        let lookups: Vec<(Id, usize)> = stored
-            .iter()
-            .map(|(id, r, _)| (*id, usize::from(r.rf)))
-            .chain(registrations.iter().map(|(id, r)| (*id, usize::from(r.rf))))
-            .collect();
-        let placements: Vec<Vec<Contact>> = futures::stream::iter(lookups)
-            .map(|(id, rf)| self.dht.replicas(id, rf))
-            .buffered(PLACEMENT_PARALLELISM)
-            .collect()
-            .await;
-        let contacts: HashMap<Id, Contact> = placements.iter().flatten().map(|c| (c.id, *c)).collect();
-
-        let needs = stored.iter().map(|(_, r, _)| r.w).chain(registrations.iter().map(|(_, r)| r.w));
-        let items = needs.zip(placements.iter()).enumerate().map(|(i, (need, replicas))| {
-            let target = |c: &Contact| if i < n_stored { Target::Blocks(c.id) } else { Target::Registrations(c.id) };
-            (usize::from(need), replicas.iter().map(target).collect::<Vec<_>>())
-        });
-        let mut plan = WritePlan::new(items);
-        if plan.progress() == WriteProgress::Failed {
-            let known = self.dht.peer_count() + 1;
-            return Err(unavailable(format!(
-                "this node knows {known} node(s), fewer than a write quorum needs; start more nodes or lower rf/w \
-                 in the series class"
-            )));
+        let mut items = Vec::new();
+        for (replication, block) in blocks {
+            let id = placement_id(&block.series, &block.quantum, &classes);
+            for piece in split_block(block, max_points, max_bytes) {
+                items.push(Item { id, replication, what: What::Block(piece) });
+            }
         }
+        for s in &new_series {
+            let replication = classes.of(s).replication;
+            items.push(Item { id: series_meta_id(s), replication, what: What::Registration(s.clone()) });
+        }
+        (items, points, n_data, new_series, new_spans)
+    }
 
-        let (tx, mut rx) = mpsc::channel(plan.requests().count().max(1));
-        for (target, idx) in plan.requests() {
-            let (id, req) = match *target {
-                Target::Blocks(id) => {
-                    (id, Request::Store { blocks: idx.iter().map(|&i| stored[i].2.clone()).collect() })
+    /// The requests of a write: per owner node, its blocks packed within the limits and its
+    /// registrations, each with the indices of the items it carries.
+    fn requests(&self, items: &[Item], owners: &[Vec<Contact>]) -> Vec<(Target, Vec<usize>)> {
+        let mut per_node: HashMap<Id, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            for c in &owners[i] {
+                let (blocks, regs) = per_node.entry(c.id).or_default();
+                match item.what {
+                    What::Block(_) => blocks.push(i),
+                    What::Registration(_) => regs.push(i),
                 }
-                Target::Registrations(id) => (
-                    id,
-                    Request::RegisterSeries { series: idx.iter().map(|&i| new_series[i - n_stored].clone()).collect() },
-                ),
+            }
+        }
+        let limits = self.limits();
+        let (max_points, max_bytes) = (limits.max_batch_points as usize, limits.max_message_bytes as usize);
+        let max_series = limits.max_batch_series.max(1) as usize;
+        let mut out = Vec::new();
+        for (node, (blocks, regs)) in per_node {
+            let sizes: Vec<(usize, usize)> = blocks
+                .iter()
+                .map(|&i| match &items[i].what {
+                    What::Block(b) => (b.points.len(), block_bytes(b)),
+                    What::Registration(_) => (0, 0),
+                })
+                .collect();
+            for (part, idx) in pack(&sizes, max_points, max_bytes).into_iter().enumerate() {
+                let target = Target { node, registrations: false, part };
+                out.push((target, idx.into_iter().map(|j| blocks[j]).collect()));
+            }
+            for (part, idx) in regs.chunks(max_series).enumerate() {
+                out.push((Target { node, registrations: true, part }, idx.to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Places and stores a batch; returns (points, blocks) once every block has W acks. Series
+    /// seen for the first time are registered, and quanta that hold data for the first time
+    /// are added to the series' quantum index, in the same round and under the same quorum.
+    async fn replicate(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
+        let (items, points, n_data, new_series, new_spans) = self.items(batch);
+        let owners: Vec<Vec<Contact>> =
+            items.iter().map(|it| self.view.owners(it.id, usize::from(it.replication.rf))).collect();
+
+        // Refuse at once what cannot reach W owners that are up: nothing is sent then.
+        for (item, owners) in items.iter().zip(&owners) {
+            let need = usize::from(item.replication.w);
+            if owners.len() < need {
+                return Err(unavailable(format!(
+                    "this node's membership view holds {} node(s) that own data, fewer than the write quorum of {} \
+                     needs ({need}); start more nodes or lower rf/w in the series class",
+                    self.view.eligible().len(),
+                    item.describe()
+                )));
+            }
+            let up = owners.iter().filter(|c| self.view.is_up(&c.id)).count();
+            if up < need {
+                let down: Vec<String> =
+                    owners.iter().filter(|c| !self.view.is_up(&c.id)).map(|c| c.addr.to_string()).collect();
+                return Err(unavailable(format!(
+                    "only {up} of the {} owners of {} are up ({} down: {}); the write needs {need}: nothing was \
+                     written; retry once they are back",
+                    owners.len(),
+                    item.describe(),
+                    down.len(),
+                    down.join(", ")
+                )));
+            }
+        }
+
+        let contacts: HashMap<Id, Contact> = owners.iter().flatten().map(|c| (c.id, *c)).collect();
+        let requests = self.requests(&items, &owners);
+        let mut per_item: Vec<Vec<Target>> = vec![Vec::new(); items.len()];
+        for (target, idx) in &requests {
+            for &i in idx {
+                per_item[i].push(*target);
+            }
+        }
+        let mut plan =
+            WritePlan::new(items.iter().zip(per_item).map(|(it, targets)| (usize::from(it.replication.w), targets)));
+
+        let (tx, mut rx) = mpsc::channel(requests.len().max(1));
+        let mut running = HashMap::new();
+        let mut errors: Vec<(Contact, ErrorReply)> = Vec::new();
+        let mut down_targets = Vec::new();
+        for (target, idx) in requests {
+            let req = if target.registrations {
+                let series = idx.iter().filter_map(|&i| match &items[i].what {
+                    What::Registration(s) => Some(s.clone()),
+                    What::Block(_) => None,
+                });
+                Request::RegisterSeries { series: series.collect() }
+            } else {
+                let blocks = idx.iter().filter_map(|&i| match &items[i].what {
+                    What::Block(b) => Some(b.clone()),
+                    What::Registration(_) => None,
+                });
+                Request::Store { blocks: blocks.collect() }
             };
-            let contact = contacts[&id];
-            let (me, tx, target) = (self.clone(), tx.clone(), *target);
-            // Each replica request runs to completion even after the quorum answered, so slow
-            // replicas still get the data.
-            tokio::spawn(async move {
-                let outcome = match me.replica_call(&contact, req).await {
+            let contact = contacts[&target.node];
+            if !self.view.is_up(&target.node) {
+                // Down owners get the data when they are back.
+                self.replica_writes.hint(target.node, &req);
+                down_targets.push(target);
+                continue;
+            }
+            let req = Arc::new(req);
+            let me = self.clone();
+            let call_req = req.clone();
+            let call = async move {
+                match me.replica_call(&contact, (*call_req).clone()).await {
                     Ok(Response::Stored { .. }) => Ok(()),
-                    Ok(other) => Err(format!("unexpected answer {other:?}")),
-                    Err(e) => Err(e.message),
-                };
-                let _ = tx.send((target, outcome)).await;
+                    Ok(other) => Err(ErrorReply::new(ErrorCode::Internal, format!("unexpected answer {other:?}"))),
+                    Err(e) => Err(e),
+                }
+            };
+            let tx = tx.clone();
+            let key = self.replica_writes.spawn(target.node, req, call, move |outcome| {
+                // The write may have been answered already; then nobody listens.
+                let _ = tx.try_send((target, outcome));
             });
+            running.insert(target, key);
         }
         drop(tx);
+        for target in &down_targets {
+            plan.on_failure(target);
+        }
 
-        let mut errors = Vec::new();
-        while let Some((target, outcome)) = rx.recv().await {
-            let progress = match outcome {
+        let mut progress = plan.progress();
+        while progress == WriteProgress::Pending {
+            let Some((target, outcome)) = rx.recv().await else { break };
+            running.remove(&target);
+            progress = match outcome {
                 Ok(()) => plan.on_ack(&target),
                 Err(e) => {
-                    errors.push(e);
+                    errors.push((contacts[&target.node], e));
                     plan.on_failure(&target)
                 }
             };
-            match progress {
-                WriteProgress::Pending => {}
-                WriteProgress::Acknowledged => {
-                    let mut known = self.registered.lock().expect("registered lock");
-                    if known.len() + new_series.len() > REGISTERED_CACHE_MAX {
-                        known.clear();
-                    }
-                    known.extend(new_series);
-                    let mut indexed = self.indexed.lock().expect("indexed lock");
-                    if indexed.len() + new_spans.len() > INDEXED_CACHE_MAX {
-                        indexed.clear();
-                    }
-                    indexed.extend(new_spans);
-                    return Ok((points, n_data as u64));
-                }
-                WriteProgress::Failed => break,
-            }
         }
-        Err(unavailable(format!(
-            "too few replicas acknowledged the write ({}); some points may be stored, and retrying is safe \
-             because writes are idempotent",
-            errors.first().map(String::as_str).unwrap_or("no answer")
-        )))
+        // What still runs goes on in the background (or becomes a hint).
+        self.replica_writes.detach(running.into_values());
+        match progress {
+            WriteProgress::Acknowledged => {
+                let mut known = self.registered.lock().expect("registered lock");
+                if known.len() + new_series.len() > REGISTERED_CACHE_MAX {
+                    known.clear();
+                }
+                known.extend(new_series);
+                let mut indexed = self.indexed.lock().expect("indexed lock");
+                if indexed.len() + new_spans.len() > INDEXED_CACHE_MAX {
+                    indexed.clear();
+                }
+                indexed.extend(new_spans);
+                Ok((points, n_data))
+            }
+            WriteProgress::Pending | WriteProgress::Failed => Err(write_failure(&errors)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_reports_the_replicas_cause() {
+        let c = Contact { id: Id::sha1(b"a"), addr: "127.0.0.1:7401".parse().unwrap() };
+        let full = ErrorReply::new(ErrorCode::Unavailable, "this node's store failed: store is full");
+        let e = write_failure(&[(c, full.clone()), (c, full)]);
+        assert_eq!(e.code, ErrorCode::Unavailable);
+        assert!(e.message.contains("store is full") && e.message.contains("2 replica request(s)"), "{}", e.message);
+        // A request every replica would refuse keeps its own code.
+        let too_big = ErrorReply::new(ErrorCode::BatchTooLarge, "batch holds 100064 points; the limit is 100000");
+        let e = write_failure(&[(c, ErrorReply::new(ErrorCode::Overloaded, "busy")), (c, too_big)]);
+        assert_eq!(e.code, ErrorCode::BatchTooLarge);
+        assert!(e.message.contains("100064") && e.message.contains("127.0.0.1:7401"), "{}", e.message);
     }
 }

@@ -1,6 +1,7 @@
 //! `/metrics`: the node's figures in Prometheus' text format. Each metric is one line below,
 //! read when scraped from where it lives: the node's counters (`crate::metrics`), the store's
-//! stats and files, the policy registry's call counters, the QUIC endpoint and the DHT.
+//! stats and files, the policy registry's call counters, the QUIC endpoint, and the node's
+//! status (traffic, membership, hints).
 //! Names are `timeshard_<subsystem>_<what>_<unit>`, counters end in `_total`, units are base
 //! units (seconds, bytes).
 
@@ -117,14 +118,53 @@ pub fn render(node: &Node) -> String {
         "QUIC requests being served.",
         quic_slots.saturating_sub(node.request_slots().available_permits()) as f64,
     );
-    let (sent, received) = node.net().traffic().totals();
+    // Replication and membership, as the node's status reports them.
+    let st = crate::server::status(node);
     e.counter(
         "timeshard_net_sent_bytes_total",
         "Message bytes sent to peers and clients (replication included).",
-        sent as f64,
+        st.bytes_sent as f64,
     );
-    e.counter("timeshard_net_received_bytes_total", "Message bytes received from peers and clients.", received as f64);
-    e.gauge("timeshard_dht_peers", "Other nodes in the routing table.", node.dht().peer_count() as f64);
+    e.counter(
+        "timeshard_net_received_bytes_total",
+        "Message bytes received from peers and clients.",
+        st.bytes_received as f64,
+    );
+    e.gauge("timeshard_dht_peers", "Other nodes in the routing table.", f64::from(st.peers));
+    let states = [("up", st.members_up), ("down", st.members_down), ("gone", st.members_gone)];
+    let labels: Vec<[(&str, &str); 1]> = states.iter().map(|(s, _)| [("state", *s)]).collect();
+    e.gauges(
+        "timeshard_membership_members",
+        "Members of this node's membership view by state (down: silent but still owners; gone: no longer owners).",
+        labels.iter().zip(&states).map(|(l, (_, n))| (&l[..], f64::from(*n))),
+    );
+    e.counter(
+        "timeshard_membership_view_changes_total",
+        "Changes of the members that own blocks.",
+        st.view_generation as f64,
+    );
+    e.gauge("timeshard_hints_pending", "Writes held for replicas that missed them.", st.hints_pending as f64);
+    e.gauge(
+        "timeshard_hints_pending_bytes",
+        "Bytes on disk of the writes held for replicas.",
+        st.hints_pending_bytes as f64,
+    );
+    e.counter("timeshard_hints_replayed_total", "Held writes delivered to their replicas.", st.hints_replayed as f64);
+    e.counter(
+        "timeshard_hints_dropped_total",
+        "Held writes dropped (too old, over the byte bound, damaged).",
+        st.hints_dropped as f64,
+    );
+    e.gauge(
+        "timeshard_replica_writes_in_flight",
+        "Writes to replicas still running after their write was answered.",
+        f64::from(st.replica_writes_in_flight),
+    );
+    e.gauge(
+        "timeshard_config_generation",
+        "Generation of the control plane's desired state in force (0: configured by hand).",
+        st.config_generation as f64,
+    );
 
     let store_dir = node.config().data_dir.join("store");
     if let Some(disk) = node.disk_store() {

@@ -59,12 +59,14 @@ const OPEN_PATHS: [&str; 2] = ["/ping", "/health"];
 pub struct AppState {
     pub node: Arc<Node>,
     pub tokens: Arc<Tokens>,
+    /// `[http]` as the node started: fixed while it runs (a changed `[http]` needs a restart).
+    http: Arc<HttpConfig>,
     slots: Arc<Semaphore>,
 }
 
 impl AppState {
     pub fn config(&self) -> &HttpConfig {
-        &self.node.config().http
+        &self.http
     }
 }
 
@@ -149,13 +151,14 @@ impl FromRequest<AppState> for Body {
 }
 
 fn tls_acceptor(node: &Node) -> Result<Option<TlsAcceptor>, HttpStartError> {
-    let http = &node.config().http;
+    let config = node.config();
+    let http = &config.http;
     if !http.tls {
         return Ok(None);
     }
     let (cert, key) = match (&http.cert, &http.key) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => (node.config().tls.cert.clone(), node.config().tls.key.clone()),
+        _ => (config.tls.cert.clone(), config.tls.key.clone()),
     };
     let read = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
         HttpStartError::Tls(format!("cannot read {what} {}: {e}", path.display()))
@@ -189,8 +192,13 @@ pub async fn bind(config: &HttpConfig) -> Result<(TcpListener, SocketAddr), Http
 /// tracker, so shutdown waits for requests in flight.
 pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Result<(), HttpStartError> {
     let acceptor = tls_acceptor(&node)?;
-    let http = node.config().http.clone();
-    let state = AppState { node: node.clone(), tokens, slots: Arc::new(Semaphore::new(http.max_concurrent_requests)) };
+    let http = Arc::new(node.config().http.clone());
+    let state = AppState {
+        node: node.clone(),
+        tokens,
+        slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
+        http: http.clone(),
+    };
     let app = router(state);
     let connections = Arc::new(Semaphore::new(http.max_connections));
     let tasks = node.tasks().clone();

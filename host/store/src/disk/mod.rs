@@ -13,13 +13,26 @@
 //! - `read`: raw reads, aggregates and block summaries over sealed and open points;
 //! - `seal`: sealing open points into block segments, compaction, and index log writes;
 //! - `recover`: opening (format check, index load, log replay) and log checkpoints;
-//! - `retain`: retention rules and expiry.
+//! - `retain`: retention rules and expiry;
+//! - `blocks`: whole blocks for repair and handoff (listing, reading, conditional drops) and
+//!   paged registrations.
 //!
 //! # Implementation notes
 //!
-//! - A block is `sealed` (one compressed frame in a block segment file, listed in the index)
-//!   plus `open` points (in memory and in the log). Open points of a sealed block are late data:
-//!   reads merge them, maintenance re-seals the union into a new frame.
+//! - A block is a list of sealed `frames` (compressed frames in block segment files, listed in
+//!   the index, with disjoint point sets) plus `open` points (in memory and in the log).
+//!   Maintenance writes a block's open points as a new frame once its quantum has ended (then
+//!   merging every frame into one), or, while the quantum lasts, once the open points are
+//!   older than [`DiskConfig::max_open_age_ns`], are many, or pin a log grown past
+//!   [`DiskConfig::max_wal_bytes`]: such a *checkpoint* frame is merged only with the newest
+//!   frames no more than twice its size (so a point is rewritten O(log n) times, never the
+//!   whole block at every checkpoint), and the log stays bounded whatever the quantum.
+//! - Writes keep open points disjoint from the frames: a write loads the frames whose key range
+//!   its points fall in (none for live data, which lands after them) and leaves out points they
+//!   hold. When that cannot be known (the log replayed at open, a write racing a checkpoint of
+//!   the same block) the block is flagged `open_overlap` and the next step removes duplicates.
+//!   Disjoint parts make a block's count and digest sums of its frames' summaries and of a
+//!   running digest of its open points, so listing blocks decodes nothing.
 //! - Locks: `state` (RwLock) is never held across I/O. Maintenance snapshots what it needs,
 //!   does its I/O unlocked, then applies the result; it is serialised by `maint`, which ingest
 //!   never waits for (the pressure valve only `try_lock`s it).
@@ -29,6 +42,7 @@
 //! - Sealed frames are immutable. A reader holding an old location may find its segment
 //!   compacted away (not found): it re-reads the location and retries.
 
+mod blocks;
 mod read;
 mod recover;
 mod retain;
@@ -49,12 +63,17 @@ use crate::backend::{Backend, FileBackend};
 use crate::block::{self, Codec};
 use crate::index::Loc;
 use crate::wal::Wal;
-use crate::{MaintenanceReport, ReadPage, Store, StoreError, WriteStats};
+use crate::{BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, SeriesPage, Store, StoreError, WriteStats};
 
 pub use retain::RetentionRule;
 
-/// On-disk format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version this build writes and the newest it reads. Version 2 adds blocks of
+/// several frames and dropped blocks (index edits 6 and 7); a directory stays at version 1
+/// (readable by older builds) until the first such edit is written.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The format a new directory starts at: the oldest that reads everything written so far.
+const BASE_FORMAT: u32 = 1;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,7 +95,8 @@ pub struct DiskConfig {
     /// A block is sealed once its quantum ended this long ago (default 30 s); later points are
     /// late data and get merged by a re-seal.
     pub seal_grace_ns: i64,
-    /// A block's open points are sealed early past this many (default 1 Mi).
+    /// A block's open points are sealed early past this many, and no frame holds more
+    /// (default 1 Mi; a block with more is kept as several frames).
     pub max_block_points: usize,
     /// Open points held in memory above which writes seal the oldest blocks themselves
     /// (default 8 Mi points, about 200 MB).
@@ -85,16 +105,27 @@ pub struct DiskConfig {
     pub max_write_points: usize,
     /// Most series in the dictionary (default 10 Mi); more is refused as [`StoreError::Full`].
     pub max_series: usize,
-    /// A log segment is rotated past this size (default 64 MiB).
+    /// A log segment is rotated past this size (default 16 MiB).
     pub wal_segment_bytes: u64,
     /// A block segment file is rotated past this size (default 64 MiB).
     pub block_segment_bytes: u64,
+    /// Open points of a block whose quantum has not ended are written as a checkpoint frame
+    /// once the oldest of them is this old by the maintenance clock (default 60 s), so no block
+    /// pins the log longer, whatever its quantum length or timestamps.
+    pub max_open_age_ns: i64,
+    /// Past this many bytes of log, the blocks pinning its older half are checkpointed at once
+    /// (default 64 MiB): bounds the log, and the replay at open, under heavy ingest.
+    pub max_wal_bytes: u64,
+    /// Checkpoint frames of one block above which maintenance merges the newest ones even when
+    /// they differ in size (default 8).
+    pub max_block_frames: usize,
     /// Most points one maintenance step seals (default 4 Mi).
     pub step_max_points: usize,
     /// The index log is rewritten as a snapshot once it is this large and 4 times its live
     /// content (default 8 MiB).
     pub index_rewrite_bytes: u64,
-    /// Retention rules by metric prefix; series without a rule are kept forever.
+    /// Retention rules by metric prefix: the longest matching prefix decides (see
+    /// [`RetentionRule`]); series no rule matches are kept forever.
     pub retention: Vec<RetentionRule>,
 }
 
@@ -108,8 +139,11 @@ impl Default for DiskConfig {
             max_open_points: 8 << 20,
             max_write_points: 1 << 20,
             max_series: 10 << 20,
-            wal_segment_bytes: 64 << 20,
+            wal_segment_bytes: 16 << 20,
             block_segment_bytes: 64 << 20,
+            max_open_age_ns: 60_000_000_000,
+            max_wal_bytes: 64 << 20,
+            max_block_frames: 8,
             step_max_points: 4 << 20,
             index_rewrite_bytes: 8 << 20,
             retention: Vec::new(),
@@ -130,8 +164,12 @@ pub struct DiskStats {
     pub summaries_used: u64,
     /// Points held in memory (open blocks and late data).
     pub open_points: u64,
-    /// Sealed blocks.
+    /// Sealed blocks (blocks with at least one frame).
     pub sealed_blocks: u64,
+    /// Frames of sealed blocks (a block has more while its quantum lasts).
+    pub frames: u64,
+    /// Bytes of log segments.
+    pub wal_bytes: u64,
     /// Series in the dictionary.
     pub series: u64,
     /// Log segment files.
@@ -140,11 +178,86 @@ pub struct DiskStats {
     pub block_segments: u64,
 }
 
+/// The sealed frames of a block, oldest first. Most blocks have one, kept without a heap
+/// allocation.
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Frames {
+    #[default]
+    Empty,
+    One(Loc),
+    Many(Vec<Loc>),
+}
+
+impl Frames {
+    fn as_slice(&self) -> &[Loc] {
+        match self {
+            Frames::Empty => &[],
+            Frames::One(l) => std::slice::from_ref(l),
+            Frames::Many(v) => v,
+        }
+    }
+
+    fn from_vec(mut v: Vec<Loc>) -> Frames {
+        match v.len() {
+            0 => Frames::Empty,
+            1 => Frames::One(v.pop().expect("one")),
+            _ => Frames::Many(v),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Points in the frames (their sum when they are disjoint).
+    fn count(&self) -> u64 {
+        self.as_slice().iter().map(|l| l.summary.count).sum()
+    }
+
+    /// Wrapping sum of the frames' digests (the digest of their union when disjoint).
+    fn digest(&self) -> u64 {
+        self.as_slice().iter().fold(0u64, |d, l| d.wrapping_add(l.summary.digest))
+    }
+}
+
+/// Whether `p` lies within the key range of frame `l` (so the frame may hold it).
+fn in_range(l: &Loc, p: &Point) -> bool {
+    l.summary.first <= *p && *p <= l.summary.last
+}
+
+/// Wrapping sum of the identity hashes of `points`: the digest of a set of points.
+fn digest_of(points: &[Point]) -> u64 {
+    points.iter().fold(0u64, |d, p| d.wrapping_add(p.identity_hash()))
+}
+
 #[derive(Debug, Default)]
 struct Block {
-    sealed: Option<Loc>,
+    /// Sealed frames, oldest first; their point sets are disjoint unless `overlap`.
+    frames: Frames,
+    /// Bumped at every change of `frames`, so a write that looked at them knows whether what
+    /// it saw still holds when it applies.
+    frames_gen: u32,
+    /// The frames may share points (found again after index damage): maintenance merges them
+    /// before their summaries are used.
+    overlap: bool,
+    /// When maintenance should merge the frames into as few as possible (the block is in
+    /// `State::merge_due` under this time), if it has several.
+    merge_at: Option<i64>,
     /// Sorted by identity, no duplicates.
     open: Vec<Point>,
+    /// [`digest_of`] the open points.
+    open_digest: u64,
+    /// The open points may share points with the frames (replayed log, a write racing a
+    /// checkpoint): the next step takes them out before summaries are used.
+    open_overlap: bool,
+    /// Maintenance clock when the oldest open point was added.
+    open_since: i64,
+    /// Maintenance clock of the last write that added points (0: before this process).
+    last_write: i64,
     /// Oldest log segment holding any of `open` (u64::MAX when empty).
     open_min_seg: u64,
     /// While maintenance seals or re-logs a snapshot: oldest segment of points added since.
@@ -204,6 +317,60 @@ struct State {
     unindexed: BTreeSet<u32>,
     /// Blocks of all series (for the index size estimate).
     blocks: usize,
+    /// Frames of all blocks (for the index size estimate and stats).
+    frames: usize,
+    /// Blocks with several frames (or overlapping ones), by when to merge them: (time, id,
+    /// start).
+    merge_due: BTreeSet<(i64, u32, i64)>,
+    /// Dropped blocks whose points in log segments before the value must not be replayed, as
+    /// long as such segments exist.
+    drops: HashMap<(u32, i64), u64>,
+}
+
+impl State {
+    /// Updates the totals after block `start` of series `id`, `b`, was taken out of its series.
+    fn forget_block(&mut self, id: u32, start: i64, b: &Block) {
+        self.open_points -= b.open.len();
+        self.dirty.remove(&(id, start));
+        if let Some(at) = b.merge_at {
+            self.merge_due.remove(&(at, id, start));
+        }
+        self.frames -= b.frames.len();
+        for loc in b.frames.as_slice() {
+            if let Some(seg) = self.segs.get_mut(&loc.seg) {
+                seg.live = seg.live.saturating_sub(u64::from(loc.len));
+            }
+        }
+    }
+
+    /// Adds or takes `b` (block `start` of series `id`) in `merge_due` after its frames or
+    /// flags changed: due once its quantum ended plus grace (`ends_at`) if fewer frames of at
+    /// most `max_points` would hold it, at once if its frames overlap, else never.
+    fn schedule_merge(
+        merge_due: &mut BTreeSet<(i64, u32, i64)>,
+        (id, start): (u32, i64),
+        b: &mut Block,
+        ends_at: i64,
+        max_points: usize,
+    ) {
+        let fewer = b.frames.len() as u64 > b.frames.count().div_ceil(max_points.max(1) as u64);
+        let want = if b.overlap {
+            Some(i64::MIN)
+        } else if fewer {
+            Some(ends_at)
+        } else {
+            None
+        };
+        if want != b.merge_at {
+            if let Some(at) = b.merge_at {
+                merge_due.remove(&(at, id, start));
+            }
+            if let Some(at) = want {
+                merge_due.insert((at, id, start));
+            }
+            b.merge_at = want;
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -218,6 +385,8 @@ struct Maint {
     stuck: BTreeSet<u32>,
     /// The index had damaged edits: rewrite it from memory at the next step.
     rewrite_index: bool,
+    /// The format version `FORMAT` declares (raised before the first edit that needs more).
+    format: u32,
 }
 
 /// The durable store. See the crate docs for how a node opens and maintains it.
@@ -231,6 +400,12 @@ pub struct DiskStore {
     health: Mutex<Vec<String>>,
     /// Retention runs again at or after this time (it walks every series).
     next_expire: AtomicI64,
+    /// The maintenance clock: the latest `now` given to [`Store::maintain`] (the store reads no
+    /// clock itself). Stamps blocks' writes and open points.
+    clock: AtomicI64,
+    /// The first `now` given to maintenance since open (`i64::MIN` before): blocks written
+    /// before report it as their last write.
+    opened_at: AtomicI64,
     decoded: AtomicU64,
     open_copied: AtomicU64,
     series_walked: AtomicU64,
@@ -315,7 +490,7 @@ impl DiskStore {
     /// Opens the store over any backend (tests use [`crate::faulty_disk::FaultyDisk`]).
     pub fn open_with_backend(backend: Arc<dyn Backend>, mut config: DiskConfig) -> Result<DiskStore, StoreError> {
         config.max_block_points = config.max_block_points.clamp(1, block::MAX_POINTS / 2);
-        let found = recover::recover(&*backend)?;
+        let found = recover::recover(&*backend, &config)?;
         let wal = Wal::new(backend.clone(), config.fsync, found.last_wal_seq, found.wal_segments);
         let retention = RwLock::new(config.retention.clone());
         Ok(DiskStore {
@@ -327,6 +502,8 @@ impl DiskStore {
             retention,
             health: Mutex::new(found.problems),
             next_expire: AtomicI64::new(i64::MIN),
+            clock: AtomicI64::new(0),
+            opened_at: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
             open_copied: AtomicU64::new(0),
             series_walked: AtomicU64::new(0),
@@ -361,10 +538,12 @@ impl DiskStore {
             sealed_blocks: st
                 .series
                 .values()
-                .map(|s| s.blocks.values().filter(|b| b.sealed.is_some()).count() as u64)
+                .map(|s| s.blocks.values().filter(|b| !b.frames.is_empty()).count() as u64)
                 .sum(),
+            frames: st.frames as u64,
             series: st.series.len() as u64,
             wal_segments: self.wal.segments().len() as u64,
+            wal_bytes: self.wal.bytes(),
             block_segments: st.segs.len() as u64,
         }
     }
@@ -429,9 +608,51 @@ impl Store for DiskStore {
         self.aggregate_windows(series, range, window_ns)
     }
 
+    fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError> {
+        Ok(self.list_blocks_page(after, limit))
+    }
+
+    fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError> {
+        Ok(self.block_info_of(series, quantum_start))
+    }
+
+    fn read_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
+        self.read_block_page(series, quantum_start, after, limit)
+    }
+
+    fn drop_block(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        expected_digest: u64,
+    ) -> Result<bool, StoreError> {
+        self.drop_block_if(series, quantum_start, expected_digest)
+    }
+
+    fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError> {
+        Ok(self.list_registered_page(after, limit))
+    }
+
+    fn set_retention(&self, rules: Vec<RetentionRule>) {
+        DiskStore::set_retention(self, rules);
+    }
+
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError> {
+        self.clock.fetch_max(now, Ordering::Relaxed);
+        let _ = self.opened_at.compare_exchange(i64::MIN, now, Ordering::Relaxed, Ordering::Relaxed);
         let mut m = self.lock_maint();
         let mut report = MaintenanceReport::default();
+        if m.rewrite_index {
+            // Damaged edits first: later edits name frames by position, so they must build
+            // on what memory holds.
+            self.rewrite_index_if_bloated(&mut m, &mut report)?;
+        }
         self.expire_step(&mut m, now, &mut report)?;
         self.seal_step(&mut m, Some(now), None, &mut report)?;
         self.compact_step(&mut m, &mut report)?;

@@ -1,6 +1,7 @@
 //! The read paths of [`DiskStore`]: raw range reads, window aggregates and block summaries.
-//! Each merges a block's sealed frame with its open (late) points, and starts over from a block
-//! whose segment compaction removed while it was being read.
+//! Each merges a block's sealed frames (only those whose key range the read needs) with its
+//! open points, and starts over from a block whose segment compaction removed while it was
+//! being read.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -27,8 +28,8 @@ pub(super) enum Load {
 struct BlockView {
     /// The block's quantum start.
     start: i64,
-    /// Where its sealed frame is, if it has one.
-    sealed: Option<Loc>,
+    /// The frames that may hold points the read needs.
+    frames: Vec<Loc>,
     /// The open points the read needs, sorted.
     open: Vec<Point>,
 }
@@ -36,9 +37,20 @@ struct BlockView {
 /// How an aggregate takes one block.
 enum AggView {
     /// The block lies within one window and the range: its summary stands for its points.
-    Summary { start: i64, summary: Summary },
-    /// A window or the range cuts the block, or it has late data: its points are needed.
+    Summary { start: i64, summary: Option<Summary> },
+    /// A window or the range cuts the block, or its parts may overlap: its points are needed.
     Points(BlockView),
+}
+
+/// The summary of a block whose parts are disjoint, from its frames' summaries and its open
+/// points.
+pub(super) fn merged_summary(frames: &[Loc], open: &[Point]) -> Option<Summary> {
+    frames.iter().map(|l| l.summary).chain(Summary::of(open)).reduce(|a, b| a.merge(&b))
+}
+
+/// The frames of `frames` whose key range meets `[from, end)`.
+fn frames_in(frames: &[Loc], from: PointKey, end: Timestamp) -> Vec<Loc> {
+    frames.iter().filter(|l| l.summary.last.key() >= from && l.summary.first.ts < end).copied().collect()
 }
 
 /// Most times one read starts over at a block that compaction moved while it was read.
@@ -110,18 +122,15 @@ impl DiskStore {
                         .take(1024)
                         .map(|(&start, b)| {
                             let whole = agg.fits_one_window(start, start + len.ns());
-                            match (b.sealed, b.open.is_empty()) {
-                                (Some(loc), true) if whole => AggView::Summary { start, summary: loc.summary },
-                                (None, false) if whole => AggView::Summary {
-                                    start,
-                                    summary: Summary::of(&b.open).expect("open is not empty"),
-                                },
-                                _ => {
-                                    let lo = b.open.partition_point(|p| p.ts < range.start());
-                                    let hi = b.open.partition_point(|p| p.ts < range.end());
-                                    let open = b.open[lo..hi.max(lo)].to_vec();
-                                    AggView::Points(BlockView { start, sealed: b.sealed, open })
-                                }
+                            if whole && !b.overlap && !b.open_overlap {
+                                AggView::Summary { start, summary: merged_summary(b.frames.as_slice(), &b.open) }
+                            } else {
+                                let lo = b.open.partition_point(|p| p.ts < range.start());
+                                let hi = b.open.partition_point(|p| p.ts < range.end());
+                                let open = b.open[lo..hi.max(lo)].to_vec();
+                                let from = PointKey { ts: range.start(), event: 0, value_bits: 0 };
+                                let frames = frames_in(b.frames.as_slice(), from, range.end());
+                                AggView::Points(BlockView { start, frames, open })
                             }
                         })
                         .collect()
@@ -132,21 +141,20 @@ impl DiskStore {
                 for v in views {
                     match v {
                         AggView::Summary { start, summary } => {
-                            self.summaries_used.fetch_add(1, Ordering::Relaxed);
-                            agg.push_summary(agg.window_of(start), &summary);
+                            if let Some(summary) = summary {
+                                self.summaries_used.fetch_add(1, Ordering::Relaxed);
+                                agg.push_summary(agg.window_of(start), &summary);
+                            }
                             cursor = start + 1;
                         }
-                        AggView::Points(BlockView { start, sealed, open }) => {
-                            let pts = match sealed {
-                                None => open,
-                                Some(loc) => match self.load(id, start, &loc) {
-                                    Ok(p) => union(p, &open),
-                                    Err(e) => {
-                                        // Moved: the next pass starts at this block.
-                                        cursor = start;
-                                        return Err(e);
-                                    }
-                                },
+                        AggView::Points(BlockView { start, frames, open }) => {
+                            let pts = match self.load_union(id, start, &frames, open) {
+                                Ok(p) => p,
+                                Err(e) => {
+                                    // Moved: the next pass starts at this block.
+                                    cursor = start;
+                                    return Err(e);
+                                }
                             };
                             agg.push_points(&pts);
                             cursor = start + 1;
@@ -170,13 +178,13 @@ impl DiskStore {
                 let Some(b) = st.series[&id].blocks.get(&quantum_start) else {
                     return Ok(None);
                 };
-                match (b.sealed, b.open.is_empty()) {
-                    (Some(loc), true) => return Ok(Some(loc.summary)),
-                    (None, _) => return Ok(Summary::of(&b.open)),
-                    (Some(loc), false) => (id, loc, b.open.clone()),
+                match (b.frames.as_slice(), b.open.is_empty()) {
+                    ([], _) => return Ok(Summary::of(&b.open)),
+                    ([loc], true) => return Ok(Some(loc.summary)),
+                    (frames, _) => (id, frames.to_vec(), b.open.clone()),
                 }
             };
-            Ok(Summary::of(&union(self.load(id, quantum_start, &sealed)?, &open)))
+            Ok(Summary::of(&self.load_union(id, quantum_start, &sealed, open)?))
         })
     }
 
@@ -211,25 +219,24 @@ impl DiskStore {
                         let hi = b.open.partition_point(|p| p.ts < end).max(lo).min(lo.saturating_add(left));
                         left -= hi - lo;
                         self.open_copied.fetch_add((hi - lo) as u64, Ordering::Relaxed);
-                        views.push(BlockView { start, sealed: b.sealed, open: b.open[lo..hi].to_vec() });
+                        let frames = frames_in(b.frames.as_slice(), from, end);
+                        views.push(BlockView { start, frames, open: b.open[lo..hi].to_vec() });
                     }
                     views
                 };
                 if views.is_empty() {
                     break;
                 }
-                for BlockView { start, sealed, open } in views {
+                for BlockView { start, frames, open } in views {
                     let base = out.len();
-                    let r = match (sealed, open.is_empty()) {
-                        (None, _) => {
+                    let r = match (frames.as_slice(), open.is_empty()) {
+                        ([], _) => {
                             out.extend_from_slice(&open);
                             Ok(())
                         }
                         // The common case: decode straight into the result.
-                        (Some(loc), true) => self.load_into(id, start, &loc, &mut out),
-                        (Some(loc), false) => self.load(id, start, &loc).map(|p| {
-                            out.extend_from_slice(&union(p, &open));
-                        }),
+                        ([loc], true) => self.load_into(id, start, loc, &mut out),
+                        (frames, _) => self.load_union(id, start, frames, open).map(|p| out.extend_from_slice(&p)),
                     };
                     if let Err(e) = r {
                         // Moved: the next pass starts at this block.
@@ -256,7 +263,20 @@ impl DiskStore {
         Ok(out)
     }
 
-    /// Reads and decodes a sealed block.
+    /// The union of the points of `frames` (of block `start` of series `id`) and `open`.
+    pub(super) fn load_union(&self, id: u32, start: i64, frames: &[Loc], open: Vec<Point>) -> Result<Vec<Point>, Load> {
+        // In key order, so disjoint frames of live data append instead of merging.
+        let mut frames = frames.to_vec();
+        frames.sort_by_key(|l| l.summary.first);
+        let mut acc: Vec<Point> = Vec::new();
+        for l in &frames {
+            let pts = self.load(id, start, l)?;
+            acc = if acc.is_empty() { pts } else { union(acc, &pts) };
+        }
+        Ok(if acc.is_empty() { open } else { union(acc, &open) })
+    }
+
+    /// Reads and decodes one frame of a sealed block.
     pub(super) fn load(&self, id: u32, start: i64, loc: &Loc) -> Result<Vec<Point>, Load> {
         let mut out = Vec::new();
         self.load_into(id, start, loc, &mut out)?;
@@ -296,7 +316,7 @@ impl DiskStore {
         }
     }
 
-    fn lookup(&self, series: &SeriesKey) -> Option<(u32, QuantumLen)> {
+    pub(super) fn lookup(&self, series: &SeriesKey) -> Option<(u32, QuantumLen)> {
         let st = self.read_state();
         let id = *st.ids.get(series)?;
         Some((id, st.series[&id].quantum?))

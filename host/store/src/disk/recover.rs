@@ -1,5 +1,5 @@
 //! Opening a [`DiskStore`]'s directory and keeping its log short: the format check, loading the
-//! index (finding sealed blocks a damaged index lost), dropping orphaned segments, replaying the
+//! index (finding sealed frames a damaged index lost), dropping orphaned segments, replaying the
 //! log; and checkpoints, which cut the log once its points are sealed and listed in the index.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -8,7 +8,10 @@ use std::io;
 use timeshard_proto::{Quantum, QuantumLen, SeriesKey};
 
 use super::write::{apply_points, ensure_series};
-use super::{Block, DictEntry, DiskStore, FORMAT_VERSION, Maint, SegStat, Series, State, parse_seg_name, seg_path};
+use super::{
+    BASE_FORMAT, Block, DictEntry, DiskConfig, DiskStore, FORMAT_VERSION, Frames, Maint, SegStat, Series, State,
+    parse_seg_name, seg_path,
+};
 use crate::backend::{Backend, io_error};
 use crate::block;
 use crate::frame;
@@ -16,7 +19,7 @@ use crate::index::{self, Edit, Image, Loc};
 use crate::wal::{self, Def, Record};
 use crate::{MaintenanceReport, StoreError};
 
-const FORMAT_PATH: &str = "FORMAT";
+pub(super) const FORMAT_PATH: &str = "FORMAT";
 
 /// What opening found on disk: the state to start from and where the log stands.
 pub(super) struct Recovered {
@@ -26,20 +29,21 @@ pub(super) struct Recovered {
     pub(super) problems: Vec<String>,
     /// The newest log segment (or the one before the first live one when none is left).
     pub(super) last_wal_seq: u64,
-    /// The log segments replayed, which stay until a checkpoint removes them.
-    pub(super) wal_segments: BTreeSet<u64>,
+    /// The log segments replayed with their sizes, which stay until a checkpoint removes them.
+    pub(super) wal_segments: BTreeMap<u64, u64>,
 }
 
 /// Reads the directory behind `backend`: checks the format, loads the index (dictionary,
 /// sealed blocks, watermarks, checkpoint), drops segments nothing points at and replays the
-/// log. Repairs what it can (torn tails, orphans) and reports the rest as problems.
-pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
+/// log. Repairs what it can (torn tails, orphans) and reports the rest as problems. Blocks of
+/// several frames are due for merging as `config` says.
+pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Recovered, StoreError> {
     let mut problems = Vec::new();
-    check_format(backend, &mut problems)?;
+    let format = check_format(backend, &mut problems)?;
 
     // The index: dictionary, sealed blocks, watermarks, checkpoint.
     let mut img = Image::default();
-    let mut maint = Maint::default();
+    let mut maint = Maint { format, ..Maint::default() };
     match backend.read_all(index::PATH) {
         Ok(bytes) => {
             let scan = frame::scan(&bytes, index::MAGIC);
@@ -79,7 +83,7 @@ pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let mut out = Vec::new();
-            index::put(&mut out, &Edit::Header { version: FORMAT_VERSION });
+            index::put(&mut out, &Edit::Header { version: maint.format });
             backend
                 .append(index::PATH, &out)
                 .and_then(|_| backend.sync(index::PATH))
@@ -123,28 +127,42 @@ pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
             st.segs.insert(seg, SegStat { bytes, live: 0 });
         }
     }
-    if maint.rewrite_index {
-        recover_lost_puts(backend, &st.segs, &mut img, &mut problems);
-    }
-    for (&(id, start), loc) in &img.blocks {
+    let overlapping = if maint.rewrite_index {
+        recover_lost_frames(backend, &st.segs, &mut img, &mut problems)
+    } else {
+        BTreeSet::new()
+    };
+    for (&(id, start), locs) in &img.blocks {
         let Some(s) = st.series.get_mut(&id) else {
             continue;
         };
-        match st.segs.get_mut(&loc.seg) {
-            Some(seg) if loc.offset + u64::from(loc.len) <= seg.bytes => seg.live += u64::from(loc.len),
-            _ => problems.push(format!(
-                "index: the block of {} at quantum {start} points past the end of {}; reading it \
+        for loc in locs {
+            match st.segs.get_mut(&loc.seg) {
+                Some(seg) if loc.offset + u64::from(loc.len) <= seg.bytes => seg.live += u64::from(loc.len),
+                _ => problems.push(format!(
+                    "index: the block of {} at quantum {start} points past the end of {}; reading it \
                      will fail until it is re-replicated",
-                s.key,
-                seg_path(loc.seg)
-            )),
+                    s.key,
+                    seg_path(loc.seg)
+                )),
+            }
         }
-        s.blocks.insert(start, Block { sealed: Some(*loc), open_min_seg: u64::MAX, ..Block::default() });
+        let mut b = Block {
+            frames: Frames::from_vec(locs.clone()),
+            overlap: overlapping.contains(&(id, start)),
+            open_min_seg: u64::MAX,
+            ..Block::default()
+        };
+        let ends_at = start.saturating_add(s.quantum.map_or(0, QuantumLen::ns)).saturating_add(config.seal_grace_ns);
+        State::schedule_merge(&mut st.merge_due, (id, start), &mut b, ends_at, config.max_block_points);
+        s.blocks.insert(start, b);
         st.blocks += 1;
+        st.frames += locs.len();
     }
+    st.drops = img.dropped.iter().filter(|&(_, &seq)| seq > img.first_live_wal).map(|(&k, &v)| (k, v)).collect();
     // Segments nothing points at hold only data that is also in the log (a seal that
     // crashed before its index edit): drop them.
-    let referenced: BTreeSet<u32> = img.blocks.values().map(|l| l.seg).collect();
+    let referenced: BTreeSet<u32> = img.blocks.values().flatten().map(|l| l.seg).collect();
     let orphans: Vec<u32> = st.segs.keys().filter(|k| !referenced.contains(k)).copied().collect();
     for seg in orphans {
         backend.remove(&seg_path(seg)).map_err(|e| io_error(format!("removing unused {}", seg_path(seg)), e))?;
@@ -152,9 +170,11 @@ pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
     }
     maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
 
-    // Replay the log.
-    let mut wal_segs = BTreeSet::new();
-    let mut last_seq = img.first_live_wal.saturating_sub(1);
+    // Replay the log. New segments are numbered past every drop's boundary (a drop names the
+    // segment writes after it go to, which may never have been created).
+    let mut wal_segs = BTreeMap::new();
+    let newest_drop = st.drops.values().max().copied().unwrap_or(0);
+    let mut last_seq = img.first_live_wal.max(newest_drop).saturating_sub(1);
     let names = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
     for name in names {
         let Some(seq) = wal::parse_segment_name(&name) else {
@@ -167,8 +187,8 @@ pub(super) fn recover(backend: &dyn Backend) -> Result<Recovered, StoreError> {
             backend.remove(&path).map_err(|e| io_error(format!("removing checkpointed {path}"), e))?;
             continue;
         }
-        wal_segs.insert(seq);
         let bytes = backend.read_all(&path).map_err(|e| io_error(format!("reading log segment {path}"), e))?;
+        wal_segs.insert(seq, bytes.len() as u64);
         replay_segment(&mut st, seq, &path, &bytes, &mut problems)?;
     }
 
@@ -245,6 +265,8 @@ impl DiskStore {
             self.index_append(m, &edits)?;
             m.first_live_wal = first_live;
             self.mark_indexed(&edits);
+            // Drops only filter the replay of segments that are now gone.
+            self.write_state().drops.retain(|_, &mut before| before > first_live);
             report.wal_segments_removed += self.wal.remove_before(first_live)?;
         }
         // Rotate a big segment, or an idle one, so a later step can remove it.
@@ -255,19 +277,21 @@ impl DiskStore {
     }
 }
 
-/// After damage in the index, finds the sealed blocks whose put edits were lost: block frames
+/// After damage in the index, finds the sealed frames whose edits were lost: block frames
 /// name their series and quantum and carry their summary, so every block segment is scanned
-/// and the last frame of each (series, quantum) the index no longer lists is listed again.
-/// (Without this the block is hidden at once and deleted by the next compaction of its
-/// segment.) A frame left by a seal whose put never made it holds acknowledged points too, so
-/// taking it is harmless; retention watermarks still apply.
-fn recover_lost_puts(
+/// and each frame of a (series, quantum) the index does not list is listed again. (Without
+/// this a lost frame is hidden at once and deleted by the next compaction of its segment.)
+/// Frames found this way may be older versions of the block, holding points its other frames
+/// hold too; points are never taken out of a block (retention watermarks still apply), so
+/// taking them is harmless: the block is flagged, its frames are merged at the next step, and
+/// reads meanwhile take the union. Returns the flagged blocks.
+fn recover_lost_frames(
     backend: &dyn Backend,
     segs: &BTreeMap<u32, SegStat>,
     img: &mut Image,
     problems: &mut Vec<String>,
-) {
-    let mut found: BTreeMap<(u32, i64), (i64, Loc)> = BTreeMap::new();
+) -> BTreeSet<(u32, i64)> {
+    let mut found: BTreeMap<(u32, i64), Vec<(i64, Loc)>> = BTreeMap::new();
     for &seg in segs.keys() {
         let path = seg_path(seg);
         let bytes = match backend.read_all(&path) {
@@ -284,36 +308,47 @@ fn recover_lost_puts(
             let (Ok(offset), Ok(len)) = (u64::try_from(f.offset), u32::try_from(f.len)) else {
                 continue;
             };
-            // Frames are appended in order and compaction copies only live ones, so a later
-            // frame of a block is a newer version of it.
-            found.insert(
-                (h.series, h.quantum.start),
-                (h.quantum.len.ns(), Loc { seg, offset, len, summary: h.summary }),
-            );
+            found
+                .entry((h.series, h.quantum.start))
+                .or_default()
+                .push((h.quantum.len.ns(), Loc { seg, offset, len, summary: h.summary }));
         }
     }
     let mut recovered = 0;
-    for ((id, start), (len, loc)) in found {
+    let mut overlapping = BTreeSet::new();
+    for ((id, start), frames) in found {
         let Some(s) = img.series.get(&id) else {
             continue;
         };
-        if len != s.quantum_ns || start.saturating_add(len) <= s.expired_before {
-            continue;
+        let listed = img.blocks.entry((id, start)).or_default();
+        let before = listed.len();
+        for (len, loc) in frames {
+            if len != s.quantum_ns || start.saturating_add(len) <= s.expired_before {
+                continue;
+            }
+            if !listed.iter().any(|l| l.seg == loc.seg && l.offset == loc.offset) {
+                listed.push(loc);
+                recovered += 1;
+            }
         }
-        if let std::collections::hash_map::Entry::Vacant(e) = img.blocks.entry((id, start)) {
-            e.insert(loc);
-            recovered += 1;
+        if listed.is_empty() {
+            img.blocks.remove(&(id, start));
+        } else if listed.len() > 1 && listed.len() > before {
+            overlapping.insert((id, start));
         }
     }
     if recovered > 0 {
         problems.push(format!(
-            "{}: {recovered} sealed blocks whose edits were damaged were found again in their segments",
+            "{}: {recovered} sealed frames the index did not list (its edits were damaged, or they are older \
+             versions) were found again in their segments",
             index::PATH
         ));
     }
+    overlapping
 }
 
-fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(), StoreError> {
+/// Checks `FORMAT` (creating it for a new directory) and returns the version it declares.
+fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<u32, StoreError> {
     match backend.read_all(FORMAT_PATH) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
@@ -323,7 +358,7 @@ fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(),
                 Some(v) if v > FORMAT_VERSION => {
                     Err(StoreError::UnsupportedFormat { path: FORMAT_PATH.into(), found: v, supported: FORMAT_VERSION })
                 }
-                Some(_) => Ok(()),
+                Some(v) => Ok(v),
                 None => Err(StoreError::Corrupt(format!(
                     "{FORMAT_PATH} does not name a format version (it reads {text:?}); this does not \
                      look like a timeshard data directory"
@@ -332,15 +367,21 @@ fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<(),
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
-            if !existing.is_empty() || backend.len(index::PATH).is_ok() {
+            // A new directory starts at the base format; one with data but no FORMAT may hold
+            // anything this build wrote.
+            let version = if !existing.is_empty() || backend.len(index::PATH).is_ok() {
                 problems.push(format!(
                     "{FORMAT_PATH} was missing in a data directory with data; assumed format {FORMAT_VERSION}"
                 ));
-            }
-            let body = format!("timeshard-store\nformat {FORMAT_VERSION}\n");
+                FORMAT_VERSION
+            } else {
+                BASE_FORMAT
+            };
+            let body = format!("timeshard-store\nformat {version}\n");
             backend
                 .write_atomic(FORMAT_PATH, body.as_bytes())
-                .map_err(|e| io_error(format!("creating {FORMAT_PATH}"), e))
+                .map_err(|e| io_error(format!("creating {FORMAT_PATH}"), e))?;
+            Ok(version)
         }
         Err(e) => Err(io_error(format!("reading {FORMAT_PATH}"), e)),
     }
@@ -434,8 +475,12 @@ fn replay_segment(
                         st.unindexed.insert(ours);
                     }
                 }
+                if st.drops.get(&(ours, quantum.start)).is_some_and(|&before| seq < before) {
+                    // The block was dropped after these points were logged.
+                    continue;
+                }
                 timeshard_proto::point::sort_dedup(&mut points);
-                apply_points(st, ours, quantum, &points, seq, None);
+                apply_points(st, ours, quantum, &points, seq, None, 0);
             }
         }
     }

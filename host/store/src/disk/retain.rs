@@ -9,18 +9,40 @@ use super::{DiskStore, Maint};
 use crate::index::Edit;
 use crate::{MaintenanceReport, StoreError};
 
-/// Keep the series whose metric starts with `metric_prefix` for `keep_ns` of event time; the
-/// longest matching prefix wins.
+/// How long the series whose metric starts with `metric_prefix` are kept, by event time.
+///
+/// The rule with the longest matching prefix decides, among all rules, those that keep forever
+/// included: a rule `pmu.phase` that keeps forever protects `pmu.phase.a` from a 90-day rule
+/// `pmu.`. A series no rule matches is kept forever. (Give one rule per class, the catch-all
+/// class `""` included, so the class that owns a series decides and nothing else.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetentionRule {
+    /// The metric prefix the rule applies to (`""` matches every series).
     pub metric_prefix: String,
-    pub keep_ns: i64,
+    /// Nanoseconds of event time to keep; `None` keeps forever.
+    pub keep_ns: Option<i64>,
 }
 
 impl RetentionRule {
+    /// Keep the matching series for `keep_ns` of event time.
     pub fn new(metric_prefix: impl Into<String>, keep_ns: i64) -> RetentionRule {
-        RetentionRule { metric_prefix: metric_prefix.into(), keep_ns }
+        RetentionRule { metric_prefix: metric_prefix.into(), keep_ns: Some(keep_ns) }
     }
+
+    /// Keep the matching series forever (overrides shorter-prefix rules that expire them).
+    pub fn forever(metric_prefix: impl Into<String>) -> RetentionRule {
+        RetentionRule { metric_prefix: metric_prefix.into(), keep_ns: None }
+    }
+}
+
+/// How long `metric` is kept under `rules`: the longest matching prefix decides; `None` (keep
+/// forever) when that rule says so or no rule matches.
+pub(super) fn retention_of(rules: &[RetentionRule], metric: &str) -> Option<i64> {
+    rules
+        .iter()
+        .filter(|r| metric.starts_with(&r.metric_prefix))
+        .max_by_key(|r| r.metric_prefix.len())
+        .and_then(|r| r.keep_ns)
 }
 
 impl DiskStore {
@@ -38,12 +60,15 @@ impl DiskStore {
     ) -> Result<(), StoreError> {
         const MAX_BLOCKS: usize = 10_000;
         let rules = self.retention.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if rules.is_empty() || now < self.next_expire.load(Ordering::Relaxed) {
+        // Rules that keep forever expire nothing by themselves.
+        let Some(shortest) = rules.iter().filter_map(|r| r.keep_ns).map(|k| k.max(0)).min() else {
+            return Ok(());
+        };
+        if now < self.next_expire.load(Ordering::Relaxed) {
             return Ok(());
         }
         // Retention walks every series: run it about every hundredth of the shortest keep
         // (at most once a minute), not at every step.
-        let shortest = rules.iter().map(|r| r.keep_ns.max(0)).min().unwrap_or(0);
         let next = now.saturating_add((shortest / 100).min(60_000_000_000));
         self.next_expire.store(next, Ordering::Relaxed);
         // (series id, new watermark): blocks that end at or before it expire.
@@ -53,17 +78,13 @@ impl DiskStore {
             let mut blocks = 0;
             self.series_walked.fetch_add(st.series.len() as u64, Ordering::Relaxed);
             for (&id, s) in &st.series {
-                let Some(rule) = rules
-                    .iter()
-                    .filter(|r| s.key.metric().starts_with(&r.metric_prefix))
-                    .max_by_key(|r| r.metric_prefix.len())
-                else {
+                let Some(keep_ns) = retention_of(&rules, s.key.metric()) else {
                     continue;
                 };
                 let (Some(len), Some((&first, _))) = (s.quantum, s.blocks.first_key_value()) else {
                     continue;
                 };
-                let cutoff = now.saturating_sub(rule.keep_ns.max(0));
+                let cutoff = now.saturating_sub(keep_ns.max(0));
                 if first.saturating_add(len.ns()) > cutoff {
                     continue;
                 }
@@ -111,13 +132,7 @@ impl DiskStore {
             let gone = std::mem::replace(&mut s.blocks, keep);
             st.blocks -= gone.len();
             for (start, b) in gone {
-                st.open_points -= b.open.len();
-                st.dirty.remove(&(id, start));
-                if let Some(loc) = b.sealed
-                    && let Some(seg) = st.segs.get_mut(&loc.seg)
-                {
-                    seg.live = seg.live.saturating_sub(u64::from(loc.len));
-                }
+                st.forget_block(id, start, &b);
                 report.expired_blocks += 1;
             }
         }

@@ -1,14 +1,16 @@
 //! Maintenance that writes block segments and the index log: sealing open points into
-//! compressed frames (merging late data into a block's sealed frame), compacting segments that
-//! are mostly dead, appending index edits, and rewriting a bloated index as a snapshot.
+//! compressed frames (checkpoint frames while a block's quantum lasts, merged into as few
+//! frames as possible once it ended, late data included), compacting segments that are mostly
+//! dead, appending index edits (raising the format version first when one needs it), and
+//! rewriting a bloated index as a snapshot.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use timeshard_proto::{Point, Quantum, QuantumLen, Timestamp};
 
 use super::read::Load;
-use super::{DictEntry, DiskStore, FORMAT_VERSION, Maint, State, difference, seg_path, union};
+use super::{Block, DictEntry, DiskStore, Frames, Maint, State, difference, digest_of, seg_path, union};
 use crate::agg::Summary;
 use crate::backend::io_error;
 use crate::block;
@@ -26,11 +28,15 @@ struct Candidate {
     id: u32,
     /// Its open points: what sealing it frees.
     open: usize,
-    /// Points the seal decodes and encodes (open plus sealed): what it costs the step's budget.
+    /// Points the seal decodes and encodes: what it costs the step's budget.
     work: usize,
+    /// Frames kept as they are; the newer ones are merged with the open points.
+    keep: usize,
+    /// The quantum has ended (plus grace): a final seal, not a checkpoint.
+    ended: bool,
 }
 
-/// A block's open points taken for sealing, with what building its frame needs.
+/// A block's open points and frames taken for sealing, with what building its frames needs.
 struct Snapshot {
     /// The series id.
     id: u32,
@@ -38,19 +44,29 @@ struct Snapshot {
     start: i64,
     /// The series' quantum length.
     len: QuantumLen,
-    /// The sealed frame the open points are merged into, if the block has one.
-    sealed: Option<Loc>,
+    /// Every frame of the block when taken, oldest first.
+    frames: Vec<Loc>,
+    /// `frames[..keep]` stay; `frames[keep..]` are merged with the open points.
+    keep: usize,
+    /// The frames may share points.
+    overlap: bool,
     /// The open points as taken; points written meanwhile stay open.
     open: Vec<Point>,
+    /// The block's `open_overlap` flag when taken (cleared meanwhile, restored on failure).
+    open_overlap: bool,
+    /// The maintenance clock when taken.
+    at: i64,
+    /// A final seal (the quantum has ended).
+    ended: bool,
 }
 
 /// What sealing one snapshot came to.
 enum Sealed {
-    /// A new frame of `len` bytes at offset `at` of the step's buffer, summarised by `summary`.
-    Put { at: usize, len: usize, summary: Summary },
-    /// The late points were all in the sealed block already.
+    /// New frames replacing `frames[keep..]`: (offset in the step's buffer, length, summary).
+    Put(Vec<(usize, usize, Summary)>),
+    /// The open points were all in the frames already, and no frames needed merging.
     Contained,
-    /// The points stay open: the sealed part could not be read, or they are too many for a block.
+    /// The points stay open: a frame could not be read, or the frame would be too large.
     Skip,
 }
 
@@ -61,21 +77,96 @@ struct Appended {
     offset: u64,
 }
 
-/// A sealed block in a segment being compacted, copied to offset `at` of the new frames.
+/// A sealed frame in a segment being compacted, copied to offset `at` of the new frames.
 struct Copied {
     /// The series id.
     id: u32,
     /// The quantum start.
     start: i64,
-    /// Where the block was (compaction moves it only if it is still there).
+    /// Where the frame was (compaction moves it only if it is still there).
     from: Loc,
     /// Its offset in the buffer of copied frames.
     at: usize,
 }
 
+/// Which frames a checkpoint of `open` new points keeps (a prefix of `counts`, the frames'
+/// point counts oldest first); the newer ones are merged with the open points. A frame is
+/// merged while it holds at most twice what is merged so far, so a point is only ever
+/// rewritten into a frame at least 1.5 times as large as the one it was in: O(log n) rewrites
+/// per point, never the whole block at every checkpoint. More are merged while the block would
+/// hold over `max_frames` frames; none into a frame of over `max_points`.
+pub(super) fn merge_run(counts: &[u64], open: u64, max_frames: usize, max_points: u64) -> usize {
+    let mut keep = counts.len();
+    let mut acc = open;
+    while keep > 0 && counts[keep - 1] <= acc.saturating_mul(2) && acc + counts[keep - 1] <= max_points {
+        acc += counts[keep - 1];
+        keep -= 1;
+    }
+    let new_frames = usize::try_from(acc.div_ceil(max_points.max(1)).max(1)).unwrap_or(usize::MAX);
+    while keep.saturating_add(new_frames) > max_frames && keep > 0 && acc + counts[keep - 1] <= max_points {
+        acc += counts[keep - 1];
+        keep -= 1;
+    }
+    keep
+}
+
+/// The location of a frame built at `f` = (offset, length, summary) of a step's buffer that
+/// was appended at `to`.
+fn placed(to: Appended, (at, len, summary): (usize, usize, Summary)) -> Loc {
+    Loc { seg: to.seg, offset: to.offset + at as u64, len: len as u32, summary }
+}
+
+/// The index edit that makes a block's frames its first `keep` followed by `locs`: a plain put
+/// (readable by format 1) when that is one frame.
+pub(super) fn frames_edit(id: u32, start: i64, keep: usize, locs: Vec<Loc>) -> Edit {
+    if keep == 0 && locs.len() == 1 {
+        return Edit::Put { id, start, loc: locs[0] };
+    }
+    Edit::Frames { id, start, keep: u32::try_from(keep).unwrap_or(u32::MAX), locs }
+}
+
 impl DiskStore {
-    /// Seals due blocks (quantum ended plus grace, or over the size cap), or under memory
-    /// pressure the oldest blocks until `pressure_target` open points remain.
+    /// What maintenance does with block `start` of a series with quanta of `len` ns at clock
+    /// `clock`: `None` when nothing is due, else which frames it keeps (see [`Candidate`]).
+    /// Blocks whose quantum ended are sealed into as few frames as they fit in; open blocks
+    /// are checkpointed once their open points are old, many, pin an old log segment
+    /// (before `wal_cut`), may duplicate frames, or memory is short (`pressure`).
+    fn plan(&self, b: &Block, start: i64, len: i64, clock: i64, pressure: bool, wal_cut: u64) -> Option<(usize, bool)> {
+        let frames = b.frames.as_slice();
+        let open = b.open.len() as u64;
+        let max = self.config.max_block_points as u64;
+        let run = || {
+            let counts: Vec<u64> = frames.iter().map(|l| l.summary.count).collect();
+            merge_run(&counts, open, self.config.max_block_frames.max(1), max)
+        };
+        let ended = start.saturating_add(len).saturating_add(self.config.seal_grace_ns) <= clock;
+        if b.overlap {
+            return Some((0, ended));
+        }
+        if ended {
+            let total = b.frames.count() + open;
+            if total <= max {
+                return (open > 0 || frames.len() > 1).then_some((0, true));
+            }
+            if open == 0 {
+                // Too many points for one frame: merge only if fewer frames would hold them.
+                return (frames.len() as u64 > total.div_ceil(max)).then_some((0, true));
+            }
+            return Some((run(), true));
+        }
+        if open == 0 {
+            return None;
+        }
+        let due = pressure
+            || b.open_overlap
+            || open >= max
+            || b.open_since.saturating_add(self.config.max_open_age_ns) <= clock
+            || b.open_min_seg < wal_cut;
+        due.then(|| (run(), false))
+    }
+
+    /// Seals due blocks (see [`DiskStore::plan`]), or under memory pressure the oldest blocks
+    /// until `pressure_target` open points remain.
     pub(super) fn seal_step(
         &self,
         m: &mut Maint,
@@ -84,25 +175,50 @@ impl DiskStore {
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
         let grace = self.config.seal_grace_ns;
+        let clock = self.clock.load(Ordering::Relaxed).max(now.unwrap_or(i64::MIN));
+        let wal_cut = self.wal.cut_for(self.config.max_wal_bytes).unwrap_or(0);
         let mut picked: Vec<Candidate> = {
             let st = self.read_state();
             let mut c = Vec::new();
             // Open points the memory valve cannot relieve: blocks the last seal left open.
             let mut stuck = 0;
-            for &(id, start) in &st.dirty {
+            let consider = |id: u32, start: i64, c: &mut Vec<Candidate>| {
                 let s = &st.series[&id];
                 let b = &s.blocks[&start];
+                let len = s.quantum.map_or(0, QuantumLen::ns);
+                let Some((keep, ended)) = self.plan(b, start, len, clock, pressure_target.is_some(), wal_cut) else {
+                    return;
+                };
+                let frames = b.frames.as_slice();
+                let (lo, hi) = (b.open.first(), b.open.last());
+                // Kept frames the open points fall in are read to take duplicates out.
+                let dedup: u64 = match (lo, hi) {
+                    (Some(lo), Some(hi)) => frames[..keep]
+                        .iter()
+                        .filter(|l| l.summary.first <= *hi && *lo <= l.summary.last)
+                        .map(|l| l.summary.count)
+                        .sum(),
+                    _ => 0,
+                };
+                let merged: u64 = frames[keep..].iter().map(|l| l.summary.count).sum();
+                let work = usize::try_from(merged + dedup).unwrap_or(usize::MAX).saturating_add(b.open.len());
+                c.push(Candidate { start, id, open: b.open.len(), work, keep, ended });
+            };
+            for &(id, start) in &st.dirty {
+                let b = &st.series[&id].blocks[&start];
                 if pressure_target.is_some() && b.stuck {
                     // Retried by regular maintenance, not in the write path at every write.
                     stuck += b.open.len();
                     continue;
                 }
-                let len = s.quantum.map_or(0, QuantumLen::ns);
-                let due = now.is_some_and(|n| start.saturating_add(len).saturating_add(grace) <= n)
-                    || b.open.len() >= self.config.max_block_points;
-                if due || pressure_target.is_some() {
-                    let sealed = b.sealed.map_or(0, |l| usize::try_from(l.summary.count).unwrap_or(usize::MAX));
-                    c.push(Candidate { start, id, open: b.open.len(), work: b.open.len().saturating_add(sealed) });
+                consider(id, start, &mut c);
+            }
+            if pressure_target.is_none() {
+                // Blocks of several frames without open points, once their quantum ended.
+                for &(_, id, start) in st.merge_due.range(..=(clock, u32::MAX, i64::MAX)) {
+                    if !st.dirty.contains(&(id, start)) {
+                        consider(id, start, &mut c);
+                    }
                 }
             }
             if let Some(target) = pressure_target {
@@ -120,7 +236,7 @@ impl DiskStore {
             }
             c
         };
-        // A re-seal holds the whole block, so the budget counts its sealed points too.
+        // A seal holds every point it merges, so the budget counts frames' points too.
         let mut budget = self.config.step_max_points;
         let n = picked
             .iter()
@@ -139,78 +255,36 @@ impl DiskStore {
             return Ok(());
         }
 
-        // Snapshot the open points.
+        // Snapshot the open points and frames.
         let snaps: Vec<Snapshot> = {
             let mut st = self.write_state();
             picked
                 .iter()
-                .filter_map(|&Candidate { start, id, .. }| {
+                .filter_map(|&Candidate { start, id, keep, ended, .. }| {
                     let s = st.series.get_mut(&id)?;
                     let len = s.quantum?;
                     let b = s.blocks.get_mut(&start)?;
                     b.snap_min_seg = Some(u64::MAX);
-                    Some(Snapshot { id, start, len, sealed: b.sealed, open: b.open.clone() })
+                    let open_overlap = std::mem::take(&mut b.open_overlap);
+                    Some(Snapshot {
+                        id,
+                        start,
+                        len,
+                        frames: b.frames.as_slice().to_vec(),
+                        keep,
+                        overlap: b.overlap,
+                        open: b.open.clone(),
+                        open_overlap,
+                        at: clock,
+                        ended,
+                    })
                 })
                 .collect()
         };
 
         // Build the new frames, unlocked.
         let mut buf = Vec::new();
-        let mut outcome = Vec::with_capacity(snaps.len());
-        for &Snapshot { id, start, len, sealed, ref open } in &snaps {
-            let merged = match sealed {
-                None => open.clone(),
-                Some(loc) => match self.load(id, start, &loc) {
-                    Ok(old) => {
-                        let n_old = old.len();
-                        let u = union(old, open);
-                        if u.len() == n_old {
-                            outcome.push(Sealed::Contained);
-                            continue;
-                        }
-                        u
-                    }
-                    Err(e) => {
-                        let why = match e {
-                            Load::Gone => "its segment moved".to_string(),
-                            Load::Err(e) => e.to_string(),
-                        };
-                        self.problem(format!(
-                            "late points of series id {id} at quantum {start} stay unmerged (in memory \
-                             and the log): {why}"
-                        ));
-                        outcome.push(Sealed::Skip);
-                        continue;
-                    }
-                },
-            };
-            if merged.len() > block::MAX_POINTS {
-                self.problem(format!(
-                    "series id {id} quantum {start} holds {} points, more than a block may ({}); its \
-                     newest points stay in memory and the log: use a shorter quantum for this class",
-                    merged.len(),
-                    block::MAX_POINTS
-                ));
-                outcome.push(Sealed::Skip);
-                continue;
-            }
-            let q = Quantum::at(start, len).expect("block starts are aligned");
-            let at = buf.len();
-            let summary = block::encode(&mut buf, id, q, &merged, self.config.codec);
-            if buf.len() - at > frame::MAX_PAYLOAD {
-                // Readers refuse frames this large; keep the points open instead.
-                buf.truncate(at);
-                self.problem(format!(
-                    "series id {id} quantum {start}: {} points encode to more than a block may hold \
-                     ({} bytes); they stay in memory and the log: use a shorter quantum for this class",
-                    merged.len(),
-                    frame::MAX_PAYLOAD
-                ));
-                outcome.push(Sealed::Skip);
-                continue;
-            }
-            outcome.push(Sealed::Put { at, len: buf.len() - at, summary });
-        }
+        let outcome: Vec<Sealed> = snaps.iter().map(|snap| self.build(snap, &mut buf)).collect();
 
         let written = if buf.is_empty() { Ok(None) } else { self.segment_append(m, &buf).map(Some) };
         let written = written.and_then(|w| {
@@ -220,12 +294,11 @@ impl DiskStore {
             // A block's series must be in the index before the block is.
             let ids: BTreeSet<u32> = snaps.iter().map(|s| s.id).collect();
             let mut edits = self.unindexed_series(Some(&ids));
-            edits.extend(snaps.iter().zip(&outcome).filter_map(|(snap, o)| match *o {
-                Sealed::Put { at, len, summary } => Some(Edit::Put {
-                    id: snap.id,
-                    start: snap.start,
-                    loc: Loc { seg: to.seg, offset: to.offset + at as u64, len: len as u32, summary },
-                }),
+            edits.extend(snaps.iter().zip(&outcome).filter_map(|(snap, o)| match o {
+                Sealed::Put(frames) => {
+                    let locs: Vec<Loc> = frames.iter().map(|&f| placed(to, f)).collect();
+                    Some(frames_edit(snap.id, snap.start, snap.keep, locs))
+                }
                 _ => None,
             }));
             self.index_append(m, &edits)?;
@@ -236,46 +309,125 @@ impl DiskStore {
         // Apply (or, after a failure, just end the snapshots: the points stay open).
         let mut st = self.write_state();
         let failed = written.is_err();
-        for (Snapshot { id, start, open: snap, .. }, o) in snaps.iter().zip(&outcome) {
+        for (snap, o) in snaps.iter().zip(&outcome) {
             let st = &mut *st;
-            let Some(b) = st.series.get_mut(id).and_then(|s| s.blocks.get_mut(start)) else {
+            let Some(b) = st.series.get_mut(&snap.id).and_then(|s| s.blocks.get_mut(&snap.start)) else {
                 continue;
             };
             let min_since = b.snap_min_seg.take().unwrap_or(u64::MAX);
-            if failed {
-                continue;
-            }
-            b.stuck = matches!(o, Sealed::Skip);
-            if b.stuck {
-                continue;
-            }
-            if let (&Sealed::Put { at, len, summary }, Ok(Some(to))) = (o, &written) {
-                let loc = Loc { seg: to.seg, offset: to.offset + at as u64, len: len as u32, summary };
-                if let Some(old) = b.sealed.replace(loc)
-                    && let Some(s) = st.segs.get_mut(&old.seg)
-                {
-                    s.live = s.live.saturating_sub(u64::from(old.len));
+            if failed || matches!(o, Sealed::Skip) {
+                b.open_overlap |= snap.open_overlap;
+                if !failed {
+                    b.stuck = true;
                 }
-                st.segs.entry(to.seg).or_default().live += len as u64;
+                continue;
+            }
+            b.stuck = false;
+            if let (Sealed::Put(frames), Ok(Some(to))) = (o, &written) {
+                let mut all = b.frames.as_slice().to_vec();
+                for old in all.drain(snap.keep..) {
+                    st.frames -= 1;
+                    if let Some(s) = st.segs.get_mut(&old.seg) {
+                        s.live = s.live.saturating_sub(u64::from(old.len));
+                    }
+                }
+                for &f in frames {
+                    let loc = placed(*to, f);
+                    st.segs.entry(to.seg).or_default().live += u64::from(loc.len);
+                    st.frames += 1;
+                    report.sealed_points += loc.summary.count;
+                    all.push(loc);
+                }
                 report.sealed_blocks += 1;
-                report.sealed_points += summary.count;
+                report.checkpointed_blocks += u64::from(!snap.ended);
+                b.frames = Frames::from_vec(all);
+                b.frames_gen = b.frames_gen.wrapping_add(1);
+                b.overlap = false;
+                let ends_at = snap.start.saturating_add(snap.len.ns()).saturating_add(grace);
+                State::schedule_merge(
+                    &mut st.merge_due,
+                    (snap.id, snap.start),
+                    b,
+                    ends_at,
+                    self.config.max_block_points,
+                );
             }
             let before = b.open.len();
-            if b.open.len() == snap.len() {
+            if b.open.len() == snap.open.len() {
                 // Open points only grow while sealing, so equal length means the same set.
                 b.open = Vec::new();
+                b.open_digest = 0;
             } else {
-                b.open = difference(&b.open, snap);
+                b.open = difference(&b.open, &snap.open);
+                b.open_digest = b.open_digest.wrapping_sub(digest_of(&snap.open));
             }
             st.open_points -= before - b.open.len();
             if b.open.is_empty() {
                 b.open_min_seg = u64::MAX;
-                st.dirty.remove(&(*id, *start));
+                st.dirty.remove(&(snap.id, snap.start));
             } else {
                 b.open_min_seg = min_since;
+                b.open_since = snap.at;
             }
         }
         written.map(|_| ())
+    }
+
+    /// Builds the frames of one snapshot into `buf`: the open points without those the kept
+    /// frames hold, merged with the frames after `keep`, in frames of at most
+    /// `max_block_points`.
+    fn build(&self, snap: &Snapshot, buf: &mut Vec<u8>) -> Sealed {
+        let &Snapshot { id, start, len, ref frames, keep, overlap, ref open, .. } = snap;
+        let (kept, run) = frames.split_at(keep);
+        let read = (|| -> Result<(Vec<Point>, Vec<Point>), Load> {
+            let mut fresh = open.clone();
+            if let (Some(lo), Some(hi)) = (open.first(), open.last()) {
+                for l in kept.iter().filter(|l| l.summary.first <= *hi && *lo <= l.summary.last) {
+                    fresh = difference(&fresh, &self.load(id, start, l)?);
+                }
+            }
+            Ok((fresh, self.load_union(id, start, run, Vec::new())?))
+        })();
+        let (fresh, old) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                let why = match e {
+                    Load::Gone => "its segment moved".to_string(),
+                    Load::Err(e) => e.to_string(),
+                };
+                self.problem(format!(
+                    "points of series id {id} at quantum {start} stay unmerged (in memory and the log): {why}"
+                ));
+                return Sealed::Skip;
+            }
+        };
+        if fresh.is_empty() && run.len() <= 1 && !overlap {
+            return Sealed::Contained;
+        }
+        let merged = union(old, &fresh);
+        if merged.is_empty() {
+            return Sealed::Contained;
+        }
+        let q = Quantum::at(start, len).expect("block starts are aligned");
+        let base = buf.len();
+        let mut out = Vec::new();
+        for chunk in merged.chunks(self.config.max_block_points) {
+            let at = buf.len();
+            let summary = block::encode(buf, id, q, chunk, self.config.codec);
+            if buf.len() - at > frame::MAX_PAYLOAD {
+                // Readers refuse frames this large; keep the points open instead.
+                buf.truncate(base);
+                self.problem(format!(
+                    "series id {id} quantum {start}: {} points encode to more than a block may hold \
+                     ({} bytes); they stay in memory and the log: use a shorter quantum for this class",
+                    chunk.len(),
+                    frame::MAX_PAYLOAD
+                ));
+                return Sealed::Skip;
+            }
+            out.push((at, buf.len() - at, summary));
+        }
+        Sealed::Put(out)
     }
 
     /// Appends frames to the current block segment and syncs it.
@@ -311,18 +463,15 @@ impl DiskStore {
             else {
                 return Ok(());
             };
-            // Every block still pointing into the segment, even when the live byte count says
-            // none: that count leaves out blocks found damaged at open, and a segment is only
-            // deleted once nothing refers to it.
-            let live: Vec<(u32, i64, Loc)> = st
-                .series
-                .iter()
-                .flat_map(|(&id, s)| {
-                    s.blocks
-                        .iter()
-                        .filter_map(move |(&start, b)| b.sealed.filter(|l| l.seg == seg).map(|l| (id, start, l)))
-                })
-                .collect();
+            // Every frame still in the segment, even when the live byte count says none: that
+            // count leaves out blocks found damaged at open, and a segment is only deleted once
+            // nothing refers to it.
+            let mut live: Vec<(u32, i64, Loc)> = Vec::new();
+            for (&id, s) in &st.series {
+                for (&start, b) in &s.blocks {
+                    live.extend(b.frames.as_slice().iter().filter(|l| l.seg == seg).map(|&l| (id, start, l)));
+                }
+            }
             (seg, live)
         };
         let path = seg_path(seg);
@@ -330,7 +479,7 @@ impl DiskStore {
             let mut buf = Vec::new();
             let mut placed = Vec::new();
             for &(id, start, loc) in &live {
-                // A block that cannot be read or is damaged keeps its segment as it is (for a
+                // A frame that cannot be read or is damaged keeps its segment as it is (for a
                 // repair from a replica); failing here instead would stop every later
                 // maintenance step, and with it sealing and log checkpoints, for good.
                 let checked = self
@@ -356,17 +505,43 @@ impl DiskStore {
             }
             let to = self.segment_append(m, &buf)?;
             let moved = |c: &Copied| Loc { seg: to.seg, offset: to.offset + c.at as u64, ..c.from };
-            let edits: Vec<Edit> =
-                placed.iter().map(|c| Edit::Put { id: c.id, start: c.start, loc: moved(c) }).collect();
+            let mut by_block: BTreeMap<(u32, i64), Vec<&Copied>> = BTreeMap::new();
+            for c in &placed {
+                by_block.entry((c.id, c.start)).or_default().push(c);
+            }
+            // Each block's frames with the moved ones in their new place (maintenance is the only
+            // one to change frames, and it is us).
+            let relocated: Vec<(u32, i64, usize, Vec<Loc>)> = {
+                let st = self.read_state();
+                by_block
+                    .iter()
+                    .filter_map(|(&(id, start), cs)| {
+                        let b = st.series.get(&id)?.blocks.get(&start)?;
+                        let mut frames = b.frames.as_slice().to_vec();
+                        let mut first = frames.len();
+                        for (i, f) in frames.iter_mut().enumerate() {
+                            if let Some(c) = cs.iter().find(|c| c.from == *f) {
+                                *f = moved(c);
+                                first = first.min(i);
+                            }
+                        }
+                        (first < frames.len()).then_some((id, start, first, frames))
+                    })
+                    .collect()
+            };
+            let edits: Vec<Edit> = relocated
+                .iter()
+                .map(|(id, start, first, frames)| frames_edit(*id, *start, *first, frames[*first..].to_vec()))
+                .collect();
             self.index_append(m, &edits)?;
             let mut st = self.write_state();
             let st = &mut *st;
-            for c in &placed {
-                if let Some(b) = st.series.get_mut(&c.id).and_then(|s| s.blocks.get_mut(&c.start))
-                    && b.sealed == Some(c.from)
-                {
-                    b.sealed = Some(moved(c));
-                    st.segs.entry(to.seg).or_default().live += u64::from(c.from.len);
+            for (id, start, _, frames) in relocated {
+                if let Some(b) = st.series.get_mut(&id).and_then(|s| s.blocks.get_mut(&start)) {
+                    for l in frames.iter().filter(|l| l.seg == to.seg && !b.frames.as_slice().contains(l)) {
+                        st.segs.entry(to.seg).or_default().live += u64::from(l.len);
+                    }
+                    b.frames = Frames::from_vec(frames);
                 }
             }
         }
@@ -381,6 +556,7 @@ impl DiskStore {
         if edits.is_empty() {
             return Ok(());
         }
+        self.raise_format(m, edits.iter().map(index::format_of).max().unwrap_or(1))?;
         let mut buf = Vec::new();
         for e in edits {
             index::put(&mut buf, e);
@@ -401,6 +577,20 @@ impl DiskStore {
                 Err(io_error(ctx(), e))
             }
         }
+    }
+
+    /// Declares format `version` in `FORMAT` before the first edit that an older reader would
+    /// misread, so a downgrade is refused instead of losing frames.
+    pub(super) fn raise_format(&self, m: &mut Maint, version: u32) -> Result<(), StoreError> {
+        if version <= m.format {
+            return Ok(());
+        }
+        let body = format!("timeshard-store\nformat {version}\n");
+        self.backend
+            .write_atomic(super::recover::FORMAT_PATH, body.as_bytes())
+            .map_err(|e| io_error(format!("raising {} to format {version}", super::recover::FORMAT_PATH), e))?;
+        m.format = version;
+        Ok(())
     }
 
     /// Dictionary entries (of `ids`, or all) whose latest state the index does not hold yet.
@@ -437,41 +627,48 @@ impl DiskStore {
         m: &mut Maint,
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
-        let (blocks, series) = {
+        let (frames, series) = {
             let st = self.read_state();
-            (st.blocks, st.series.len())
+            (st.frames, st.series.len())
         };
-        let live_estimate = (blocks * 90 + series * 60) as u64;
+        let live_estimate = (frames * 90 + series * 60) as u64;
         if !m.rewrite_index && (m.index_len < self.config.index_rewrite_bytes || m.index_len < 4 * live_estimate) {
             return Ok(());
         }
-        let mut buf = Vec::new();
+        let mut edits = Vec::new();
         let mut marks = Vec::new();
         {
             let st = self.read_state();
-            index::put(&mut buf, &Edit::Header { version: FORMAT_VERSION });
             for (&id, s) in &st.series {
                 let entry = s.entry();
-                index::put(
-                    &mut buf,
-                    &Edit::Series {
-                        id,
-                        registered: entry.registered,
-                        quantum_ns: entry.quantum_ns,
-                        key: s.key.to_string(),
-                    },
-                );
+                edits.push(Edit::Series {
+                    id,
+                    registered: entry.registered,
+                    quantum_ns: entry.quantum_ns,
+                    key: s.key.to_string(),
+                });
                 marks.push((id, entry));
                 if s.expired_before > 0 {
-                    index::put(&mut buf, &Edit::Expire { id, before: s.expired_before });
+                    edits.push(Edit::Expire { id, before: s.expired_before });
                 }
                 for (&start, b) in &s.blocks {
-                    if let Some(loc) = b.sealed {
-                        index::put(&mut buf, &Edit::Put { id, start, loc });
+                    if !b.frames.is_empty() {
+                        edits.push(frames_edit(id, start, 0, b.frames.as_slice().to_vec()));
                     }
                 }
             }
-            index::put(&mut buf, &Edit::Checkpoint { first_live_wal: m.first_live_wal });
+            for (&(id, start), &wal_seq) in &st.drops {
+                if wal_seq > m.first_live_wal {
+                    edits.push(Edit::Drop { id, start, wal_seq });
+                }
+            }
+            edits.push(Edit::Checkpoint { first_live_wal: m.first_live_wal });
+        }
+        self.raise_format(m, edits.iter().map(index::format_of).max().unwrap_or(1))?;
+        let mut buf = Vec::new();
+        index::put(&mut buf, &Edit::Header { version: m.format });
+        for e in &edits {
+            index::put(&mut buf, e);
         }
         self.backend.write_atomic(index::PATH, &buf).map_err(|e| io_error(format!("rewriting {}", index::PATH), e))?;
         m.index_len = buf.len() as u64;

@@ -1,6 +1,7 @@
 //! The write path of [`DiskStore`]: resolving series ids (creating dictionary entries),
-//! logging a write with group commit and applying it to the open points, registrations, and
-//! the memory valve that seals blocks when open points pile up.
+//! checking the frames a write's points may already be in, logging a write with group commit
+//! and applying it to the open points, registrations, and the memory valve that seals blocks
+//! when open points pile up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -8,7 +9,7 @@ use timeshard_proto::time::check_timestamp;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey};
 
-use super::{Block, DiskStore, Series, State, union};
+use super::{Block, DiskStore, Series, State, digest_of, in_range, union};
 use crate::index::Loc;
 use crate::wal::{self, Def};
 use crate::{MaintenanceReport, StoreError, WriteStats};
@@ -41,7 +42,6 @@ impl DiskStore {
             }
         }
         let ids = self.resolve(blocks)?;
-        let known = self.sealed_keys(blocks, &ids);
         let mut data = Vec::with_capacity(total * 12 + blocks.len() * 48);
         let mut defs: Vec<Def> = Vec::new();
         let mut seen = BTreeSet::new();
@@ -58,13 +58,12 @@ impl DiskStore {
             timeshard_proto::point::sort_dedup(&mut pts);
             sorted.push((id, b.quantum, pts));
         }
+        let checked = self.check_frames(&sorted);
+        let clock = self.clock.load(std::sync::atomic::Ordering::Relaxed);
         let new_points = self.commit_and_apply(defs, &data, |st, seq| {
             sorted
                 .iter()
-                .map(|(id, q, pts)| {
-                    let k = known.get(&(*id, q.start)).map(Vec::as_slice);
-                    apply_points(st, *id, *q, pts, seq, k)
-                })
+                .map(|(id, q, pts)| apply_points(st, *id, *q, pts, seq, checked.get(&(*id, q.start)), clock))
                 .sum()
         })?;
         if self.read_state().open_points > self.config.max_open_points {
@@ -167,25 +166,42 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Keys of the sealed parts of the blocks a write touches (to count new points exactly).
-    fn sealed_keys(&self, blocks: &[BlockPoints], ids: &[u32]) -> HashMap<(u32, i64), Vec<PointKey>> {
-        let locs: Vec<(u32, i64, Loc)> = {
+    /// What the frames of the blocks a write touches hold of its points: only frames whose key
+    /// range the points fall in are read (none for live data, which lands after them), so a
+    /// write neither decodes a long block nor adds points its frames already hold.
+    fn check_frames(&self, sorted: &[(u32, Quantum, Vec<Point>)]) -> HashMap<(u32, i64), Checked> {
+        let mut out: HashMap<(u32, i64), Checked> = HashMap::new();
+        let mut loads: Vec<(u32, i64, Loc)> = Vec::new();
+        {
             let st = self.read_state();
-            blocks
-                .iter()
-                .zip(ids)
-                .filter_map(|(b, id)| {
-                    let loc = st.series[id].blocks.get(&b.quantum.start)?.sealed?;
-                    Some((*id, b.quantum.start, loc))
-                })
-                .collect()
-        };
-        let mut out = HashMap::new();
-        for (id, start, loc) in locs {
-            // A block that cannot be read only makes the count approximate.
-            if let Ok(pts) = self.load(id, start, &loc) {
-                out.insert((id, start), pts.iter().map(Point::key).collect());
+            for (id, q, pts) in sorted {
+                let Some(b) = st.series.get(id).and_then(|s| s.blocks.get(&q.start)) else {
+                    continue;
+                };
+                out.entry((*id, q.start)).or_insert(Checked {
+                    seen_gen: b.frames_gen,
+                    keys: Vec::new(),
+                    complete: true,
+                });
+                let (Some(lo), Some(hi)) = (pts.first(), pts.last()) else { continue };
+                for l in b.frames.as_slice() {
+                    if l.summary.first <= *hi && *lo <= l.summary.last && !loads.contains(&(*id, q.start, *l)) {
+                        loads.push((*id, q.start, *l));
+                    }
+                }
             }
+        }
+        for (id, start, loc) in loads {
+            let c = out.get_mut(&(id, start)).expect("checked above");
+            match self.load(id, start, &loc) {
+                Ok(pts) => c.keys.extend(pts.iter().map(Point::key)),
+                // Unread: the write cannot tell which of its points the frame holds; it adds
+                // them all and flags the block for maintenance to take duplicates out.
+                Err(_) => c.complete = false,
+            }
+        }
+        for c in out.values_mut() {
+            c.keys.sort_unstable();
         }
         out
     }
@@ -237,15 +253,30 @@ pub(super) fn ensure_series(st: &mut State, key: &SeriesKey) -> u32 {
     id
 }
 
+/// What a write found in the frames of one block before it was logged.
+#[derive(Debug)]
+pub(super) struct Checked {
+    /// The block's `frames_gen` when looked at.
+    seen_gen: u32,
+    /// Sorted keys of the frames the write's points fall in (the others cannot hold them).
+    keys: Vec<PointKey>,
+    /// Every such frame was read.
+    complete: bool,
+}
+
 /// Merges sorted, deduplicated `points` into block (id, quantum) as open points logged in
-/// segment `seq`. Returns how many were new, not counting those in `sealed` (sorted keys).
+/// segment `seq`, at maintenance clock `clock`. Points `checked` found in the frames are left
+/// out while the frames are still the ones checked; without that knowledge (`None` on replay,
+/// a changed or unread frame) points within a frame's key range flag the block so maintenance
+/// takes duplicates out. Returns how many points were new to the block.
 pub(super) fn apply_points(
     st: &mut State,
     id: u32,
     quantum: Quantum,
     points: &[Point],
     seq: u64,
-    sealed: Option<&[PointKey]>,
+    checked: Option<&Checked>,
+    clock: i64,
 ) -> u64 {
     let Some(s) = st.series.get_mut(&id) else {
         return 0;
@@ -260,22 +291,30 @@ pub(super) fn apply_points(
             e.insert(Block { open_min_seg: u64::MAX, ..Block::default() })
         }
     };
-    let before = b.open.len();
-    // Points new to the block: not open yet and, for late data, not in the sealed part.
-    let new_vs_sealed = sealed.map(|keys| {
-        points.iter().filter(|p| keys.binary_search(&p.key()).is_err() && b.open.binary_search(p).is_err()).count()
-            as u64
-    });
-    b.open = union(std::mem::take(&mut b.open), points);
-    let added = b.open.len() - before;
-    let new = new_vs_sealed.unwrap_or(added as u64);
-    if added > 0 {
-        b.open_min_seg = b.open_min_seg.min(seq);
-        if let Some(m) = &mut b.snap_min_seg {
-            *m = (*m).min(seq);
-        }
-        st.open_points += added;
-        st.dirty.insert((id, quantum.start));
+    let in_frames = |p: &Point| checked.is_some_and(|c| c.keys.binary_search(&p.key()).is_ok());
+    let trusted = checked.is_some_and(|c| c.complete && c.seen_gen == b.frames_gen);
+    // Live data lands after every open point: no search.
+    let after_open = b.open.last().is_none_or(|l| *l < points[0]);
+    let not_open = |p: &&Point| after_open || b.open.binary_search(p).is_err();
+    let new = points.iter().filter(not_open).filter(|p| !in_frames(p)).count() as u64;
+    let add: Vec<Point> = points.iter().filter(not_open).filter(|p| !trusted || !in_frames(p)).copied().collect();
+    if add.is_empty() {
+        return new;
     }
+    if !trusted && add.iter().any(|p| b.frames.as_slice().iter().any(|l| in_range(l, p))) {
+        b.open_overlap = true;
+    }
+    if b.open.is_empty() {
+        b.open_since = clock;
+    }
+    b.open_digest = b.open_digest.wrapping_add(digest_of(&add));
+    b.last_write = clock;
+    b.open = union(std::mem::take(&mut b.open), &add);
+    b.open_min_seg = b.open_min_seg.min(seq);
+    if let Some(m) = &mut b.snap_min_seg {
+        *m = (*m).min(seq);
+    }
+    st.open_points += add.len();
+    st.dirty.insert((id, quantum.start));
     new
 }

@@ -25,7 +25,7 @@ use timeshard_node::config::ClassConfig;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{T0, pmu_point, pmu_ts};
-use crate::http::{HttpClient, encode};
+use crate::http_client::{HttpClient, encode};
 use crate::stats::{Latencies, median, round3};
 
 /// What `bench http` runs; `Default` is the benchmark as specified.

@@ -127,6 +127,9 @@ pub fn native_validate(batch: Vec<Point>, min: f64, max: f64) -> (Vec<Point>, Ve
     (keep, rejected)
 }
 
+/// Deadline of the guests whose cost is measured (the looping guest keeps the default).
+const MEASURED_DEADLINE_MS: u64 = 1_000;
+
 /// A registry trusting a fresh key, and that key.
 struct Bench {
     key: signing::SecretKey,
@@ -191,13 +194,16 @@ pub fn run(guest_dir: &Path, opts: &Options) -> Result<PolicyBenchReport, BenchE
     let key = signing::generate_keypair().map_err(|e| BenchError::Setup(e.to_string()))?;
     let registry = Registry::new(opts.limits.clone(), TrustedKeys::new([key.public()]))?;
     let bench = Bench { key, registry, guest_dir: guest_dir.to_path_buf() };
-    bench.install("pmu-validate", Kind::Ingest, &[], None)?;
-    bench.install("deadband", Kind::Ingest, &[("d", "0.5")], None)?;
-    bench.install("noop", Kind::Ingest, &[], None)?;
+    // The guests measured get a generous deadline: on a loaded machine a preempted call can
+    // outlive the default 10 ms, and the figures are about cost, not about deadlines.
+    let relaxed = Some(MEASURED_DEADLINE_MS);
+    bench.install("pmu-validate", Kind::Ingest, &[], relaxed)?;
+    bench.install("deadband", Kind::Ingest, &[("d", "0.5")], relaxed)?;
+    bench.install("noop", Kind::Ingest, &[], relaxed)?;
     let loop_deadline = Limits::default().deadline;
     let loop_ms = loop_deadline.as_millis() as u64;
     bench.install("hostile-loop", Kind::Ingest, &[], Some(loop_ms))?;
-    let rms = bench.install("rms", Kind::Query, &[], None)?;
+    let rms = bench.install("rms", Kind::Query, &[], relaxed)?;
 
     let series = pmu_series(0);
     let all: Vec<Point> = pmu(0).take(opts.batches.max(1) * 1000).collect();

@@ -1,0 +1,47 @@
+//! The node's side of the control plane (`timeshard-control`).
+//!
+//! A node enrolled with `timeshard node --enroll URL --token TOKEN --data-dir DIR` keeps its
+//! key, certificate, the fleet CA and the last desired state it applied in `DIR/control` (the
+//! agent of `timeshard-control-api` writes them). [`start`] runs such a node from those files
+//! and its own configuration ([`effective_config`] says which wins where), and spawns the task
+//! that follows the control plane (`follow`): new desired states applied without a restart,
+//! reports, certificate renewal, and revocation.
+
+mod apply;
+mod follow;
+
+pub use apply::{class_config, class_spec, config_digest, config_digest_u64, digest_prefix, effective_config};
+pub use follow::{RETRY_MAX, WATCH_WAIT};
+use timeshard_control_api::Agent;
+use tracing::{info, warn};
+
+use crate::config::NodeConfig;
+use crate::node::{Applied, RunningNode, StartError};
+use crate::reconfigure::parse_revoked;
+
+/// Starts the node enrolled in `agent`'s directory from the desired state it applied last (no
+/// network needed), over `base` (the node's file and flags), and follows the control plane
+/// from there.
+pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartError> {
+    if !base.classes.is_empty() {
+        warn!(
+            "the config file's [[class]] tables are ignored: an enrolled node takes its classes from the control plane"
+        );
+    }
+    let desired = agent.applied();
+    let labels: Vec<String> = desired.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    info!(
+        node = agent.node_id(),
+        generation = desired.generation,
+        labels = %labels.join(","),
+        location = %desired.location.as_ref().map(|l| format!("{l} ({})", l.geohash)).unwrap_or_else(|| "-".into()),
+        control_plane = %agent.client().credentials().url,
+        "starting as an enrolled node"
+    );
+    let config = effective_config(&base, agent.dir(), desired)?;
+    let applied = Applied { enrolled: true, generation: desired.generation, revoked: parse_revoked(&desired.revoked)? };
+    let running = RunningNode::start_from(config, applied).await?;
+    let node = running.node().clone();
+    node.tasks().spawn(follow::follow(node.clone(), agent, base));
+    Ok(running)
+}

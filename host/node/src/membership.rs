@@ -1,0 +1,359 @@
+//! The membership view as the node runs it: the sans-IO [`Membership`] of `timeshard_proto`
+//! under a lock, driven by the wall clock and by gossip over the network, and the owners of a
+//! block computed from it (cached per view generation).
+//!
+//! Every `gossip_interval` the node bumps its heartbeat and sends its digest to a few peers
+//! ([`View::gossip_round`]): random up members, sometimes a down one (so a recovered node or a
+//! healed partition is noticed) and a contact of the routing table the view does not hold yet
+//! (discovery still runs on Kademlia; placement no longer does). The answer carries the
+//! entries this node lacks, and the ids it should push, which a second message carries.
+//! Messages and the view are bounded (`max_members`, [`membership::MAX_GOSSIP_ENTRIES`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use rand::seq::IndexedRandom;
+use timeshard_proto::membership::{self, Counts, DigestItem, GossipEntry, Liveness, Member, MemberStatus, Membership};
+use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
+use timeshard_proto::{Contact, Id};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::config::MembershipConfig;
+use crate::dht::Dht;
+
+/// Random up peers gossiped with each round.
+const FANOUT: usize = 2;
+/// Owner sets cached before the cache is cleared.
+const OWNER_CACHE_MAX: usize = 200_000;
+/// Gossip rounds a starting node runs with its first peers before it serves as a coordinator.
+const JOIN_ROUNDS: usize = 5;
+
+#[derive(Debug, Default)]
+struct OwnerCache {
+    generation: u64,
+    owners: HashMap<(Id, usize), Vec<Contact>>,
+}
+
+/// This node's membership view.
+#[derive(Debug)]
+pub struct View {
+    me: Contact,
+    state: Mutex<Membership>,
+    cfg: MembershipConfig,
+    owners: Mutex<OwnerCache>,
+    config_digest: Arc<AtomicU64>,
+    generation: watch::Sender<u64>,
+}
+
+/// Nanoseconds since the Unix epoch: a node's incarnation.
+fn wall_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl View {
+    /// A view holding only this node, `me`, starting now (its incarnation). `config_digest` is
+    /// gossiped as this node's configuration digest whenever it changes.
+    pub fn new(me: Contact, cfg: &MembershipConfig, config_digest: Arc<AtomicU64>) -> View {
+        let mut member = Member::new(me.id, me.addr, wall_ns());
+        member.config_digest = config_digest.load(Ordering::Relaxed);
+        let state = Membership::new(member, cfg.view(), Instant::now());
+        let (generation, _) = watch::channel(state.generation());
+        View {
+            me,
+            state: Mutex::new(state),
+            cfg: cfg.clone(),
+            owners: Mutex::new(OwnerCache::default()),
+            config_digest,
+            generation,
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> Contact {
+        self.me
+    }
+
+    /// The digest of the configuration this node runs, gossiped with its entry; whoever applies
+    /// a new configuration stores its digest here.
+    pub fn config_digest(&self) -> &Arc<AtomicU64> {
+        &self.config_digest
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Membership) -> T) -> T {
+        let mut state = self.state.lock().expect("membership lock");
+        let before = state.generation();
+        let out = f(&mut state);
+        let after = state.generation();
+        drop(state);
+        if after != before {
+            self.generation.send_replace(after);
+        }
+        out
+    }
+
+    /// The `rf` owners of `id`, closest first: the closest members that are not gone and not
+    /// leaving. Cached until the view's generation changes.
+    pub fn owners(&self, id: Id, rf: usize) -> Vec<Contact> {
+        let (generation, owners) = {
+            let state = self.state.lock().expect("membership lock");
+            let generation = state.generation();
+            let cache = self.owners.lock().expect("owner cache lock");
+            if cache.generation == generation
+                && let Some(o) = cache.owners.get(&(id, rf))
+            {
+                return o.clone();
+            }
+            (generation, state.owners(&id, rf))
+        };
+        let mut cache = self.owners.lock().expect("owner cache lock");
+        if cache.generation != generation || cache.owners.len() >= OWNER_CACHE_MAX {
+            cache.owners.clear();
+            cache.generation = generation;
+        }
+        cache.owners.insert((id, rf), owners.clone());
+        owners
+    }
+
+    /// What the view says of `id` now (`None`: not in the view).
+    pub fn liveness(&self, id: &Id) -> Option<Liveness> {
+        self.state.lock().expect("membership lock").liveness(id, Instant::now())
+    }
+
+    /// Whether `id` is up (this node always is).
+    pub fn is_up(&self, id: &Id) -> bool {
+        self.liveness(id) == Some(Liveness::Up)
+    }
+
+    /// Members up, down and gone.
+    pub fn counts(&self) -> Counts {
+        self.state.lock().expect("membership lock").counts(Instant::now())
+    }
+
+    /// The generation of the owner-relevant part of the view.
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Fires with the new generation whenever the owners may have changed (a member came,
+    /// became gone, left or moved).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Every member with its liveness.
+    pub fn members(&self) -> Vec<(Member, Liveness)> {
+        let state = self.state.lock().expect("membership lock");
+        state.members(Instant::now()).map(|(m, l)| (m.clone(), l)).collect()
+    }
+
+    /// The contact of member `id`, if the view holds it.
+    pub fn contact(&self, id: &Id) -> Option<Contact> {
+        self.state.lock().expect("membership lock").get(id).map(Member::contact)
+    }
+
+    /// The members placement may choose, sorted by id.
+    pub fn eligible(&self) -> Vec<Contact> {
+        self.state.lock().expect("membership lock").eligible().to_vec()
+    }
+
+    /// Sets this node's status (leaving, left); peers learn it with the next gossip.
+    pub fn set_status(&self, status: MemberStatus) {
+        self.with(|s| s.set_status(status, Instant::now()));
+    }
+
+    /// Answers a peer's [`Request::Gossip`]: merges what it pushes, then, if it sent a digest,
+    /// returns what it lacks and what this node wants. `from` is the peer and the address it
+    /// spoke from, used for entries that name no reachable address.
+    pub fn on_gossip(
+        &self,
+        from: Contact,
+        digest: Vec<DigestItem>,
+        mut entries: Vec<GossipEntry>,
+        known_addr: impl Fn(&Id) -> Option<SocketAddr>,
+    ) -> Response {
+        if digest.len() > self.cfg.max_members.max(1) * 2 {
+            return Response::Error(ErrorReply::new(
+                ErrorCode::BatchTooLarge,
+                format!("gossip digest of {} items exceeds this node's view size", digest.len()),
+            ));
+        }
+        for e in &mut entries {
+            fix_addr(&mut e.member, from, &known_addr);
+        }
+        self.with(|s| {
+            let now = Instant::now();
+            s.merge(entries, now);
+            if digest.is_empty() {
+                // A push: nothing asked.
+                return Response::Gossip { entries: Vec::new(), want: Vec::new() };
+            }
+            let (entries, want) = s.answer(&digest, now);
+            Response::Gossip { entries, want }
+        })
+    }
+
+    /// Bumps this node's heartbeat (taking up a changed configuration digest) and re-derives
+    /// liveness.
+    pub fn beat(&self) {
+        let digest = self.config_digest.load(Ordering::Relaxed);
+        self.with(|s| {
+            let now = Instant::now();
+            s.set_config_digest(digest, now);
+            s.beat(now);
+        });
+    }
+
+    /// One exchange with `peer`: digest out, missing entries in, wanted entries pushed.
+    async fn exchange(&self, dht: &Arc<Dht>, peer: Contact) -> Result<(), String> {
+        let digest = self.state.lock().expect("membership lock").digest();
+        let resp =
+            dht.call(&peer, &Request::Gossip { digest, entries: Vec::new() }).await.map_err(|e| e.to_string())?;
+        let Response::Gossip { mut entries, mut want } = resp else {
+            return Err(format!("unexpected answer to gossip: {resp:?}"));
+        };
+        entries.truncate(membership::MAX_GOSSIP_ENTRIES);
+        want.truncate(membership::MAX_GOSSIP_ENTRIES);
+        let known = |id: &Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
+        for e in &mut entries {
+            fix_addr(&mut e.member, peer, &known);
+        }
+        let push = self.with(|s| {
+            let now = Instant::now();
+            s.merge(entries, now);
+            s.entries_for(&want, now)
+        });
+        if !push.is_empty() {
+            dht.call(&peer, &Request::Gossip { digest: Vec::new(), entries: push }).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Whom to gossip with now: random up members, sometimes a down or gone one, and a contact
+    /// of the routing table the view does not hold.
+    fn targets(&self, dht: &Dht) -> Vec<Contact> {
+        let mut rng = rand::rng();
+        let (mut targets, unknown) = {
+            let state = self.state.lock().expect("membership lock");
+            let targets = state.gossip_targets(FANOUT, Instant::now(), &mut rng);
+            let unknown: Vec<Contact> = dht.all_known().into_iter().filter(|c| state.get(&c.id).is_none()).collect();
+            (targets, unknown)
+        };
+        targets.extend(unknown.choose(&mut rng));
+        targets
+    }
+
+    /// One gossip round: a heartbeat, then exchanges with this round's targets.
+    pub async fn gossip_round(&self, dht: &Arc<Dht>) {
+        self.beat();
+        let targets = self.targets(dht);
+        let exchanges = targets.iter().map(|&peer| async move {
+            if let Err(e) = self.exchange(dht, peer).await {
+                debug!(peer = %peer.id.short(), error = %e, "gossip failed");
+            }
+        });
+        futures::future::join_all(exchanges).await;
+    }
+
+    /// Learns the view from the peers the routing table knows (after bootstrap), a few rounds,
+    /// so a starting node places data like everyone else before it coordinates.
+    pub async fn join(&self, dht: &Arc<Dht>) {
+        let mut last = 0;
+        for _ in 0..JOIN_ROUNDS {
+            let peers: Vec<Contact> = {
+                let mut rng = rand::rng();
+                dht.all_known().choose_multiple(&mut rng, 3).copied().collect()
+            };
+            if peers.is_empty() {
+                return;
+            }
+            self.beat();
+            futures::future::join_all(peers.iter().map(|&p| self.exchange(dht, p))).await;
+            let len = self.state.lock().expect("membership lock").len();
+            if len == last {
+                break;
+            }
+            last = len;
+        }
+        info!(members = last, "learned the membership view");
+    }
+
+    /// Gossips every `gossip_interval` until `stop` fires.
+    pub async fn run(self: Arc<Self>, dht: Arc<Dht>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg.gossip_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            // A round that outlives the interval must not stop the next heartbeat for long.
+            let round = self.gossip_round(&dht);
+            if tokio::time::timeout(self.cfg.suspect_after / 2, round).await.is_err() {
+                debug!("gossip round took longer than half of suspect_after");
+            }
+        }
+    }
+}
+
+/// A member that advertises an unspecified address (it listens on 0.0.0.0) is reached where
+/// it was seen: the address it spoke from, or the one the routing table knows.
+fn fix_addr(member: &mut Member, from: Contact, known: &impl Fn(&Id) -> Option<SocketAddr>) {
+    if !member.addr.ip().is_unspecified() {
+        return;
+    }
+    if member.id == from.id {
+        member.addr = from.addr;
+    } else if let Some(addr) = known(&member.id) {
+        member.addr = addr;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contact(i: u8) -> Contact {
+        Contact { id: Id::sha1(&[i]), addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))) }
+    }
+
+    #[test]
+    fn owners_are_cached_per_generation_and_follow_the_view() {
+        let cfg = MembershipConfig::default();
+        let a = View::new(contact(0), &cfg, Arc::new(AtomicU64::new(0)));
+        let b = View::new(contact(1), &cfg, Arc::new(AtomicU64::new(7)));
+        let target = Id::sha1(b"block");
+        assert_eq!(a.owners(target, 3), vec![contact(0)]);
+        let changes = a.subscribe();
+        // b gossips with a (as if over the network).
+        let digest = b.state.lock().unwrap().digest();
+        let Response::Gossip { entries, want } = a.on_gossip(contact(1), digest, Vec::new(), |_| None) else {
+            panic!("not a gossip answer")
+        };
+        assert!(!entries.is_empty());
+        b.state.lock().unwrap().merge(entries, Instant::now());
+        let push = b.state.lock().unwrap().entries_for(&want, Instant::now());
+        a.on_gossip(contact(1), Vec::new(), push, |_| None);
+        assert!(changes.has_changed().unwrap(), "a learned a new owner");
+        assert_eq!(a.owners(target, 3).len(), 2);
+        assert_eq!(a.owners(target, 3), b.owners(target, 3));
+        assert_eq!(a.counts(), Counts { up: 2, down: 0, gone: 0 });
+        let bm = a.members().into_iter().find(|(m, _)| m.id == contact(1).id).unwrap().0;
+        assert_eq!(bm.config_digest, 7, "the configuration digest travels with the entry");
+    }
+
+    #[test]
+    fn unspecified_addresses_are_replaced_by_where_the_node_was_seen() {
+        let from = contact(1);
+        let mut m = Member::new(from.id, "0.0.0.0:7001".parse().unwrap(), 1);
+        fix_addr(&mut m, from, &|_| None);
+        assert_eq!(m.addr, from.addr);
+        let mut other = Member::new(contact(2).id, "0.0.0.0:7002".parse().unwrap(), 1);
+        fix_addr(&mut other, from, &|_| Some(contact(2).addr));
+        assert_eq!(other.addr, contact(2).addr);
+    }
+}

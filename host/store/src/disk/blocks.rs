@@ -1,0 +1,189 @@
+//! Whole blocks for repair and handoff: listing every block with its count, digest and last
+//! write (from memory, paged by series number), reading one block, dropping one block if it
+//! still has the digest the new owners confirmed, and listing registrations.
+
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use timeshard_proto::{PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
+
+use super::{Block, DiskStore, Frames, Series, State, difference, digest_of};
+use crate::index::Edit;
+use crate::{BlockInfo, BlockPage, LIST_SCAN_SLACK, ListCursor, ReadPage, SeriesPage, StoreError};
+
+/// How long a drop waits for writes logged before it to be applied.
+const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// A block's count and digest: sums over its parts, which are disjoint unless flagged.
+fn count_and_digest(b: &Block) -> (u64, u64) {
+    (b.frames.count() + b.open.len() as u64, b.frames.digest().wrapping_add(b.open_digest))
+}
+
+impl DiskStore {
+    /// The report of block `start` of `s`, with `opened` standing in for older write times.
+    fn info(s: &Series, start: i64, b: &Block, opened: i64) -> Option<BlockInfo> {
+        let quantum = Quantum::at(start, s.quantum?)?;
+        let (count, digest) = count_and_digest(b);
+        (count > 0).then(|| BlockInfo {
+            series: s.key.clone(),
+            quantum,
+            count,
+            digest,
+            last_write: b.last_write.max(opened),
+        })
+    }
+
+    /// The first maintenance time since open (0 before it).
+    fn opened(&self) -> i64 {
+        self.opened_at.load(Ordering::Relaxed).max(0)
+    }
+
+    /// One page of [`crate::Store::list_blocks`]: by series number, then quantum start.
+    pub(super) fn list_blocks_page(&self, after: Option<ListCursor>, limit: usize) -> BlockPage {
+        let opened = self.opened();
+        let st = self.read_state();
+        let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
+        let mut blocks = Vec::new();
+        let mut visited = 0usize;
+        while id < st.next_id {
+            if blocks.len() >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
+                return BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) };
+            }
+            if let Some(s) = st.series.get(&id) {
+                let range = (from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded);
+                for (&start, b) in s.blocks.range(range) {
+                    if blocks.len() >= limit {
+                        return BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) };
+                    }
+                    visited += 1;
+                    blocks.extend(Self::info(s, start, b, opened));
+                    from = Some(start);
+                }
+            }
+            visited += 1;
+            id += 1;
+            from = None;
+        }
+        BlockPage { blocks, next: None }
+    }
+
+    /// [`crate::Store::block_info`].
+    pub(super) fn block_info_of(&self, series: &SeriesKey, start: Timestamp) -> Option<BlockInfo> {
+        let opened = self.opened();
+        let st = self.read_state();
+        let s = &st.series[st.ids.get(series)?];
+        Self::info(s, start, s.blocks.get(&start)?, opened)
+    }
+
+    /// [`crate::Store::read_block`]: a read over the block's quantum.
+    pub(super) fn read_block_page(
+        &self,
+        series: &SeriesKey,
+        start: Timestamp,
+        after: Option<PointKey>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
+        let Some(len) = self.lookup(series).map(|(_, len)| len) else {
+            return Ok(ReadPage::default());
+        };
+        let Some(q) = Quantum::at(start, len) else {
+            return Err(StoreError::InvalidInput(format!(
+                "{start} is not the start of a quantum of {series} (quanta of {} ns)",
+                len.ns()
+            )));
+        };
+        let range = TimeRange::new(q.start, q.end())
+            .map_err(|e| StoreError::InvalidInput(format!("block {start} of {series}: {e}")))?;
+        self.read_page(series, range, after, limit)
+    }
+
+    /// [`crate::Store::drop_block`]. Under the maintenance lock, so frames do not change while
+    /// it works. The log is rotated and the writes logged before the rotation are waited for,
+    /// so that every write applied after the drop is logged at or after the segment the drop
+    /// edit names: replay drops the block's older points and keeps the newer ones, as memory
+    /// does.
+    pub(super) fn drop_block_if(
+        &self,
+        series: &SeriesKey,
+        start: Timestamp,
+        expected: u64,
+    ) -> Result<bool, StoreError> {
+        let mut m = self.lock_maint();
+        let Some(&id) = self.read_state().ids.get(series) else {
+            return Ok(false);
+        };
+        let matches = |st: &State| {
+            st.series.get(&id).and_then(|s| s.blocks.get(&start)).is_some_and(|b| {
+                !b.overlap && !b.open_overlap && count_and_digest(b).0 > 0 && count_and_digest(b).1 == expected
+            })
+        };
+        if !matches(&self.read_state()) {
+            return Ok(false);
+        }
+        let boundary = self.wal.rotate_boundary();
+        let deadline = Instant::now() + DRAIN_WAIT;
+        while self.wal.first_pinned() < boundary {
+            if Instant::now() > deadline {
+                return Err(StoreError::Unavailable(format!(
+                    "block {start} of {series} was not dropped: writes logged before the drop did not finish \
+                     within {DRAIN_WAIT:?}; retry"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // What is dropped: the frames and the open points as they are now.
+        let open = {
+            let st = self.read_state();
+            if !matches(&st) {
+                return Ok(false);
+            }
+            st.series[&id].blocks[&start].open.clone()
+        };
+        self.index_append(&mut m, &[Edit::Drop { id, start, wal_seq: boundary }])?;
+        let mut st = self.write_state();
+        let st = &mut *st;
+        let d = st.drops.entry((id, start)).or_default();
+        *d = (*d).max(boundary);
+        let Some(mut b) = st.series.get_mut(&id).and_then(|s| s.blocks.remove(&start)) else {
+            return Ok(true);
+        };
+        st.blocks -= 1;
+        st.forget_block(id, start, &b);
+        // Points written since the check stay, as a block of their own.
+        let rest = if b.open.len() == open.len() { Vec::new() } else { difference(&b.open, &open) };
+        if !rest.is_empty() {
+            b.frames = Frames::Empty;
+            b.frames_gen = b.frames_gen.wrapping_add(1);
+            b.merge_at = None;
+            b.open_digest = digest_of(&rest);
+            b.open = rest;
+            st.open_points += b.open.len();
+            st.dirty.insert((id, start));
+            st.series.get_mut(&id).expect("held above").blocks.insert(start, b);
+            st.blocks += 1;
+        }
+        Ok(true)
+    }
+
+    /// One page of [`crate::Store::list_registered`]: by series number.
+    pub(super) fn list_registered_page(&self, after: Option<ListCursor>, limit: usize) -> SeriesPage {
+        let st = self.read_state();
+        let mut id = after.map_or(0, |c| c.series);
+        let mut series = Vec::new();
+        let mut visited = 0usize;
+        while id < st.next_id {
+            if series.len() >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
+                return SeriesPage { series, next: Some(ListCursor { series: id, after: None }) };
+            }
+            if let Some(s) = st.series.get(&id)
+                && s.registered
+            {
+                series.push(s.key.clone());
+            }
+            visited += 1;
+            id += 1;
+        }
+        SeriesPage { series, next: None }
+    }
+}
