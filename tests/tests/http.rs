@@ -1,14 +1,18 @@
 //! The HTTP side of a cluster of node processes: InfluxDB line protocol and Prometheus remote
 //! write in through one node, the JSON API and the InfluxQL subset out through another, and
 //! every kind of bad input refused with a status and a message while the rest of the batch is
-//! stored.
+//! stored; HTTPS with the fleet's certificates; requests beyond the limits refused in time.
+
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use timeshard_formats::compression::gzip;
 use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
 use timeshard_node::config::ClassConfig;
+use timeshard_sdk::tls::{Identity, TlsFiles};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::http_client::{HttpClient, encode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 const TOKEN: &str = "e2e-token-0123456789abcdef";
@@ -22,6 +26,21 @@ async fn cluster(nodes: usize, body_limit: usize) -> anyhow::Result<(LocalCluste
     options.http.tokens = vec![TOKEN.into()];
     options.http.max_body_bytes = body_limit;
     Ok((LocalCluster::start_converged(options).await?, dir))
+}
+
+/// One node, RF 1, with `[http]` changed by `http`.
+async fn one_node(
+    http: impl FnOnce(&mut timeshard_node::http::HttpConfig),
+) -> anyhow::Result<(LocalCluster, tempfile::TempDir)> {
+    let (mut options, dir) = ClusterOptions::for_tests(1, BIN);
+    options.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    options.http.tokens = vec![TOKEN.into()];
+    http(&mut options.http);
+    Ok((LocalCluster::start_converged(options).await?, dir))
+}
+
+fn error(v: Value) -> String {
+    v["error"].as_str().unwrap_or_default().to_string()
 }
 
 async fn client(cluster: &LocalCluster, i: usize) -> anyhow::Result<HttpClient> {
@@ -211,7 +230,6 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     let (cluster, _dir) = cluster(1, 64 * 1024).await?;
     let addr = cluster.http_addr(0).unwrap();
     let mut c = client(&cluster, 0).await?;
-    let error = |v: Value| v["error"].as_str().unwrap_or_default().to_string();
 
     // Tokens: none, wrong, and the open liveness check.
     let mut anonymous = HttpClient::connect(addr, None).await?;
@@ -299,6 +317,102 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     // The node still serves.
     assert_eq!(c.post("/write", "m v=2 5").await?.status, 204);
     assert_eq!(read_values(&mut c, "m.v", 0, 10).await?, vec![(5, 2.0)]);
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_the_node_certificate_from_the_fleet_ca() -> anyhow::Result<()> {
+    let (cluster, dir) = one_node(|http| http.tls = true).await?;
+    let addr = cluster.http_addr(0).unwrap();
+    let fleet = Identity::load(&cluster.client_tls())?.roots;
+
+    // A client that trusts the fleet CA and checks the name node.timeshard writes and reads.
+    let mut c = HttpClient::connect_tls(addr, fleet.clone(), Some(TOKEN)).await?;
+    assert_eq!(c.get("/ping").await?.status, 204);
+    assert_eq!(c.post("/write?precision=s", "tls,site=atl v=1.5 7").await?.status, 204);
+    assert_eq!(read_values(&mut c, "tls.v{site=atl}", 0, 10 * SEC).await?, vec![(7 * SEC, 1.5)]);
+    // Tokens are still checked over TLS.
+    let mut wrong = HttpClient::connect_tls(addr, fleet, Some("not-the-token-0123456789")).await?;
+    assert_eq!(wrong.get("/metrics").await?.status, 401);
+
+    // A client that trusts another CA refuses the node, and plain HTTP gets no answer.
+    let other = timeshard_node::pki::dev_pki(&dir.path().join("other-pki"), 1)?;
+    let other = Identity::load(&TlsFiles::in_dir(&other, "node-0"))?.roots;
+    let refused = HttpClient::connect_tls(addr, other, Some(TOKEN)).await.unwrap_err();
+    assert!(format!("{refused:#}").contains("certificate"), "{refused:#}");
+    let mut plain = HttpClient::connect(addr, Some(TOKEN)).await?;
+    assert!(plain.get("/ping").await.is_err());
+
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// Reads one HTTP/1.1 answer (headers and a body of `content-length`) from a raw connection.
+async fn raw_answer(tcp: &mut tokio::net::TcpStream) -> anyhow::Result<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .and_then(|v| v.parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                return Ok(text);
+            }
+        }
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_limits_are_refused_in_time() -> anyhow::Result<()> {
+    let timeout = Duration::from_secs(3);
+    let (cluster, _dir) = one_node(|http| {
+        http.max_concurrent_requests = 1;
+        http.request_timeout = timeout;
+    })
+    .await?;
+    let addr = cluster.http_addr(0).unwrap();
+
+    // A client that sends its headers and part of its body, then stalls, holds the one slot.
+    let mut stalled = tokio::net::TcpStream::connect(addr).await?;
+    let started = Instant::now();
+    stalled
+        .write_all(
+            format!(
+                "POST /write HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: 1000\r\n\r\nm v=1 1\n"
+            )
+            .as_bytes(),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Another request waits a moment for a slot, then is told to come back.
+    let mut c = client(&cluster, 0).await?;
+    let a = c.get("/metrics").await?;
+    assert_eq!(a.status, 503, "{}", a.text());
+    assert_eq!(a.headers["retry-after"], "1");
+    assert!(error(a.json()?).contains("maximum of 1 HTTP requests"), "{}", a.text());
+
+    // The stalled request is ended at the request timeout, with an answer that says so.
+    let answer = tokio::time::timeout(Duration::from_secs(20), raw_answer(&mut stalled)).await??;
+    let took = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("the request took longer than 3s"), "{answer}");
+    assert!(took >= timeout && took < timeout + Duration::from_secs(5), "{took:?}");
+
+    // The slot is free again, and nothing of the stalled body was stored.
+    let a = c.get("/metrics").await?;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(a.text().contains("timeshard_http_responses_total{code=\"5xx\"} 2"), "{}", a.text());
+    assert_eq!(c.get("/v1/read?series=m.v&start=0&end=10").await?.status, 404);
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }

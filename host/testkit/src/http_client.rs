@@ -1,7 +1,9 @@
-//! A minimal HTTP/1.1 client over one kept-alive connection (hyper), for the end-to-end tests
-//! and the HTTP benchmark: send a request, get its status, headers and whole body.
+//! A minimal HTTP/1.1 client over one kept-alive connection (hyper), plain or HTTPS, for the
+//! end-to-end tests and the HTTP benchmark: send a request, get its status, headers and whole
+//! body.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -9,6 +11,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls::RootCertStore;
+use rustls::pki_types::ServerName;
+use timeshard_sdk::tls::NODE_NAME;
 
 /// One connection to a node's HTTP side.
 #[derive(Debug)]
@@ -41,9 +46,31 @@ impl Answer {
 impl HttpClient {
     /// Connects to `addr`; requests carry `Authorization: Bearer <token>` when a token is given.
     pub async fn connect(addr: SocketAddr, token: Option<&str>) -> Result<HttpClient> {
-        let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("cannot connect to {addr}"))?;
-        tcp.set_nodelay(true)?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+        let tcp = tcp(addr).await?;
+        HttpClient::over(addr, tcp, token).await
+    }
+
+    /// Connects over HTTPS to a node serving its fleet certificate, trusting `roots` (the fleet
+    /// CA) and checking that the certificate names a node (`node.timeshard`).
+    pub async fn connect_tls(addr: SocketAddr, roots: Arc<RootCertStore>, token: Option<&str>) -> Result<HttpClient> {
+        let mut config = rustls::ClientConfig::builder_with_provider(timeshard_sdk::tls::provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tls = connector
+            .connect(ServerName::try_from(NODE_NAME)?, tcp(addr).await?)
+            .await
+            .with_context(|| format!("TLS handshake with {addr} failed"))?;
+        HttpClient::over(addr, tls, token).await
+    }
+
+    async fn over<IO>(addr: SocketAddr, io: IO, token: Option<&str>) -> Result<HttpClient>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
@@ -81,6 +108,12 @@ impl HttpClient {
     pub async fn post(&mut self, path: &str, body: impl Into<Bytes>) -> Result<Answer> {
         self.send(Method::POST, path, &[], body).await
     }
+}
+
+async fn tcp(addr: SocketAddr) -> Result<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("cannot connect to {addr}"))?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
 }
 
 /// Percent-encodes a query parameter value.
