@@ -1,7 +1,8 @@
 //! Real clients against a node's HTTP side: the Python InfluxDB clients from PyPI write and read
 //! back, and a real Prometheus scrapes `/metrics` and remote-writes into the node, which serves
 //! the samples back; `promtool check metrics` finds nothing to fix. `./scripts/test` installs
-//! them (`pip install influxdb-client influxdb`, Debian's `prometheus`).
+//! them (`influxdb-client` and `influxdb` from PyPI, in a virtual environment when python3 lacks
+//! them, named by `TIMESHARD_TEST_PYTHON`; Debian's `prometheus`).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -29,7 +30,15 @@ async fn the_python_influxdb_clients_write_and_read_back() -> anyhow::Result<()>
     let (cluster, _dir) = one_node().await?;
     let url = format!("http://{}", cluster.http_addr(0).unwrap());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/influx_clients.py");
-    let out = Command::new("python3").arg(&script).arg(&url).arg(TOKEN).output().await.context("cannot run python3")?;
+    // ./scripts/test names the interpreter it installed the clients for.
+    let python = std::env::var("TIMESHARD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&url)
+        .arg(TOKEN)
+        .output()
+        .await
+        .with_context(|| format!("cannot run {python} (./scripts/test installs the clients)"))?;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{} failed ({}):\n{stdout}\n{stderr}", script.display(), out.status);
     assert!(stdout.contains("influx clients: ok"), "{stdout}");
