@@ -241,6 +241,12 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     assert_eq!(a.status, 401);
     assert!(error(a.json()?).contains("not one this node accepts"));
     assert_eq!(anonymous.get("/ping").await?.status, 204);
+    // InfluxDB 2.x clients get the refusal in 2.x's shape.
+    let a = wrong.post("/api/v2/write?org=o&bucket=b", "m v=1").await?;
+    assert_eq!(a.status, 401);
+    let v = a.json()?;
+    assert_eq!(v["code"], "unauthorized", "{v}");
+    assert!(v["message"].as_str().unwrap_or_default().contains("not one this node accepts"), "{v}");
     // InfluxDB 1.x clients send the token as the password.
     assert_eq!(anonymous.post(&format!("/write?u=x&p={TOKEN}"), "m v=1").await?.status, 204);
 
@@ -255,6 +261,11 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     let a = c.post("/write", big.clone()).await?;
     assert_eq!(a.status, 413);
     assert!(error(a.json()?).contains("larger than this node's limit of 65536 bytes"));
+    let a = c.post("/api/v2/write?org=o&bucket=b", big.clone()).await?;
+    assert_eq!(a.status, 413);
+    let v = a.json()?;
+    assert_eq!(v["code"], "request too large", "{v}");
+    assert!(v["message"].as_str().unwrap_or_default().contains("limit of 65536 bytes"), "{v}");
     // ... and one that only decompresses past it.
     let a = c.send(hyper::Method::POST, "/write", &[("content-encoding", "gzip")], gzip(big.as_bytes())).await?;
     assert_eq!(a.status, 413, "{}", a.text());

@@ -105,6 +105,8 @@ pub fn router(state: AppState) -> Router {
 async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let metrics = s.node.metrics().clone();
     let _in_flight = metrics.http_request_started();
+    // InfluxDB 2.x clients read errors in 2.x's shape.
+    let v2 = req.uri().path().starts_with("/api/v2/");
     let response = async {
         if !OPEN_PATHS.contains(&req.uri().path()) {
             s.tokens.check(req.headers(), req.uri().query())?;
@@ -117,7 +119,7 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
         tokio::time::timeout(timeout, next.run(req)).await.map_err(|_| ApiError::Timeout(timeout))
     }
     .await
-    .unwrap_or_else(IntoResponse::into_response);
+    .unwrap_or_else(|e| if v2 { error::V2(e).into_response() } else { e.into_response() });
     metrics.record_http_status(response.status().as_u16());
     response
 }

@@ -178,13 +178,14 @@ pub async fn influx_v1(
 }
 
 /// `POST /api/v2/write?org=...&bucket=...&precision=ns|us|ms|s`: InfluxDB 2.x line protocol;
-/// errors in 2.x's shape. `org` and `bucket` are accepted and ignored.
+/// errors in 2.x's shape (an oversize body's too). `org` and `bucket` are accepted and ignored.
 pub async fn influx_v2(
     State(s): State<AppState>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
-    Body(body): Body,
+    body: Result<Body, ApiError>,
 ) -> Result<Response, V2> {
+    let Body(body) = body?;
     let params = params(q.as_deref())?;
     let precision = precision(params.get("precision"))?;
     Ok(line_protocol(&s, &headers, body, precision).await?)
