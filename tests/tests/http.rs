@@ -311,6 +311,10 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
         let e = error(a.json()?);
         assert!(e.starts_with("unsupported InfluxQL") && e.contains(what), "{q}: {e}");
     }
+    // A window for every second since 1970 would be a row each: refused before anything runs.
+    let a = c.get(&format!("/query?q={}", encode("SELECT count(v) FROM m WHERE time >= 0 GROUP BY time(1s)"))).await?;
+    assert_eq!(a.status, 400);
+    assert!(error(a.json()?).starts_with("the query is too large"));
     let a = c.get(&format!("/query?q={}", encode("SELECT FROM"))).await?;
     assert_eq!(a.status, 400);
     assert!(error(a.json()?).starts_with("error parsing query"));

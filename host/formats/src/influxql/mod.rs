@@ -13,7 +13,9 @@
 //!   IN (k, ...) [WHERE ...]`, `SHOW FIELD KEYS [FROM m]`, `SHOW DATABASES`, `SHOW RETENTION
 //!   POLICIES`.
 //!
-//! Anything else is refused with [`QueryError::Unsupported`], naming what is not supported.
+//! Anything else is refused with [`QueryError::Unsupported`], naming what is not supported; a
+//! `GROUP BY time()` of more than [`timeshard_proto::window::MAX_WINDOWS`] windows with
+//! [`QueryError::TooLarge`].
 //! Measurements and fields map to series as [`crate::names`] says; quote names that hold a `.`
 //! (`FROM "pmu.phase"`), since InfluxQL reads `a.b` as retention policy `a`, measurement `b`.
 
@@ -40,6 +42,9 @@ pub enum QueryError {
          MEASUREMENTS, SHOW TAG KEYS, SHOW TAG VALUES, SHOW FIELD KEYS, SHOW DATABASES"
     )]
     Unsupported(String),
+    /// A statement that asks for more than one answer may hold (InfluxDB's max-select-buckets).
+    #[error("the query is too large: {0}")]
+    TooLarge(String),
 }
 
 /// One statement of a query.

@@ -1,6 +1,8 @@
 //! A recursive-descent parser of the InfluxQL subset (see the module above for the grammar).
 
+use timeshard_proto::TimeRange;
 use timeshard_proto::time::MAX_TIMESTAMP;
+use timeshard_proto::window::check_windows;
 
 use super::lexer::{Lexer, Tok};
 use super::time::parse_rfc3339;
@@ -336,6 +338,11 @@ impl Parser<'_> {
         if select.start >= select.end {
             return Err(QueryError::Syntax("the time range is empty: its start is not before its end".into()));
         }
+        // Every window of the range gets a row (fill), data or not: bound them before anything runs.
+        if let Some(width) = select.interval {
+            let range = TimeRange::new(select.start, select.end).map_err(|e| QueryError::Syntax(e.to_string()))?;
+            check_windows(&range, width).map_err(QueryError::TooLarge)?;
+        }
         Ok(select)
     }
 
@@ -644,6 +651,16 @@ mod tests {
             assert!(msg.contains(what), "{q}: {msg}");
             assert!(msg.starts_with("unsupported InfluxQL"), "{msg}");
         }
+    }
+
+    #[test]
+    fn windows_beyond_the_bound_are_refused_before_anything_runs() {
+        let q = "SELECT count(v) FROM m WHERE time >= 0 GROUP BY time(1s)";
+        let err = parse(q, NOW).unwrap_err();
+        assert!(matches!(err, QueryError::TooLarge(_)), "{err}");
+        assert!(err.to_string().contains("at most 100000"), "{err}");
+        let q = "SELECT count(v) FROM m WHERE time >= now() - 1d GROUP BY time(1m)";
+        assert!(parse(q, NOW).is_ok());
     }
 
     #[test]
