@@ -392,6 +392,7 @@ async fn requests_beyond_the_limits_are_refused_in_time() -> anyhow::Result<()> 
     let (cluster, _dir) = one_node(|http| {
         http.max_concurrent_requests = 1;
         http.request_timeout = timeout;
+        http.max_query_points = 100;
     })
     .await?;
     let addr = cluster.http_addr(0).unwrap();
@@ -428,6 +429,17 @@ async fn requests_beyond_the_limits_are_refused_in_time() -> anyhow::Result<()> 
     assert_eq!(a.status, 200, "{}", a.text());
     assert!(a.text().contains("timeshard_http_responses_total{code=\"5xx\"} 2"), "{}", a.text());
     assert_eq!(c.get("/v1/read?series=m.v&start=0&end=10").await?.status, 404);
+
+    // Raw points a query may answer, counted over all its series: 2 x 60 is more than 100.
+    let body: String = (0..60).flat_map(|i| [format!("m,s=a v={i} {i}\n"), format!("m,s=b v={i} {i}\n")]).collect();
+    assert_eq!(c.post("/write", body).await?.status, 204);
+    let a = c.get(&format!("/query?q={}", encode("SELECT v FROM m WHERE s = 'a'"))).await?;
+    assert_eq!(a.json()?["results"][0]["series"][0]["values"].as_array().map(Vec::len), Some(60));
+    let a = c.get(&format!("/query?q={}", encode("SELECT v FROM m"))).await?;
+    assert_eq!(a.status, 200);
+    let e = a.json()?["results"][0]["error"].as_str().unwrap_or_default().to_string();
+    assert!(e.contains("more than 100 raw points ([http] max_query_points)"), "{e}");
+    assert_eq!(c.get("/v1/read?series=m.v%7Bs%3Da%7D&start=0&end=100&limit=101").await?.status, 400);
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }

@@ -126,13 +126,14 @@ where
 }
 
 /// `GET /v1/read?series=&start=&end=[&limit=][&after=]`: raw points of `[start, end)`, at most
-/// `limit` (default 10,000; at most `[http] max_query_points`), and a cursor to continue.
+/// `limit` (default 10,000 or `[http] max_query_points` if lower; at most that), and a cursor
+/// to continue.
 pub async fn read(State(s): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
     counted(&s, Query::Read, async {
         let p = params(q)?;
         let (series, range) = (p.series()?, p.range()?);
         let max = s.config().max_query_points;
-        let limit = p.number::<usize>("limit")?.unwrap_or(DEFAULT_READ_LIMIT);
+        let limit = p.number::<usize>("limit")?.unwrap_or(DEFAULT_READ_LIMIT.min(max));
         if limit == 0 || limit > max {
             return Err(ApiError::BadRequest(format!("limit must be between 1 and {max} ([http] max_query_points)")));
         }

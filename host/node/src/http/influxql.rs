@@ -7,6 +7,7 @@
 //! reason (`{"error": "..."}`), before anything runs; a statement that fails while running gets
 //! its error in its own entry of `results`, as InfluxDB answers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::Json;
@@ -114,8 +115,10 @@ async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<V
             s.config().max_query_series
         )));
     }
+    // Raw points read by every series together, so the bound holds while reading, not after.
+    let read_points = &AtomicUsize::new(0);
     let reads = targets.into_iter().map(|(key, field)| async move {
-        let data = read_series(s, select, &key, range).await?;
+        let data = read_series(s, select, &key, range, read_points).await?;
         Ok::<_, ApiError>(SeriesData { key, field, data })
     });
     let data: Vec<SeriesData> = futures::stream::iter(reads)
@@ -141,8 +144,15 @@ fn too_many_points(s: &AppState) -> ApiError {
     ))
 }
 
-/// One series' windows (aggregates) or points (raw) for `select`.
-async fn read_series(s: &AppState, select: &Select, key: &SeriesKey, range: TimeRange) -> Result<Data, ApiError> {
+/// One series' windows (aggregates) or points (raw) for `select`; raw points read count
+/// against `read_points`, shared by the statement's series.
+async fn read_series(
+    s: &AppState,
+    select: &Select,
+    key: &SeriesKey,
+    range: TimeRange,
+    read_points: &AtomicUsize,
+) -> Result<Data, ApiError> {
     let coordinator = s.node.coordinator();
     let empty_if_unknown =
         |e: timeshard_proto::wire::ErrorReply| if e.code == ErrorCode::UnknownSeries { Ok(()) } else { Err(e) };
@@ -174,10 +184,11 @@ async fn read_series(s: &AppState, select: &Select, key: &SeriesKey, range: Time
         let want = (wanted + 1 - points.len()).min(page_max) as u32;
         match coordinator.read(key.clone(), range, after, want).await {
             Ok((page, next)) => {
-                points.extend(page);
-                if points.len() > budget {
+                let before = read_points.fetch_add(page.len(), Ordering::Relaxed);
+                if before + page.len() > budget {
                     return Err(too_many_points(s));
                 }
+                points.extend(page);
                 match next {
                     Some(n) if points.len() < wanted => after = Some(n),
                     _ => break,
