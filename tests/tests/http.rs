@@ -217,7 +217,7 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
         text.lines().find(|l| l.starts_with("timeshard_ingest_points_total{protocol=\"line_protocol\"}")).unwrap();
     assert_eq!(line.rsplit(' ').next(), Some("725"), "{line}");
     assert!(text.contains("timeshard_ingest_rejected_total{protocol=\"line_protocol\"} 4"), "{text}");
-    assert!(text.contains("timeshard_store_open_points"), "{text}");
+    assert!(text.contains("timeshard_store_open_points") && text.contains("timeshard_store_open_blocks"), "{text}");
     let text = reader.get("/metrics").await?.text();
     assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 3"), "{text}");
 

@@ -181,8 +181,13 @@ pub fn render(node: &Node) -> String {
         );
         e.gauge(
             "timeshard_store_open_points",
-            "Points held in memory, not yet sealed into blocks: the seal backlog.",
+            "Points held in memory and the log, not yet sealed into blocks.",
             st.open_points as f64,
+        );
+        e.gauge(
+            "timeshard_store_open_blocks",
+            "Blocks holding points not yet sealed: the seal backlog.",
+            st.open_blocks as f64,
         );
         e.gauge("timeshard_store_sealed_blocks", "Sealed blocks.", st.sealed_blocks as f64);
         e.gauge("timeshard_store_series", "Series in the store's dictionary.", st.series as f64);
