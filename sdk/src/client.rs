@@ -222,7 +222,7 @@ impl Client {
     /// What the node reports about itself.
     pub async fn status(&self) -> Result<NodeStatus, Error> {
         match self.call(Request::Status).await? {
-            Response::Status(s) => Ok(s),
+            Response::Status(s) => Ok(*s),
             other => Err(self.unexpected(&other)),
         }
     }

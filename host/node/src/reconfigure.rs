@@ -154,6 +154,8 @@ impl Node {
         let old = self.config();
         let mut changed = Vec::new();
 
+        // Revoked nodes own nothing from now on: their blocks move to the next closest nodes.
+        self.view().set_excluded(revoked.clone());
         let newly = self.net().set_revoked(revoked);
         if !newly.is_empty() {
             let forgotten = self.dht().forget(&newly);

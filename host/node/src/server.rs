@@ -188,7 +188,7 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         | Request::RegisterSeries { .. }
         | Request::HasSeries { .. }
         | Request::FetchWindows { .. }
-        | Request::FindSeries { .. }) => serve_replica(node.store(), req).await,
+        | Request::FindSeries { .. }) => serve_replica(node.store(), req, node.repair().is_settled()).await,
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,
@@ -239,7 +239,16 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
                 Err(e) => Response::Error(e),
             }
         }
-        Request::Status => Response::Status(status(node)),
+        Request::Status => Response::Status(Box::new(status(node))),
+        Request::RepairTree { .. }
+        | Request::RepairLeaves { .. }
+        | Request::ReadBlocks { .. }
+        | Request::BlockDigests { .. }
+        | Request::ListBlocks { .. }
+        | Request::Leave => Response::Error(ErrorReply::new(
+            ErrorCode::Internal,
+            format!("{} requests are not served by this build yet", req.kind()),
+        )),
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))
@@ -294,6 +303,8 @@ pub fn status(node: &Node) -> NodeStatus {
         hints_replayed: node.hints().replayed(),
         hints_dropped: node.hints().dropped(),
         replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
+        repair: node.repair().status(),
+        wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
     }
 }
 
@@ -307,8 +318,9 @@ fn storage_error(e: StoreError) -> Response {
 }
 
 /// Serves a replica request (store, fetch, register, has) from the local store, off the async
-/// threads since stores may block on disk.
-pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
+/// threads since stores may block on disk. Read answers carry `settled`: whether this node
+/// holds every block it owns.
+pub async fn serve_replica(store: &Arc<dyn Store>, req: Request, settled: bool) -> Response {
     let store = store.clone();
     let work = tokio::task::spawn_blocking(move || match req {
         Request::Store { blocks } => match store.write(&blocks) {
@@ -316,12 +328,12 @@ pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
             Err(e) => storage_error(e),
         },
         Request::Fetch { series, range, after, limit, .. } => match store.read(&series, range, after, limit as usize) {
-            Ok(page) => Response::Points { points: page.points, more: page.more },
+            Ok(page) => Response::Points { points: page.points, more: page.more, settled },
             Err(e) => storage_error(e),
         },
         Request::FetchWindows { series, parts, width_ns } => {
             match parts.iter().map(|p| store.aggregate(&series, p.range, width_ns)).collect() {
-                Ok(parts) => Response::BlockWindows { parts },
+                Ok(parts) => Response::BlockWindows { parts, settled },
                 Err(e) => storage_error(e),
             }
         }

@@ -72,7 +72,7 @@ impl Inspector {
                 limit: self.limits.max_page_points,
             };
             match self.call(addr, &req).await? {
-                Response::Points { points: page, more } => {
+                Response::Points { points: page, more, .. } => {
                     after = page.last().map(Point::key).or(after);
                     points.extend(page);
                     if !more {
