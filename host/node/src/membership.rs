@@ -187,6 +187,12 @@ impl View {
         self.state.lock().expect("membership lock").get(id).map(Member::contact)
     }
 
+    /// The view's generation and the members placement may choose then, read together.
+    pub fn placement(&self) -> (u64, Vec<Contact>) {
+        let state = self.state.lock().expect("membership lock");
+        (state.generation(), state.eligible().to_vec())
+    }
+
     /// The members placement may choose, sorted by id.
     pub fn eligible(&self) -> Vec<Contact> {
         self.state.lock().expect("membership lock").eligible().to_vec()

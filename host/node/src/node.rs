@@ -25,7 +25,7 @@ use crate::faults::Faults;
 use crate::hints::{Hints, replay};
 use crate::membership::View;
 use crate::net::{BindError, Net};
-use crate::repair::RepairState;
+use crate::repair::{Repair, RepairState};
 use crate::server;
 
 /// How often the node checks whether buckets need refreshing or it must rejoin.
@@ -47,7 +47,7 @@ pub struct Node {
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
-    repair: Arc<RepairState>,
+    repair: Arc<Repair>,
     request_slots: Arc<Semaphore>,
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
@@ -118,8 +118,8 @@ impl Node {
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
     }
-    /// Whether this node is settled, and what repair did.
-    pub fn repair(&self) -> &Arc<RepairState> {
+    /// Anti-entropy, handoff, read repair and leaving; whether this node is settled.
+    pub fn repair(&self) -> &Arc<Repair> {
         &self.repair
     }
     pub fn request_slots(&self) -> &Arc<Semaphore> {
@@ -298,7 +298,16 @@ impl RunningNode {
             classes,
             config.limits.clone(),
             policies,
-            repair.clone(),
+            repair,
+        ));
+        let repair = Arc::new(Repair::new(
+            me,
+            dht.clone(),
+            view.clone(),
+            store.clone(),
+            coordinator.clone(),
+            config.repair.clone(),
+            config.limits.wire(),
         ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
@@ -338,6 +347,7 @@ impl RunningNode {
         node.tasks.spawn(maintain(node.clone()));
         node.tasks.spawn(maintain_store(node.clone()));
         node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        node.tasks.spawn(node.repair.clone().run(node.shutdown.clone()));
         let replayer = replay::Replayer {
             hints,
             view: node.view.clone(),

@@ -7,7 +7,7 @@
 //! bootstrap peers, the per-node limits (requests served at once, connections, read
 //! parallelism, quanta per page) and the revoked node ids. Everything else (listen address,
 //! data directory, TLS files, DHT settings, store, wire limits, policies, membership, hints,
-//! fault injection) needs a restart.
+//! repair, fault injection) needs a restart.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -95,6 +95,9 @@ fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureErro
     }
     if old.hints != new.hints {
         return fixed("[hints]");
+    }
+    if old.repair != new.repair {
+        return fixed("[repair]");
     }
     if old.testing != new.testing {
         return fixed("[testing]");

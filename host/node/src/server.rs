@@ -188,7 +188,7 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         | Request::RegisterSeries { .. }
         | Request::HasSeries { .. }
         | Request::FetchWindows { .. }
-        | Request::FindSeries { .. }) => serve_replica(node.store(), req, node.repair().is_settled()).await,
+        | Request::FindSeries { .. }) => serve_replica(node.store(), req, node.repair().state().is_settled()).await,
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,
@@ -240,14 +240,14 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
             }
         }
         Request::Status => Response::Status(Box::new(status(node))),
-        Request::RepairTree { .. }
+        req @ (Request::RepairTree { .. }
         | Request::RepairLeaves { .. }
         | Request::ReadBlocks { .. }
         | Request::BlockDigests { .. }
-        | Request::ListBlocks { .. }
-        | Request::Leave => Response::Error(ErrorReply::new(
+        | Request::ListBlocks { .. }) => node.repair().serve(peer.id, req).await,
+        Request::Leave => Response::Error(ErrorReply::new(
             ErrorCode::Internal,
-            format!("{} requests are not served by this build yet", req.kind()),
+            "leave requests are not served by this build yet".to_string(),
         )),
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
@@ -303,7 +303,7 @@ pub fn status(node: &Node) -> NodeStatus {
         hints_replayed: node.hints().replayed(),
         hints_dropped: node.hints().dropped(),
         replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
-        repair: node.repair().status(),
+        repair: node.repair().state().status(),
         wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
     }
 }

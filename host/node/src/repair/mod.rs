@@ -18,9 +18,17 @@
 //!   everything.
 
 use std::sync::Mutex;
+pub mod driver;
+pub mod handoff;
+pub mod inventory;
+pub mod serve;
+pub mod session;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use timeshard_proto::repair::{LeaveProgress, RepairStatus};
+
+pub use driver::Repair;
 
 /// Counters of repair work since the node started.
 #[derive(Debug, Default)]
@@ -44,6 +52,11 @@ impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Sets a gauge.
+    pub fn set(gauge: &AtomicU64, n: u64) {
+        gauge.store(n, Ordering::Relaxed);
+    }
 }
 
 /// What the read path and the repair tasks share.
@@ -62,10 +75,11 @@ impl Default for RepairState {
 }
 
 impl RepairState {
-    /// A node's repair state.
+    /// The repair state of a node that has just started: unsettled (it may have missed writes
+    /// while it was away, or own blocks it never held) until its first catch-up round.
     pub fn new() -> RepairState {
         RepairState {
-            settled: AtomicBool::new(true),
+            settled: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
             leave: Mutex::new(LeaveProgress::default()),
             counters: Counters::default(),
