@@ -289,7 +289,7 @@ impl RunningNode {
         );
         let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
         let policies = crate::policies::open(&config)?;
-        let repair = Arc::new(RepairState::new());
+        let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
         let coordinator = Arc::new(Coordinator::new(
             dht.clone(),
             view.clone(),
@@ -348,6 +348,13 @@ impl RunningNode {
         node.tasks.spawn(maintain_store(node.clone()));
         node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
         node.tasks.spawn(node.repair.clone().run(node.shutdown.clone()));
+        node.tasks.spawn(crate::repair::read_repair::run(
+            node.repair.state().clone(),
+            node.dht.clone(),
+            node.store.clone(),
+            node.limits,
+            node.shutdown.clone(),
+        ));
         let replayer = replay::Replayer {
             hints,
             view: node.view.clone(),

@@ -387,6 +387,27 @@ impl LocalCluster {
         }
     }
 
+    /// Waits until every running node reports itself settled (it holds every block it owns)
+    /// with no handoff pending; returns their statuses.
+    pub async fn wait_settled(&self, timeout: Duration) -> Result<Vec<NodeStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut statuses = Vec::new();
+            for i in (0..self.len()).filter(|&i| self.is_running(i)) {
+                statuses.push(self.status(i).await?);
+            }
+            if statuses.iter().all(|s| s.repair.settled && s.repair.handoff_pending == 0) {
+                return Ok(statuses);
+            }
+            if Instant::now() > deadline {
+                let state: Vec<(bool, u64)> =
+                    statuses.iter().map(|s| (s.repair.settled, s.repair.handoff_pending)).collect();
+                bail!("nodes not settled within {timeout:?}: (settled, handoff pending) {state:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
     /// running node read it, a restart regenerates it from the cluster's options.
     pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {

@@ -53,9 +53,9 @@ impl Ledger {
         self.acked.values().map(Vec::len).sum()
     }
 
-    /// The series written.
-    pub fn series(&self) -> impl Iterator<Item = &SeriesKey> {
-        self.acked.keys()
+    /// The acknowledged points, by series.
+    pub fn acked(&self) -> &BTreeMap<SeriesKey, Vec<Point>> {
+        &self.acked
     }
 
     /// Reads every series written through `client` over the span of its acknowledged points

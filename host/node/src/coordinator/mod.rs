@@ -27,8 +27,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use timeshard_policy::Registry;
-use timeshard_proto::agreement::{ReadOutcome, ReadQuorum, merge_page};
-use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
+use timeshard_proto::agreement::{ReadOutcome, ReadQuorum, merge_replica_answers};
+use timeshard_proto::repair::missing_from;
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange};
 use timeshard_store::Store;
 
@@ -272,8 +273,11 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let candidates = self.read_candidates(id, class);
+        let owners = self.ordered_replicas(id, class);
+        let candidates = self.view.read_candidates(&owners, &id, usize::from(class.replication.rf));
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
+        // Each answer: its points, and whether they are everything the replica holds of the
+        // part (it was not cut at the limit).
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
             let mut cursor = after;
@@ -287,7 +291,7 @@ impl Coordinator {
                         cursor = page.last().map(Point::key).or(cursor);
                         points.extend(page);
                         if !more || points.len() >= limit {
-                            return Ok((points, all_settled));
+                            return Ok(((points, !more), all_settled));
                         }
                     }
                     other => return Err(unavailable(format!("unexpected answer to a fetch: {other:?}"))),
@@ -297,14 +301,26 @@ impl Coordinator {
         let r = usize::from(class.replication.r);
         let what = || format!("{series} at quantum {}", quantum.start);
         let answers = Self::ask_candidates(&candidates, r, what, fetch).await?;
-        Ok(merge_page(answers.into_iter().map(|a| a.value), &part, after, limit))
+        let mut union = merge_replica_answers(answers.iter().map(|a| a.value.0.clone()), &part);
+        if let Some(a) = after {
+            union.retain(|p| p.key() > a);
+        }
+        // Owners that lacked points others returned get them back, off the read path.
+        for a in answers.iter().filter(|a| owners.iter().any(|o| o.id == a.from.id)) {
+            let (points, complete) = &a.value;
+            let lacking = missing_from(&union, points, *complete);
+            if !lacking.is_empty() {
+                self.repair.read_repair(a.from, BlockPoints { series: series.clone(), quantum, points: lacking });
+            }
+        }
+        union.truncate(limit);
+        Ok(union)
     }
 }
 
 /// One candidate's answer to a read.
 #[derive(Debug)]
 struct Answer<T> {
-    #[allow(dead_code)]
     from: Contact,
     value: T,
     settled: bool,

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;
+pub mod read_repair;
 pub mod serve;
 pub mod session;
 
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use timeshard_proto::repair::{LeaveProgress, RepairStatus};
 
 pub use driver::Repair;
+pub use read_repair::ReadRepairs;
 
 /// Counters of repair work since the node started.
 #[derive(Debug, Default)]
@@ -66,23 +68,20 @@ pub struct RepairState {
     leaving: AtomicBool,
     leave: Mutex<LeaveProgress>,
     pub counters: Counters,
-}
-
-impl Default for RepairState {
-    fn default() -> Self {
-        RepairState::new()
-    }
+    read_repairs: ReadRepairs,
 }
 
 impl RepairState {
     /// The repair state of a node that has just started: unsettled (it may have missed writes
-    /// while it was away, or own blocks it never held) until its first catch-up round.
-    pub fn new() -> RepairState {
+    /// while it was away, or own blocks it never held) until its first catch-up round, with
+    /// room for `read_repair_queue` read repairs.
+    pub fn new(read_repair_queue: usize) -> RepairState {
         RepairState {
             settled: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
             leave: Mutex::new(LeaveProgress::default()),
             counters: Counters::default(),
+            read_repairs: ReadRepairs::new(read_repair_queue),
         }
     }
 
@@ -113,6 +112,11 @@ impl RepairState {
 
     pub fn update_leave(&self, f: impl FnOnce(&mut LeaveProgress)) {
         f(&mut self.leave.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The read repairs waiting to be sent.
+    pub fn read_repairs(&self) -> &ReadRepairs {
+        &self.read_repairs
     }
 
     /// What `timeshard status` shows of repair.
