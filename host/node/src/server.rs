@@ -245,10 +245,18 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         | Request::ReadBlocks { .. }
         | Request::BlockDigests { .. }
         | Request::ListBlocks { .. }) => node.repair().serve(peer.id, req).await,
-        Request::Leave => Response::Error(ErrorReply::new(
-            ErrorCode::Internal,
-            "leave requests are not served by this build yet".to_string(),
-        )),
+        Request::Leave => {
+            // Only the holder of this node's key may make it leave.
+            if peer.id != node.dht().me().id {
+                return Response::Error(ErrorReply::new(
+                    ErrorCode::Forbidden,
+                    "only the node's own certificate may make it leave; connect with the node's certificate and key",
+                ));
+            }
+            let stopper = node.clone();
+            let gossip = node.config().membership.gossip_interval;
+            Response::Leaving(node.repair().leave(gossip, move || stopper.stop("left the cluster".into())))
+        }
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))

@@ -185,8 +185,9 @@ impl Repair {
                 Some(_) if !complete => now + CATCH_UP_RETRY,
                 _ => now + jitter(self.cfg.anti_entropy_interval),
             };
-            if stop.is_cancelled() {
-                return;
+            // A leaving node hands off everything in its own passes.
+            if stop.is_cancelled() || self.state.is_leaving() {
+                continue;
             }
             if let Err(e) = self.handoff_pass(false).await {
                 debug!(error = %e, "cannot list this node's blocks for handoff; will retry");
@@ -212,10 +213,11 @@ impl Repair {
             .collect();
         // A Vec, not an iterator adapter: a closure held across the awaits trips rustc's `Send`
         // inference for the spawned driver task.
+        let taken = super::session::Taken::default();
         let mut sessions = Vec::with_capacity(neighbours.len());
         for &peer in &neighbours {
-            let inv = inv.clone();
-            sessions.push(async move { (peer, self.pull(&inv, peer, cutoff).await) });
+            let (inv, taken) = (inv.clone(), &taken);
+            sessions.push(async move { (peer, self.pull(&inv, peer, cutoff, taken).await) });
         }
         let results: Vec<_> = futures::stream::iter(sessions)
             .buffer_unordered(SESSIONS_AT_ONCE)

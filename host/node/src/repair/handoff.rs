@@ -244,3 +244,58 @@ impl Repair {
         }
     }
 }
+
+/// Passes of a graceful leave run this far apart while blocks remain.
+const LEAVE_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Repair {
+    /// Starts leaving the cluster, unless already leaving: announces `Leaving` (placement
+    /// stops choosing this node; reads still ask it), waits `catch_up_delay` for the change to
+    /// reach every coordinator, hands every block off, announces `Left`, and calls `left` once
+    /// peers had a few gossip rounds to learn it. Returns where the leave stands.
+    pub fn leave(
+        self: &Arc<Self>,
+        gossip_interval: std::time::Duration,
+        left: impl FnOnce() + Send + 'static,
+    ) -> timeshard_proto::repair::LeaveProgress {
+        if self.state.start_leaving() {
+            info!("leaving the cluster: handing every block off first");
+            self.view.set_status(timeshard_proto::membership::MemberStatus::Leaving);
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(me.cfg.catch_up_delay).await;
+                me.hand_off_everything().await;
+                me.view.set_status(timeshard_proto::membership::MemberStatus::Left);
+                me.state.update_leave(|p| p.left = true);
+                info!("every block handed off; announced that this node left");
+                tokio::time::sleep(gossip_interval * 5).await;
+                left();
+            });
+        }
+        self.state.leave_progress()
+    }
+
+    /// Handoff passes of every block until none is left.
+    async fn hand_off_everything(&self) {
+        let mut first = true;
+        loop {
+            match self.handoff_pass(true).await {
+                Ok(report) => {
+                    self.state.update_leave(|p| {
+                        if first {
+                            p.blocks_total = report.blocks;
+                        }
+                        p.blocks_done = p.blocks_total.saturating_sub(report.blocks - report.dropped);
+                        p.bytes_pushed += report.bytes;
+                    });
+                    first = false;
+                    if report.is_done() {
+                        return;
+                    }
+                }
+                Err(e) => debug!(error = %e, "cannot list this node's blocks for leaving; will retry"),
+            }
+            tokio::time::sleep(LEAVE_PASS_EVERY).await;
+        }
+    }
+}

@@ -31,6 +31,9 @@ pub enum SessionError {
     Store(String),
 }
 
+/// Blocks a round's sessions fetched, with the digest and count of the copy fetched.
+pub type Taken = std::sync::Mutex<HashMap<BlockRef, (u64, u64)>>;
+
 /// What one session did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionReport {
@@ -56,8 +59,16 @@ impl Repair {
     }
 
     /// Pulls from `peer` what this node owns and lacks, comparing the blocks of `inv` (this
-    /// node's inventory) last written up to `cutoff`.
-    pub async fn pull(&self, inv: &Arc<Inventory>, peer: Contact, cutoff: i64) -> Result<SessionReport, SessionError> {
+    /// node's inventory) last written up to `cutoff`. `taken` holds what the round's other
+    /// sessions already fetched (block, digest, count), so a block several peers list alike is
+    /// fetched once.
+    pub async fn pull(
+        &self,
+        inv: &Arc<Inventory>,
+        peer: Contact,
+        cutoff: i64,
+        taken: &Taken,
+    ) -> Result<SessionReport, SessionError> {
         let scope = RepairScope { view: inv.view_digest, cutoff };
         let inv2 = inv.clone();
         let local = tokio::task::spawn_blocking(move || inv2.tree(&peer.id, false, cutoff))
@@ -98,7 +109,7 @@ impl Repair {
                 Response::RepairLeaves { entries, done, .. } => (entries, (done as usize).clamp(1, asked.len())),
                 other => return Err(SessionError::Unexpected(format!("{other:?}"))),
             };
-            let (registrations, blocks) = self.plan(inv, &asked[..done], entries);
+            let (registrations, blocks) = self.plan(inv, &asked[..done], entries, taken);
             report.registrations += registrations.len() as u64;
             if !registrations.is_empty() {
                 let store = self.store.clone();
@@ -123,9 +134,16 @@ impl Repair {
         inv: &Inventory,
         leaves: &[u16],
         entries: Vec<RepairEntry>,
+        taken: &Taken,
     ) -> (Vec<SeriesKey>, Vec<(SeriesKey, Quantum)>) {
-        let mine: HashMap<BlockRef, (u64, u64)> =
+        let mut mine: HashMap<BlockRef, (u64, u64)> =
             inv.held(leaves).into_iter().map(|(b, i)| (b, (i.digest, i.count))).collect();
+        let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+        for e in &entries {
+            if let Some(t) = taken.get(&e.block) {
+                mine.insert(e.block.clone(), *t);
+            }
+        }
         let classes = self.classes();
         let me = self.me.id;
         // The peer lists what it places on this node; a block this node's view does not place
@@ -134,6 +152,7 @@ impl Repair {
         let mut registrations = Vec::new();
         let mut blocks = Vec::new();
         for e in to_fetch(entries, &mine, not_mine) {
+            taken.insert(e.block.clone(), (e.digest, e.count));
             match e.block {
                 BlockRef::Registration { series } => registrations.push(series),
                 BlockRef::Points { series, quantum } => blocks.push((series, quantum)),
