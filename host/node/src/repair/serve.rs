@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use timeshard_proto::repair::{self, BlockCursor, BlockRef, ListCursor, ListedBlock, message_bytes, tree};
+use timeshard_proto::repair::{self, BlockCursor, BlockRef, ListCursor, ListedBlock, tree};
 use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Id, Point};
 use timeshard_store::{ListCursor as StoreCursor, Store, StoreError};
@@ -43,11 +43,7 @@ impl Repair {
                 })
                 .await;
                 match hashes {
-                    Ok(hashes) => {
-                        let resp = Response::RepairTree { view_matches: true, hashes };
-                        Counters::add(&self.state.counters.compare_bytes, message_bytes(&resp));
-                        resp
-                    }
+                    Ok(hashes) => Response::RepairTree { view_matches: true, hashes },
                     Err(e) => internal(e),
                 }
             }
@@ -60,9 +56,7 @@ impl Repair {
                     return Response::RepairLeaves { view_matches: false, entries: Vec::new(), done: 0 };
                 }
                 let (entries, done) = inv.entries(&peer, true, scope.cutoff, &leaves, limit as usize);
-                let resp = Response::RepairLeaves { view_matches: true, entries, done };
-                Counters::add(&self.state.counters.compare_bytes, message_bytes(&resp));
-                resp
+                Response::RepairLeaves { view_matches: true, entries, done }
             }
             Request::ReadBlocks { blocks, after, limit } => {
                 let store = self.store.clone();

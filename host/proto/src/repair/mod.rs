@@ -158,8 +158,8 @@ pub struct RepairStatus {
     /// Pull sessions completed, and sessions answered for peers.
     pub sessions: u64,
     pub sessions_served: u64,
-    /// Bytes of comparisons (tree hashes and leaf listings), sent and received, in sessions
-    /// this node ran or answered.
+    /// Bytes of comparisons (tree hashes and leaf listings), both ways, in the sessions this
+    /// node ran: what anti-entropy costs when there is nothing to repair.
     pub compare_bytes: u64,
     /// Blocks anti-entropy fetched into this node, and their bytes on the wire.
     pub blocks_fetched: u64,
