@@ -14,8 +14,10 @@
 //! up; then it is settled and says so in its replica answers.
 //!
 //! The inventory of the store (every block placed by the current view) is shared by the
-//! rounds and by the sessions this node answers, rebuilt when the view changed or it is older
-//! than [`INVENTORY_MAX_AGE`].
+//! rounds, the handoff passes and the sessions this node answers. A round builds a fresh one;
+//! an answered session reuses one built after its cutoff (it holds every block last written
+//! before), so the peers of a regular round share one; otherwise it is rebuilt when the view
+//! changed or it is older than [`INVENTORY_MAX_AGE`].
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -127,6 +129,22 @@ impl Repair {
     /// The inventory of this node's blocks, at most [`INVENTORY_MAX_AGE`] old.
     pub async fn inventory(&self) -> Result<Arc<Inventory>, StoreError> {
         self.inventory_since(Instant::now().checked_sub(INVENTORY_MAX_AGE).unwrap_or_else(Instant::now)).await
+    }
+
+    /// The inventory a peer's session with `cutoff` compares: one built after the cutoff holds
+    /// every block last written before it, so a regular round's sessions share an inventory
+    /// for up to `settle_for`; a catch-up (nothing left out) needs a fresh one.
+    pub async fn inventory_for(&self, cutoff: i64) -> Result<Arc<Inventory>, StoreError> {
+        {
+            let slot = self.inventory.lock().await;
+            if let Some(inv) = slot.as_ref()
+                && inv.generation == self.view.generation()
+                && inv.built_at_ns > cutoff
+            {
+                return Ok(inv.clone());
+            }
+        }
+        self.inventory().await
     }
 
     /// The inventory of this node's blocks, built at `fresh_after` or later, placed by the

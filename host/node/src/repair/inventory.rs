@@ -69,6 +69,8 @@ pub fn view_digest(eligible: &[Contact]) -> u64 {
 pub struct Inventory {
     pub me: Id,
     pub built_at: Instant,
+    /// The same moment on the wall clock (ns since the epoch), the clock of comparison cutoffs.
+    pub built_at_ns: Timestamp,
     /// The view generation it was placed by, and that view's [`view_digest`].
     pub generation: u64,
     pub view_digest: u64,
@@ -106,6 +108,9 @@ impl Inventory {
         let mut inv = Inventory {
             me,
             built_at: Instant::now(),
+            built_at_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64),
             generation,
             view_digest,
             items: Vec::new(),

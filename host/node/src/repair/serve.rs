@@ -26,7 +26,7 @@ impl Repair {
     pub async fn serve(self: &Arc<Self>, peer: Id, req: Request) -> Response {
         match req {
             Request::RepairTree { scope, nodes, descend } => {
-                let inv = match self.inventory().await {
+                let inv = match self.inventory_for(scope.cutoff).await {
                     Ok(inv) => inv,
                     Err(e) => return store_error(e),
                 };
@@ -48,7 +48,7 @@ impl Repair {
                 }
             }
             Request::RepairLeaves { scope, leaves, limit } => {
-                let inv = match self.inventory().await {
+                let inv = match self.inventory_for(scope.cutoff).await {
                     Ok(inv) => inv,
                     Err(e) => return store_error(e),
                 };
