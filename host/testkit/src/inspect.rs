@@ -90,7 +90,7 @@ impl Inspector {
         let mut out = Vec::new();
         let mut after = None;
         loop {
-            match self.call(addr, &Request::ListBlocks { after, limit: self.limits.max_page_points }).await? {
+            match self.call(addr, &Request::ListBlocks { after, limit: 10_000 }).await? {
                 Response::BlockList { blocks, next } => {
                     out.extend(blocks);
                     match next {

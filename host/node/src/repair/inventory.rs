@@ -274,24 +274,29 @@ impl Inventory {
     }
 
     /// The entries of `leaves` a session with `peer` compares, whole leaves in order, at most
-    /// `limit` entries (but at least the first leaf); returns them and how many leaves are
-    /// complete.
+    /// `limit` entries of about `max_bytes` on the wire (but at least the first leaf); returns
+    /// them and how many leaves are complete.
     pub fn entries(
         &self,
         peer: &Id,
         responder: bool,
         cutoff: Timestamp,
         leaves: &[u16],
-        limit: usize,
+        (limit, max_bytes): (usize, usize),
     ) -> (Vec<RepairEntry>, u32) {
+        // An entry is its series key plus a few varints; 48 bytes covers the rest.
+        let size = |i: &Item| i.block.series().as_str().len() + 48;
         let mut out = Vec::new();
+        let mut bytes = 0;
         let mut done = 0;
         for &leaf in leaves {
             let items: Vec<&Item> =
                 self.leaf(leaf).iter().filter(|i| self.compared(i, peer, responder, cutoff)).collect();
-            if done > 0 && out.len() + items.len() > limit {
+            let leaf_bytes: usize = items.iter().map(|i| size(i)).sum();
+            if done > 0 && (out.len() + items.len() > limit || bytes + leaf_bytes > max_bytes) {
                 break;
             }
+            bytes += leaf_bytes;
             out.extend(items.into_iter().map(|i| RepairEntry {
                 block: i.block.clone(),
                 digest: i.digest,
@@ -377,9 +382,19 @@ mod tests {
         assert_eq!(ia.displaced().count(), 0);
         // A leaf's entries list what it holds.
         let leaf = ia.items[0].leaf;
-        let (entries, done) = ib.entries(&me, true, i64::MAX, &[leaf], 10);
+        let (entries, done) = ib.entries(&me, true, i64::MAX, &[leaf], (10, 1 << 20));
         assert_eq!(done, 1);
         assert_eq!(entries.len(), ia.leaf(leaf).len());
+        // A listing of several leaves stops at a leaf boundary within its entry and byte
+        // budgets, and always holds the first leaf.
+        let mut leaves: Vec<u16> = ia.items.iter().map(|i| i.leaf).collect();
+        leaves.dedup();
+        let (all, done) = ib.entries(&me, true, i64::MAX, &leaves, (1 << 20, 1 << 20));
+        assert_eq!((all.len(), done as usize), (ib.items.len(), leaves.len()));
+        for budget in [(1, 1 << 20), (1 << 20, 1)] {
+            let (first, done) = ib.entries(&me, true, i64::MAX, &leaves, budget);
+            assert_eq!((first.len(), done), (ib.leaf(leaves[0]).len(), 1));
+        }
     }
 
     #[test]

@@ -55,7 +55,8 @@ impl Repair {
                 if inv.view_digest != scope.view {
                     return Response::RepairLeaves { view_matches: false, entries: Vec::new(), done: 0 };
                 }
-                let (entries, done) = inv.entries(&peer, true, scope.cutoff, &leaves, limit as usize);
+                let budget = (limit as usize, self.limits.max_message_bytes as usize / 2);
+                let (entries, done) = inv.entries(&peer, true, scope.cutoff, &leaves, budget);
                 Response::RepairLeaves { view_matches: true, entries, done }
             }
             Request::ReadBlocks { blocks, after, limit } => {
