@@ -2,7 +2,9 @@
 //! and take live timestamps through node 0. Node 3 is killed for good. Once the others see it
 //! gone, the next closest nodes own its blocks and pull them: within `gone_after` plus the
 //! catch-up delay plus the transfer, every block is on exactly its 3 owners among the 5 nodes
-//! left (RF restored), and every acknowledged point reads back, point by point.
+//! left (RF restored), and every acknowledged point reads back, point by point. When it comes
+//! back on its old data directory, handoff and anti-entropy put every block on exactly its
+//! owners among all 6 again.
 
 use std::time::{Duration, Instant};
 
@@ -95,6 +97,28 @@ async fn rf_is_restored_after_a_node_is_gone_for_good() -> anyhow::Result<()> {
         assert_eq!(read.missing, 0, "through node {reader}: {read:?}");
         println!("all {} acknowledged points read back through node {reader}", read.checked);
     }
-    assert_eq!(cluster.shutdown().await?, NODES - 1);
+
+    // It comes back on its old data directory: handoff and anti-entropy reconcile, and every
+    // block is on exactly its owners among all 6 again.
+    cluster.restart(DEPARTED).await?;
+    let back = Instant::now();
+    let placement = loop {
+        let p = ledger::placement(&cluster, &class_table).await?;
+        if p.is_exact() {
+            break p;
+        }
+        assert!(back.elapsed() < Duration::from_secs(60), "not reconciled after the return: {}", p.summary());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    println!(
+        "node {DEPARTED} came back: {} blocks on exactly their owners among {NODES} after {:.1} s",
+        placement.blocks,
+        back.elapsed().as_secs_f64()
+    );
+    let client = cluster.client(DEPARTED).await?;
+    let read = acked.missing_through(&client).await?;
+    client.close().await;
+    assert_eq!(read.missing, 0, "through node {DEPARTED}: {read:?}");
+    assert_eq!(cluster.shutdown().await?, NODES);
     Ok(())
 }
