@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
+use timeshard_testkit::bench::repair::{self, RepairOptions};
 use timeshard_testkit::bench::store::{self, BenchOptions};
 
 /// The benchmarks.
@@ -20,6 +21,33 @@ pub(crate) enum BenchCommand {
     /// WebAssembly policies: per-point cost, call overhead, instantiation, deadline stop, and
     /// push-down on a cluster of node processes. Needs guest/build.sh first.
     Policy(PolicyArgs),
+    /// Data following membership on node processes: rebalancing when nodes join, idle
+    /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
+    /// one node's log after live ingest.
+    Repair(RepairArgs),
+}
+
+/// Options of `bench repair`.
+#[derive(Debug, Args)]
+pub(crate) struct RepairArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Historical `pmu` points loaded before the joins.
+    #[arg(long, default_value_t = RepairOptions::default().points)]
+    points: usize,
+    /// Seconds of live ingest on one node before its log is measured.
+    #[arg(long, default_value_t = RepairOptions::default().live_secs)]
+    live_secs: u64,
+    /// Seconds of the idle anti-entropy measurement.
+    #[arg(long, default_value_t = RepairOptions::default().idle_secs)]
+    idle_secs: u64,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes and short intervals, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of `bench paper`.
@@ -115,6 +143,20 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 quick: a.quick,
             };
             (a.json, policy::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Repair(a) => {
+            let options = if a.quick {
+                RepairOptions { dir: a.dir, ..RepairOptions::quick() }
+            } else {
+                RepairOptions {
+                    points: a.points,
+                    live_secs: a.live_secs,
+                    idle_secs: a.idle_secs,
+                    dir: a.dir,
+                    ..RepairOptions::default()
+                }
+            };
+            (a.json, repair::run(&binary()?, &options).await?)
         }
     };
     write_json(&json, &report)?;

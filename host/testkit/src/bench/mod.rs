@@ -6,4 +6,5 @@ pub mod floor;
 pub mod paper;
 pub mod policy;
 pub mod policy_host;
+pub mod repair;
 pub mod store;
