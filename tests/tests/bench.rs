@@ -108,3 +108,24 @@ fn bench_http_quick_writes_its_document() {
     assert_eq!(doc["query_points"], 36_000);
     assert_floor(&doc);
 }
+
+#[test]
+fn bench_repair_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["repair", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(
+        &doc,
+        &[
+            "restore_rf_s_per_gb",
+            "rebalance_mb_per_s",
+            "anti_entropy_idle_bytes_per_s_per_node",
+            "hint_replay_points_per_s",
+            "lost_acked_points",
+            "wal_bytes_after_10min_live",
+        ],
+    );
+    assert_eq!(doc["lost_acked_points"], 0, "{doc}");
+    assert!(doc["wal_bytes_after_10min_live"].as_u64().is_some_and(|b| b > 0), "{doc}");
+    assert_floor(&doc);
+}

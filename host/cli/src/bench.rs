@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
+use timeshard_testkit::bench::repair::{self, RepairOptions};
 use timeshard_testkit::bench::store::{self, BenchOptions};
 
 /// The benchmarks.
@@ -24,6 +25,10 @@ pub(crate) enum BenchCommand {
     /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
     /// `/query` windows over a day, on node processes.
     Http(HttpArgs),
+    /// Data following membership on node processes: rebalancing when nodes join, idle
+    /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
+    /// one node's log after live ingest.
+    Repair(RepairArgs),
 }
 
 /// Options of `bench http`.
@@ -45,6 +50,29 @@ pub(crate) struct HttpArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Options of `bench repair`.
+#[derive(Debug, Args)]
+pub(crate) struct RepairArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Historical `pmu` points loaded before the joins.
+    #[arg(long, default_value_t = RepairOptions::default().points)]
+    points: usize,
+    /// Seconds of live ingest on one node before its log is measured.
+    #[arg(long, default_value_t = RepairOptions::default().live_secs)]
+    live_secs: u64,
+    /// Seconds of the idle anti-entropy measurement.
+    #[arg(long, default_value_t = RepairOptions::default().idle_secs)]
+    idle_secs: u64,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes and short intervals, to check the benchmark runs (figures are not meaningful).
     #[arg(long)]
     quick: bool,
 }
@@ -156,6 +184,20 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 }
             };
             (a.json, http::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Repair(a) => {
+            let options = if a.quick {
+                RepairOptions { dir: a.dir, ..RepairOptions::quick() }
+            } else {
+                RepairOptions {
+                    points: a.points,
+                    live_secs: a.live_secs,
+                    idle_secs: a.idle_secs,
+                    dir: a.dir,
+                    ..RepairOptions::default()
+                }
+            };
+            (a.json, repair::run(&binary()?, &options).await?)
         }
     };
     write_json(&json, &report)?;

@@ -27,6 +27,7 @@ pub struct NodeConfig {
     pub store: StoreConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
+    pub repair: RepairConfig,
     pub testing: TestingConfig,
     /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
     /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
@@ -55,6 +56,7 @@ impl Default for NodeConfig {
             store: StoreConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
+            repair: RepairConfig::default(),
             testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
@@ -287,6 +289,45 @@ impl Default for HintsConfig {
     }
 }
 
+/// Anti-entropy, handoff of displaced blocks, and read repair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepairConfig {
+    /// How often a node pulls from each of its neighbours (every member when the view holds
+    /// at most 64, else the 64 closest), jittered by up to a tenth. A change of the view
+    /// starts a round at once.
+    #[serde(with = "humantime_serde")]
+    pub anti_entropy_interval: Duration,
+    /// Blocks written within this long are left out of comparisons (live ingest keeps
+    /// replicas briefly apart; hints and read repair cover them), and a displaced block is
+    /// handed off once it was not written for this long.
+    #[serde(with = "humantime_serde")]
+    pub settle_for: Duration,
+    /// How long after a change that may have given this node blocks (its start, a member
+    /// gone, left or leaving) its catch-up round starts: long enough for the change to reach
+    /// every coordinator and for the writes placed by the previous view to end. Until that
+    /// round has pulled from every neighbour, this node answers reads as unsettled.
+    #[serde(with = "humantime_serde")]
+    pub catch_up_delay: Duration,
+    /// Most bytes per second anti-entropy fetches and handoff pushes, each.
+    pub bytes_per_sec: u64,
+    /// Read repairs waiting to be sent, at most; more are dropped and counted (anti-entropy
+    /// repairs them later).
+    pub read_repair_queue: usize,
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        RepairConfig {
+            anti_entropy_interval: Duration::from_secs(60),
+            settle_for: Duration::from_secs(30),
+            catch_up_delay: Duration::from_secs(15),
+            bytes_per_sec: 64 << 20,
+            read_repair_queue: 1_024,
+        }
+    }
+}
+
 /// Fault injection for tests. Only the node's own config file sets it; no peer can.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -492,6 +533,10 @@ impl NodeConfig {
         }
         if self.hints.max_age.is_zero() || self.hints.replay_bytes_per_sec == 0 {
             return invalid("hints", "max_age and replay_bytes_per_sec must be positive");
+        }
+        let r = &self.repair;
+        if r.anti_entropy_interval.is_zero() || r.bytes_per_sec == 0 || r.read_repair_queue == 0 {
+            return invalid("repair", "anti_entropy_interval, bytes_per_sec and read_repair_queue must be positive");
         }
         self.http.validate()?;
         let classes = self.class_table()?;

@@ -8,7 +8,8 @@
 //! [`membership`] (the gossiped membership view and the owners of blocks computed from it),
 //! [`coordinator`] (client writes, reads, aggregates, policy queries and series listings across
 //! replicas, one submodule per path), [`hints`] (hinted handoff: writes replicas missed, kept on
-//! disk and replayed), [`server`] (accepting and answering requests), [`node`] (start and
+//! disk and replayed), [`repair`] (anti-entropy, handoff of blocks
+//! this node no longer owns, read repair, leaving), [`server`] (accepting and answering requests), [`node`] (start and
 //! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
 //! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
@@ -31,6 +32,7 @@ pub mod pki;
 pub mod policies;
 pub mod process;
 pub mod reconfigure;
+pub mod repair;
 pub mod server;
 
 pub use config::NodeConfig;

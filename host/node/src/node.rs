@@ -27,6 +27,7 @@ use crate::http::{self, HttpStartError, Tokens};
 use crate::membership::View;
 use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
+use crate::repair::{Repair, RepairState};
 use crate::server;
 
 /// How often the node checks whether buckets need refreshing or it must rejoin.
@@ -48,6 +49,7 @@ pub struct Node {
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
+    repair: Arc<Repair>,
     request_slots: Arc<Semaphore>,
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
@@ -119,6 +121,10 @@ impl Node {
     }
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
+    }
+    /// Anti-entropy, handoff, read repair and leaving; whether this node is settled.
+    pub fn repair(&self) -> &Arc<Repair> {
+        &self.repair
     }
     pub fn request_slots(&self) -> &Arc<Semaphore> {
         &self.request_slots
@@ -296,6 +302,7 @@ impl RunningNode {
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        view.set_excluded(applied.revoked.clone());
         let hints_dir = config.data_dir.join("hints");
         let hints = Arc::new(
             Hints::open(&hints_dir, config.hints.clone())
@@ -303,6 +310,7 @@ impl RunningNode {
         );
         let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
         let policies = crate::policies::open(&config)?;
+        let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
         let coordinator = Arc::new(Coordinator::new(
             dht.clone(),
             view.clone(),
@@ -311,6 +319,16 @@ impl RunningNode {
             classes,
             config.limits.clone(),
             policies,
+            repair,
+        ));
+        let repair = Arc::new(Repair::new(
+            me,
+            dht.clone(),
+            view.clone(),
+            store.clone(),
+            coordinator.clone(),
+            config.repair.clone(),
+            config.limits.wire(),
         ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
@@ -325,6 +343,7 @@ impl RunningNode {
             store,
             disk,
             coordinator,
+            repair,
             config_generation: AtomicU64::new(applied.generation),
             config_digest: digest,
             enrolled: applied.enrolled,
@@ -361,6 +380,14 @@ impl RunningNode {
         node.tasks.spawn(maintain(node.clone()));
         node.tasks.spawn(maintain_store(node.clone()));
         node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        node.tasks.spawn(node.repair.clone().run(node.shutdown.clone()));
+        node.tasks.spawn(crate::repair::read_repair::run(
+            node.repair.state().clone(),
+            node.dht.clone(),
+            node.store.clone(),
+            node.limits,
+            node.shutdown.clone(),
+        ));
         let replayer = replay::Replayer {
             hints,
             view: node.view.clone(),

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use crate::id::Id;
 use crate::membership::{self, DigestItem, GossipEntry};
 use crate::point::{Point, PointKey};
+use crate::repair::{
+    self, BlockCursor, BlockRef, LeaveProgress, ListCursor, ListedBlock, RepairEntry, RepairScope, RepairStatus,
+    TreeNode,
+};
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
@@ -138,6 +142,28 @@ pub enum Request {
     /// items) and entries it pushes (at most [`membership::MAX_GOSSIP_ENTRIES`]: those the
     /// receiver asked for in an earlier answer); answered with [`Response::Gossip`].
     Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry> },
+
+    /// Anti-entropy: the sender's hashes of some nodes of its digest tree (at most
+    /// [`repair::LEAVES`]); the receiver compares them with its tree of the blocks it holds that
+    /// the sender owns, and answers with [`Response::RepairTree`]: for each node that differs,
+    /// its hashes `descend` levels down.
+    RepairTree { scope: RepairScope, nodes: Vec<(TreeNode, u64)>, descend: u8 },
+    /// Anti-entropy: the receiver's entries of those blocks in these leaves, at most `limit`;
+    /// answered with [`Response::RepairLeaves`].
+    RepairLeaves { scope: RepairScope, leaves: Vec<u16>, limit: u32 },
+    /// The points of whole blocks (at most [`repair::MAX_REQUEST_BLOCKS`]), at most `limit`
+    /// per answer, from `after` on; answered with [`Response::Blocks`].
+    ReadBlocks { blocks: Vec<(SeriesKey, Quantum)>, after: Option<BlockCursor>, limit: u32 },
+    /// The receiver's digest and count of each block (at most
+    /// [`repair::MAX_REQUEST_BLOCKS`]); answered with [`Response::BlockDigests`].
+    BlockDigests { blocks: Vec<BlockRef> },
+    /// The blocks the receiver holds, a page of at most `limit`; answered with
+    /// [`Response::BlockList`].
+    ListBlocks { after: Option<ListCursor>, limit: u32 },
+    /// Hand every block off to the other owners, then leave the cluster and exit. Only the
+    /// node's own certificate may ask; answered with [`Response::Leaving`] (asking again
+    /// reports progress).
+    Leave,
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -171,6 +197,8 @@ pub enum Response {
     Points {
         points: Vec<Point>,
         more: bool,
+        /// Whether the replica holds every block it owns (see [`crate::repair::settle`]).
+        settled: bool,
     },
     SeriesKnown {
         known: bool,
@@ -188,11 +216,13 @@ pub enum Response {
     /// points they were computed from (replicas holding the same points give the same digest).
     Partials {
         parts: Vec<Summarized>,
+        settled: bool,
     },
     /// Window aggregates of each block part asked for, in time order (only windows holding
     /// points).
     BlockWindows {
         parts: Vec<Vec<WindowStats>>,
+        settled: bool,
     },
     /// Window aggregates of a client's query, in time order (only windows holding points).
     Windows {
@@ -211,7 +241,7 @@ pub enum Response {
         points: Vec<Point>,
         next: Option<PointKey>,
     },
-    Status(NodeStatus),
+    Status(Box<NodeStatus>),
     Error(ErrorReply),
     /// The entries the gossip's sender lacks or holds older, and the ids of its digest the
     /// receiver wants pushed (each at most [`membership::MAX_GOSSIP_ENTRIES`]).
@@ -219,6 +249,34 @@ pub enum Response {
         entries: Vec<GossipEntry>,
         want: Vec<Id>,
     },
+    /// Hashes of the receiver's tree below the nodes that differed; `view_matches` is false
+    /// (and nothing compared) when the receiver places blocks by another view.
+    RepairTree {
+        view_matches: bool,
+        hashes: Vec<(TreeNode, u64)>,
+    },
+    /// Entries of the leaves asked, whole leaves in the order asked: the first `done` leaves
+    /// are complete (ask again for the rest).
+    RepairLeaves {
+        view_matches: bool,
+        entries: Vec<RepairEntry>,
+        done: u32,
+    },
+    /// Points of the blocks asked, in order; continue from `next` if set.
+    Blocks {
+        blocks: Vec<BlockPoints>,
+        next: Option<BlockCursor>,
+    },
+    /// (digest, count) of each block asked, `None` where the receiver holds nothing of it.
+    BlockDigests {
+        digests: Vec<Option<(u64, u64)>>,
+    },
+    /// A page of the receiver's blocks; continue from `next` if set.
+    BlockList {
+        blocks: Vec<ListedBlock>,
+        next: Option<ListCursor>,
+    },
+    Leaving(LeaveProgress),
 }
 
 /// What a node reports about itself.
@@ -254,6 +312,10 @@ pub struct NodeStatus {
     pub hints_dropped: u64,
     /// Writes to replicas still running after their write was answered.
     pub replica_writes_in_flight: u32,
+    /// Anti-entropy, handoff, read repair and leaving.
+    pub repair: RepairStatus,
+    /// Bytes of the write-ahead log on disk (0 for the memory engine).
+    pub wal_bytes: u64,
 }
 
 /// A typed error sent back to the requester.
@@ -451,6 +513,8 @@ pub enum InvalidRequest {
         membership::MAX_GOSSIP_ENTRIES
     )]
     TooMuchGossip { digest: usize, entries: usize },
+    #[error("invalid repair request: {0}")]
+    Repair(String),
 }
 
 impl InvalidRequest {
@@ -469,6 +533,7 @@ impl InvalidRequest {
             InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
             InvalidRequest::TooMuchGossip { .. } => ErrorCode::BatchTooLarge,
+            InvalidRequest::Repair(_) => ErrorCode::Malformed,
         }
     }
 }
@@ -638,7 +703,14 @@ impl Request {
                 }
                 Ok(())
             }
-            Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status => Ok(()),
+            Request::RepairTree { .. }
+            | Request::RepairLeaves { .. }
+            | Request::ReadBlocks { .. }
+            | Request::BlockDigests { .. }
+            | Request::ListBlocks { .. } => repair::check(self, limits.max_page_points),
+            Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status | Request::Leave => {
+                Ok(())
+            }
         }
     }
 
@@ -655,6 +727,12 @@ impl Request {
                 | Request::FetchWindows { .. }
                 | Request::FindSeries { .. }
                 | Request::Gossip { .. }
+                | Request::RepairTree { .. }
+                | Request::RepairLeaves { .. }
+                | Request::ReadBlocks { .. }
+                | Request::BlockDigests { .. }
+                | Request::ListBlocks { .. }
+                | Request::Leave
         )
     }
 
@@ -677,6 +755,12 @@ impl Request {
             Request::Aggregate { .. } => "aggregate",
             Request::ListSeries { .. } => "list_series",
             Request::Gossip { .. } => "gossip",
+            Request::RepairTree { .. } => "repair_tree",
+            Request::RepairLeaves { .. } => "repair_leaves",
+            Request::ReadBlocks { .. } => "read_blocks",
+            Request::BlockDigests { .. } => "block_digests",
+            Request::ListBlocks { .. } => "list_blocks",
+            Request::Leave => "leave",
         }
     }
 }

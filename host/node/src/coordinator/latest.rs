@@ -28,8 +28,9 @@ impl Coordinator {
         let parts: Vec<BlockPart> =
             time::quanta(whole, key::index_quantum()).map(|(quantum, range)| BlockPart { quantum, range }).collect();
 
-        // Which index blocks hold entries: one window per block, from R replicas, merged.
-        let replicas = self.ordered_replicas(meta, &class);
+        // Which index blocks hold entries: one window per block, from R settled replicas
+        // (further candidates while owners catch up), merged.
+        let candidates = self.read_candidates(meta, &class);
         let r = usize::from(class.replication.r);
         let width = key::index_quantum().ns();
         let n = parts.len();
@@ -37,14 +38,14 @@ impl Coordinator {
             let req = Request::FetchWindows { series: index.clone(), parts: parts.clone(), width_ns: width };
             async move {
                 match self.replica_call(&c, req).await? {
-                    Response::BlockWindows { parts: p } if p.len() == n => Ok(p),
+                    Response::BlockWindows { parts: p, settled } if p.len() == n => Ok((p, settled)),
                     other => Err(unavailable(format!("unexpected answer to an index window fetch: {other:?}"))),
                 }
             }
         };
         let what = || format!("the quantum index of {series}");
-        let answers = Self::ask_replicas(&replicas, r, what, ask).await?;
-        let held = |i: usize| answers.iter().any(|a| a[i].iter().any(|w: &WindowStats| w.count > 0));
+        let answers = Self::ask_candidates(&candidates, r, what, ask).await?;
+        let held = |i: usize| answers.iter().any(|a| a.value[i].iter().any(|w: &WindowStats| w.count > 0));
 
         let span = span_ns(class.quantum);
         for i in (0..parts.len()).rev().filter(|&i| held(i)) {

@@ -7,4 +7,5 @@ pub mod http;
 pub mod paper;
 pub mod policy;
 pub mod policy_host;
+pub mod repair;
 pub mod store;
