@@ -217,7 +217,17 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
         text.lines().find(|l| l.starts_with("timeshard_ingest_points_total{protocol=\"line_protocol\"}")).unwrap();
     assert_eq!(line.rsplit(' ').next(), Some("725"), "{line}");
     assert!(text.contains("timeshard_ingest_rejected_total{protocol=\"line_protocol\"} 4"), "{text}");
-    assert!(text.contains("timeshard_store_open_points") && text.contains("timeshard_store_open_blocks"), "{text}");
+    for family in [
+        "timeshard_store_open_points",
+        "timeshard_store_open_blocks",
+        "timeshard_hints_pending",
+        "timeshard_repair_rounds_total",
+        "timeshard_repair_fetched_bytes_total",
+        "timeshard_repair_read_repairs_total",
+        "timeshard_quic_connections",
+    ] {
+        assert!(text.contains(&format!("\n{family} ")), "{family} in {text}");
+    }
     let text = reader.get("/metrics").await?.text();
     assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 3"), "{text}");
 

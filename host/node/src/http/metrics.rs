@@ -1,7 +1,7 @@
 //! `/metrics`: the node's figures in Prometheus' text format. Each metric is one line below,
 //! read when scraped from where it lives: the node's counters (`crate::metrics`), the store's
 //! stats and files, the policy registry's call counters, the QUIC endpoint, and the node's
-//! status (traffic, membership, hints).
+//! status (traffic, membership, hints, repair).
 //! Names are `timeshard_<subsystem>_<what>_<unit>`, counters end in `_total`, units are base
 //! units (seconds, bytes).
 
@@ -160,6 +160,61 @@ pub fn render(node: &Node) -> String {
         "Writes to replicas still running after their write was answered.",
         f64::from(st.replica_writes_in_flight),
     );
+    let rp = &st.repair;
+    e.gauge("timeshard_repair_settled", "1 when this node holds every block it owns, else 0.", flag(rp.settled));
+    e.gauge("timeshard_repair_leaving", "1 while this node hands its blocks off to leave, else 0.", flag(rp.leaving));
+    e.counter("timeshard_repair_rounds_total", "Anti-entropy rounds completed.", rp.rounds as f64);
+    e.counter("timeshard_repair_sessions_total", "Anti-entropy pull sessions this node ran.", rp.sessions as f64);
+    e.counter(
+        "timeshard_repair_sessions_served_total",
+        "Anti-entropy sessions this node answered for peers.",
+        rp.sessions_served as f64,
+    );
+    e.counter(
+        "timeshard_repair_compare_bytes_total",
+        "Bytes of digest comparisons (tree hashes, leaf listings) in this node's sessions.",
+        rp.compare_bytes as f64,
+    );
+    e.counter(
+        "timeshard_repair_blocks_fetched_total",
+        "Blocks anti-entropy fetched into this node.",
+        rp.blocks_fetched as f64,
+    );
+    e.counter(
+        "timeshard_repair_fetched_bytes_total",
+        "Bytes of blocks anti-entropy streamed into this node.",
+        rp.bytes_fetched as f64,
+    );
+    e.gauge(
+        "timeshard_repair_handoff_pending_blocks",
+        "Blocks held but no longer owned at the last handoff pass.",
+        rp.handoff_pending as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_blocks_pushed_total",
+        "Blocks pushed to owners that lacked them.",
+        rp.handoff_blocks_pushed as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_pushed_bytes_total",
+        "Bytes of blocks streamed to owners that lacked them.",
+        rp.handoff_bytes_pushed as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_blocks_dropped_total",
+        "Copies dropped after every owner confirmed holding them.",
+        rp.handoff_blocks_dropped as f64,
+    );
+    e.counter(
+        "timeshard_repair_read_repairs_total",
+        "Read repairs sent to replicas that lacked points.",
+        rp.read_repairs_sent as f64,
+    );
+    e.counter(
+        "timeshard_repair_read_repairs_dropped_total",
+        "Read repairs dropped because the queue was full.",
+        rp.read_repairs_dropped as f64,
+    );
     e.gauge(
         "timeshard_config_generation",
         "Generation of the control plane's desired state in force (0: configured by hand).",
@@ -231,6 +286,10 @@ pub fn render(node: &Node) -> String {
         );
     }
     e.finish()
+}
+
+fn flag(on: bool) -> f64 {
+    if on { 1.0 } else { 0.0 }
 }
 
 fn kind_label(kind: timeshard_policy::Kind) -> &'static str {
