@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
 use timeshard_testkit::bench::repair::{self, RepairOptions};
@@ -21,10 +22,36 @@ pub(crate) enum BenchCommand {
     /// WebAssembly policies: per-point cost, call overhead, instantiation, deadline stop, and
     /// push-down on a cluster of node processes. Needs guest/build.sh first.
     Policy(PolicyArgs),
+    /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
+    /// `/query` windows over a day, on node processes.
+    Http(HttpArgs),
     /// Data following membership on node processes: rebalancing when nodes join, idle
     /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
     /// one node's log after live ingest.
     Repair(RepairArgs),
+}
+
+/// Options of `bench http`.
+#[derive(Debug, Args)]
+pub(crate) struct HttpArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Connections sending at once.
+    #[arg(long, default_value_t = HttpBenchOptions::default().connections)]
+    connections: usize,
+    /// Seconds of each ingest run.
+    #[arg(long, default_value_t = HttpBenchOptions::default().secs)]
+    secs: u64,
+    /// Runs of each ingest figure (median reported).
+    #[arg(long, default_value_t = HttpBenchOptions::default().reps)]
+    reps: usize,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of `bench repair`.
@@ -143,6 +170,20 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 quick: a.quick,
             };
             (a.json, policy::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Http(a) => {
+            let options = if a.quick {
+                HttpBenchOptions { dir: a.dir, ..HttpBenchOptions::quick() }
+            } else {
+                HttpBenchOptions {
+                    connections: a.connections,
+                    secs: a.secs,
+                    reps: a.reps,
+                    dir: a.dir,
+                    ..HttpBenchOptions::default()
+                }
+            };
+            (a.json, http::run(&binary()?, &options).await?)
         }
         BenchCommand::Repair(a) => {
             let options = if a.quick {

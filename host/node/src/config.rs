@@ -36,6 +36,9 @@ pub struct NodeConfig {
     /// WebAssembly policies: trusted signing keys, modules and their bindings to series (see
     /// `timeshard_policy::Config`). Every node of a cluster must have the same query policies.
     pub policy: timeshard_policy::Config,
+    /// The HTTP side: InfluxDB line protocol and `/query`, Prometheus remote write, the JSON
+    /// API and `/metrics` (see `crate::http`).
+    pub http: crate::http::HttpConfig,
     /// Directory that relative paths resolve against: the config file's. Not part of the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -57,6 +60,7 @@ impl Default for NodeConfig {
             testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
+            http: crate::http::HttpConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -425,6 +429,11 @@ impl NodeConfig {
                 *p = base.join(&*p);
             }
         }
+        for p in [&mut self.http.cert, &mut self.http.key].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
     }
 
     /// The certificate files.
@@ -529,6 +538,7 @@ impl NodeConfig {
         if r.anti_entropy_interval.is_zero() || r.bytes_per_sec == 0 || r.read_repair_queue == 0 {
             return invalid("repair", "anti_entropy_interval, bytes_per_sec and read_repair_queue must be positive");
         }
+        self.http.validate()?;
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {
             return invalid("class", "a replication factor is larger than dht.k");

@@ -13,7 +13,9 @@
 //! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
 //! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
-//! and stop signals of a node process), [`faults`] (partition fault injection for tests).
+//! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`http`]
+//! (InfluxDB and Prometheus endpoints, the JSON API and `/metrics`), [`metrics`] (what the node
+//! counts).
 
 pub mod config;
 pub mod control;
@@ -21,7 +23,9 @@ pub mod coordinator;
 pub mod dht;
 pub mod faults;
 pub mod hints;
+pub mod http;
 pub mod membership;
+pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod pki;

@@ -23,7 +23,9 @@ use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
 use crate::faults::Faults;
 use crate::hints::{Hints, replay};
+use crate::http::{self, HttpStartError, Tokens};
 use crate::membership::View;
+use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
 use crate::repair::{Repair, RepairState};
 use crate::server;
@@ -56,6 +58,8 @@ pub struct Node {
     config_digest: Arc<AtomicU64>,
     enrolled: bool,
     stop_reason: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
+    http_tokens: Arc<Tokens>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -125,6 +129,18 @@ impl Node {
     pub fn request_slots(&self) -> &Arc<Semaphore> {
         &self.request_slots
     }
+    /// The disk store, when the node runs the disk engine.
+    pub fn disk_store(&self) -> Option<&Arc<DiskStore>> {
+        self.disk.as_ref()
+    }
+    /// What the node counts for `/metrics`.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    /// The tokens the HTTP side accepts; [`Tokens::set_issued`] adds tokens issued elsewhere.
+    pub fn http_tokens(&self) -> &Arc<Tokens> {
+        &self.http_tokens
+    }
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
     }
@@ -138,6 +154,7 @@ impl Node {
 #[derive(Debug)]
 pub struct RunningNode {
     node: Arc<Node>,
+    http_addr: Option<SocketAddr>,
 }
 
 /// A node could not start.
@@ -171,6 +188,8 @@ pub enum StartError {
         #[source]
         source: crate::hints::HintError,
     },
+    #[error(transparent)]
+    Http(#[from] HttpStartError),
 }
 
 type Stores = (Arc<dyn Store>, Option<Arc<DiskStore>>);
@@ -271,6 +290,8 @@ impl RunningNode {
         net.set_revoked(applied.revoked.clone());
         let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
+        // Bound before anything starts, so a taken HTTP port fails the start cleanly.
+        let http_listener = if config.http.enabled { Some(http::bind(&config.http).await?) } else { None };
         let (store, disk) = open_store(&config)?;
         let classes = config.class_table()?;
         let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
@@ -312,6 +333,8 @@ impl RunningNode {
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            metrics: Arc::new(Metrics::default()),
+            http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: RwLock::new(Arc::new(config)),
             dht,
@@ -332,6 +355,16 @@ impl RunningNode {
             let stop = node.shutdown.clone();
             node.tasks.spawn(async move { f.watch(stop).await });
         }
+        let http_addr = match http_listener {
+            Some((listener, addr)) => {
+                if let Err(e) = http::spawn(node.clone(), listener, node.http_tokens.clone()) {
+                    node.shutdown.cancel();
+                    return Err(e.into());
+                }
+                Some(addr)
+            }
+            None => None,
+        };
         node.tasks.spawn(server::accept_loop(node.clone()));
         // A weak reference: the endpoint (inside the node) must not keep the node alive.
         let weak = Arc::downgrade(&node);
@@ -364,7 +397,7 @@ impl RunningNode {
         };
         node.tasks.spawn(replayer.run(node.shutdown.clone()));
         node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
-        Ok(RunningNode { node })
+        Ok(RunningNode { node, http_addr })
     }
 
     /// The node.
@@ -375,6 +408,11 @@ impl RunningNode {
     /// The address the node listens on.
     pub fn addr(&self) -> SocketAddr {
         self.node.dht.me().addr
+    }
+
+    /// The address the HTTP side listens on, if it is enabled.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Stops accepting, lets requests in flight finish (up to a grace period), closes every
@@ -436,6 +474,7 @@ mod tests {
     async fn start_failures_are_typed_and_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = NodeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NodeConfig::default() };
+        config.http.listen = "127.0.0.1:0".parse().unwrap();
         config.resolve_paths(dir.path());
         let err = RunningNode::start(config.clone()).await.unwrap_err();
         assert!(matches!(err, StartError::Tls(_)), "{err}");

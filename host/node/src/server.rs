@@ -166,8 +166,18 @@ async fn serve_stream(
     respond(&node, &mut send, &resp, limit).await;
 }
 
-/// Validates and answers one request.
+/// Validates and answers one request, counting client writes and queries for `/metrics`.
 pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
+    let started = std::time::Instant::now();
+    let counted = crate::metrics::Counted::of(&req);
+    let resp = answer(node, peer, req).await;
+    if let Some(counted) = counted {
+        node.metrics().record_quic(counted, &resp, started.elapsed());
+    }
+    resp
+}
+
+async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
     if let Err(e) = req.validate(&node.limits()) {
         return Response::Error(e.into());
     }

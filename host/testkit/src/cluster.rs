@@ -18,6 +18,7 @@ use timeshard_node::config::{
     ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, RepairConfig, StoreConfig,
     TestingConfig, TlsConfig,
 };
+use timeshard_node::http::HttpConfig;
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
 use timeshard_proto::{Contact, Id};
@@ -52,6 +53,8 @@ pub struct ClusterOptions {
     pub fault_injection: bool,
     /// Policies of every node (use absolute paths for the modules).
     pub policy: timeshard_policy::Config,
+    /// The HTTP side of every node; its `listen` port is replaced by a free one per node.
+    pub http: HttpConfig,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
     /// Enroll with a control plane instead of using a development PKI.
@@ -87,6 +90,7 @@ impl ClusterOptions {
             repair: RepairConfig::default(),
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
+            http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
         }
@@ -197,6 +201,7 @@ impl LocalCluster {
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
+            http: HttpConfig { listen: SocketAddr::new(o.http.listen.ip(), 0), ..o.http.clone() },
             base_dir: o.dir.join(format!("node-{i}")),
         }
     }
@@ -235,7 +240,7 @@ impl LocalCluster {
             ready_file,
             log,
             child: Some(child),
-            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0 },
+            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0, http_addr: None },
         };
         node.ready = wait_ready(&mut node).await.with_context(|| format!("node {i} did not start"))?;
         Ok(node)
@@ -254,6 +259,11 @@ impl LocalCluster {
     /// Node `i`'s address.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].ready.addr
+    }
+
+    /// Node `i`'s HTTP address (`None` if its HTTP side is disabled).
+    pub fn http_addr(&self, i: usize) -> Option<SocketAddr> {
+        self.nodes[i].ready.http_addr
     }
 
     /// Node `i`'s id.

@@ -5,9 +5,9 @@
 //! test writer had acknowledged and where blocks live against their owners ([`ledger`]), a control plane of
 //! `timeshard-control` processes for them to enroll with (`fleet`, with the `fleet` feature),
 //! the deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
-//! the demo behind `timeshard demo` ([`demo`]) and the benchmarks behind `timeshard bench`
-//! ([`mod@bench`]). The command line (`timeshard-cli`) parses their options; everything else is
-//! here.
+//! an HTTP client for the nodes' HTTP side ([`http_client`]), the demo behind `timeshard demo`
+//! ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The command line
+//! (`timeshard-cli`) parses their options; everything else is here.
 
 pub mod bench;
 pub mod cluster;
@@ -15,6 +15,7 @@ pub mod datasets;
 pub mod demo;
 #[cfg(feature = "fleet")]
 pub mod fleet;
+pub mod http_client;
 pub mod inspect;
 pub mod ledger;
 pub mod stats;

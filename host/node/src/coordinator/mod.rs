@@ -6,7 +6,8 @@
 //! to hints when they cannot complete),
 //! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
 //! `query` (window aggregates and query policies pushed down to the owners of each block and
-//! merged here) and `series` (listing the cluster's series, whether one was ever written).
+//! merged here), `series` (listing the cluster's series, whether one was ever written) and
+//! `latest` (the newest point of a series, from its newest quanta backwards).
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
 //! locally when it is this node), ordering and asking R replicas of a block, and fetching one
@@ -15,6 +16,7 @@
 //! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
 //! quantum_index}`; the coordinator runs them over the network.
 
+mod latest;
 mod query;
 mod read;
 pub mod replicas;
