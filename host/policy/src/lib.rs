@@ -73,6 +73,7 @@ mod error;
 mod host_log;
 pub mod registry;
 pub mod signing;
+mod stats;
 mod types;
 
 pub use engine::Limits;
@@ -80,6 +81,7 @@ pub use error::{FailureKind, PolicyError};
 pub use registry::{
     ApplyReport, Binding, Bindings, Config, Module, ModuleConfig, OnFailure, Registry, Running, Selector, Settings,
 };
+pub use stats::CallStats;
 pub use types::{
     Failure, IngestOutcome, Kind, MAX_NAME_BYTES, MAX_PARTIAL_NUMBERS, NamedValue, Params, Partial, PolicyRef,
     PolicySpec, QueryResult, Rejection,

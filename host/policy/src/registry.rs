@@ -25,6 +25,7 @@ use timeshard_proto::{Point, SeriesKey, TimeRange};
 use crate::call::{self, Loaded};
 use crate::engine::{CallLimits, Limits, Runtime};
 use crate::signing::{self, Signature, SigningError, TrustedKeys};
+use crate::stats::{CallCounters, CallStats};
 use crate::{Failure, IngestOutcome, Kind, Params, Partial, PolicyError, PolicyRef, PolicySpec, QueryResult};
 
 /// What to do with a batch when its ingest policy fails (trap, timeout, limit, error).
@@ -253,6 +254,7 @@ struct Installed {
     kind: Kind,
     sha256: String,
     signed_by: String,
+    calls: CallCounters,
 }
 
 #[derive(Clone, Default)]
@@ -489,6 +491,7 @@ impl Registry {
             kind: module.kind,
             sha256: signing::hex(&sha256),
             signed_by,
+            calls: CallCounters::default(),
         }))
     }
 
@@ -532,6 +535,12 @@ impl Registry {
                 current: state.current.get(&r.name) == Some(&r.version),
             })
             .collect()
+    }
+
+    /// The calls into each installed policy version since it was installed (for metrics).
+    pub fn call_stats(&self) -> Vec<CallStats> {
+        let state = self.snapshot();
+        state.installed.iter().map(|(r, i)| i.calls.snapshot(r.clone(), i.kind)).collect()
     }
 
     /// Creates and drops one pooled instance of an installed policy, calling nothing: what the
@@ -584,7 +593,7 @@ impl Registry {
         else {
             return Ok(IngestOutcome { keep: points, rejected: Vec::new(), policy: None, passed_through: None });
         };
-        match call::ingest(&self.runtime, &policy.loaded, series, &points) {
+        match policy.calls.count(|| call::ingest(&self.runtime, &policy.loaded, series, &points)) {
             Ok(outcome) => Ok(outcome),
             // Not a failure of the policy: passing it through would let any writer skip the
             // policy by sending one point more than the limit.
@@ -625,7 +634,7 @@ impl Registry {
         let policy = state
             .resolve(spec)
             .ok_or_else(|| PolicyError::NotInstalled { policy: spec.to_string(), installed: state.installed_list() })?;
-        call::summarize(&self.runtime, &policy.loaded, series, range, points, params)
+        policy.calls.count(|| call::summarize(&self.runtime, &policy.loaded, series, range, points, params))
     }
 
     /// Merges the partials of query policy `name` on the coordinator, with the exact version
@@ -651,6 +660,6 @@ impl Registry {
             .installed
             .get(&id)
             .ok_or_else(|| PolicyError::NotInstalled { policy: id.to_string(), installed: state.installed_list() })?;
-        call::merge(&self.runtime, &policy.loaded, partials, params)
+        policy.calls.count(|| call::merge(&self.runtime, &policy.loaded, partials, params))
     }
 }
