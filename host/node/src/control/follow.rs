@@ -198,16 +198,7 @@ fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Report {
     } else {
         (HealthStatus::Degraded, Some(problems.join("; ").chars().take(MAX_MESSAGE).collect()))
     };
-    let policies = node
-        .coordinator()
-        .policies()
-        .map(|r| {
-            r.running()
-                .into_iter()
-                .map(|p| PolicyRun { name: p.policy.name, version: p.policy.version, hash: Some(p.sha256) })
-                .collect()
-        })
-        .unwrap_or_default();
+    let policies = node.coordinator().policies().map(|r| policy_runs(r)).unwrap_or_default();
     Report {
         generation_applied: agent.applied().generation,
         digest_applied: config_digest(&config.classes, &revoked),
@@ -215,5 +206,32 @@ fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Report {
         message,
         apply_error: refused.cloned(),
         policies,
+        policy_errors: Vec::new(),
     }
+}
+
+/// What each installed policy is and what its calls cost.
+pub(crate) fn policy_runs(registry: &timeshard_policy::Registry) -> Vec<PolicyRun> {
+    let stats = registry.call_stats();
+    registry
+        .running()
+        .into_iter()
+        .map(|p| {
+            let s = stats.iter().find(|s| s.policy == p.policy);
+            PolicyRun {
+                kind: Some(p.kind),
+                hash: Some(p.sha256),
+                calls: s.map_or(0, |s| s.calls),
+                time_us: s.map_or(0, |s| (s.seconds * 1e6) as u64),
+                peak_memory_bytes: s.map_or(0, |s| s.peak_memory_bytes),
+                traps: s.map_or(0, |s| s.traps),
+                timeouts: s.map_or(0, |s| s.timeouts),
+                failures: s.map_or(0, |s| s.failures),
+                points: s.map_or(0, |s| s.points),
+                rejected: s.map_or(0, |s| s.rejected),
+                name: p.policy.name,
+                version: p.policy.version,
+            }
+        })
+        .collect()
 }
