@@ -46,6 +46,8 @@ pub struct Node {
     config_generation: AtomicU64,
     config_digest: AtomicU64,
     enrolled: bool,
+    /// The control plane's policy modules this node runs, and what did not load.
+    pub(crate) control_policies: Mutex<crate::control::policies::Applied>,
     stop_reason: Mutex<Option<String>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -216,13 +218,15 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
 }
 
 /// What a node starts from besides its configuration: whether it follows a control plane, and
-/// the generation and revocations of the desired state it runs (none for a node configured by
-/// hand).
+/// the generation, revocations and policy modules of the desired state it runs (none for a
+/// node configured by hand).
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
     pub enrolled: bool,
     pub generation: u64,
     pub revoked: HashSet<Id>,
+    /// The control plane's modules, installed from the node's cache before it serves.
+    pub policies: Option<crate::control::policies::ControlPolicies>,
 }
 
 impl RunningNode {
@@ -243,7 +247,11 @@ impl RunningNode {
         let (store, disk) = open_store(&config)?;
         let classes = config.class_table()?;
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
-        let policies = crate::policies::open(&config)?;
+        let policies = crate::policies::open(&config, applied.enrolled)?;
+        let control_policies = match (&policies, &applied.policies) {
+            (Some(registry), Some(control)) => crate::control::policies::from_cache(registry, &config, control),
+            _ => crate::control::policies::Applied::default(),
+        };
         let coordinator =
             Arc::new(Coordinator::new(dht.clone(), store.clone(), classes, config.limits.clone(), policies));
         let digest = crate::control::config_digest_u64(&config.classes, &applied.revoked);
@@ -259,6 +267,7 @@ impl RunningNode {
             config_generation: AtomicU64::new(applied.generation),
             config_digest: AtomicU64::new(digest),
             enrolled: applied.enrolled,
+            control_policies: Mutex::new(control_policies),
             stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),

@@ -233,6 +233,7 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
             version: env!("CARGO_PKG_VERSION").to_string(),
             config_generation: node.config_generation(),
             config_digest: node.config_digest(),
+            policies: crate::policies::usage(node.coordinator().policies().map(|r| &**r)),
         }),
     }
 }
