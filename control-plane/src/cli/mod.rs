@@ -103,3 +103,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => crate::bench::run(a).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_parses_a_rollout() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "timeshard-control",
+            "rollout",
+            "start",
+            "pmu-validate@1.3.0",
+            "--select",
+            "site=atl",
+            "--canary",
+            "1",
+            "--waves",
+            "25%,100%",
+            "--abort-above",
+            "5%",
+            "--url",
+            "https://cp:1",
+            "--api-token",
+            "t",
+        ])
+        .unwrap();
+        let Command::Rollout(policy::RolloutCommand::Start { waves, abort_above, canary, .. }) = cli.command else {
+            panic!("not a rollout start");
+        };
+        assert_eq!((waves.as_str(), abort_above, canary), ("25%,100%", 5.0, 1));
+    }
+}

@@ -203,9 +203,9 @@ pub enum RolloutCommand {
         /// Nodes of the first stage (0: none).
         #[arg(long, default_value_t = 1)]
         canary: u32,
-        /// Shares of the targets the next stages reach, the last 100%.
-        #[arg(long, default_value = "100%", value_parser = parse_waves)]
-        waves: Vec<u32>,
+        /// Shares of the targets the next stages reach, the last 100%: e.g. 25%,100%.
+        #[arg(long, default_value = "100%")]
+        waves: String,
         /// Abort automatically when more than this share of calls fails.
         #[arg(long, default_value = "5%", value_parser = parse_percent)]
         abort_above: f64,
@@ -321,7 +321,7 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<()> {
                 series: SeriesSelector { metric_prefix: series, tags },
                 settings: settings_of(&config, pass_through)?,
                 canary,
-                waves,
+                waves: parse_waves(&waves).map_err(anyhow::Error::msg)?,
                 abort_above_pct: abort_above,
             };
             (Client::new(&conn)?.send(Method::POST, paths::ROLLOUTS, &spec).await?, json)

@@ -47,6 +47,8 @@ pub fn reload(node: &crate::node::Node, registry: &Registry, config: &NodeConfig
         let control = applied.control.clone();
         applied.errors =
             crate::control::policies::apply(registry, &config.policy, &config.base_dir, &control, &dir, Vec::new());
+        // Later changes from the control plane apply with this section.
+        applied.file = Some(config.policy.clone());
         tracing::info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
         return;
     }

@@ -206,19 +206,21 @@ fn commit(node: &Arc<Node>, agent: &mut Agent, state: DesiredState, prepared: Pr
 async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
     let Some(registry) = node.coordinator().policies().cloned() else { return };
     let control = ControlPolicies { key: state.policy_key.clone(), assignments: state.policies.clone() };
-    {
+    let file = {
         let applied = node.control_policies.lock().unwrap_or_else(|e| e.into_inner());
         if applied.synced && applied.control == control && !applied.unavailable {
             return;
         }
-    }
+        applied.file.clone()
+    };
     let config = node.config();
+    let file_policy = file.clone().unwrap_or_else(|| config.policy.clone());
     let dir = policies::cache_dir(&config.data_dir);
     let unavailable = policies::fetch_missing(agent.client(), &dir, &control.assignments).await;
     let retry = !unavailable.is_empty();
     let next = control.clone();
     let errors = tokio::task::spawn_blocking(move || {
-        policies::apply(&registry, &config.policy, &config.base_dir, &next, &dir, unavailable)
+        policies::apply(&registry, &file_policy, &config.base_dir, &next, &dir, unavailable)
     })
     .await
     .unwrap_or_else(|e| {
@@ -228,7 +230,7 @@ async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
     let running: Vec<String> = state.policies.iter().map(|a| a.label()).collect();
     info!(assigned = %running.join(", "), not_loaded = errors.len(), "applied the control plane's policy modules");
     *node.control_policies.lock().unwrap_or_else(|e| e.into_inner()) =
-        policies::Applied { control, errors, unavailable: retry, synced: true };
+        policies::Applied { control, file, errors, unavailable: retry, synced: true };
 }
 
 /// Renews the certificate (same key) and presents it in every new handshake.

@@ -39,6 +39,8 @@ pub struct ControlPolicies {
 #[derive(Debug, Default)]
 pub struct Applied {
     pub control: ControlPolicies,
+    /// The `[policy]` section as last re-read (SIGHUP); `None`: the one the node started with.
+    pub file: Option<timeshard_policy::Config>,
     pub errors: Vec<PolicyLoadError>,
     /// Some module could not be fetched: try again.
     pub unavailable: bool,
@@ -117,7 +119,7 @@ pub fn from_cache(registry: &Registry, config: &crate::config::NodeConfig, contr
         .collect();
     let unavailable = !lacking.is_empty();
     let errors = apply(registry, &config.policy, &config.base_dir, control, &dir, lacking);
-    Applied { control: control.clone(), errors, unavailable, synced: true }
+    Applied { control: control.clone(), file: None, errors, unavailable, synced: true }
 }
 
 /// Fetches the modules of `assignments` the cache lacks. Returns those it could not fetch.
