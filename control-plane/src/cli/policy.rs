@@ -200,6 +200,12 @@ pub enum RolloutCommand {
         /// Store a batch unprocessed when the ingest policy fails (default: refuse it).
         #[arg(long)]
         pass_through: bool,
+        /// Deadline of each call in milliseconds (default: the node's, 10 ms).
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+        /// Memory cap of each call in MiB (default and most: the node's, 64 MiB).
+        #[arg(long)]
+        memory_mib: Option<u64>,
         /// Nodes of the first stage (0: none).
         #[arg(long, default_value_t = 1)]
         canary: u32,
@@ -307,6 +313,8 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<()> {
             tags,
             config,
             pass_through,
+            deadline_ms,
+            memory_mib,
             canary,
             waves,
             abort_above,
@@ -319,7 +327,7 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<()> {
                 version,
                 selector: Selector { labels: select, geohash },
                 series: SeriesSelector { metric_prefix: series, tags },
-                settings: settings_of(&config, pass_through)?,
+                settings: PolicySettings { deadline_ms, memory_mib, ..settings_of(&config, pass_through)? },
                 canary,
                 waves: parse_waves(&waves).map_err(anyhow::Error::msg)?,
                 abort_above_pct: abort_above,

@@ -22,14 +22,12 @@ const MAX_MESSAGE: usize = 1000;
 
 /// What each installed policy is and what its calls cost.
 pub fn policy_runs(registry: &timeshard_policy::Registry) -> Vec<PolicyRun> {
+    let hashes: Vec<(String, String, String)> =
+        registry.running().into_iter().map(|r| (r.policy.name, r.policy.version, r.sha256)).collect();
     crate::policies::usage(Some(registry))
         .into_iter()
         .map(|u| PolicyRun {
-            hash: registry
-                .running()
-                .into_iter()
-                .find(|r| r.policy.name == u.name && r.policy.version == u.version)
-                .map(|r| r.sha256),
+            hash: hashes.iter().find(|(n, v, _)| *n == u.name && *v == u.version).map(|(_, _, h)| h.clone()),
             kind: u.kind.parse().ok(),
             calls: u.calls,
             time_us: u.time_us,
