@@ -268,6 +268,17 @@ async fn staged_rollout(backend: Backend) -> anyhow::Result<()> {
     cluster.wait_converged(Duration::from_secs(60)).await?;
     let written = written + writer.finish().await?;
     println!("{backend:?}: {written} writes through every running node during the rollout, none refused");
+    // What the policy's calls cost is in the node's status, and `timeshard status` shows it.
+    let used = status(&cluster, late).await?.policies.into_iter().find(|p| p.name == "pmu-validate").unwrap();
+    assert_eq!((used.version.as_str(), used.kind.as_str(), used.traps, used.timeouts), ("2.0.0", "ingest", 0, 0));
+    assert!(used.calls > 0 && used.time_us > 0 && used.peak_memory_bytes >= 65_536, "{used:?}");
+    let out = tokio::process::Command::new(NODE)
+        .args(["status", "--node", &cluster.addr(late).to_string(), "--cert-name", "node", "--pki"])
+        .arg(cluster.data_dir(late).join("control"))
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pmu-validate@2.0.0 (ingest)") && text.contains("peak memory"), "{text}");
 
     // Version 3 traps on every batch: the canary's failures abort it, and 2.0.0 comes back.
     let s: RolloutStatus = serde_json::from_str(
