@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
-use timeshard_policy::signing;
+use timeshard_policy::{Kind, PolicyRef, signing};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::http_client::{HttpClient, encode};
 
@@ -15,13 +15,14 @@ const TOKEN: &str = "policy-token-0123456789abcdef";
 const T: i64 = 1_700_000_000; // seconds
 const SEC: i64 = 1_000_000_000;
 
-/// Copies a built guest into `dir` and signs it with `key`.
-fn signed_guest(dir: &Path, key: &Path, name: &str) -> PathBuf {
+/// Copies a built guest into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
+fn signed_guest(dir: &Path, key: &Path, name: &str, kind: Kind) -> PathBuf {
     let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
     let built = timeshard_policy::guest_artifact(&guests, name).expect("guest built by guest/build.sh");
     let copy = dir.join(built.file_name().unwrap());
     std::fs::copy(&built, &copy).unwrap();
-    signing::sign_file(key, &copy).unwrap();
+    let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0").unwrap(), kind);
+    signing::sign_file(key, &copy, &identity).unwrap();
     copy
 }
 
@@ -43,8 +44,8 @@ async fn http_writes_pass_ingest_policies_and_query_policies_answer_over_http() 
     let key_file = dir.path().join("policy.key");
     let key = signing::generate_keypair()?;
     key.write(&key_file)?;
-    let validate = signed_guest(dir.path(), &key_file, "pmu-validate");
-    let rms = signed_guest(dir.path(), &key_file, "rms");
+    let validate = signed_guest(dir.path(), &key_file, "pmu-validate", Kind::Ingest);
+    let rms = signed_guest(dir.path(), &key_file, "rms", Kind::Query);
     options.policy = toml::from_str(&format!(
         r#"
         trusted_keys = ["{public}"]

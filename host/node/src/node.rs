@@ -57,6 +57,8 @@ pub struct Node {
     /// Shared with the membership view, which gossips it with this node's entry.
     config_digest: Arc<AtomicU64>,
     enrolled: bool,
+    /// The control plane's policy modules this node runs, and what did not load.
+    pub(crate) control_policies: Mutex<crate::control::policies::Applied>,
     stop_reason: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
     http_tokens: Arc<Tokens>,
@@ -266,13 +268,15 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
 }
 
 /// What a node starts from besides its configuration: whether it follows a control plane, and
-/// the generation and revocations of the desired state it runs (none for a node configured by
-/// hand).
+/// the generation, revocations and policy modules of the desired state it runs (none for a
+/// node configured by hand).
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
     pub enrolled: bool,
     pub generation: u64,
     pub revoked: HashSet<Id>,
+    /// The control plane's modules, installed from the node's cache before it serves.
+    pub policies: Option<crate::control::policies::ControlPolicies>,
 }
 
 impl RunningNode {
@@ -309,7 +313,11 @@ impl RunningNode {
                 .map_err(|source| StartError::Hints { path: hints_dir.clone(), source })?,
         );
         let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
-        let policies = crate::policies::open(&config)?;
+        let policies = crate::policies::open(&config, applied.enrolled)?;
+        let control_policies = match (&policies, &applied.policies) {
+            (Some(registry), Some(control)) => crate::control::policies::from_cache(registry, &config, control),
+            _ => crate::control::policies::Applied::default(),
+        };
         let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
         let coordinator = Arc::new(Coordinator::new(
             dht.clone(),
@@ -347,6 +355,7 @@ impl RunningNode {
             config_generation: AtomicU64::new(applied.generation),
             config_digest: digest,
             enrolled: applied.enrolled,
+            control_policies: Mutex::new(control_policies),
             stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),

@@ -81,7 +81,7 @@ fn reload(node: &RunningNode, cfg: &NodeConfig) {
         }
     }
     match node.node().coordinator().policies() {
-        Some(registry) => crate::policies::reload(registry, cfg),
+        Some(registry) => crate::policies::reload(node_ref, registry, cfg),
         None if !cfg.policy.modules.is_empty() => {
             tracing::warn!("SIGHUP: [policy] not applied: the node started without policies; restart it to load them")
         }

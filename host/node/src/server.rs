@@ -323,6 +323,7 @@ pub fn status(node: &Node) -> NodeStatus {
         replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
         repair: node.repair().state().status(),
         wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
+        policies: crate::policies::usage(node.coordinator().policies().map(|r| &**r)),
     }
 }
 

@@ -1,6 +1,7 @@
-//! Counters of the calls into each installed policy, for the node's `/metrics`: how many, how
-//! long they took, and how many trapped, timed out or failed otherwise. Updated without locks
-//! on every call.
+//! Counters of the calls into each installed policy, for the node's `/metrics`, its status and
+//! its reports to the control plane: how many, how long they took, the most linear memory one
+//! call used, how many trapped, timed out or failed otherwise, and, for ingest policies, the
+//! points they were given and refused. Updated without locks on every call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -17,6 +18,9 @@ pub(crate) struct CallCounters {
     traps: AtomicU64,
     timeouts: AtomicU64,
     failures: AtomicU64,
+    peak_memory: AtomicU64,
+    points: AtomicU64,
+    rejected: AtomicU64,
 }
 
 impl CallCounters {
@@ -24,6 +28,7 @@ impl CallCounters {
     pub(crate) fn count<T>(&self, call: impl FnOnce() -> Result<T, PolicyError>) -> Result<T, PolicyError> {
         let started = Instant::now();
         let result = call();
+        self.peak_memory.fetch_max(crate::engine::take_peak_memory(), Ordering::Relaxed);
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.nanos.fetch_add(nanos, Ordering::Relaxed);
@@ -38,6 +43,12 @@ impl CallCounters {
         result
     }
 
+    /// Records an ingest batch of `points` of which the policy refused `rejected`.
+    pub(crate) fn batch(&self, points: usize, rejected: usize) {
+        self.points.fetch_add(points as u64, Ordering::Relaxed);
+        self.rejected.fetch_add(rejected as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, policy: PolicyRef, kind: Kind) -> CallStats {
         CallStats {
             policy,
@@ -47,6 +58,9 @@ impl CallCounters {
             traps: self.traps.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+            peak_memory_bytes: self.peak_memory.load(Ordering::Relaxed),
+            points: self.points.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
         }
     }
 }
@@ -66,4 +80,10 @@ pub struct CallStats {
     pub timeouts: u64,
     /// Calls that failed otherwise (memory or output limits, errors the policy returned).
     pub failures: u64,
+    /// The most linear memory one call used, in bytes.
+    pub peak_memory_bytes: u64,
+    /// Ingest policies: points in the batches they processed.
+    pub points: u64,
+    /// Ingest policies: points they refused.
+    pub rejected: u64,
 }

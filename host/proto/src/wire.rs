@@ -316,6 +316,32 @@ pub struct NodeStatus {
     pub repair: RepairStatus,
     /// Bytes of the write-ahead log on disk (0 for the memory engine).
     pub wal_bytes: u64,
+    /// The policy modules installed, with what their calls cost since they were installed.
+    pub policies: Vec<PolicyUsage>,
+}
+
+/// One installed policy module and its calls, as a node's status shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyUsage {
+    pub name: String,
+    pub version: String,
+    /// `ingest` or `query`.
+    pub kind: String,
+    /// Whether it is its name's current version; an older one stays installed beside it while
+    /// a rollout of a query policy runs, so queries pinned to it still run here.
+    pub current: bool,
+    pub calls: u64,
+    /// Time spent in calls, microseconds.
+    pub time_us: u64,
+    /// The most linear memory one call used.
+    pub peak_memory_bytes: u64,
+    pub traps: u64,
+    pub timeouts: u64,
+    /// Calls that failed otherwise (limits, errors the policy returned).
+    pub failures: u64,
+    /// Ingest policies: points given, and points refused.
+    pub points: u64,
+    pub rejected: u64,
 }
 
 /// A typed error sent back to the requester.
@@ -499,7 +525,7 @@ pub enum InvalidRequest {
         "a query carries {count} parameters or one longer than {MAX_PARAM_BYTES} bytes; the limit is {MAX_QUERY_PARAMS}"
     )]
     BadParams { count: usize },
-    #[error("policy name {0:?} is empty or longer than 64 bytes")]
+    #[error("policy {0:?} is empty or longer than {MAX_POLICY_BYTES} bytes (a name, or name@version)")]
     BadPolicyName(String),
     #[error("{0}")]
     Windows(String),
@@ -560,8 +586,12 @@ fn check_points<'a>(
     Ok(())
 }
 
+/// Longest policy a query names: a name of up to 64 bytes, or `name@version` of up to 64 each
+/// (owners are asked for the exact version the coordinator runs).
+pub const MAX_POLICY_BYTES: usize = 129;
+
 fn check_policy(policy: &str, params: &[(String, String)]) -> Result<(), InvalidRequest> {
-    if policy.is_empty() || policy.len() > 64 {
+    if policy.is_empty() || policy.len() > MAX_POLICY_BYTES {
         return Err(InvalidRequest::BadPolicyName(policy.chars().take(80).collect()));
     }
     if params.len() > MAX_QUERY_PARAMS

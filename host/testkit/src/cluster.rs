@@ -246,6 +246,20 @@ impl LocalCluster {
         Ok(node)
     }
 
+    /// Starts one more node, enrolling with `token` (the cluster must have been enrolled with a
+    /// control plane); returns its index.
+    pub async fn add_enrolled(&mut self, token: String) -> Result<usize> {
+        let i = self.nodes.len();
+        match &mut self.options.enroll {
+            Some(e) => e.tokens.push(token),
+            None => bail!("the cluster is not enrolled with a control plane"),
+        }
+        self.options.nodes += 1;
+        let node = self.spawn(i, None, Vec::new()).await?;
+        self.nodes.push(node);
+        Ok(i)
+    }
+
     /// Number of nodes (running or not).
     pub fn len(&self) -> usize {
         self.nodes.len()

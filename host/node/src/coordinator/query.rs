@@ -85,6 +85,7 @@ impl PushDown for Windows {
 struct Summaries {
     series: SeriesKey,
     registry: Arc<Registry>,
+    /// `name@version`: every owner runs this version or refuses.
     policy: String,
     params: Vec<(String, String)>,
 }
@@ -155,8 +156,11 @@ impl Coordinator {
         params: Vec<(String, String)>,
     ) -> Result<QueryOutput, ErrorReply> {
         let registry = self.registry()?;
-        if !registry.query_policies(&series).iter().any(|p| p.name == policy) {
-            let bound: Vec<String> = registry.query_policies(&series).iter().map(ToString::to_string).collect();
+        let bound = registry.query_policies(&series);
+        // The version bound here runs on every owner, or the query fails naming both versions
+        // (during a rollout): partials of different versions are never merged.
+        let Some(pinned) = bound.iter().find(|p| p.name == policy).cloned() else {
+            let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
             return Err(ErrorReply::new(
                 ErrorCode::Policy,
                 format!(
@@ -165,14 +169,15 @@ impl Coordinator {
                     if bound.is_empty() { "none".to_string() } else { bound.join(", ") }
                 ),
             ));
-        }
+        };
         let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
-        let summaries = Summaries { series: series.clone(), registry: registry.clone(), policy, params };
+        let summaries =
+            Summaries { series: series.clone(), registry: registry.clone(), policy: pinned.to_string(), params };
         let answers = self.ask_owners(&series, &class, &parts, &summaries).await?;
         let partials: Vec<PartialResult> = answers.into_iter().flat_map(|s| s.partials).collect();
-        let Summaries { policy, params, .. } = summaries;
-        let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
+        let Summaries { params, .. } = summaries;
+        let result = policies::merge(registry, pinned.name, partials, params.into_iter().collect()).await?;
         Ok(QueryOutput {
             policy: result.policy.name,
             version: result.policy.version,
