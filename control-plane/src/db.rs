@@ -28,7 +28,10 @@ use crate::error::{Error, Result};
 pub const NOTIFY_CHANNEL: &str = "timeshard_fleet";
 
 /// The migrations, in order. Files in `migrations/`; the same SQL runs on both backends.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "fleet", include_str!("../migrations/0001_fleet.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "fleet", include_str!("../migrations/0001_fleet.sql")),
+    (2, "policies", include_str!("../migrations/0002_policies.sql")),
+];
 
 #[derive(Debug)]
 struct Embedded;
@@ -213,8 +216,9 @@ impl Db {
                     .iter()
                     .map(|r| r.try_get::<String, _>("node_id"))
                     .collect::<Result<Vec<_>, _>>()?;
+            let policies = crate::fleet::store::load_table(&self.pool).await?;
             if self.generation().await? == generation as u64 {
-                return Ok(FleetState::new(generation as u64, classes, configs, revoked));
+                return Ok(FleetState::new(generation as u64, classes, configs, revoked).with_policies(policies));
             }
         }
     }

@@ -67,6 +67,37 @@ pub enum Error {
     SelectorMatchesNothing { selector: String },
     #[error("{what} not found")]
     NotFound { what: String },
+    /// Uploaded bytes that are not a policy this fleet's nodes can run.
+    #[error("{name}@{version} is not accepted: {reason}")]
+    PolicyInvalid { name: String, version: String, reason: String },
+    #[error(
+        "the module is {size} bytes, above the limit of {limit} bytes; build it in release mode and strip it \
+         (see guest/README.md)"
+    )]
+    ModuleTooLarge { size: usize, limit: usize },
+    #[error(
+        "{name}@{version} was already uploaded with other bytes (sha256 {existing}, these are {uploaded}); a name and \
+         version always mean the same module: upload it as a new version"
+    )]
+    VersionConflict { name: String, version: String, existing: String, uploaded: String },
+    #[error("{name} is an {existing} policy; a {uploaded} policy needs a name of its own")]
+    KindConflict { name: String, existing: String, uploaded: String },
+    #[error(
+        "{name} has no version {version} (uploaded: {known}); upload it first with `timeshard-control policy upload`"
+    )]
+    UnknownVersion { name: String, version: String, known: String },
+    #[error(
+        "a rollout of {policy} (to {version}, {state} at stage {stage}) is in progress; promote it to the end, or \
+         roll it back, before starting another"
+    )]
+    RolloutInProgress { policy: String, version: String, state: String, stage: String },
+    #[error("the latest rollout of {policy} is {state}; {what}")]
+    RolloutState { policy: String, state: String, what: String },
+    #[error(
+        "selector {selector} matches no enrolled device, so the rollout would reach nobody; check labels with \
+         `timeshard-control devices`"
+    )]
+    RolloutTargetsNothing { selector: String },
     #[error("{0}")]
     UnknownRole(#[from] UnknownRole),
     #[error("bad request: {0}")]
@@ -109,6 +140,14 @@ impl Error {
             NodeConfigInvalid { .. } => (StatusCode::BAD_REQUEST, "node_config_invalid"),
             SelectorMatchesNothing { .. } => (StatusCode::BAD_REQUEST, "selector_matches_nothing"),
             NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            PolicyInvalid { .. } => (StatusCode::BAD_REQUEST, "policy_invalid"),
+            ModuleTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "module_too_large"),
+            VersionConflict { .. } => (StatusCode::CONFLICT, "version_conflict"),
+            KindConflict { .. } => (StatusCode::CONFLICT, "kind_conflict"),
+            UnknownVersion { .. } => (StatusCode::NOT_FOUND, "unknown_version"),
+            RolloutInProgress { .. } => (StatusCode::CONFLICT, "rollout_in_progress"),
+            RolloutState { .. } => (StatusCode::CONFLICT, "rollout_state"),
+            RolloutTargetsNothing { .. } => (StatusCode::BAD_REQUEST, "rollout_targets_nothing"),
             UnknownRole(_) => (StatusCode::BAD_REQUEST, "unknown_role"),
             BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestFleet, scenarios};
+use common::{TestFleet, policies, scenarios};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrollment_and_propagation() {
@@ -43,4 +43,14 @@ async fn node_configs_and_audit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_state() {
     scenarios::restart_keeps_state(&mut TestFleet::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_uploads() {
+    policies::uploads(&TestFleet::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_rollouts() {
+    policies::rollouts(&TestFleet::postgres().await).await;
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{TestFleet, scenarios};
+use common::{TestFleet, policies, scenarios};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrollment_and_propagation() {
@@ -59,4 +59,14 @@ async fn one_serve_per_data_directory() {
     assert!(err.contains("another `timeshard-control serve`") && err.contains("--database postgres"), "{err}");
     // The first one still serves.
     assert_eq!(fleet.fleet_info().await.generation, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_uploads() {
+    policies::uploads(&TestFleet::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_rollouts() {
+    policies::rollouts(&TestFleet::sqlite().await).await;
 }

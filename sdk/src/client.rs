@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
+use timeshard_proto::repair::LeaveProgress;
 use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
@@ -223,7 +224,17 @@ impl Client {
     /// What the node reports about itself.
     pub async fn status(&self) -> Result<NodeStatus, Error> {
         match self.call(Request::Status).await? {
-            Response::Status(s) => Ok(s),
+            Response::Status(s) => Ok(*s),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Asks the node to leave the cluster: it hands every block off to the other owners, then
+    /// announces that it left and exits. Only the node's own certificate may ask (connect with
+    /// the node's certificate and key); asking again reports progress.
+    pub async fn leave(&self) -> Result<LeaveProgress, Error> {
+        match self.call(Request::Leave).await? {
+            Response::Leaving(progress) => Ok(progress),
             other => Err(self.unexpected(&other)),
         }
     }
@@ -232,7 +243,7 @@ impl Client {
     /// and its last error (`timeshard archive status`).
     pub async fn archive_status(&self) -> Result<ArchiveReport, Error> {
         match self.call(Request::ArchiveStatus).await? {
-            Response::Archive(r) => Ok(r),
+            Response::Archive(r) => Ok(*r),
             other => Err(self.unexpected(&other)),
         }
     }

@@ -28,6 +28,7 @@ pub mod tls;
 pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
+pub use timeshard_proto::repair::{LeaveProgress, RepairStatus};
 pub use timeshard_proto::tier::{ArchiveClassReport, ArchiveReport};
 pub use timeshard_proto::window::WindowStats;
 pub use timeshard_proto::wire::{

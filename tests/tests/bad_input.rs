@@ -34,6 +34,7 @@ async fn fixture() -> Fixture {
         ..NodeConfig::default()
     };
     cfg.limits.max_batch_points = MAX_BATCH;
+    cfg.http.listen = "127.0.0.1:0".parse().unwrap();
     cfg.dht.request_timeout = Duration::from_secs(2);
     let node = RunningNode::start(cfg).await.unwrap();
     Fixture { node, pki: TlsFiles::in_dir(&pki_dir, "client"), _dir: dir }

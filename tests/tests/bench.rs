@@ -107,3 +107,46 @@ fn bench_tier_quick_writes_its_document() {
     assert_floor(&doc);
     assert!(!data.exists(), "the benchmark removes its data directory");
 }
+
+#[test]
+fn bench_http_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["http", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(
+        &doc,
+        &[
+            "line_protocol_points_per_s",
+            "line_protocol_points_per_s_cluster",
+            "remote_write_samples_per_s",
+            "query_1m_windows_day_ms",
+        ],
+    );
+    for key in ["line_protocol_points_per_s", "line_protocol_points_per_s_cluster", "remote_write_samples_per_s"] {
+        assert!(doc[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {doc}");
+    }
+    // Ten minutes of 60 Hz data, every point counted by the query.
+    assert_eq!(doc["query_points"], 36_000);
+    assert_floor(&doc);
+}
+
+#[test]
+fn bench_repair_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["repair", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(
+        &doc,
+        &[
+            "restore_rf_s_per_gb",
+            "rebalance_mb_per_s",
+            "anti_entropy_idle_bytes_per_s_per_node",
+            "hint_replay_points_per_s",
+            "lost_acked_points",
+            "wal_bytes_after_10min_live",
+        ],
+    );
+    assert_eq!(doc["lost_acked_points"], 0, "{doc}");
+    assert!(doc["wal_bytes_after_10min_live"].as_u64().is_some_and(|b| b > 0), "{doc}");
+    assert_floor(&doc);
+}

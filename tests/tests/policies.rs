@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use timeshard_policy::signing;
+use timeshard_policy::{Kind, PolicyRef, signing};
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, TimeRange};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
@@ -12,13 +12,19 @@ use timeshard_testkit::datasets::{self, T0};
 
 const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 
-/// Copies a built guest into `dir` and signs it with `key`.
-fn signed_guest(dir: &Path, key: &Path, name: &str) -> PathBuf {
+/// Copies built guest `name` into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
+fn signed_guest(dir: &Path, key: &Path, name: &str, kind: Kind) -> PathBuf {
+    signed_guest_as(dir, key, name, name, kind)
+}
+
+/// Copies built guest `guest` into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
+fn signed_guest_as(dir: &Path, key: &Path, guest: &str, name: &str, kind: Kind) -> PathBuf {
     let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    let built = timeshard_policy::guest_artifact(&guests, name).expect("guest built by guest/build.sh");
+    let built = timeshard_policy::guest_artifact(&guests, guest).expect("guest built by guest/build.sh");
     let copy = dir.join(built.file_name().unwrap());
     std::fs::copy(&built, &copy).unwrap();
-    signing::sign_file(key, &copy).unwrap();
+    let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0").unwrap(), kind);
+    signing::sign_file(key, &copy, &identity).unwrap();
     copy
 }
 
@@ -30,9 +36,9 @@ async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()
     key.write(&key_file)?;
     let modules = dir.path().join("modules");
     std::fs::create_dir_all(&modules)?;
-    let validate = signed_guest(&modules, &key_file, "pmu-validate");
-    let rms = signed_guest(&modules, &key_file, "rms");
-    let crossings = signed_guest(&modules, &key_file, "threshold-crossings");
+    let validate = signed_guest(&modules, &key_file, "pmu-validate", Kind::Ingest);
+    let rms = signed_guest(&modules, &key_file, "rms", Kind::Query);
+    let crossings = signed_guest(&modules, &key_file, "threshold-crossings", Kind::Query);
     // A module whose signature does not match its bytes: refused, the rest still load.
     let tampered = modules.join("tampered.wasm");
     std::fs::copy(&rms, &tampered)?;
@@ -149,7 +155,7 @@ async fn a_looping_policy_is_stopped_while_the_node_keeps_serving() -> anyhow::R
     let key_file = dir.path().join("policy.key");
     let key = signing::generate_keypair()?;
     key.write(&key_file)?;
-    let looping = signed_guest(dir.path(), &key_file, "hostile-loop");
+    let looping = signed_guest_as(dir.path(), &key_file, "hostile-loop", "spin", Kind::Ingest);
     options.policy = toml::from_str(&format!(
         r#"
         trusted_keys = ["{}"]

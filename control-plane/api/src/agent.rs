@@ -245,6 +245,18 @@ impl NodeClient {
         Ok(Some(state))
     }
 
+    /// Fetches the policy module whose SHA-256 is `sha256` (hex), checked against it.
+    pub async fn fetch_module(&self, sha256: &str) -> Result<Vec<u8>, AgentError> {
+        let path = format!("{}/{sha256}", crate::api::paths::MODULES);
+        let answer = self.endpoint.call(Method::GET, &path, None, None, CALL_TIMEOUT).await?;
+        answer.check()?;
+        let got = crate::token::hex(&crate::token::sha256(&answer.body));
+        if got != sha256 {
+            return Err(AgentError::BadAnswer(format!("module {sha256} arrived with the hash {got}")));
+        }
+        Ok(answer.body.to_vec())
+    }
+
     /// Tells the control plane what the node runs and how it is.
     pub async fn report(&self, report: &Report) -> Result<(), AgentError> {
         let body = serde_json::to_vec(report).map_err(|e| AgentError::Key(e.to_string()))?;

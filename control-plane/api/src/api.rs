@@ -29,6 +29,13 @@ pub mod paths {
     pub const NODE_CONFIGS: &str = "/v1/node-configs";
     pub const DEVICES: &str = "/v1/devices";
     pub const AUDIT: &str = "/v1/audit";
+    /// `POST` uploads (`?name=&version=&kind=`, the body is the module); `GET` lists.
+    pub const POLICIES: &str = "/v1/policies";
+    /// `POST` starts a rollout; `GET /v1/rollouts/{policy}` its latest one's status; `POST
+    /// /v1/rollouts/{policy}/{promote|pause|resume|rollback}`.
+    pub const ROLLOUTS: &str = "/v1/rollouts";
+    /// `GET /v1/node/modules/{sha256}` (node certificate): a module's bytes.
+    pub const MODULES: &str = "/v1/node/modules";
 }
 
 /// Longest a watch may wait for a change; longer requests are cut to this.
@@ -91,6 +98,10 @@ pub struct FleetInfo {
     pub ca_pem: String,
     pub generation: u64,
     pub digest: String,
+    /// The fleet's policy public key, which signs every module the control plane hands out
+    /// (made at the first upload).
+    #[serde(default)]
+    pub policy_key: Option<String>,
 }
 
 /// `POST /v1/enroll`: a device presents its token and a CSR for the key it made.
@@ -158,9 +169,12 @@ pub struct Report {
     /// A newer generation the node could not apply, and why (it keeps running the old one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_error: Option<ApplyError>,
-    /// Policy modules the node runs.
+    /// Policy modules the node runs, with what their calls cost.
     #[serde(default)]
     pub policies: Vec<PolicyRun>,
+    /// Modules it could not load (it runs the versions it had).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_errors: Vec<PolicyLoadError>,
 }
 
 /// A desired state a node refused.
@@ -171,15 +185,7 @@ pub struct ApplyError {
     pub message: String,
 }
 
-/// One policy module a node runs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyRun {
-    pub name: String,
-    pub version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-}
+pub use crate::policy::{PolicyLoadError, PolicyRun};
 
 /// `POST /v1/enrollment-tokens` (operator).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -298,6 +304,8 @@ pub struct DeviceInfo {
     pub message: Option<String>,
     pub apply_error: Option<ApplyError>,
     pub policies: Vec<PolicyRun>,
+    #[serde(default)]
+    pub policy_errors: Vec<PolicyLoadError>,
 }
 
 /// `GET /v1/audit?limit=N&before=ID` (viewer): newest first.

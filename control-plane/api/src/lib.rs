@@ -3,7 +3,8 @@
 //! classes and node configurations ([`state`], [`class`]), enrollment and API tokens
 //! ([`token`]), TLS to the control plane with CA pinning ([`tls`]), a small HTTPS client
 //! ([`http`]), and the device-side agent a node uses to enroll, renew its certificate, watch
-//! its desired state and report what it runs ([`agent`], [`files`]).
+//! its desired state and report what it runs ([`agent`], [`files`]). Policy modules and their
+//! staged rollouts: the API's types ([`policy`]) and which node runs which version ([`rollout`]).
 //!
 //! The service itself (database, CA, HTTP server, CLI) is the `timeshard-control` crate.
 
@@ -13,6 +14,8 @@ pub mod class;
 pub mod files;
 pub mod geo;
 pub mod http;
+pub mod policy;
+pub mod rollout;
 pub mod state;
 pub mod tls;
 pub mod token;

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::class::ClassSpec;
 use crate::geo::{Location, is_geohash_prefix};
+use crate::policy::PolicyAssignment;
+use crate::rollout::PolicyTable;
 use crate::token::{hex, sha256};
 
 /// Version of the [`DesiredState`] document. A node that meets a higher one reports that it
@@ -228,6 +230,12 @@ pub struct DesiredState {
     pub classes: Vec<ClassSpec>,
     /// Node ids whose certificates are revoked and not yet expired: peers refuse them.
     pub revoked: Vec<String>,
+    /// The fleet's policy public key (text): the node trusts modules it signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_key: Option<String>,
+    /// Policy modules the node runs (see [`crate::rollout`] for which version when).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyAssignment>,
 }
 
 /// Digest of what every node must agree on: SHA-256 (hex) of the class table sorted by name
@@ -250,6 +258,8 @@ pub struct FleetState {
     pub node_configs: Vec<NodeConfigEntry>,
     pub revoked: Vec<String>,
     pub digest: String,
+    /// Policy modules, placements and active rollouts.
+    pub policies: PolicyTable,
 }
 
 impl FleetState {
@@ -264,7 +274,13 @@ impl FleetState {
         node_configs.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
         revoked.sort();
         let digest = fleet_digest(&classes, &revoked);
-        FleetState { generation, classes, node_configs, revoked, digest }
+        FleetState { generation, classes, node_configs, revoked, digest, policies: PolicyTable::default() }
+    }
+
+    /// This state with the fleet's policies.
+    pub fn with_policies(mut self, policies: PolicyTable) -> FleetState {
+        self.policies = policies;
+        self
     }
 
     /// The desired state of the device `node_id` with `labels` at `location`.
@@ -292,6 +308,8 @@ impl FleetState {
             limits: settings.limits,
             classes: self.classes.clone(),
             revoked: self.revoked.clone(),
+            policy_key: self.policies.key.clone(),
+            policies: self.policies.for_node(node_id, labels, location),
         }
     }
 }

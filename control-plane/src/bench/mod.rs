@@ -1,4 +1,4 @@
-//! `timeshard-control bench`: enrollment and propagation at fleet scale, on SQLite and on
+//! `timeshard-control bench`: enrollment, propagation and policy rollouts at fleet scale, on SQLite and on
 //! PostgreSQL, against real `serve` processes; and what it shares with the tests: a throwaway
 //! PostgreSQL ([`postgres`]) and `serve` as a child process ([`process`]).
 //!
@@ -8,6 +8,7 @@
 pub mod floor;
 pub mod postgres;
 pub mod process;
+pub mod rollout;
 pub mod scale;
 
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ pub struct BenchArgs {
     /// PostgreSQL runs this many `serve` instances on the one database (watchers spread over them).
     #[arg(long, default_value_t = 2)]
     pub postgres_instances: usize,
+    /// The policy component the rollout figure rolls out (an ingest policy).
+    #[arg(long, default_value = "guest/target/wasm32-wasip2/release/noop.wasm")]
+    pub policy_module: PathBuf,
 }
 
 /// Runs the benchmark and prints its JSON document.
@@ -66,6 +70,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "--devices, --concurrency and --rounds must be positive"
     );
     let exe = std::env::current_exe().context("cannot find this program's path to start `serve`")?;
+    let module = std::fs::read(&args.policy_module).with_context(|| {
+        format!(
+            "cannot read the policy module {} for the rollout figure; build the guests (guest/build.sh) or pass \
+             --policy-module",
+            args.policy_module.display()
+        )
+    })?;
     let work = tempfile::Builder::new().prefix("timeshard-control-bench-").tempdir()?;
     let mut doc = json!({
         "devices": args.devices,
@@ -73,11 +84,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "rounds": args.rounds,
         "enroll_concurrency": args.concurrency,
         "targets": { "enroll_per_s": 200, "propagate_p99_ms": 2000, "control_rss_mb": 200, "rollout_p99_s": 10 },
+        "comparison": { "rollout": "AWS IoT Jobs roll out to at most 1,000 devices per minute by default" },
     });
     if matches!(args.backend, Backends::Sqlite | Backends::Both) {
         eprintln!("bench: SQLite ...");
         let storage = process::Storage::Sqlite(work.path().join("sqlite"));
-        doc["sqlite"] = scale::measure(&exe, &storage, 1, &args).await.context("SQLite")?.to_json();
+        doc["sqlite"] = scale::measure(&exe, &storage, 1, &args, &module).await.context("SQLite")?.to_json();
     }
     if matches!(args.backend, Backends::Postgres | Backends::Both) {
         eprintln!("bench: PostgreSQL ({} instances) ...", args.postgres_instances.max(1));
@@ -90,7 +102,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         };
         let storage = process::Storage::Postgres(url);
-        doc["postgres"] = scale::measure(&exe, &storage, args.postgres_instances.max(1), &args)
+        doc["postgres"] = scale::measure(&exe, &storage, args.postgres_instances.max(1), &args, &module)
             .await
             .context("PostgreSQL")?
             .to_json();

@@ -1,6 +1,8 @@
 //! One backend at fleet scale: `devices` simulated devices enroll (timed), then all of them
 //! watch while class changes are made through the first instance (each change timed until
-//! every watcher has it), and the service's memory is read with all of them watching.
+//! every watcher has it), a policy version is rolled out to all of them (timed from the
+//! promotion until each reports it, see [`super::rollout`]), and the service's memory is read
+//! with all of them watching.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,7 +17,7 @@ use timeshard_control_api::api::{Changed, CreateEnrollmentToken, PutClasses, Tok
 use tokio::sync::mpsc;
 
 use super::process::{ServeProcess, Storage};
-use super::{BenchArgs, percentile_ms};
+use super::{BenchArgs, percentile_ms, rollout};
 use crate::cli::client::{Client, Connection};
 
 /// What one backend measured.
@@ -30,6 +32,9 @@ pub struct ScaleResult {
     pub propagate_max_ms: f64,
     pub control_rss_mb: f64,
     pub control_peak_rss_mb: f64,
+    pub rollout_p50_s: f64,
+    pub rollout_p99_s: f64,
+    pub rollout_max_s: f64,
 }
 
 impl ScaleResult {
@@ -45,14 +50,22 @@ impl ScaleResult {
             "propagate_max_ms": self.propagate_max_ms,
             "control_rss_mb": r(self.control_rss_mb),
             "control_peak_rss_mb": r(self.control_peak_rss_mb),
-            // Issue 11: from `rollout promote` to every simulated node reporting the version.
-            "rollout_p99_s": null,
+            // From `rollout promote` to each simulated node reporting the new version.
+            "rollout_p50_s": self.rollout_p50_s,
+            "rollout_p99_s": self.rollout_p99_s,
+            "rollout_max_s": self.rollout_max_s,
         })
     }
 }
 
-/// Runs the measurement with `instances` services on `storage`.
-pub async fn measure(exe: &Path, storage: &Storage, instances: usize, args: &BenchArgs) -> anyhow::Result<ScaleResult> {
+/// Runs the measurement with `instances` services on `storage`, rolling out `module`.
+pub async fn measure(
+    exe: &Path,
+    storage: &Storage,
+    instances: usize,
+    args: &BenchArgs,
+    module: &[u8],
+) -> anyhow::Result<ScaleResult> {
     let mut services = vec![ServeProcess::start(exe, storage, true, &[]).await?];
     for _ in 1..instances {
         services.push(ServeProcess::start(exe, storage, false, &[]).await?);
@@ -102,14 +115,14 @@ pub async fn measure(exe: &Path, storage: &Storage, instances: usize, args: &Ben
 
     // Every device watches (through the instance it enrolled with).
     let (tx, mut rx) = mpsc::channel::<(u64, Instant)>(4 * args.devices);
+    let (policy_tx, mut policy_rx) = mpsc::channel::<(String, Instant)>(4 * args.devices);
     let mut watchers = Vec::with_capacity(enrolled.len());
     for (e, _) in enrolled {
         let client = NodeClient::new(e.credentials)?;
-        let tx = tx.clone();
         let since = e.desired.generation;
-        watchers.push(tokio::spawn(watch_loop(client, since, tx)));
+        watchers.push(tokio::spawn(watch_loop(client, since, tx.clone(), policy_tx.clone())));
     }
-    drop(tx);
+    drop((tx, policy_tx));
 
     // A warm-up change that every watcher must see: then all are connected and waiting.
     let mut class = ClassSpec::new("bench", "bench.");
@@ -123,6 +136,10 @@ pub async fn measure(exe: &Path, storage: &Storage, instances: usize, args: &Ben
         generation = change(&admin, &mut class, round).await?;
         propagate_ms.extend(wait_all(&mut rx, generation, args.devices, t0).await?);
     }
+    let rounds = args.rounds.min(3);
+    let mut rollout_s = rollout::measure(&admin, module, args.devices, rounds, &mut policy_rx).await?;
+    // The propagation channel filled up meanwhile; nobody reads it any more.
+    rx.close();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (mut rss, mut peak) = (0.0, 0.0);
     for s in &services {
@@ -146,6 +163,10 @@ pub async fn measure(exe: &Path, storage: &Storage, instances: usize, args: &Ben
         propagate_max_ms: percentile_ms(&mut propagate_ms, 100.0),
         control_rss_mb: rss,
         control_peak_rss_mb: peak,
+        // Seconds, kept to two decimals by the millisecond helper's rounding.
+        rollout_p50_s: percentile_ms(&mut rollout_s, 50.0),
+        rollout_p99_s: percentile_ms(&mut rollout_s, 99.0),
+        rollout_max_s: percentile_ms(&mut rollout_s, 100.0),
     })
 }
 
@@ -157,14 +178,34 @@ async fn change(admin: &Client, class: &mut ClassSpec, round: usize) -> anyhow::
     Ok(changed.generation)
 }
 
-/// Long-polls forever, reporting every new generation it receives.
-async fn watch_loop(client: NodeClient, mut since: u64, tx: mpsc::Sender<(u64, Instant)>) {
+/// Long-polls forever, telling `tx` every new generation it receives, and `policies` every
+/// version of the benchmark's policy it reported running.
+async fn watch_loop(
+    client: NodeClient,
+    mut since: u64,
+    tx: mpsc::Sender<(u64, Instant)>,
+    policies: mpsc::Sender<(String, Instant)>,
+) {
+    let (mut running, mut fetched) = (None, std::collections::HashSet::new());
     loop {
         match client.watch(since, Duration::from_secs(60)).await {
             Ok(Some(state)) => {
                 since = state.generation;
-                if tx.send((state.generation, Instant::now())).await.is_err() {
-                    return;
+                // A closed channel: the propagation figures are taken.
+                let _ = tx.try_send((state.generation, Instant::now()));
+                match rollout::follow_policy(&client, &state, &mut running, &mut fetched).await {
+                    Ok(Some(version)) => {
+                        if policies.send((version, Instant::now())).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "bench device: cannot follow the policy; retrying");
+                        // Ask again for the same state.
+                        since = since.saturating_sub(1);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                 }
             }
             Ok(None) => {}

@@ -19,28 +19,28 @@ use timeshard_proto::{AgeBy, KeyFormat};
 use super::client::{Client, Connection};
 use crate::time::{now_ms, show_ms};
 
-fn labels_arg(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn labels_arg(s: &str) -> Result<BTreeMap<String, String>, String> {
     parse_labels(s)
 }
 
-fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
-fn show_labels(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn show_labels(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "-".into();
     }
     labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
-fn show_opt_ms(ms: Option<i64>) -> String {
+pub(crate) fn show_opt_ms(ms: Option<i64>) -> String {
     ms.map(show_ms).unwrap_or_else(|| "-".into())
 }
 
 /// Prints rows as aligned columns.
-fn table(header: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -522,23 +522,28 @@ pub async fn devices(args: DevicesArgs) -> anyhow::Result<()> {
                 (Some(g), _) => format!("{g} (behind {})", fleet.generation),
                 (None, _) => "-".into(),
             };
-            let health = match (&d.revoked_at_ms, d.health, &d.apply_error) {
+            let mut health = match (&d.revoked_at_ms, d.health, &d.apply_error) {
                 (Some(_), _, _) => "REVOKED".to_string(),
                 (None, _, Some(e)) => format!("cannot apply {}: {}", e.generation, e.message),
                 (None, Some(h), None) => format!("{h:?}").to_lowercase(),
                 (None, None, None) => "-".into(),
             };
+            for e in &d.policy_errors {
+                health += &format!("; cannot load {}@{}: {}", e.name, e.version, e.error);
+            }
+            let policies: Vec<String> = d.policies.iter().map(|p| format!("{}@{}", p.name, p.version)).collect();
             vec![
                 d.node_id,
                 show_labels(&d.labels),
                 applied,
+                if policies.is_empty() { "-".into() } else { policies.join(",") },
                 health,
                 show_opt_ms(d.last_seen_ms),
                 show_ms(d.cert_not_after_ms),
             ]
         })
         .collect();
-    table(&["NODE", "LABELS", "GENERATION", "HEALTH", "LAST SEEN", "CERT EXPIRES"], rows);
+    table(&["NODE", "LABELS", "GENERATION", "POLICIES", "HEALTH", "LAST SEEN", "CERT EXPIRES"], rows);
     Ok(())
 }
 

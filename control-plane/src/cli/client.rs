@@ -46,6 +46,30 @@ impl Client {
         Ok(self.endpoint.send(method, path, Some(&self.token), body).await?)
     }
 
+    /// `method path` with raw bytes as the body; the answer decoded.
+    pub async fn send_bytes<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> anyhow::Result<T> {
+        let answer = self
+            .endpoint
+            .call(method, path, Some(&self.token), Some(body), timeshard_control_api::http::CALL_TIMEOUT)
+            .await?;
+        Ok(answer.json()?)
+    }
+
+    /// `GET path`, the answer's raw bytes.
+    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+        let answer = self
+            .endpoint
+            .call(Method::GET, path, Some(&self.token), None, timeshard_control_api::http::CALL_TIMEOUT)
+            .await?;
+        answer.check()?;
+        Ok(answer.body.to_vec())
+    }
+
     /// A request whose answer has no body (204).
     pub async fn call(&self, method: Method, path: &str) -> anyhow::Result<()> {
         let answer = self

@@ -3,16 +3,19 @@
 
 pub mod admin;
 pub mod client;
+pub mod policy;
 pub mod serve;
 
 use clap::{Parser, Subcommand};
 
-const ABOUT: &str = "The timeshard control plane: enrolls devices, hands out their configuration, keeps an audit log";
+const ABOUT: &str =
+    "The timeshard control plane: enrolls devices, hands out their configuration and policies, keeps an audit log";
 
 const LONG_ABOUT: &str = "\
 The timeshard control plane: a fleet CA that enrolls devices with one-time tokens, the fleet's
 desired state (series classes, per-site node configurations, revocations) that nodes watch and
-apply without restarting, and an audit log of every change. State lives in SQLite in the data
+apply without restarting, policy modules it signs and rolls out in stages (canary, waves,
+automatic abort), and an audit log of every change. State lives in SQLite in the data
 directory, or in PostgreSQL with --database (several `serve` instances can share one).";
 
 const EXAMPLES: &str = "\
@@ -31,7 +34,13 @@ Examples:
   timeshard-control node-config set atl --select site=atl --bootstrap 10.0.0.5:7400
   timeshard-control devices
   timeshard-control device revoke 3f2a...
-  timeshard-control audit";
+  timeshard-control audit
+
+  # Policy modules, signed by the control plane and rolled out in stages.
+  timeshard-control policy upload --name pmu-validate --version 1.3.0 --kind ingest pmu_validate.wasm
+  timeshard-control rollout start pmu-validate@1.3.0 --select site=atl --canary 1 --waves 25%,100% --abort-above 5%
+  timeshard-control rollout status pmu-validate
+  timeshard-control rollout promote pmu-validate";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -63,6 +72,12 @@ pub enum Command {
     /// Act on one device.
     #[command(subcommand)]
     Device(admin::DeviceCommand),
+    /// Policy modules: upload (checked and signed with the fleet's key), list, show, download.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+    /// Staged rollouts of policy versions: start, status, promote, pause, resume, rollback.
+    #[command(subcommand)]
+    Rollout(policy::RolloutCommand),
     /// The audit log: who changed what, when, before and after.
     Audit(admin::AuditArgs),
     /// The fleet: CA fingerprint, generation and digest.
@@ -81,8 +96,45 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::NodeConfig(c) => admin::node_config(c).await,
         Command::Devices(a) => admin::devices(a).await,
         Command::Device(c) => admin::device(c).await,
+        Command::Policy(c) => policy::policy(c).await,
+        Command::Rollout(c) => policy::rollout(c).await,
         Command::Audit(a) => admin::audit(a).await,
         Command::Fleet(a) => admin::fleet(a).await,
         Command::Bench(a) => crate::bench::run(a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_parses_a_rollout() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "timeshard-control",
+            "rollout",
+            "start",
+            "pmu-validate@1.3.0",
+            "--select",
+            "site=atl",
+            "--canary",
+            "1",
+            "--waves",
+            "25%,100%",
+            "--abort-above",
+            "5%",
+            "--url",
+            "https://cp:1",
+            "--api-token",
+            "t",
+        ])
+        .unwrap();
+        let Command::Rollout(policy::RolloutCommand::Start { waves, abort_above, canary, .. }) = cli.command else {
+            panic!("not a rollout start");
+        };
+        assert_eq!((waves.as_str(), abort_above, canary), ("25%,100%", 5.0, 1));
     }
 }

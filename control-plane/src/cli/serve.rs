@@ -9,7 +9,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::db::{Db, redact};
-use crate::fleet::{Fleet, Policy, follow};
+use crate::fleet::{Fleet, Policy, follow, monitor};
 use crate::server::{self, Limits};
 
 const SERVE_EXAMPLES: &str = "\
@@ -132,6 +132,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     out.flush()?;
     drop(out);
     let _followers = follow::spawn(fleet.clone());
+    let _monitor = monitor::spawn(fleet.clone());
     let limits = Limits {
         max_connections: args.max_connections.max(1),
         max_requests: args.max_requests.max(1),

@@ -189,13 +189,17 @@ impl Fleet {
         if report.apply_error.as_ref().is_some_and(|e| e.message.len() > 4096) {
             return too_long("apply_error.message");
         }
-        if report.policies.len() > 256 || report.digest_applied.len() > 128 {
-            return too_long("policies or digest");
+        if report.policies.len() > 256 || report.digest_applied.len() > 128 || report.policy_errors.len() > 256 {
+            return too_long("policies, policy_errors or digest");
+        }
+        if report.policy_errors.iter().any(|e| e.error.len() > 4096) {
+            return too_long("a policy error");
         }
         let mut w = self.db.write().await?;
         let updated = sqlx::query(
             "UPDATE devices SET last_seen_ms = $1, generation_applied = $2, digest_applied = $3, health = $4, \
-             message = $5, apply_error_json = $6, policies_json = $7 WHERE node_id = $8 AND revoked_at_ms IS NULL",
+             message = $5, apply_error_json = $6, policies_json = $7, policy_errors_json = $8 \
+             WHERE node_id = $9 AND revoked_at_ms IS NULL",
         )
         .bind(now_ms())
         .bind(i64::try_from(report.generation_applied).unwrap_or(i64::MAX))
@@ -204,6 +208,7 @@ impl Fleet {
         .bind(&report.message)
         .bind(report.apply_error.as_ref().map(json))
         .bind(json(&report.policies))
+        .bind(json(&report.policy_errors))
         .bind(node_id)
         .execute(&mut *w.tx)
         .await?
@@ -213,7 +218,11 @@ impl Fleet {
             self.device(node_id).await?;
             return Err(Error::UnknownDevice { node_id: node_id.to_string() });
         }
-        w.commit().await
+        w.commit().await?;
+        if !report.policies.is_empty() || !report.policy_errors.is_empty() {
+            self.reported.notify_one();
+        }
+        Ok(())
     }
 
     /// `POST /v1/devices/{node_id}/revoke` (operator): the device is refused from now on, and

@@ -7,7 +7,11 @@
 pub mod desired;
 pub mod devices;
 pub mod follow;
+pub mod monitor;
+pub mod policies;
 pub mod queries;
+pub mod rollouts;
+pub mod store;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -43,6 +47,8 @@ pub struct Fleet {
     pub policy: Policy,
     state: watch::Sender<Arc<FleetState>>,
     refresh: Notify,
+    /// A node reported policy figures: the rollout monitor looks soon.
+    reported: Notify,
 }
 
 impl Fleet {
@@ -51,7 +57,7 @@ impl Fleet {
         let ca = db.fleet_ca(crate::time::now_ms()).await?;
         let state = db.load_fleet_state().await?;
         let (tx, _) = watch::channel(Arc::new(state));
-        Ok(Arc::new(Fleet { db, ca, policy, state: tx, refresh: Notify::new() }))
+        Ok(Arc::new(Fleet { db, ca, policy, state: tx, refresh: Notify::new(), reported: Notify::new() }))
     }
 
     /// The fleet-wide desired state as last loaded.

@@ -24,6 +24,8 @@ impl Fleet {
             ca_pem: self.ca.cert_pem().to_string(),
             generation: state.generation,
             digest: state.digest.clone(),
+            // Made by the first upload, which changes no generation.
+            policy_key: super::store::public_key(self.db.pool()).await?,
         })
     }
 
@@ -33,7 +35,7 @@ impl Fleet {
         let rows = sqlx::query(
             "SELECT node_id, token_id, labels_json, location_json, enrolled_at_ms, cert_serial, cert_not_after_ms, \
              revoked_at_ms, last_seen_ms, generation_applied, digest_applied, health, message, apply_error_json, \
-             policies_json FROM devices ORDER BY enrolled_at_ms, node_id",
+             policies_json, policy_errors_json FROM devices ORDER BY enrolled_at_ms, node_id",
         )
         .fetch_all(self.db.pool())
         .await?;
@@ -60,6 +62,7 @@ impl Fleet {
                     message: r.try_get("message")?,
                     apply_error: from_json_opt(r, "apply_error_json")?,
                     policies: from_json_opt(r, "policies_json")?.unwrap_or_default(),
+                    policy_errors: from_json_opt(r, "policy_errors_json")?.unwrap_or_default(),
                 })
             })
             .collect()

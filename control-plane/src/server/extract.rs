@@ -83,3 +83,24 @@ impl<T: DeserializeOwned> FromRequestParts<AppState> for Query<T> {
             .map_err(|rejection| Error::BadRequest(rejection.body_text()))
     }
 }
+
+/// A module's bytes as an upload's body, up to [`timeshard_control_api::policy::MAX_MODULE_BYTES`]
+/// (a larger one is refused with [`Error::ModuleTooLarge`]).
+#[derive(Debug)]
+pub struct ModuleBody(pub axum::body::Bytes);
+
+impl FromRequest<AppState> for ModuleBody {
+    type Rejection = Error;
+    async fn from_request(req: Request, state: &AppState) -> Result<ModuleBody, Error> {
+        use timeshard_control_api::policy::MAX_MODULE_BYTES;
+        // The route reads up to one byte more than a module may have, so a module just over
+        // the limit is read whole and refused with its size.
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(ModuleBody(bytes)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(Error::ModuleTooLarge { size: MAX_MODULE_BYTES + 1, limit: MAX_MODULE_BYTES })
+            }
+            Err(rejection) => Err(Error::BadRequest(rejection.body_text())),
+        }
+    }
+}

@@ -14,9 +14,14 @@ use timeshard_control_api::api::{
 };
 use timeshard_control_api::state::NodeConfigEntry;
 
+use timeshard_control_api::policy::{
+    PolicyVersionInfo, RolloutAction, RolloutSpec, RolloutStatus, UploadQuery, Uploaded,
+};
+
 use super::AppState;
-use super::extract::{Body, PeerNode, Query};
+use super::extract::{Body, ModuleBody, PeerNode, Query};
 use crate::error::Result;
+use crate::fleet::rollouts::Action;
 use crate::fleet::tokens::Caller;
 
 /// How long a watch waits when the node does not say.
@@ -155,4 +160,67 @@ pub async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> Result<Json<Vec<AuditEntry>>> {
     Ok(Json(s.fleet.audit_log(&caller, q).await?))
+}
+
+/// Module bytes as an answer.
+fn wasm(bytes: Vec<u8>) -> Response {
+    ([(axum::http::header::CONTENT_TYPE, "application/wasm")], bytes).into_response()
+}
+
+pub async fn upload_policy(
+    State(s): State<AppState>,
+    caller: Caller,
+    Query(q): Query<UploadQuery>,
+    ModuleBody(bytes): ModuleBody,
+) -> Result<Json<Uploaded>> {
+    Ok(Json(s.fleet.upload_policy(&caller, q, &bytes).await?))
+}
+
+pub async fn list_policies(State(s): State<AppState>, caller: Caller) -> Result<Json<Vec<PolicyVersionInfo>>> {
+    Ok(Json(s.fleet.list_policies(&caller, None).await?))
+}
+
+pub async fn show_policy(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<PolicyVersionInfo>>> {
+    Ok(Json(s.fleet.list_policies(&caller, Some(&name)).await?))
+}
+
+pub async fn policy_module(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<Response> {
+    Ok(wasm(s.fleet.policy_module(&caller, &name, &version).await?))
+}
+
+pub async fn node_module(State(s): State<AppState>, peer: PeerNode, Path(sha256): Path<String>) -> Result<Response> {
+    Ok(wasm(s.fleet.node_module(&peer.node_id, &sha256).await?))
+}
+
+pub async fn start_rollout(
+    State(s): State<AppState>,
+    caller: Caller,
+    Body(spec): Body<RolloutSpec>,
+) -> Result<Json<RolloutStatus>> {
+    Ok(Json(s.fleet.start_rollout(&caller, spec).await?))
+}
+
+pub async fn rollout_status(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(policy): Path<String>,
+) -> Result<Json<RolloutStatus>> {
+    Ok(Json(s.fleet.rollout_status(&caller, &policy).await?))
+}
+
+pub async fn rollout_action(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path((policy, action)): Path<(String, String)>,
+    Body(req): Body<RolloutAction>,
+) -> Result<Json<RolloutStatus>> {
+    Ok(Json(s.fleet.rollout_action(&caller, &policy, Action::parse(&action)?, req).await?))
 }

@@ -30,6 +30,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use timeshard_control_api::api::paths;
+use timeshard_control_api::policy::MAX_MODULE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
@@ -39,7 +40,8 @@ use crate::error::Error;
 use crate::fleet::Fleet;
 use extract::PeerNode;
 
-/// Largest request body.
+/// Largest request body, but for uploads of policy modules (up to
+/// [`timeshard_control_api::policy::MAX_MODULE_BYTES`]).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest an ordinary request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -98,6 +100,16 @@ pub fn router(fleet: Arc<Fleet>, limits: &Limits) -> Router {
         .route(paths::DEVICES, get(h::list_devices))
         .route(&format!("{}/{{node_id}}/revoke", paths::DEVICES), post(h::revoke_device))
         .route(paths::AUDIT, get(h::audit))
+        .route(
+            paths::POLICIES,
+            post(h::upload_policy).layer(DefaultBodyLimit::max(MAX_MODULE_BYTES + 1)).get(h::list_policies),
+        )
+        .route(&format!("{}/{{name}}", paths::POLICIES), get(h::show_policy))
+        .route(&format!("{}/{{name}}/{{version}}/module", paths::POLICIES), get(h::policy_module))
+        .route(&format!("{}/{{sha256}}", paths::MODULES), get(h::node_module))
+        .route(paths::ROLLOUTS, post(h::start_rollout))
+        .route(&format!("{}/{{policy}}", paths::ROLLOUTS), get(h::rollout_status))
+        .route(&format!("{}/{{policy}}/{{action}}", paths::ROLLOUTS), post(h::rollout_action))
         .fallback(|| async { Error::NotFound { what: "this path".into() } })
         .layer(middleware::from_fn_with_state(state.clone(), limit))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod policies;
 pub mod scenarios;
 
 use std::path::PathBuf;
@@ -59,6 +60,14 @@ impl TestFleet {
         }
         let admin = admin_client(&services[0].url, &admin_token);
         TestFleet { services, storage, instances, admin_token, admin, work, _pg: pg }
+    }
+
+    /// Which database, for messages.
+    pub fn backend(&self) -> &'static str {
+        match self.storage {
+            Storage::Sqlite(_) => "SQLite",
+            Storage::Postgres(_) => "PostgreSQL",
+        }
     }
 
     /// Address of instance `i` (modulo the number of instances).

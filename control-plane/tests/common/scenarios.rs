@@ -57,6 +57,7 @@ fn report_of(state: &DesiredState) -> Report {
         message: None,
         apply_error: None,
         policies: vec![],
+        policy_errors: vec![],
     }
 }
 

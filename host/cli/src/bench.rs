@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
+use timeshard_testkit::bench::repair::{self, RepairOptions};
 use timeshard_testkit::bench::store::{self, BenchOptions};
 use timeshard_testkit::bench::tier::{self, TierOptions};
 
@@ -24,6 +26,59 @@ pub(crate) enum BenchCommand {
     /// The cold tier on the real disk: export points/s, Parquet bytes per point, a day of
     /// 60 Hz read cold and hot, 1-hour windows over a cold year.
     Tier(TierArgs),
+    /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
+    /// `/query` windows over a day, on node processes.
+    Http(HttpArgs),
+    /// Data following membership on node processes: rebalancing when nodes join, idle
+    /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
+    /// one node's log after live ingest.
+    Repair(RepairArgs),
+}
+
+/// Options of `bench http`.
+#[derive(Debug, Args)]
+pub(crate) struct HttpArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Connections sending at once.
+    #[arg(long, default_value_t = HttpBenchOptions::default().connections)]
+    connections: usize,
+    /// Seconds of each ingest run.
+    #[arg(long, default_value_t = HttpBenchOptions::default().secs)]
+    secs: u64,
+    /// Runs of each ingest figure (median reported).
+    #[arg(long, default_value_t = HttpBenchOptions::default().reps)]
+    reps: usize,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Options of `bench repair`.
+#[derive(Debug, Args)]
+pub(crate) struct RepairArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Historical `pmu` points loaded before the joins.
+    #[arg(long, default_value_t = RepairOptions::default().points)]
+    points: usize,
+    /// Seconds of live ingest on one node before its log is measured.
+    #[arg(long, default_value_t = RepairOptions::default().live_secs)]
+    live_secs: u64,
+    /// Seconds of the idle anti-entropy measurement.
+    #[arg(long, default_value_t = RepairOptions::default().idle_secs)]
+    idle_secs: u64,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes and short intervals, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of `bench paper`.
@@ -144,6 +199,34 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 quick: a.quick,
             };
             (a.json, policy::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Http(a) => {
+            let options = if a.quick {
+                HttpBenchOptions { dir: a.dir, ..HttpBenchOptions::quick() }
+            } else {
+                HttpBenchOptions {
+                    connections: a.connections,
+                    secs: a.secs,
+                    reps: a.reps,
+                    dir: a.dir,
+                    ..HttpBenchOptions::default()
+                }
+            };
+            (a.json, http::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Repair(a) => {
+            let options = if a.quick {
+                RepairOptions { dir: a.dir, ..RepairOptions::quick() }
+            } else {
+                RepairOptions {
+                    points: a.points,
+                    live_secs: a.live_secs,
+                    idle_secs: a.idle_secs,
+                    dir: a.dir,
+                    ..RepairOptions::default()
+                }
+            };
+            (a.json, repair::run(&binary()?, &options).await?)
         }
     };
     write_json(&json, &report)?;

@@ -1,5 +1,5 @@
 //! The `timeshard` command line: the node daemon, client commands (put, get, series, query,
-//! status, archive status), policy signing, a development PKI, the demo and the benchmarks. Commands only, one
+//! import, export, status, archive status), policy signing, a development PKI, the demo and the benchmarks. Commands only, one
 //! module each, thin over `timeshard-node`, `timeshard-sdk` and `timeshard-testkit`; the binary
 //! calls [`main`].
 
@@ -10,7 +10,9 @@ mod archive;
 mod bench;
 mod conn;
 mod demo;
+mod export;
 mod get;
+mod import;
 mod node;
 mod pki;
 mod policy;
@@ -57,6 +59,10 @@ enum Command {
     Get(get::GetArgs),
     /// List the series of the cluster, by metric prefix and tags.
     Series(series::SeriesArgs),
+    /// Write the points of a CSV file, in batches, with progress.
+    Import(import::ImportArgs),
+    /// Write a time range of some series to CSV or Parquet, with progress.
+    Export(export::ExportArgs),
     #[command(about = "Run a query policy (WebAssembly) over a time range, pushed down to the nodes that hold it")]
     Query(query::QueryArgs),
     /// Sign policy modules: create a signing key, sign a component.
@@ -109,6 +115,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Get(a) => get::run(a).await,
         Command::Query(a) => query::run(a).await,
         Command::Series(a) => series::run(a).await,
+        Command::Import(a) => import::run(a).await,
+        Command::Export(a) => export::run(a).await,
         Command::Policy(p) => policy::run(p),
         Command::Status(a) => status::run(a).await,
         Command::Archive(a) => archive::run(a).await,

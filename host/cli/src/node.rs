@@ -5,15 +5,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 use timeshard_control_api::Agent;
 use timeshard_node::config::NodeConfig;
 use timeshard_node::process::{serve_until_stopped, write_ready_file};
 use timeshard_node::{RunningNode, control};
+use timeshard_sdk::{Client, LeaveProgress};
 
 /// Runs a node until SIGTERM or Ctrl-C.
 #[derive(Debug, Args)]
-#[command(long_about = "\
+#[command(
+    long_about = "\
 Runs an edge node until SIGTERM or Ctrl-C, then stops cleanly: it stops taking requests, lets the
 ones in flight finish, and closes its connections.
 
@@ -43,8 +45,14 @@ Examples:
   timeshard node --data-dir /var/lib/timeshard --listen 0.0.0.0:7400
   # By hand:
   timeshard node --config node.toml
-  timeshard node --listen 127.0.0.1:7401 --bootstrap 127.0.0.1:7400 --data-dir data-1")]
+  timeshard node --listen 127.0.0.1:7401 --bootstrap 127.0.0.1:7400 --data-dir data-1
+  # Make a running node leave the cluster for good (it hands its blocks off first):
+  timeshard node leave --config node.toml",
+    args_conflicts_with_subcommands = true
+)]
 pub(crate) struct NodeArgs {
+    #[command(subcommand)]
+    action: Option<NodeAction>,
     /// TOML config file; relative paths in it are relative to the file.
     #[arg(long, short)]
     config: Option<PathBuf>,
@@ -73,7 +81,76 @@ pub(crate) struct NodeArgs {
     print_config: bool,
 }
 
+/// What to do with a node other than running it.
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    #[command(about = "Make a running node leave the cluster: it hands every block off, then exits")]
+    Leave(LeaveArgs),
+}
+
+/// Makes a running node leave the cluster for good.
+#[derive(Debug, Args)]
+#[command(long_about = "\
+Makes a running node leave the cluster for good. The node announces that it is leaving (from then
+on no block is placed on it, while it still serves reads), hands every block it holds to the
+nodes that own it now (each owner confirms by digest before the node drops its copy), announces
+that it left, and exits. Progress is printed until then; interrupting this command does not stop
+the leave.
+
+Only the holder of the node's key can make it leave: this command connects with the certificate
+and key of the node's config file.
+
+Examples:
+  timeshard node leave --config node.toml
+  timeshard node leave --config node.toml --node 127.0.0.1:7401")]
+pub(crate) struct LeaveArgs {
+    /// The node's TOML config file (its certificate, key and listen address).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The node's address, when the config's `listen` does not say it (port 0, 0.0.0.0).
+    #[arg(long)]
+    node: Option<SocketAddr>,
+}
+
+async fn leave(args: LeaveArgs) -> Result<()> {
+    let cfg = NodeConfig::load(&args.config)?;
+    let addr = match args.node {
+        Some(a) => a,
+        None if cfg.listen.port() == 0 => bail!("the config listens on port 0; pass the node's address with --node"),
+        None if cfg.listen.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], cfg.listen.port())),
+        None => cfg.listen,
+    };
+    let client = Client::connect(addr, &cfg.tls_files())
+        .await
+        .with_context(|| format!("cannot reach the node at {addr} with its own certificate"))?;
+    let mut last = None;
+    loop {
+        let progress = match client.leave().await {
+            Ok(p) => p,
+            // The node exits once it has left: a closed connection after it said so is success.
+            Err(_) if last.is_some_and(|p: LeaveProgress| p.left) => break,
+            Err(e) => return Err(e).context("the node did not accept the leave request"),
+        };
+        if last != Some(progress) {
+            println!(
+                "handed off {} of {} blocks ({} bytes pushed){}",
+                progress.blocks_done,
+                progress.blocks_total,
+                progress.bytes_pushed,
+                if progress.left { "; left the cluster" } else { "" }
+            );
+        }
+        last = Some(progress);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    println!("node at {addr} left the cluster and exited");
+    Ok(())
+}
+
 pub(crate) async fn run(args: NodeArgs) -> Result<()> {
+    if let Some(NodeAction::Leave(a)) = args.action {
+        return leave(a).await;
+    }
     let mut cfg = match &args.config {
         Some(path) => NodeConfig::load(path)?,
         None => {
@@ -125,11 +202,14 @@ pub(crate) async fn run(args: NodeArgs) -> Result<()> {
     }
     serve_until_stopped(&node, args.config.as_deref()).await?;
     let stopped_itself = node.node().stop_reason();
+    let left = node.node().repair().state().leave_progress().left;
     if stopped_itself.is_none() {
         tracing::info!("stop signal received; shutting down");
     }
     node.shutdown().await;
     match stopped_itself {
+        // Leaving is a clean exit.
+        Some(_) if left => Ok(()),
         Some(reason) => bail!(reason),
         None => Ok(()),
     }

@@ -13,11 +13,24 @@ pub(crate) enum PolicyCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Sign a policy component; writes MODULE.sig next to it.
+    /// Sign a policy component as one name, version and kind; writes MODULE.wasm.sig next to it.
+    ///
+    /// The signature covers the module's hash and what it is installed as: nodes refuse it
+    /// under another name, version or kind. Example:
+    ///   timeshard policy sign --key policy.key --name pmu-validate --version 1.3.0 --kind ingest pmu_validate.wasm
     Sign {
         /// The secret key file from `timeshard policy keygen`.
         #[arg(long)]
         key: PathBuf,
+        /// The policy's name, as nodes install it (`[[policy.modules]] name`).
+        #[arg(long)]
+        name: String,
+        /// The exact version (`[[policy.modules]] version`).
+        #[arg(long)]
+        version: String,
+        /// ingest or query.
+        #[arg(long)]
+        kind: timeshard_policy::Kind,
         /// The component (.wasm) to sign.
         module: PathBuf,
     },
@@ -36,9 +49,10 @@ pub(crate) fn run(cmd: PolicyCommand) -> Result<()> {
             println!("add this line to trusted_keys in the nodes' [policy] section:");
             println!("{}", key.public().to_text());
         }
-        PolicyCommand::Sign { key, module } => {
-            let sig = signing::sign_file(&key, &module)?;
-            println!("signed {} -> {}", module.display(), sig.display());
+        PolicyCommand::Sign { key, name, version, kind, module } => {
+            let identity = signing::Identity::new(timeshard_policy::PolicyRef::new(&name, &version)?, kind);
+            let sig = signing::sign_file(&key, &module, &identity)?;
+            println!("signed {} as {identity} -> {}", module.display(), sig.display());
         }
     }
     Ok(())

@@ -28,6 +28,7 @@ pub struct NodeConfig {
     pub store: StoreConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
+    pub repair: RepairConfig,
     pub tier: TierConfig,
     pub testing: TestingConfig,
     /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
@@ -37,6 +38,9 @@ pub struct NodeConfig {
     /// WebAssembly policies: trusted signing keys, modules and their bindings to series (see
     /// `timeshard_policy::Config`). Every node of a cluster must have the same query policies.
     pub policy: timeshard_policy::Config,
+    /// The HTTP side: InfluxDB line protocol and `/query`, Prometheus remote write, the JSON
+    /// API and `/metrics` (see `crate::http`).
+    pub http: crate::http::HttpConfig,
     /// Directory that relative paths resolve against: the config file's. Not part of the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -54,10 +58,12 @@ impl Default for NodeConfig {
             store: StoreConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
+            repair: RepairConfig::default(),
             tier: TierConfig::default(),
             testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
+            http: crate::http::HttpConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -343,6 +349,45 @@ impl Default for TierConfig {
     }
 }
 
+/// Anti-entropy, handoff of displaced blocks, and read repair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepairConfig {
+    /// How often a node pulls from each of its neighbours (every member when the view holds
+    /// at most 64, else the 64 closest), jittered by up to a tenth. A change of the view
+    /// starts a round at once.
+    #[serde(with = "humantime_serde")]
+    pub anti_entropy_interval: Duration,
+    /// Blocks written within this long are left out of comparisons (live ingest keeps
+    /// replicas briefly apart; hints and read repair cover them), and a displaced block is
+    /// handed off once it was not written for this long.
+    #[serde(with = "humantime_serde")]
+    pub settle_for: Duration,
+    /// How long after a change that may have given this node blocks (its start, a member
+    /// gone, left or leaving) its catch-up round starts: long enough for the change to reach
+    /// every coordinator and for the writes placed by the previous view to end. Until that
+    /// round has pulled from every neighbour, this node answers reads as unsettled.
+    #[serde(with = "humantime_serde")]
+    pub catch_up_delay: Duration,
+    /// Most bytes per second anti-entropy fetches and handoff pushes, each.
+    pub bytes_per_sec: u64,
+    /// Read repairs waiting to be sent, at most; more are dropped and counted (anti-entropy
+    /// repairs them later).
+    pub read_repair_queue: usize,
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        RepairConfig {
+            anti_entropy_interval: Duration::from_secs(60),
+            settle_for: Duration::from_secs(30),
+            catch_up_delay: Duration::from_secs(15),
+            bytes_per_sec: 64 << 20,
+            read_repair_queue: 1_024,
+        }
+    }
+}
+
 /// Fault injection for tests. Only the node's own config file sets it; no peer can.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -465,6 +510,11 @@ impl NodeConfig {
                 *p = base.join(&*p);
             }
         }
+        for p in [&mut self.http.cert, &mut self.http.key].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
         // An archive given as a relative directory (no scheme) is relative to the file too.
         let url = &self.tier.url;
         if !url.is_empty() && !url.contains("://") && Path::new(url).is_relative() {
@@ -576,6 +626,11 @@ impl NodeConfig {
         if self.hints.max_age.is_zero() || self.hints.replay_bytes_per_sec == 0 {
             return invalid("hints", "max_age and replay_bytes_per_sec must be positive");
         }
+        let r = &self.repair;
+        if r.anti_entropy_interval.is_zero() || r.bytes_per_sec == 0 || r.read_repair_queue == 0 {
+            return invalid("repair", "anti_entropy_interval, bytes_per_sec and read_repair_queue must be positive");
+        }
+        self.http.validate()?;
         for c in &self.classes {
             if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
                 return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });

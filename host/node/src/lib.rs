@@ -8,12 +8,14 @@
 //! [`membership`] (the gossiped membership view and the owners of blocks computed from it),
 //! [`coordinator`] (client writes, reads, aggregates, policy queries and series listings across
 //! replicas, one submodule per path), [`hints`] (hinted handoff: writes replicas missed, kept on
-//! disk and replayed), [`server`] (accepting and answering requests), [`node`] (start and
+//! disk and replayed), [`repair`] (anti-entropy, handoff of blocks
+//! this node no longer owns, read repair, leaving), [`server`] (accepting and answering requests), [`node`] (start and
 //! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
 //! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
-//! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`tier`] (the cold tier: export to the
-//! archive, and reads that span both tiers).
+//! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`http`]
+//! (InfluxDB and Prometheus endpoints, the JSON API and `/metrics`), [`metrics`] (what the node
+//! counts), [`tier`] (the cold tier: export to the archive, and reads that span both tiers).
 
 pub mod config;
 pub mod control;
@@ -21,13 +23,16 @@ pub mod coordinator;
 pub mod dht;
 pub mod faults;
 pub mod hints;
+pub mod http;
 pub mod membership;
+pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod pki;
 pub mod policies;
 pub mod process;
 pub mod reconfigure;
+pub mod repair;
 pub mod server;
 pub mod tier;
 

@@ -17,6 +17,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rand::seq::IndexedRandom;
 use timeshard_proto::membership::{self, Counts, DigestItem, GossipEntry, Liveness, Member, MemberStatus, Membership};
+use timeshard_proto::repair::Ring;
 use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Contact, Id};
 use tokio::sync::watch;
@@ -37,6 +38,8 @@ const JOIN_ROUNDS: usize = 5;
 struct OwnerCache {
     generation: u64,
     owners: HashMap<(Id, usize), Vec<Contact>>,
+    /// The members that serve reads, for [`View::read_candidates`].
+    serving: Option<Arc<Ring>>,
 }
 
 /// This node's membership view.
@@ -113,10 +116,38 @@ impl View {
         let mut cache = self.owners.lock().expect("owner cache lock");
         if cache.generation != generation || cache.owners.len() >= OWNER_CACHE_MAX {
             cache.owners.clear();
+            cache.serving = None;
             cache.generation = generation;
         }
         cache.owners.insert((id, rf), owners.clone());
         owners
+    }
+
+    /// The members that still serve reads (not gone, leaving ones included), as a ring for
+    /// finding the closest; cached until the view's generation changes.
+    pub fn serving(&self) -> Arc<Ring> {
+        let state = self.state.lock().expect("membership lock");
+        let generation = state.generation();
+        let mut cache = self.owners.lock().expect("owner cache lock");
+        if cache.generation != generation {
+            cache.owners.clear();
+            cache.serving = None;
+            cache.generation = generation;
+        }
+        cache.serving.get_or_insert_with(|| Arc::new(Ring::new(state.serving().to_vec()))).clone()
+    }
+
+    /// The nodes a read of block `id` may ask, in order: `owners` (as the caller ordered them),
+    /// then the next closest members that still serve, up to `2 * rf + 2` in all (see
+    /// [`timeshard_proto::repair::read_candidates`]).
+    pub fn read_candidates(&self, owners: &[Contact], id: &Id, rf: usize) -> Vec<Contact> {
+        timeshard_proto::repair::read_candidates(owners, &self.serving(), id, rf)
+    }
+
+    /// Keeps `ids` (revoked certificates) out of placement and reads, whatever their entries
+    /// say.
+    pub fn set_excluded(&self, ids: std::collections::HashSet<Id>) {
+        self.with(|s| s.set_excluded(ids, Instant::now()));
     }
 
     /// What the view says of `id` now (`None`: not in the view).
@@ -154,6 +185,12 @@ impl View {
     /// The contact of member `id`, if the view holds it.
     pub fn contact(&self, id: &Id) -> Option<Contact> {
         self.state.lock().expect("membership lock").get(id).map(Member::contact)
+    }
+
+    /// The view's generation and the members placement may choose then, read together.
+    pub fn placement(&self) -> (u64, Vec<Contact>) {
+        let state = self.state.lock().expect("membership lock");
+        (state.generation(), state.eligible().to_vec())
     }
 
     /// The members placement may choose, sorted by id.

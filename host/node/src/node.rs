@@ -23,8 +23,11 @@ use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
 use crate::faults::Faults;
 use crate::hints::{Hints, replay};
+use crate::http::{self, HttpStartError, Tokens};
 use crate::membership::View;
+use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
+use crate::repair::{Repair, RepairState};
 use crate::server;
 
 /// How often the node checks whether buckets need refreshing or it must rejoin.
@@ -46,6 +49,7 @@ pub struct Node {
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
+    repair: Arc<Repair>,
     /// The cold tier (idle without an archive or write-time retention).
     tier: Arc<crate::tier::Tier>,
     request_slots: Arc<Semaphore>,
@@ -55,7 +59,11 @@ pub struct Node {
     /// Shared with the membership view, which gossips it with this node's entry.
     config_digest: Arc<AtomicU64>,
     enrolled: bool,
+    /// The control plane's policy modules this node runs, and what did not load.
+    pub(crate) control_policies: Mutex<crate::control::policies::Applied>,
     stop_reason: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
+    http_tokens: Arc<Tokens>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -123,8 +131,24 @@ impl Node {
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
     }
+    /// Anti-entropy, handoff, read repair and leaving; whether this node is settled.
+    pub fn repair(&self) -> &Arc<Repair> {
+        &self.repair
+    }
     pub fn request_slots(&self) -> &Arc<Semaphore> {
         &self.request_slots
+    }
+    /// The disk store, when the node runs the disk engine.
+    pub fn disk_store(&self) -> Option<&Arc<DiskStore>> {
+        self.disk.as_ref()
+    }
+    /// What the node counts for `/metrics`.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    /// The tokens the HTTP side accepts; [`Tokens::set_issued`] adds tokens issued elsewhere.
+    pub fn http_tokens(&self) -> &Arc<Tokens> {
+        &self.http_tokens
     }
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
@@ -139,6 +163,7 @@ impl Node {
 #[derive(Debug)]
 pub struct RunningNode {
     node: Arc<Node>,
+    http_addr: Option<SocketAddr>,
 }
 
 /// A node could not start.
@@ -174,6 +199,8 @@ pub enum StartError {
         #[source]
         source: crate::hints::HintError,
     },
+    #[error(transparent)]
+    Http(#[from] HttpStartError),
 }
 
 type Stores = (Arc<dyn Store>, Option<Arc<DiskStore>>);
@@ -250,13 +277,15 @@ async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
 }
 
 /// What a node starts from besides its configuration: whether it follows a control plane, and
-/// the generation and revocations of the desired state it runs (none for a node configured by
-/// hand).
+/// the generation, revocations and policy modules of the desired state it runs (none for a
+/// node configured by hand).
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
     pub enrolled: bool,
     pub generation: u64,
     pub revoked: HashSet<Id>,
+    /// The control plane's modules, installed from the node's cache before it serves.
+    pub policies: Option<crate::control::policies::ControlPolicies>,
 }
 
 impl RunningNode {
@@ -274,6 +303,8 @@ impl RunningNode {
         net.set_revoked(applied.revoked.clone());
         let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
         let me = Contact { id, addr };
+        // Bound before anything starts, so a taken HTTP port fails the start cleanly.
+        let http_listener = if config.http.enabled { Some(http::bind(&config.http).await?) } else { None };
         let (store, disk) = open_store(&config)?;
         // Tier hook: with an archive, replicas serve hot and cold merged (crate::tier).
         let tier = crate::tier::Tier::open(&config, &id.to_hex(), store.clone())?;
@@ -290,13 +321,19 @@ impl RunningNode {
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        view.set_excluded(applied.revoked.clone());
         let hints_dir = config.data_dir.join("hints");
         let hints = Arc::new(
             Hints::open(&hints_dir, config.hints.clone())
                 .map_err(|source| StartError::Hints { path: hints_dir.clone(), source })?,
         );
         let replica_writes = Arc::new(ReplicaWrites::new(id, hints.clone(), config.hints.max_replica_writes));
-        let policies = crate::policies::open(&config)?;
+        let policies = crate::policies::open(&config, applied.enrolled)?;
+        let control_policies = match (&policies, &applied.policies) {
+            (Some(registry), Some(control)) => crate::control::policies::from_cache(registry, &config, control),
+            _ => crate::control::policies::Applied::default(),
+        };
+        let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
         let coordinator = Arc::new(Coordinator::new(
             dht.clone(),
             view.clone(),
@@ -305,10 +342,22 @@ impl RunningNode {
             classes,
             config.limits.clone(),
             policies,
+            repair,
+        ));
+        let repair = Arc::new(Repair::new(
+            me,
+            dht.clone(),
+            view.clone(),
+            store.clone(),
+            coordinator.clone(),
+            config.repair.clone(),
+            config.limits.wire(),
         ));
         let node = Arc::new(Node {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            metrics: Arc::new(Metrics::default()),
+            http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: RwLock::new(Arc::new(config)),
             dht,
@@ -317,10 +366,12 @@ impl RunningNode {
             store,
             disk,
             coordinator,
+            repair,
             tier,
             config_generation: AtomicU64::new(applied.generation),
             config_digest: digest,
             enrolled: applied.enrolled,
+            control_policies: Mutex::new(control_policies),
             stop_reason: Mutex::new(None),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -329,6 +380,16 @@ impl RunningNode {
             let stop = node.shutdown.clone();
             node.tasks.spawn(async move { f.watch(stop).await });
         }
+        let http_addr = match http_listener {
+            Some((listener, addr)) => {
+                if let Err(e) = http::spawn(node.clone(), listener, node.http_tokens.clone()) {
+                    node.shutdown.cancel();
+                    return Err(e.into());
+                }
+                Some(addr)
+            }
+            None => None,
+        };
         node.tasks.spawn(server::accept_loop(node.clone()));
         // A weak reference: the endpoint (inside the node) must not keep the node alive.
         let weak = Arc::downgrade(&node);
@@ -344,6 +405,14 @@ impl RunningNode {
         node.tasks.spawn(maintain(node.clone()));
         node.tasks.spawn(maintain_store(node.clone()));
         node.tasks.spawn(node.view.clone().run(node.dht.clone(), node.shutdown.clone()));
+        node.tasks.spawn(node.repair.clone().run(node.shutdown.clone()));
+        node.tasks.spawn(crate::repair::read_repair::run(
+            node.repair.state().clone(),
+            node.dht.clone(),
+            node.store.clone(),
+            node.limits,
+            node.shutdown.clone(),
+        ));
         let replayer = replay::Replayer {
             hints,
             view: node.view.clone(),
@@ -354,7 +423,7 @@ impl RunningNode {
         node.tasks.spawn(replayer.run(node.shutdown.clone()));
         node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
         node.tasks.spawn(crate::tier::run_mover(node.tier.clone(), node.clone()));
-        Ok(RunningNode { node })
+        Ok(RunningNode { node, http_addr })
     }
 
     /// The node.
@@ -365,6 +434,11 @@ impl RunningNode {
     /// The address the node listens on.
     pub fn addr(&self) -> SocketAddr {
         self.node.dht.me().addr
+    }
+
+    /// The address the HTTP side listens on, if it is enabled.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Stops accepting, lets requests in flight finish (up to a grace period), closes every
@@ -426,6 +500,7 @@ mod tests {
     async fn start_failures_are_typed_and_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = NodeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NodeConfig::default() };
+        config.http.listen = "127.0.0.1:0".parse().unwrap();
         config.resolve_paths(dir.path());
         let err = RunningNode::start(config.clone()).await.unwrap_err();
         assert!(matches!(err, StartError::Tls(_)), "{err}");

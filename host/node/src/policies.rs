@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use timeshard_policy::{Params, Partial, PolicyError, PolicyRef, Registry};
+use timeshard_policy::{Params, Partial, PolicyError, PolicyRef, PolicySpec, Registry};
 use timeshard_proto::point::set_digest;
 use timeshard_proto::wire::{
-    BlockPart, ErrorCode, ErrorReply, MAX_REPORTED_REJECTIONS, PartialResult, RejectedPoint, SeriesPoints, Summarized,
+    BlockPart, ErrorCode, ErrorReply, MAX_REPORTED_REJECTIONS, PartialResult, PolicyUsage, RejectedPoint, SeriesPoints,
+    Summarized,
 };
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_store::Store;
@@ -19,10 +20,11 @@ use crate::config::NodeConfig;
 const MAX_SUMMARIZE_POINTS: usize = 20_000_000;
 
 /// Builds the registry when the configuration has a `[policy]` section with trusted keys or
-/// modules; a module that fails to load is reported and skipped.
-pub fn open(config: &NodeConfig) -> Result<Option<Arc<Registry>>, PolicyError> {
+/// modules, or the node is `enrolled` (the control plane may send modules at any time); a
+/// module that fails to load is reported and skipped.
+pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>, PolicyError> {
     let section = &config.policy;
-    if section.modules.is_empty() && section.trusted_keys.is_empty() {
+    if section.modules.is_empty() && section.trusted_keys.is_empty() && !enrolled {
         return Ok(None);
     }
     let (registry, report) = Registry::from_config(section, &config.base_dir)?;
@@ -36,8 +38,20 @@ pub fn open(config: &NodeConfig) -> Result<Option<Arc<Registry>>, PolicyError> {
 }
 
 /// Re-applies the `[policy]` section (hot reload): new versions swap in atomically, and a
-/// module that fails to load leaves the last good version running.
-pub fn reload(registry: &Registry, config: &NodeConfig) {
+/// module that fails to load leaves the last good version running. On an enrolled node, with
+/// the control plane's modules.
+pub fn reload(node: &crate::node::Node, registry: &Registry, config: &NodeConfig) {
+    if node.is_enrolled() {
+        let mut applied = node.control_policies.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = crate::control::policies::cache_dir(&config.data_dir);
+        let control = applied.control.clone();
+        applied.errors =
+            crate::control::policies::apply(registry, &config.policy, &config.base_dir, &control, &dir, Vec::new());
+        // Later changes from the control plane apply with this section.
+        applied.file = Some(config.policy.clone());
+        tracing::info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
+        return;
+    }
     let report = registry.apply(&config.policy, &config.base_dir);
     for (policy, error) in &report.failed {
         warn!(%policy, %error, "policy not reloaded; the last good version keeps running");
@@ -46,6 +60,33 @@ pub fn reload(registry: &Registry, config: &NodeConfig) {
         warn!(%error, "policy bindings not changed; the previous bindings stay");
     }
     tracing::info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
+}
+
+/// What each installed policy's calls cost, for the node's status.
+pub fn usage(registry: Option<&Registry>) -> Vec<PolicyUsage> {
+    let Some(registry) = registry else { return Vec::new() };
+    let stats = registry.call_stats();
+    registry
+        .running()
+        .into_iter()
+        .map(|r| {
+            let s = stats.iter().find(|s| s.policy == r.policy);
+            PolicyUsage {
+                kind: r.kind.to_string(),
+                current: r.current,
+                calls: s.map_or(0, |s| s.calls),
+                time_us: s.map_or(0, |s| (s.seconds * 1e6) as u64),
+                peak_memory_bytes: s.map_or(0, |s| s.peak_memory_bytes),
+                traps: s.map_or(0, |s| s.traps),
+                timeouts: s.map_or(0, |s| s.timeouts),
+                failures: s.map_or(0, |s| s.failures),
+                points: s.map_or(0, |s| s.points),
+                rejected: s.map_or(0, |s| s.rejected),
+                name: r.policy.name,
+                version: r.policy.version,
+            }
+        })
+        .collect()
 }
 
 fn policy_error(code: ErrorCode, e: &PolicyError) -> ErrorReply {
@@ -134,8 +175,9 @@ pub async fn summarize(
 /// Extra attempts of a query policy call that ran past its deadline.
 const TIMEOUT_RETRIES: usize = 2;
 
-/// Runs a query policy over one block part; a call that timed out is tried again, up to
-/// [`TIMEOUT_RETRIES`] times. Deadlines are wall-clock, and on a busy machine a thread can be
+/// Runs a query policy over one block part: `policy` is `name@version` (that version, or an
+/// error naming the one this node runs) or a bare name (the version bound here). A call that
+/// timed out is tried again, up to [`TIMEOUT_RETRIES`] times. Deadlines are wall-clock, and on a busy machine a thread can be
 /// kept off the CPU past one; a policy that really loops fails every attempt. (Ingest is not
 /// retried: its writer gets the refusal and may retry the idempotent write.)
 fn query_map_patiently(
@@ -146,9 +188,10 @@ fn query_map_patiently(
     points: &[Point],
     params: &Params,
 ) -> Result<Vec<PartialResult>, ErrorReply> {
+    let spec: PolicySpec = policy.parse().map_err(|e| policy_error(ErrorCode::Malformed, &e))?;
     let mut attempt = 0;
     loop {
-        match registry.query_map(policy, series, range, points, params) {
+        match registry.query_map_version(&spec.name, spec.version.as_deref(), series, range, points, params) {
             Ok(partials) => return Ok(partials.into_iter().map(to_wire).collect()),
             Err(e @ PolicyError::Timeout { .. }) if attempt < TIMEOUT_RETRIES => {
                 attempt += 1;

@@ -17,11 +17,19 @@ pub struct Ready {
     pub id: Id,
     pub addr: SocketAddr,
     pub pid: u32,
+    /// Where the HTTP side listens, if it is enabled.
+    #[serde(default)]
+    pub http_addr: Option<SocketAddr>,
 }
 
 /// Writes `node`'s [`Ready`] to `path` as JSON, atomically (a reader never sees half a file).
 pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> {
-    let ready = Ready { id: node.node().dht().me().id, addr: node.addr(), pid: std::process::id() };
+    let ready = Ready {
+        id: node.node().dht().me().id,
+        addr: node.addr(),
+        pid: std::process::id(),
+        http_addr: node.http_addr(),
+    };
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec(&ready)?)?;
     std::fs::rename(&tmp, path)
@@ -73,7 +81,7 @@ fn reload(node: &RunningNode, cfg: &NodeConfig) {
         }
     }
     match node.node().coordinator().policies() {
-        Some(registry) => crate::policies::reload(registry, cfg),
+        Some(registry) => crate::policies::reload(node_ref, registry, cfg),
         None if !cfg.policy.modules.is_empty() => {
             tracing::warn!("SIGHUP: [policy] not applied: the node started without policies; restart it to load them")
         }

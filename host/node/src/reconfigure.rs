@@ -7,7 +7,7 @@
 //! bootstrap peers, the per-node limits (requests served at once, connections, read
 //! parallelism, quanta per page) and the revoked node ids. Everything else (listen address,
 //! data directory, TLS files, DHT settings, store, wire limits, policies, membership, hints,
-//! fault injection) needs a restart.
+//! repair, fault injection) needs a restart.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -100,6 +100,9 @@ fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureErro
     if old.hints != new.hints {
         return fixed("[hints]");
     }
+    if old.repair != new.repair {
+        return fixed("[repair]");
+    }
     if old.tier != new.tier {
         return fixed("[tier]");
     }
@@ -161,6 +164,8 @@ impl Node {
         let old = self.config();
         let mut changed = Vec::new();
 
+        // Revoked nodes own nothing from now on: their blocks move to the next closest nodes.
+        self.view().set_excluded(revoked.clone());
         let newly = self.net().set_revoked(revoked);
         if !newly.is_empty() {
             let forgotten = self.dht().forget(&newly);

@@ -166,8 +166,18 @@ async fn serve_stream(
     respond(&node, &mut send, &resp, limit).await;
 }
 
-/// Validates and answers one request.
+/// Validates and answers one request, counting client writes and queries for `/metrics`.
 pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
+    let started = std::time::Instant::now();
+    let counted = crate::metrics::Counted::of(&req);
+    let resp = answer(node, peer, req).await;
+    if let Some(counted) = counted {
+        node.metrics().record_quic(counted, &resp, started.elapsed());
+    }
+    resp
+}
+
+async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
     if let Err(e) = req.validate(&node.limits()) {
         return Response::Error(e.into());
     }
@@ -188,7 +198,7 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
         | Request::RegisterSeries { .. }
         | Request::HasSeries { .. }
         | Request::FetchWindows { .. }
-        | Request::FindSeries { .. }) => serve_replica(node.store(), req).await,
+        | Request::FindSeries { .. }) => serve_replica(node.store(), req, node.repair().state().is_settled()).await,
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,
@@ -239,9 +249,26 @@ pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Respo
                 Err(e) => Response::Error(e),
             }
         }
-        Request::Status => Response::Status(status(node)),
+        Request::Status => Response::Status(Box::new(status(node))),
+        req @ (Request::RepairTree { .. }
+        | Request::RepairLeaves { .. }
+        | Request::ReadBlocks { .. }
+        | Request::BlockDigests { .. }
+        | Request::ListBlocks { .. }) => node.repair().serve(peer.id, req).await,
+        Request::Leave => {
+            // Only the holder of this node's key may make it leave.
+            if peer.id != node.dht().me().id {
+                return Response::Error(ErrorReply::new(
+                    ErrorCode::Forbidden,
+                    "only the node's own certificate may make it leave; connect with the node's certificate and key",
+                ));
+            }
+            let stopper = node.clone();
+            let gossip = node.config().membership.gossip_interval;
+            Response::Leaving(node.repair().leave(gossip, move || stopper.stop("left the cluster".into())))
+        }
         // Tier hook: `timeshard archive status`.
-        Request::ArchiveStatus => Response::Archive(node.tier().report().await),
+        Request::ArchiveStatus => Response::Archive(Box::new(node.tier().report().await)),
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))
@@ -296,6 +323,9 @@ pub fn status(node: &Node) -> NodeStatus {
         hints_replayed: node.hints().replayed(),
         hints_dropped: node.hints().dropped(),
         replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
+        repair: node.repair().state().status(),
+        wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
+        policies: crate::policies::usage(node.coordinator().policies().map(|r| &**r)),
     }
 }
 
@@ -309,8 +339,9 @@ fn storage_error(e: StoreError) -> Response {
 }
 
 /// Serves a replica request (store, fetch, register, has) from the local store, off the async
-/// threads since stores may block on disk.
-pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
+/// threads since stores may block on disk. Read answers carry `settled`: whether this node
+/// holds every block it owns.
+pub async fn serve_replica(store: &Arc<dyn Store>, req: Request, settled: bool) -> Response {
     let store = store.clone();
     let work = tokio::task::spawn_blocking(move || match req {
         Request::Store { blocks } => match store.write(&blocks) {
@@ -318,12 +349,12 @@ pub async fn serve_replica(store: &Arc<dyn Store>, req: Request) -> Response {
             Err(e) => storage_error(e),
         },
         Request::Fetch { series, range, after, limit, .. } => match store.read(&series, range, after, limit as usize) {
-            Ok(page) => Response::Points { points: page.points, more: page.more },
+            Ok(page) => Response::Points { points: page.points, more: page.more, settled },
             Err(e) => storage_error(e),
         },
         Request::FetchWindows { series, parts, width_ns } => {
             match parts.iter().map(|p| store.aggregate(&series, p.range, width_ns)).collect() {
-                Ok(parts) => Response::BlockWindows { parts },
+                Ok(parts) => Response::BlockWindows { parts, settled },
                 Err(e) => storage_error(e),
             }
         }

@@ -27,6 +27,8 @@ fn config(dir: &Path, pki: &Path, name: &str, bootstrap: Vec<String>) -> NodeCon
         ..DhtConfig::default()
     };
     config.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    // Several nodes share this process: each takes a free HTTP port, not InfluxDB's 8086.
+    config.http.listen = "127.0.0.1:0".parse().unwrap();
     config
 }
 

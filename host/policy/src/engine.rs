@@ -34,10 +34,8 @@ use crate::bindings::{self, IngestPolicyPre, QueryPolicyPre};
 use crate::host_log::GuestLog;
 use crate::{Kind, PolicyError};
 
-/// The imports a policy component may have: the WIT package's `host` interface (and `types`,
-/// which holds only types).
-pub const ALLOWED_IMPORTS: &[&str] = &["timeshard:policy/host@0.1.0", "timeshard:policy/types@0.1.0"];
-const ALLOWED_IMPORTS_TEXT: &str = "timeshard:policy/host@0.1.0 (logging)";
+pub use crate::component::ALLOWED_IMPORTS;
+use crate::component::ALLOWED_IMPORTS_TEXT;
 
 /// Bounds on everything that crosses the guest boundary, for the whole node. A policy's
 /// [`crate::Settings`] may lower the deadline and memory cap, or raise the deadline.
@@ -150,6 +148,18 @@ impl CallLimiter {
     pub(crate) fn new(memory_bytes: usize) -> CallLimiter {
         CallLimiter { memory_bytes, memory_used: 0, refused: false }
     }
+}
+
+thread_local! {
+    /// The most linear memory a call on this thread used since [`take_peak_memory`] was last
+    /// called: calls are synchronous, so the caller reads what its own calls used.
+    static PEAK_MEMORY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The most linear memory (all memories of a call together) that one call made on this thread
+/// used since the last time this was called; resets it.
+pub(crate) fn take_peak_memory() -> u64 {
+    PEAK_MEMORY.with(|p| p.replace(0))
 }
 
 /// Table elements an instance may have; policies need a handful.
@@ -413,7 +423,10 @@ impl Runtime {
         let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        match f(&mut store) {
+        let result = f(&mut store);
+        let used = store.data().limiter.memory_used as u64;
+        PEAK_MEMORY.with(|p| p.set(p.get().max(used)));
+        match result {
             Ok(v) => Ok(v),
             Err(e) => Err(self.classify(e, &limits, store.data_mut())),
         }

@@ -37,6 +37,21 @@ pub enum PolicyError {
          module was changed after signing, or the .sig belongs to another build: sign the exact file you install"
     )]
     BadSignature { policy: String, key: String, sha256: String },
+    /// A valid signature made for another name, version or kind than the module is installed as.
+    #[error(
+        "policy {policy}: its signature was made for {signed}, and a signature binds a module to one name, \
+         version and kind; sign the module as what it is installed as (`timeshard policy sign --name NAME \
+         --version VERSION --kind KIND`)"
+    )]
+    WrongIdentity { policy: String, signed: String },
+    /// A signature of the old format (over the bytes only), which the node does not accept.
+    #[error(
+        "policy {policy} carries a signature of the old format (timeshard-policy-signature-v1, over the bytes \
+         only), which does not bind its name, version and kind: sign it again with `timeshard policy sign \
+         --key KEY --name NAME --version VERSION --kind KIND MODULE.wasm`, or accept old signatures during a \
+         migration with `allow_v1_signatures = true` in [policy]"
+    )]
+    LegacySignature { policy: String },
     /// The bytes are not a WebAssembly component wasmtime can compile.
     #[error(
         "policy {policy} is not a valid WebAssembly component ({reason}); build it with \
@@ -85,6 +100,13 @@ pub enum PolicyError {
     /// The named policy (or version) is not installed on this node.
     #[error("policy {policy} is not installed on this node; install it first (installed: {installed})")]
     NotInstalled { policy: String, installed: String },
+    /// A query asked for one version of a policy and this node runs another: a query runs one
+    /// version on every node it touches.
+    #[error(
+        "query policy {name}: the query runs {name}@{wanted}, but this node runs {here}; a query never merges \
+         partial results of different versions: retry once the rollout of {name} is finished"
+    )]
+    OtherVersion { name: String, wanted: String, here: String },
     /// The query policy is not bound to the series.
     #[error(
         "query policy {policy} is not bound to series {series}: add it to the `query` list of a binding whose \
@@ -139,9 +161,12 @@ impl PolicyError {
     pub fn kind(&self) -> FailureKind {
         use PolicyError::*;
         match self {
-            Unsigned { .. } | MalformedSignature { .. } | Untrusted { .. } | BadSignature { .. } => {
-                FailureKind::Signature
-            }
+            Unsigned { .. }
+            | MalformedSignature { .. }
+            | Untrusted { .. }
+            | BadSignature { .. }
+            | WrongIdentity { .. }
+            | LegacySignature { .. } => FailureKind::Signature,
             Malformed { .. } => FailureKind::Malformed,
             ForbiddenImport { .. } => FailureKind::ForbiddenImport,
             WrongWorld { .. } => FailureKind::WrongWorld,
@@ -153,7 +178,7 @@ impl PolicyError {
             Guest { .. } => FailureKind::Guest,
             InputTooLarge { .. } => FailureKind::InputTooLarge,
             Instantiate { .. } => FailureKind::Instantiate,
-            NotInstalled { .. } => FailureKind::NotInstalled,
+            NotInstalled { .. } | OtherVersion { .. } => FailureKind::NotInstalled,
             NotBound { .. } => FailureKind::NotBound,
             BadPartials { .. } => FailureKind::BadPartials,
             Config(_) => FailureKind::Config,

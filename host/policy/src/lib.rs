@@ -14,8 +14,8 @@
 //!   quantum over its raw points, giving a small [`Partial`]; the coordinator `merge`s the
 //!   partials of the whole range into a [`QueryResult`].
 //!
-//! A module runs only if it is a component signed (ed25519, over its exact bytes, detached
-//! `.sig` file: see [`signing`]) by a key the node trusts, and imports nothing but
+//! A module runs only if it is a component signed (ed25519, over its hash, name, version and
+//! kind, detached `.sig` file: see [`signing`]) by a key the node trusts, and imports nothing but
 //! `timeshard:policy/host` (logging). Each call gets a fresh pooled instance, a deadline
 //! (default 10 ms) and a memory cap (default 64 MiB); a trap, timeout or exceeded limit is a
 //! typed [`PolicyError`], and the node keeps serving.
@@ -65,21 +65,39 @@
 //!
 //! The CLI's `timeshard policy keygen` and `timeshard policy sign` are
 //! [`signing::generate_keypair`] + [`signing::SecretKey::write`] and [`signing::sign_file`].
+//!
+//! # Without the engine
+//!
+//! With default features off (no `runtime`), the crate is the part a control plane needs and
+//! nothing that runs WebAssembly: names and kinds, [`signing`], and [`component::inspect`],
+//! which checks that bytes are a policy component of a kind without compiling them.
 
+#[cfg(feature = "runtime")]
 mod bindings;
+#[cfg(feature = "runtime")]
 mod call;
+pub mod component;
+#[cfg(feature = "runtime")]
 pub mod engine;
 mod error;
+#[cfg(feature = "runtime")]
 mod host_log;
+#[cfg(feature = "runtime")]
 pub mod registry;
 pub mod signing;
+#[cfg(feature = "runtime")]
+mod stats;
 mod types;
 
+#[cfg(feature = "runtime")]
 pub use engine::Limits;
 pub use error::{FailureKind, PolicyError};
+#[cfg(feature = "runtime")]
 pub use registry::{
     ApplyReport, Binding, Bindings, Config, Module, ModuleConfig, OnFailure, Registry, Running, Selector, Settings,
 };
+#[cfg(feature = "runtime")]
+pub use stats::CallStats;
 pub use types::{
     Failure, IngestOutcome, Kind, MAX_NAME_BYTES, MAX_PARTIAL_NUMBERS, NamedValue, Params, Partial, PolicyRef,
     PolicySpec, QueryResult, Rejection,

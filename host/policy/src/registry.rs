@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ use timeshard_proto::{Point, SeriesKey, TimeRange};
 
 use crate::call::{self, Loaded};
 use crate::engine::{CallLimits, Limits, Runtime};
-use crate::signing::{self, Signature, SigningError, TrustedKeys};
+use crate::signing::{self, Identity, Signature, SigningError, TrustedKeys};
+use crate::stats::{CallCounters, CallStats};
 use crate::{Failure, IngestOutcome, Kind, Params, Partial, PolicyError, PolicyRef, PolicySpec, QueryResult};
 
 /// What to do with a batch when its ingest policy fails (trap, timeout, limit, error).
@@ -157,6 +159,7 @@ pub struct ModuleConfig {
 /// ```toml
 /// [policy]
 /// trusted_keys = ["timeshard-policy-public-key-v1 3b6a27bc..."]
+/// # allow_v1_signatures = true       # accept old signatures (bytes only), with a warning
 /// deadline_ms = 10
 /// memory_mib = 64
 ///
@@ -179,6 +182,10 @@ pub struct Config {
     /// Public keys whose signatures the node accepts.
     #[serde(default)]
     pub trusted_keys: Vec<String>,
+    /// Accept signatures of the old format, which cover the module's bytes but not its name,
+    /// version and kind (each load logs a warning). Off by default: meant for a migration.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_v1_signatures: bool,
     /// Deadline of each call in milliseconds (default 10).
     #[serde(default)]
     pub deadline_ms: Option<u64>,
@@ -253,6 +260,21 @@ struct Installed {
     kind: Kind,
     sha256: String,
     signed_by: String,
+    /// Shared with the entry this one replaces when that was the same version with the same
+    /// bytes: re-applying a configuration does not reset what the node reports.
+    calls: Arc<CallCounters>,
+}
+
+/// Gives each of `loaded` the counters of the same version with the same bytes in `old`.
+fn keep_counters(old: &State, loaded: &mut [Arc<Installed>]) {
+    for installed in loaded {
+        let Some(before) = old.installed.get(&installed.loaded.id) else { continue };
+        if before.sha256 == installed.sha256
+            && let Some(fresh) = Arc::get_mut(installed)
+        {
+            fresh.calls = before.calls.clone();
+        }
+    }
 }
 
 #[derive(Clone, Default)]
@@ -320,7 +342,10 @@ impl State {
 /// synchronous (run them on a blocking thread).
 pub struct Registry {
     runtime: Runtime,
-    trusted: TrustedKeys,
+    /// Replaced whole by [`Registry::set_trusted`] (an enrolled node adds its fleet's key).
+    trusted: RwLock<TrustedKeys>,
+    /// Whether old signatures (bytes only) are accepted, with a warning.
+    allow_v1: AtomicBool,
     state: RwLock<Arc<State>>,
     /// Serialises installs and rebindings, so two of them never build on the same old state.
     write: Mutex<()>,
@@ -341,7 +366,8 @@ impl Registry {
     pub fn new(limits: Limits, trusted: TrustedKeys) -> Result<Registry, PolicyError> {
         Ok(Registry {
             runtime: Runtime::new(limits)?,
-            trusted,
+            trusted: RwLock::new(trusted),
+            allow_v1: AtomicBool::new(false),
             state: RwLock::new(Arc::new(State::default())),
             write: Mutex::new(()),
         })
@@ -352,6 +378,7 @@ impl Registry {
     /// without them.
     pub fn from_config(config: &Config, base_dir: &Path) -> Result<(Registry, ApplyReport), PolicyError> {
         let registry = Registry::new(config.limits(), config.trusted()?)?;
+        registry.allow_v1.store(config.allow_v1_signatures, Ordering::Relaxed);
         let report = registry.apply(config, base_dir);
         Ok((registry, report))
     }
@@ -359,6 +386,16 @@ impl Registry {
     /// The engine limits.
     pub fn limits(&self) -> &Limits {
         &self.runtime.limits
+    }
+
+    /// The keys whose signatures this registry accepts.
+    pub fn trusted(&self) -> TrustedKeys {
+        self.trusted.read().unwrap().clone()
+    }
+
+    /// Trusts `keys` from now on (for modules installed next; installed ones stay).
+    pub fn set_trusted(&self, keys: TrustedKeys) {
+        *self.trusted.write().unwrap() = keys;
     }
 
     fn snapshot(&self) -> Arc<State> {
@@ -374,34 +411,55 @@ impl Registry {
     /// and the modules that loaded are added as [`Registry::install`] would. Limits and
     /// trusted keys are fixed when the registry is made.
     pub fn apply(&self, config: &Config, base_dir: &Path) -> ApplyReport {
-        let mut report = ApplyReport::default();
-        // Verify and compile outside the write lock: it takes milliseconds to seconds.
-        let mut loaded = Vec::new();
-        let mut failed_names = BTreeSet::new();
+        let (mut modules, mut unavailable) = (Vec::new(), Vec::new());
         for m in &config.modules {
+            let unchecked = PolicyRef { name: m.name.clone(), version: m.version.clone() };
             let policy = match PolicyRef::new(&m.name, &m.version) {
-                Ok(p) => p,
+                Ok(policy) => policy,
                 Err(e) => {
-                    failed_names.insert(m.name.clone());
-                    report.failed.push((PolicyRef { name: m.name.clone(), version: m.version.clone() }, e));
+                    unavailable.push((unchecked, e));
                     continue;
                 }
             };
             let wasm = base_dir.join(&m.wasm);
             let sig = m.signature.as_ref().map(|s| base_dir.join(s));
-            match Module::from_files(policy.clone(), m.kind, &wasm, sig.as_deref(), m.settings.clone())
-                .and_then(|module| self.load(&module))
-            {
-                Ok(installed) => loaded.push(installed),
-                Err(e) => {
-                    failed_names.insert(policy.name.clone());
-                    report.failed.push((policy, e));
-                }
+            match Module::from_files(policy.clone(), m.kind, &wasm, sig.as_deref(), m.settings.clone()) {
+                Ok(module) => modules.push(module),
+                Err(e) => unavailable.push((policy, e)),
             }
         }
+        self.apply_modules(modules, unavailable, config.bindings.clone())
+    }
+
+    /// [`Registry::apply`] with modules in memory (e.g. fetched from the control plane) instead
+    /// of files: afterwards the node runs `modules` with `bindings`, and nothing else.
+    /// `unavailable` lists modules that could not even be read or fetched: each counts as a
+    /// module that failed to load, so the versions of its name that ran before keep running.
+    /// Where `modules` holds several versions of a name, the last one that loads becomes the
+    /// current one, unless the name had a current version and one of its modules failed: then
+    /// the last good version stays current.
+    pub fn apply_modules(
+        &self,
+        modules: Vec<Module>,
+        unavailable: Vec<(PolicyRef, PolicyError)>,
+        bindings: Bindings,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        // Verify and compile outside the write lock: it takes milliseconds to seconds.
+        let mut loaded = Vec::new();
+        let mut failed_names = BTreeSet::new();
+        for m in modules {
+            match self.load(&m) {
+                Ok(installed) => loaded.push(installed),
+                Err(e) => report.failed.push((m.policy, e)),
+            }
+        }
+        report.failed.extend(unavailable);
+        failed_names.extend(report.failed.iter().map(|(policy, _)| policy.name.clone()));
 
         let _write = self.write.lock().unwrap();
         let old = self.snapshot();
+        keep_counters(&old, &mut loaded);
         let mut next = State::default();
         for (id, installed) in &old.installed {
             if failed_names.contains(&id.name) {
@@ -420,9 +478,9 @@ impl Registry {
                 next.current.insert(id.name.clone(), id.version.clone());
             }
         }
-        let next = match next.check(&config.bindings) {
+        let next = match next.check(&bindings) {
             Ok(()) => {
-                next.bindings = config.bindings.clone();
+                next.bindings = bindings;
                 report.installed = loaded.iter().map(|i| i.loaded.id.clone()).collect();
                 next
             }
@@ -450,9 +508,12 @@ impl Registry {
     /// name, so unpinned bindings use it for the next batch. On any error nothing changes.
     /// The next [`Registry::apply`] removes it unless its configuration lists its name.
     pub fn install(&self, module: Module) -> Result<PolicyRef, PolicyError> {
-        let installed = self.load(&module)?;
+        let mut installed = [self.load(&module)?];
         let _write = self.write.lock().unwrap();
-        let next = self.snapshot().with(installed)?;
+        let old = self.snapshot();
+        keep_counters(&old, &mut installed);
+        let [installed] = installed;
+        let next = old.with(installed)?;
         *self.state.write().unwrap() = Arc::new(next);
         Ok(module.policy)
     }
@@ -465,14 +526,29 @@ impl Registry {
         let signature = module.signature.as_deref().ok_or_else(|| PolicyError::Unsigned { policy: label.clone() })?;
         let signature = Signature::from_text(signature)
             .map_err(|e| PolicyError::MalformedSignature { policy: label.clone(), reason: e.to_string() })?;
-        let signer = signing::verify(&self.trusted, &module.wasm, &signature).map_err(|e| match e {
-            SigningError::Untrusted { key } => PolicyError::Untrusted { policy: label.clone(), key },
-            SigningError::Mismatch { key } => {
-                PolicyError::BadSignature { policy: label.clone(), key, sha256: signing::hex(&sha256) }
-            }
-            other => PolicyError::MalformedSignature { policy: label.clone(), reason: other.to_string() },
-        })?;
-        let signed_by = signer.to_string();
+        let installing = Identity::new(module.policy.clone(), module.kind);
+        let trusted = self.trusted();
+        let allow_v1 = self.allow_v1.load(Ordering::Relaxed);
+        let verified =
+            signing::verify(&trusted, &module.wasm, &installing, &signature, allow_v1).map_err(|e| match e {
+                SigningError::Untrusted { key } => PolicyError::Untrusted { policy: label.clone(), key },
+                SigningError::Mismatch { key } => {
+                    PolicyError::BadSignature { policy: label.clone(), key, sha256: signing::hex(&sha256) }
+                }
+                SigningError::WrongIdentity { signed, .. } => {
+                    PolicyError::WrongIdentity { policy: format!("{installing}"), signed: signed.to_string() }
+                }
+                SigningError::Legacy => PolicyError::LegacySignature { policy: label.clone() },
+                other => PolicyError::MalformedSignature { policy: label.clone(), reason: other.to_string() },
+            })?;
+        if verified.legacy {
+            tracing::warn!(
+                policy = %label,
+                "accepting an old-format signature (bytes only, no name, version or kind) because \
+                 allow_v1_signatures = true; sign the module again with `timeshard policy sign --name --version --kind`"
+            );
+        }
+        let signed_by = verified.key.to_string();
 
         let limits = self.call_limits(&label, &module.settings)?;
         let config = call::settings_to_wit("policy config values", &module.settings.config, &self.runtime)?;
@@ -489,6 +565,7 @@ impl Registry {
             kind: module.kind,
             sha256: signing::hex(&sha256),
             signed_by,
+            calls: Arc::default(),
         }))
     }
 
@@ -532,6 +609,12 @@ impl Registry {
                 current: state.current.get(&r.name) == Some(&r.version),
             })
             .collect()
+    }
+
+    /// The calls into each installed policy version since it was installed (for metrics).
+    pub fn call_stats(&self) -> Vec<CallStats> {
+        let state = self.snapshot();
+        state.installed.iter().map(|(r, i)| i.calls.snapshot(r.clone(), i.kind)).collect()
     }
 
     /// Creates and drops one pooled instance of an installed policy, calling nothing: what the
@@ -584,8 +667,11 @@ impl Registry {
         else {
             return Ok(IngestOutcome { keep: points, rejected: Vec::new(), policy: None, passed_through: None });
         };
-        match call::ingest(&self.runtime, &policy.loaded, series, &points) {
-            Ok(outcome) => Ok(outcome),
+        match policy.calls.count(|| call::ingest(&self.runtime, &policy.loaded, series, &points)) {
+            Ok(outcome) => {
+                policy.calls.batch(points.len(), outcome.rejected.len());
+                Ok(outcome)
+            }
             // Not a failure of the policy: passing it through would let any writer skip the
             // policy by sending one point more than the limit.
             Err(e @ PolicyError::InputTooLarge { .. }) => Err(e),
@@ -615,6 +701,22 @@ impl Registry {
         points: &[Point],
         params: &Params,
     ) -> Result<Vec<Partial>, PolicyError> {
+        self.query_map_version(name, None, series, range, points, params)
+    }
+
+    /// [`Registry::query_map`] running exactly `version` of the policy when one is given: a
+    /// query runs one version on every owner. The policy must be bound to `series` (at any
+    /// version) and `name@version` installed here; otherwise [`PolicyError::OtherVersion`]
+    /// names the version this node runs.
+    pub fn query_map_version(
+        &self,
+        name: &str,
+        version: Option<&str>,
+        series: &SeriesKey,
+        range: TimeRange,
+        points: &[Point],
+        params: &Params,
+    ) -> Result<Vec<Partial>, PolicyError> {
         let state = self.snapshot();
         let not_bound = || PolicyError::NotBound { policy: name.to_string(), series: series.to_string() };
         let spec = state
@@ -622,10 +724,22 @@ impl Registry {
             .for_series(series)
             .and_then(|b| b.query.iter().find(|s| s.name == name))
             .ok_or_else(not_bound)?;
-        let policy = state
-            .resolve(spec)
-            .ok_or_else(|| PolicyError::NotInstalled { policy: spec.to_string(), installed: state.installed_list() })?;
-        call::summarize(&self.runtime, &policy.loaded, series, range, points, params)
+        let bound = state.resolve(spec);
+        let policy = match version {
+            None => bound,
+            Some(v) => state.installed.get(&PolicyRef { name: name.to_string(), version: v.to_string() }),
+        };
+        let Some(policy) = policy else {
+            return Err(match (version, bound) {
+                (Some(wanted), Some(here)) => PolicyError::OtherVersion {
+                    name: name.to_string(),
+                    wanted: wanted.to_string(),
+                    here: here.loaded.id.to_string(),
+                },
+                _ => PolicyError::NotInstalled { policy: spec.to_string(), installed: state.installed_list() },
+            });
+        };
+        policy.calls.count(|| call::summarize(&self.runtime, &policy.loaded, series, range, points, params))
     }
 
     /// Merges the partials of query policy `name` on the coordinator, with the exact version
@@ -651,6 +765,6 @@ impl Registry {
             .installed
             .get(&id)
             .ok_or_else(|| PolicyError::NotInstalled { policy: id.to_string(), installed: state.installed_list() })?;
-        call::merge(&self.runtime, &policy.loaded, partials, params)
+        policy.calls.count(|| call::merge(&self.runtime, &policy.loaded, partials, params))
     }
 }

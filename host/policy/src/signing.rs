@@ -1,7 +1,7 @@
-//! Policy signatures: ed25519 keys, detached signatures over a module's exact bytes, and their
-//! file formats. The CLI's `timeshard policy keygen` and `timeshard policy sign` call
-//! [`generate_keypair`], [`SecretKey::write`] and [`sign_file`]; nodes call [`verify`] (through
-//! the registry) before compiling anything.
+//! Policy signatures: ed25519 keys, detached signatures over a module's hash and identity, and
+//! their file formats. The CLI's `timeshard policy keygen` and `timeshard policy sign` call
+//! [`generate_keypair`], [`SecretKey::write`] and [`sign_file`]; the control plane signs what it
+//! accepts with [`sign`]; nodes call [`verify`] (through the registry) before compiling anything.
 //!
 //! File formats (text, one record per line, so they survive copy-paste and review):
 //!
@@ -11,14 +11,35 @@
 //! # public key (a trusted key in node config, or a .pub file)
 //! timeshard-policy-public-key-v1 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29
 //! # detached signature, MODULE.wasm.sig
-//! timeshard-policy-signature-v1
+//! timeshard-policy-signature-v2
 //! key 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29
-//! sha256 <the module's sha256, informational: tells a wrong file from a tampered one>
-//! sig <64-byte ed25519 signature over the module's bytes, hex>
+//! name pmu-validate
+//! version 1.3.0
+//! kind ingest
+//! sha256 <the module's sha256>
+//! sig <64-byte ed25519 signature over the signed message below, hex>
 //! ```
 //!
-//! The signature covers the module's bytes exactly, not its hash or name: any change to the
-//! file invalidates it.
+//! The signed message is the identity and the hash, one field a line (names and versions never
+//! hold a newline):
+//!
+//! ```text
+//! timeshard-policy-signature-v2
+//! name pmu-validate
+//! version 1.3.0
+//! kind ingest
+//! sha256 <hex>
+//! ```
+//!
+//! So a signature binds the exact bytes (through their hash) *and* what they may be installed
+//! as: a signed `noop` cannot be installed as `pmu-validate`, a query policy as an ingest
+//! policy, or version 1.0.0 as 1.1.0 ([`verify`] refuses each with
+//! [`SigningError::WrongIdentity`]).
+//!
+//! The first format, `timeshard-policy-signature-v1` (the same lines without `name`, `version`
+//! and `kind`, signing the module's bytes only), bound no identity. [`verify`] refuses it
+//! ([`SigningError::Legacy`]) unless the caller allows it, for a migration: a node does with
+//! `allow_v1_signatures = true` in `[policy]`, and warns each time.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -26,9 +47,12 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
+use crate::{Kind, PolicyRef};
+
 const SECRET_TAG: &str = "timeshard-policy-secret-key-v1";
 const PUBLIC_TAG: &str = "timeshard-policy-public-key-v1";
-const SIGNATURE_TAG: &str = "timeshard-policy-signature-v1";
+const SIGNATURE_TAG: &str = "timeshard-policy-signature-v2";
+const SIGNATURE_V1_TAG: &str = "timeshard-policy-signature-v1";
 
 /// Reading, parsing or checking keys and signatures failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +75,48 @@ pub enum SigningError {
     /// The signature does not match the bytes.
     #[error("the signature by key {key} does not match the bytes")]
     Mismatch { key: String },
+    /// A valid signature, made for another name, version or kind than the module is installed as.
+    #[error("it was signed as {signed}, not as {installing}")]
+    WrongIdentity { signed: Identity, installing: Identity },
+    /// A signature of the first format, which covers the bytes only, where it is not allowed.
+    #[error(
+        "its signature is of the old format (timeshard-policy-signature-v1), which does not bind the \
+         module's name, version and kind"
+    )]
+    Legacy,
+}
+
+/// What a signature says a module is: its name, exact version and kind. Signed together with
+/// the module's hash.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub policy: PolicyRef,
+    pub kind: Kind,
+}
+
+impl Identity {
+    /// `name@version` of kind `kind`.
+    pub fn new(policy: PolicyRef, kind: Kind) -> Identity {
+        Identity { policy, kind }
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} policy)", self.policy, self.kind)
+    }
+}
+
+/// The bytes a v2 signature signs: its tag, the identity and the hash, one per line.
+fn signed_message(identity: &Identity, sha256: &[u8; 32]) -> Vec<u8> {
+    format!(
+        "{SIGNATURE_TAG}\nname {}\nversion {}\nkind {}\nsha256 {}\n",
+        identity.policy.name,
+        identity.policy.version,
+        identity.kind,
+        hex(sha256)
+    )
+    .into_bytes()
 }
 
 /// The sha256 of `bytes`: the content hash under which compiled components are cached.
@@ -112,8 +178,19 @@ impl fmt::Display for PublicKey {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
     key: PublicKey,
+    /// What it was signed as; `None` for the first format, which signed the bytes only.
+    identity: Option<Identity>,
     sha256: [u8; 32],
     sig: ed25519_dalek::Signature,
+}
+
+/// A signature that [`verify`] accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verified<'a> {
+    /// The trusted key that signed.
+    pub key: &'a PublicKey,
+    /// Whether it is of the old format (accepted only when allowed): warn about it.
+    pub legacy: bool,
 }
 
 /// Generates a new signing key from the operating system's random number generator.
@@ -123,26 +200,52 @@ pub fn generate_keypair() -> Result<SecretKey, SigningError> {
     Ok(SecretKey(SigningKey::from_bytes(&seed)))
 }
 
-/// Signs a module's exact bytes.
-pub fn sign(key: &SecretKey, module: &[u8]) -> Signature {
-    Signature { key: key.public(), sha256: sha256(module), sig: key.0.sign(module) }
+/// Signs a module's hash and its identity (the current format).
+pub fn sign(key: &SecretKey, module: &[u8], identity: &Identity) -> Signature {
+    let hash = sha256(module);
+    let sig = key.0.sign(&signed_message(identity, &hash));
+    Signature { key: key.public(), identity: Some(identity.clone()), sha256: hash, sig }
 }
 
-/// Checks that `signature` is by one of `trusted` and covers exactly `module`. Returns the
-/// key that signed.
+/// Signs a module's bytes only, in the first format, which binds no identity. Nodes refuse such
+/// signatures unless configured otherwise; this exists to test that and to migrate.
+pub fn sign_v1(key: &SecretKey, module: &[u8]) -> Signature {
+    Signature { key: key.public(), identity: None, sha256: sha256(module), sig: key.0.sign(module) }
+}
+
+/// Checks that `signature` is by one of `trusted`, covers exactly `module`, and was made for
+/// `installing` (name, version and kind). A signature of the first format (bytes only) is
+/// refused unless `allow_v1`. Returns the key that signed.
 pub fn verify<'a>(
     trusted: &'a TrustedKeys,
     module: &[u8],
+    installing: &Identity,
     signature: &Signature,
-) -> Result<&'a PublicKey, SigningError> {
+    allow_v1: bool,
+) -> Result<Verified<'a>, SigningError> {
     let key = trusted
         .0
         .iter()
         .find(|k| **k == signature.key)
         .ok_or_else(|| SigningError::Untrusted { key: signature.key.to_string() })?;
+    let mismatch = || SigningError::Mismatch { key: key.to_string() };
     // Strict verification refuses weak keys and malleable signatures.
-    key.0.verify_strict(module, &signature.sig).map_err(|_| SigningError::Mismatch { key: key.to_string() })?;
-    Ok(key)
+    let Some(signed) = &signature.identity else {
+        if !allow_v1 {
+            return Err(SigningError::Legacy);
+        }
+        key.0.verify_strict(module, &signature.sig).map_err(|_| mismatch())?;
+        return Ok(Verified { key, legacy: true });
+    };
+    // First that the signature is the key's, over what it claims; then that the claim is this.
+    key.0.verify_strict(&signed_message(signed, &signature.sha256), &signature.sig).map_err(|_| mismatch())?;
+    if sha256(module) != signature.sha256 {
+        return Err(mismatch());
+    }
+    if signed != installing {
+        return Err(SigningError::WrongIdentity { signed: signed.clone(), installing: installing.clone() });
+    }
+    Ok(Verified { key, legacy: false })
 }
 
 /// The path of the detached signature of `module`: `MODULE.wasm.sig`.
@@ -152,13 +255,13 @@ pub fn signature_path(module: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Signs the module file at `module` with the key file at `key` and writes the detached
-/// signature next to it (`MODULE.wasm.sig`). Returns the signature's path.
-pub fn sign_file(key: &Path, module: &Path) -> Result<PathBuf, SigningError> {
+/// Signs the module file at `module` as `identity` with the key file at `key` and writes the
+/// detached signature next to it (`MODULE.wasm.sig`). Returns the signature's path.
+pub fn sign_file(key: &Path, module: &Path, identity: &Identity) -> Result<PathBuf, SigningError> {
     let key = SecretKey::read(key)?;
     let bytes = std::fs::read(module).map_err(|source| SigningError::Io { path: module.to_path_buf(), source })?;
     let path = signature_path(module);
-    std::fs::write(&path, sign(&key, &bytes).to_text())
+    std::fs::write(&path, sign(&key, &bytes, identity).to_text())
         .map_err(|source| SigningError::Io { path: path.clone(), source })?;
     Ok(path)
 }
@@ -239,31 +342,67 @@ impl Signature {
         &self.key
     }
 
-    /// The signature file's text.
-    pub fn to_text(&self) -> String {
-        format!("{SIGNATURE_TAG}\nkey {}\nsha256 {}\nsig {}\n", self.key, hex(&self.sha256), hex(&self.sig.to_bytes()))
+    /// What the signature says the module is; `None` for the first format.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
     }
 
-    /// Parses a signature file's text.
+    /// The sha256 of the signed module.
+    pub fn sha256(&self) -> &[u8; 32] {
+        &self.sha256
+    }
+
+    /// The signature file's text.
+    pub fn to_text(&self) -> String {
+        let (sig, sha) = (hex(&self.sig.to_bytes()), hex(&self.sha256));
+        match &self.identity {
+            Some(id) => format!(
+                "{SIGNATURE_TAG}\nkey {}\nname {}\nversion {}\nkind {}\nsha256 {sha}\nsig {sig}\n",
+                self.key, id.policy.name, id.policy.version, id.kind
+            ),
+            None => format!("{SIGNATURE_V1_TAG}\nkey {}\nsha256 {sha}\nsig {sig}\n", self.key),
+        }
+    }
+
+    /// Parses a signature file's text (either format).
     pub fn from_text(text: &str) -> Result<Signature, SigningError> {
         let bad = SigningError::BadSignatureFile;
         let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
-        if lines.next() != Some(SIGNATURE_TAG) {
-            return Err(bad(format!("the first line is not `{SIGNATURE_TAG}`")));
-        }
+        let v2 = match lines.next() {
+            Some(SIGNATURE_TAG) => true,
+            Some(SIGNATURE_V1_TAG) => false,
+            _ => return Err(bad(format!("the first line is not `{SIGNATURE_TAG}`"))),
+        };
         let (mut key, mut sha, mut sig) = (None, None, None);
+        let (mut name, mut version, mut kind) = (None, None, None);
         for line in lines {
             let (field, value) =
                 line.split_once(' ').ok_or_else(|| bad(format!("line {line:?} is not `field value`")))?;
+            let value = value.trim();
             match field {
                 "key" => key = Some(PublicKey::from_text(value).map_err(|e| bad(e.to_string()))?),
                 "sha256" => sha = Some(unhex::<32>(value).map_err(|e| bad(format!("sha256: {e}")))?),
                 "sig" => sig = Some(unhex::<64>(value).map_err(|e| bad(format!("sig: {e}")))?),
+                "name" if v2 => name = Some(value.to_string()),
+                "version" if v2 => version = Some(value.to_string()),
+                "kind" if v2 => {
+                    kind = Some(value.parse::<Kind>().map_err(|e| bad(format!("kind: {e}")))?);
+                }
                 other => return Err(bad(format!("unknown field {other:?}"))),
             }
         }
+        let identity = if v2 {
+            let missing = |f: &str| bad(format!("no `{f}` line"));
+            let name = name.ok_or_else(|| missing("name"))?;
+            let version = version.ok_or_else(|| missing("version"))?;
+            let policy = PolicyRef::new(&name, &version).map_err(|e| bad(e.to_string()))?;
+            Some(Identity { policy, kind: kind.ok_or_else(|| missing("kind"))? })
+        } else {
+            None
+        };
         Ok(Signature {
             key: key.ok_or_else(|| bad("no `key` line".into()))?,
+            identity,
             sha256: sha.ok_or_else(|| bad("no `sha256` line".into()))?,
             sig: ed25519_dalek::Signature::from_bytes(&sig.ok_or_else(|| bad("no `sig` line".into()))?),
         })
@@ -300,6 +439,10 @@ impl TrustedKeys {
 mod tests {
     use super::*;
 
+    fn id(name: &str, version: &str, kind: Kind) -> Identity {
+        Identity::new(PolicyRef::new(name, version).unwrap(), kind)
+    }
+
     #[test]
     fn text_formats_round_trip() {
         let key = generate_keypair().unwrap();
@@ -308,21 +451,69 @@ mod tests {
         assert_eq!(PublicKey::from_text(&key.public().to_text()).unwrap(), key.public());
         // Bare hex works in configuration too.
         assert_eq!(PublicKey::from_text(&key.public().to_string()).unwrap(), key.public());
-        let sig = sign(&key, b"module bytes");
+        let sig = sign(&key, b"module bytes", &id("rms", "1.0.0", Kind::Query));
         assert_eq!(Signature::from_text(&sig.to_text()).unwrap(), sig);
+        assert!(sig.to_text().contains("\nname rms\nversion 1.0.0\nkind query\n"), "{}", sig.to_text());
+        let old = sign_v1(&key, b"module bytes");
+        assert_eq!(Signature::from_text(&old.to_text()).unwrap(), old);
+        assert!(old.to_text().starts_with(SIGNATURE_V1_TAG));
     }
 
     #[test]
     fn verify_refuses_wrong_key_and_changed_bytes() {
         let (a, b) = (generate_keypair().unwrap(), generate_keypair().unwrap());
         let trusted = TrustedKeys::new([a.public()]);
-        let sig = sign(&a, b"module bytes");
-        assert_eq!(verify(&trusted, b"module bytes", &sig).unwrap(), &a.public());
-        assert!(matches!(verify(&trusted, b"module bytez", &sig), Err(SigningError::Mismatch { .. })));
+        let me = id("pmu-validate", "1.0.0", Kind::Ingest);
+        let sig = sign(&a, b"module bytes", &me);
+        assert_eq!(verify(&trusted, b"module bytes", &me, &sig, false).unwrap().key, &a.public());
+        assert!(matches!(verify(&trusted, b"module bytez", &me, &sig, false), Err(SigningError::Mismatch { .. })));
         assert!(matches!(
-            verify(&trusted, b"module bytes", &sign(&b, b"module bytes")),
+            verify(&trusted, b"module bytes", &me, &sign(&b, b"module bytes", &me), false),
             Err(SigningError::Untrusted { .. })
         ));
+        // A forged claim: the identity lines changed after signing.
+        let forged = sig.to_text().replace("name pmu-validate", "name other");
+        let forged = Signature::from_text(&forged).unwrap();
+        let other = id("other", "1.0.0", Kind::Ingest);
+        assert!(matches!(
+            verify(&trusted, b"module bytes", &other, &forged, false),
+            Err(SigningError::Mismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_signature_binds_name_version_and_kind() {
+        let key = generate_keypair().unwrap();
+        let trusted = TrustedKeys::new([key.public()]);
+        let noop = id("noop", "1.0.0", Kind::Query);
+        let sig = sign(&key, b"noop bytes", &noop);
+        verify(&trusted, b"noop bytes", &noop, &sig, false).unwrap();
+        for installing in [
+            id("pmu-validate", "1.0.0", Kind::Query),
+            id("noop", "1.0.1", Kind::Query),
+            id("noop", "1.0.0", Kind::Ingest),
+        ] {
+            match verify(&trusted, b"noop bytes", &installing, &sig, false) {
+                Err(e @ SigningError::WrongIdentity { .. }) => {
+                    let text = e.to_string();
+                    assert!(text.contains("noop@1.0.0 (query policy)"), "{text}");
+                    assert!(text.contains(&installing.to_string()), "{text}");
+                }
+                other => panic!("{installing} accepted: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn old_signatures_only_when_allowed() {
+        let key = generate_keypair().unwrap();
+        let trusted = TrustedKeys::new([key.public()]);
+        let me = id("rms", "1.0.0", Kind::Query);
+        let old = sign_v1(&key, b"rms bytes");
+        assert!(matches!(verify(&trusted, b"rms bytes", &me, &old, false), Err(SigningError::Legacy)));
+        let ok = verify(&trusted, b"rms bytes", &me, &old, true).unwrap();
+        assert!(ok.legacy);
+        assert!(matches!(verify(&trusted, b"rms bytez", &me, &old, true), Err(SigningError::Mismatch { .. })));
     }
 
     #[test]
@@ -330,8 +521,13 @@ mod tests {
         let e = SecretKey::from_text("hello").unwrap_err().to_string();
         assert!(e.contains(SECRET_TAG), "{e}");
         assert!(PublicKey::from_text("abcd").is_err());
-        assert!(Signature::from_text("timeshard-policy-signature-v1\nkey 00\n").is_err());
+        assert!(Signature::from_text("timeshard-policy-signature-v2\nkey 00\n").is_err());
         assert!(Signature::from_text("").is_err());
+        let key = generate_keypair().unwrap();
+        let text = sign(&key, b"m", &id("a", "1", Kind::Ingest)).to_text();
+        let e = Signature::from_text(&text.replace("kind ingest", "kind other")).unwrap_err().to_string();
+        assert!(e.contains("ingest or query"), "{e}");
+        assert!(Signature::from_text(&text.replace("name a\n", "")).unwrap_err().to_string().contains("`name`"));
     }
 
     #[test]
@@ -347,9 +543,10 @@ mod tests {
 
         let module = dir.path().join("m.wasm");
         std::fs::write(&module, b"\0asm bytes").unwrap();
-        let sig_path = sign_file(&path, &module).unwrap();
+        let me = id("m", "0.1.0", Kind::Ingest);
+        let sig_path = sign_file(&path, &module, &me).unwrap();
         assert_eq!(sig_path, dir.path().join("m.wasm.sig"));
         let sig = Signature::read(&sig_path).unwrap();
-        verify(&TrustedKeys::new([key.public()]), b"\0asm bytes", &sig).unwrap();
+        verify(&TrustedKeys::new([key.public()]), b"\0asm bytes", &me, &sig, false).unwrap();
     }
 }

@@ -38,6 +38,17 @@ impl fmt::Display for Kind {
     }
 }
 
+impl FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Kind, String> {
+        match s {
+            "ingest" => Ok(Kind::Ingest),
+            "query" => Ok(Kind::Query),
+            other => Err(format!("{other:?} is not a policy kind: write ingest or query")),
+        }
+    }
+}
+
 fn check_name(what: &str, s: &str) -> Result<(), PolicyError> {
     let ok = !s.is_empty()
         && s.len() <= MAX_NAME_BYTES

@@ -77,6 +77,11 @@ fn the_default_deadline_stops_a_loop() {
     let f = hostile_fixture_with("hostile-loop", Settings::default(), Limits::default());
     let err = f.registry.ingest(&series(), points(&[1.0])).unwrap_err();
     assert!(matches!(err, PolicyError::Timeout { deadline_ms: 10, .. }), "{err}");
+    // The node's metrics see the call, its time and its timeout.
+    let stats = f.registry.call_stats();
+    let hostile = stats.iter().find(|s| s.policy.name == "hostile-loop").expect("stats of the installed policy");
+    assert_eq!((hostile.calls, hostile.timeouts, hostile.traps, hostile.failures), (1, 1, 0, 0));
+    assert!(hostile.seconds >= 0.010, "{hostile:?}");
 }
 
 #[test]
@@ -112,6 +117,9 @@ fn a_panic_is_a_trap_with_its_message() {
     };
     let log = last_log.as_deref().unwrap_or_default();
     assert!(log.contains("guest panicked: index out of bounds"), "{err}");
+    let stats = f.registry.call_stats();
+    let hostile = stats.iter().find(|s| s.policy.name == "hostile-panic").expect("stats of the installed policy");
+    assert_eq!((hostile.calls, hostile.traps, hostile.timeouts), (1, 1, 0));
     still_serving(&f.registry);
 }
 

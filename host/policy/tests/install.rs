@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use timeshard_policy::signing;
-use timeshard_policy::{Binding, Bindings, Config, FailureKind, Kind, PolicyError, Registry, Settings};
+use timeshard_policy::signing::{self, Identity};
+use timeshard_policy::{Binding, Bindings, Config, FailureKind, Kind, PolicyError, PolicyRef, Registry, Settings};
 
 #[test]
 fn unsigned_modules_are_refused() {
@@ -35,7 +35,8 @@ fn modules_signed_with_an_untrusted_key_are_refused() {
     let f = Fixture::new();
     let other = signing::generate_keypair().unwrap();
     let mut m = f.module("noop", "1.0.0", Kind::Ingest, Settings::default());
-    m.signature = Some(signing::sign(&other, &m.wasm).to_text());
+    let identity = Identity::new(m.policy.clone(), m.kind);
+    m.signature = Some(signing::sign(&other, &m.wasm, &identity).to_text());
     let err = f.registry.install(m).unwrap_err();
     let PolicyError::Untrusted { key, .. } = &err else {
         panic!("expected untrusted, got {err}");
@@ -142,10 +143,10 @@ fn a_node_configures_itself_from_toml_and_reloads() {
     let key = signing::generate_keypair().unwrap();
     let key_path = dir.path().join("policy.key");
     key.write(&key_path).unwrap();
-    for guest in ["pmu-validate", "rms"] {
+    for (guest, version, kind) in [("pmu-validate", "1.0.0", Kind::Ingest), ("rms", "0.1.0", Kind::Query)] {
         let path = dir.path().join(format!("{guest}.wasm"));
         std::fs::write(&path, wasm(guest)).unwrap();
-        signing::sign_file(&key_path, &path).unwrap();
+        signing::sign_file(&key_path, &path, &Identity::new(PolicyRef::new(guest, version).unwrap(), kind)).unwrap();
     }
     let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
     let toml = format!(
@@ -212,34 +213,33 @@ fn compiled_components_are_cached_by_content() {
     assert_eq!(f.registry.cached_components(), 2);
 }
 
-/// A configuration directory with signed guest components, and the `[policy]` section that
-/// trusts their key.
+/// A configuration directory with a signing key, and the `[policy]` section that trusts it.
 struct ConfigDir {
     dir: tempfile::TempDir,
+    key_path: std::path::PathBuf,
     public: String,
 }
 
 impl ConfigDir {
-    fn new(guests: &[&str]) -> ConfigDir {
+    fn new() -> ConfigDir {
         let dir = tempfile::tempdir().unwrap();
         let key_path = dir.path().join("policy.key");
         signing::generate_keypair().unwrap().write(&key_path).unwrap();
-        for guest in guests {
-            let path = dir.path().join(format!("{guest}.wasm"));
-            std::fs::write(&path, wasm(guest)).unwrap();
-            signing::sign_file(&key_path, &path).unwrap();
-        }
         let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
-        ConfigDir { dir, public }
+        ConfigDir { dir, key_path, public }
     }
 
-    /// A configuration: `modules` as (name, version, kind, guest), then the TOML of bindings.
+    /// A configuration: `modules` as (name, version, kind, guest), each a copy of the guest
+    /// signed as what it is installed as, then the TOML of bindings.
     fn config(&self, modules: &[(&str, &str, &str, &str)], bindings: &str) -> Config {
         let mut toml = format!("trusted_keys = [{:?}]\ndeadline_ms = 10000\n", self.public);
         for (name, version, kind, guest) in modules {
-            toml += &format!(
-                "[[modules]]\nname = {name:?}\nversion = {version:?}\nkind = {kind:?}\nwasm = \"{guest}.wasm\"\n"
-            );
+            let file = format!("{name}-{version}.wasm");
+            let path = self.dir.path().join(&file);
+            std::fs::write(&path, wasm(guest)).unwrap();
+            let identity = Identity::new(PolicyRef::new(name, version).unwrap(), kind.parse().unwrap());
+            signing::sign_file(&self.key_path, &path, &identity).unwrap();
+            toml += &format!("[[modules]]\nname = {name:?}\nversion = {version:?}\nkind = {kind:?}\nwasm = {file:?}\n");
         }
         toml::from_str(&(toml + bindings)).unwrap()
     }
@@ -247,7 +247,7 @@ impl ConfigDir {
 
 #[test]
 fn a_module_removed_from_the_configuration_stops_running() {
-    let d = ConfigDir::new(&["noop"]);
+    let d = ConfigDir::new();
     let bound = "[[bindings]]\ningest = \"noop\"\n";
     let (registry, report) =
         Registry::from_config(&d.config(&[("noop", "1.0.0", "ingest", "noop")], bound), d.dir.path()).unwrap();
@@ -271,7 +271,7 @@ fn a_configuration_applies_as_a_whole() {
     // `stats` is an ingest policy, then becomes a query policy with new bindings to match. Each
     // module was installed against the old bindings, which bind `stats` as an ingest policy,
     // so the new version was refused and the new configuration could never be applied.
-    let d = ConfigDir::new(&["noop", "rms"]);
+    let d = ConfigDir::new();
     let (registry, report) = Registry::from_config(
         &d.config(&[("stats", "1.0.0", "ingest", "noop")], "[[bindings]]\ningest = \"stats\"\n"),
         d.dir.path(),
@@ -290,7 +290,7 @@ fn a_configuration_applies_as_a_whole() {
 
 #[test]
 fn refused_bindings_keep_the_old_ones_with_the_modules_they_use() {
-    let d = ConfigDir::new(&["noop", "rms"]);
+    let d = ConfigDir::new();
     let (registry, _) = Registry::from_config(
         &d.config(&[("noop", "1.0.0", "ingest", "noop")], "[[bindings]]\ningest = \"noop\"\n"),
         d.dir.path(),

@@ -10,6 +10,13 @@
 //! ([`OwnerAnswers::settle`]): the coordinator asks further replicas and, if they still
 //! disagree, merges their raw points ([`merge_replica_answers`]) and computes the part itself.
 //!
+//! A read of one block asks its candidates in order ([`ReadQuorum`]): the owners, then the next
+//! closest members ([`crate::repair::read_candidates`]). Only answers of settled replicas (that
+//! hold every block they own, [`crate::repair::settle`]) count towards R; an unsettled answer
+//! (a node that just joined, or took over from a departed one, and is still pulling) is kept
+//! for the merge but makes the read ask one candidate more. So after a join the read falls
+//! back to the previous owners until the new ones have caught up.
+//!
 //! Implementation notes: stored data is a set of points, so the union of replicas' points is
 //! what a quorum acknowledged, and merging never loses an acknowledged point. The first of
 //! agreeing answers is used, and requests are ordered local node first, then by node id, so the
@@ -122,6 +129,76 @@ impl<T> Settled<T> {
     }
 }
 
+/// Which candidates a read of one block asks, and when it has enough: R settled answers, or
+/// every candidate asked. Candidates are indices into the caller's ordered list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadQuorum {
+    r: usize,
+    candidates: usize,
+    next: usize,
+    in_flight: usize,
+    settled: usize,
+    answered: usize,
+}
+
+/// How a read of one block ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// R settled replicas answered.
+    Settled,
+    /// Every candidate was asked; at least R answered but fewer than R of them were settled
+    /// (many nodes catching up at once): the merge of every answer stands.
+    Merged,
+    /// Fewer than R answered at all.
+    Short,
+}
+
+impl ReadQuorum {
+    /// A read needing `r` settled answers from `candidates` candidates.
+    pub fn new(candidates: usize, r: usize) -> ReadQuorum {
+        ReadQuorum { r: r.max(1), candidates, next: 0, in_flight: 0, settled: 0, answered: 0 }
+    }
+
+    /// The candidates to ask next: as many as it takes to reach R settled answers if all of
+    /// those in flight and these were settled, as far as candidates last.
+    pub fn to_ask(&mut self) -> std::ops::Range<usize> {
+        let want = self.r.saturating_sub(self.settled + self.in_flight);
+        let start = self.next;
+        self.next = (self.next + want).min(self.candidates);
+        self.in_flight += self.next - start;
+        start..self.next
+    }
+
+    /// Records an answer (`settled`: whether the replica said it is).
+    pub fn on_answer(&mut self, settled: bool) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.answered += 1;
+        self.settled += usize::from(settled);
+    }
+
+    /// Records a candidate that failed to answer.
+    pub fn on_failure(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    /// Whether nothing more will be asked: R settled answers, or no candidate left and none in
+    /// flight.
+    pub fn is_done(&self) -> bool {
+        self.settled >= self.r || (self.in_flight == 0 && self.next >= self.candidates)
+    }
+
+    /// How the read ended (meaningful once [`ReadQuorum::is_done`]).
+    pub fn outcome(&self) -> ReadOutcome {
+        if self.settled >= self.r {
+            ReadOutcome::Settled
+        } else if self.answered >= self.r {
+            ReadOutcome::Merged
+        } else {
+            ReadOutcome::Short
+        }
+    }
+}
+
 /// Merges the answers of several replicas for one range: union, sorted, deduplicated, and
 /// trimmed exactly to `range`.
 pub fn merge_replica_answers(answers: impl IntoIterator<Item = Vec<Point>>, range: &TimeRange) -> Vec<Point> {
@@ -227,7 +304,72 @@ mod tests {
         assert_eq!(page, vec![Point::new(15, 2.0), Point::new(16, 2.0)]);
     }
 
+    /// Drives a quorum over candidates that answer settled (`Some(true)`), unsettled
+    /// (`Some(false)`) or fail (`None`); returns the candidates asked, in order.
+    fn drive(answers: &[Option<bool>], r: usize) -> (Vec<usize>, ReadOutcome) {
+        let mut q = ReadQuorum::new(answers.len(), r);
+        let mut asked = Vec::new();
+        let mut pending: std::collections::VecDeque<usize> = q.to_ask().collect();
+        asked.extend(pending.iter().copied());
+        while let Some(i) = pending.pop_front() {
+            match answers[i] {
+                Some(settled) => q.on_answer(settled),
+                None => q.on_failure(),
+            }
+            if q.is_done() {
+                break;
+            }
+            let more: Vec<usize> = q.to_ask().collect();
+            asked.extend(&more);
+            pending.extend(more);
+        }
+        assert!(q.is_done() || pending.is_empty());
+        (asked, q.outcome())
+    }
+
+    #[test]
+    fn settled_owners_suffice() {
+        let (asked, outcome) = drive(&[Some(true), Some(true), Some(true), Some(true)], 2);
+        assert_eq!((asked, outcome), (vec![0, 1], ReadOutcome::Settled));
+    }
+
+    #[test]
+    fn unsettled_answers_make_the_read_ask_further_candidates() {
+        // Two new owners still catching up, then the previous owners.
+        let (asked, outcome) = drive(&[Some(false), Some(false), Some(true), Some(true), Some(true)], 2);
+        assert_eq!((asked, outcome), (vec![0, 1, 2, 3], ReadOutcome::Settled));
+        // A failure is replaced like an unsettled answer, but does not count.
+        let (asked, outcome) = drive(&[None, Some(true), Some(false), Some(true)], 2);
+        assert_eq!((asked, outcome), (vec![0, 1, 2, 3], ReadOutcome::Settled));
+    }
+
+    #[test]
+    fn without_r_settled_answers_the_merge_of_all_stands_or_the_read_fails() {
+        let (asked, outcome) = drive(&[Some(false), Some(true), Some(false)], 2);
+        assert_eq!((asked, outcome), (vec![0, 1, 2], ReadOutcome::Merged));
+        let (_, outcome) = drive(&[None, Some(true), None], 2);
+        assert_eq!(outcome, ReadOutcome::Short);
+        let (_, outcome) = drive(&[], 2);
+        assert_eq!(outcome, ReadOutcome::Short);
+    }
+
     proptest! {
+        /// A read never asks a candidate twice, asks in order, stops as soon as R settled
+        /// answers are in, and ends Settled exactly when R settled candidates were asked.
+        #[test]
+        fn a_read_quorum_asks_in_order_and_stops_at_r_settled(
+            answers in proptest::collection::vec(proptest::option::of(any::<bool>()), 0..10),
+            r in 1usize..4,
+        ) {
+            let (asked, outcome) = drive(&answers, r);
+            prop_assert!(asked.iter().enumerate().all(|(i, &c)| i == c), "in order, once each");
+            let settled = asked.iter().filter(|&&c| answers[c] == Some(true)).count();
+            prop_assert_eq!(outcome == ReadOutcome::Settled, settled >= r);
+            if settled < r {
+                prop_assert_eq!(asked.len(), answers.len(), "every candidate asked before giving up");
+            }
+        }
+
         /// Every part is asked of its first r owners (or all, if fewer), once each, and no
         /// request exceeds the part limit.
         #[test]

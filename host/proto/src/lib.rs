@@ -5,9 +5,10 @@
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
 //! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
 //! ([`placement`]), replica agreement and merging on the read side
-//! ([`agreement`]), the paging of range reads ([`read`]), the quantum index of a series
-//! ([`quantum_index`]), window aggregates ([`window`]), the cold tier's decisions ([`tier`]: when
-//! blocks are due, who exports them), and the wire messages with their framing ([`wire`]).
+//! ([`agreement`]), the paging of range reads ([`read`]), repair planning: digest trees,
+//! settledness, handoff ([`repair`]), the quantum index of a series ([`quantum_index`]), window
+//! aggregates ([`window`]), the cold tier's decisions ([`tier`]: when blocks are due, who
+//! exports them), and the wire messages with their framing ([`wire`]).
 //!
 //! It does no I/O and reads no clock: callers pass `now` and move the bytes. That keeps every
 //! decision testable without sockets (the model is quinn-proto).
@@ -22,6 +23,7 @@ pub mod placement;
 pub mod point;
 pub mod quantum_index;
 pub mod read;
+pub mod repair;
 pub mod routing;
 pub mod series;
 pub mod tier;

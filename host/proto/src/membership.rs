@@ -172,7 +172,11 @@ pub struct Membership {
     entries: HashMap<Id, Entry>,
     /// Members placement may choose (Normal and not gone), sorted by id.
     eligible: Vec<Contact>,
-    /// Bumped whenever `eligible` changes, so callers can cache owner sets.
+    /// Members that still serve reads (Normal or Leaving, not gone), sorted by id.
+    serving: Vec<Contact>,
+    /// Ids placement must not choose whatever their entries say (revoked certificates).
+    excluded: HashSet<Id>,
+    /// Bumped whenever `eligible` or `serving` changes, so callers can cache owner sets.
     generation: u64,
     /// The first `now` this view saw; the earliest instant it records.
     started: Instant,
@@ -184,7 +188,16 @@ impl Membership {
         let id = me.id;
         let mut entries = HashMap::new();
         entries.insert(id, Entry { member: me, last_advanced: now });
-        let mut view = Membership { me: id, cfg, entries, eligible: Vec::new(), generation: 0, started: now };
+        let mut view = Membership {
+            me: id,
+            cfg,
+            entries,
+            eligible: Vec::new(),
+            serving: Vec::new(),
+            excluded: HashSet::new(),
+            generation: 0,
+            started: now,
+        };
         view.refresh(now);
         view
     }
@@ -199,8 +212,8 @@ impl Membership {
         &self.cfg
     }
 
-    /// Bumped whenever the set of members placement may choose (or one of their addresses)
-    /// changes.
+    /// Bumped whenever the set of members placement may choose or reads may ask (or one of
+    /// their addresses) changes.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -299,6 +312,19 @@ impl Membership {
         &self.eligible
     }
 
+    /// The members that still serve reads (status Normal or Leaving, not gone, not excluded),
+    /// sorted by id: the candidates a read may ask beyond the owners.
+    pub fn serving(&self) -> &[Contact] {
+        &self.serving
+    }
+
+    /// Keeps `ids` out of placement and reads whatever their entries say (revoked
+    /// certificates), as of `now`.
+    pub fn set_excluded(&mut self, ids: HashSet<Id>, now: Instant) {
+        self.excluded = ids;
+        self.refresh(now);
+    }
+
     /// The `rf` owners of `id`: the closest eligible members, closest first.
     pub fn owners(&self, id: &Id, rf: usize) -> Vec<Contact> {
         crate::placement::owners(&self.eligible, id, rf)
@@ -310,20 +336,23 @@ impl Membership {
         let forget_after = self.cfg.gone_after.saturating_mul(2);
         let me = self.me;
         self.entries.retain(|id, e| *id == me || now.saturating_duration_since(e.last_advanced) < forget_after);
-        let mut eligible: Vec<Contact> = self
+        let mut serving: Vec<&Entry> = self
             .entries
             .values()
-            .filter(|e| e.member.status == MemberStatus::Normal && self.liveness_of(e, now) != Liveness::Gone)
-            .map(|e| e.member.contact())
+            .filter(|e| e.member.status != MemberStatus::Left && self.liveness_of(e, now) != Liveness::Gone)
+            .filter(|e| !self.excluded.contains(&e.member.id))
             .collect();
-        eligible.sort_by_key(|c| c.id);
-        if eligible != self.eligible {
+        serving.sort_by_key(|e| e.member.id);
+        let eligible: Vec<Contact> =
+            serving.iter().filter(|e| e.member.status == MemberStatus::Normal).map(|e| e.member.contact()).collect();
+        let serving: Vec<Contact> = serving.iter().map(|e| e.member.contact()).collect();
+        let changed = eligible != self.eligible;
+        if changed || serving != self.serving {
             self.eligible = eligible;
+            self.serving = serving;
             self.generation += 1;
-            true
-        } else {
-            false
         }
+        changed
     }
 
     /// The digest of every entry, for a gossip message.
@@ -606,10 +635,26 @@ mod tests {
         b.set_status(MemberStatus::Leaving, t0);
         exchange(&mut a, &mut b, t0);
         assert_eq!(a.eligible().len(), 1);
+        assert_eq!(a.serving().len(), 2, "a leaving node still serves reads");
         assert_eq!(a.liveness(&b.me().id, t0), Some(Liveness::Up), "a leaving node still serves");
         b.set_status(MemberStatus::Left, t0);
         exchange(&mut a, &mut b, t0);
         assert_eq!(a.liveness(&b.me().id, t0), Some(Liveness::Gone));
+        assert_eq!(a.serving().len(), 1);
+    }
+
+    #[test]
+    fn excluded_members_own_nothing_at_once() {
+        let t0 = origin();
+        let mut a = Membership::new(member(0), cfg(), t0);
+        let mut b = Membership::new(member(1), cfg(), t0);
+        exchange(&mut a, &mut b, t0);
+        let generation = a.generation();
+        a.set_excluded([member(1).id].into(), t0);
+        assert_eq!((a.eligible().len(), a.serving().len()), (1, 1));
+        assert!(a.generation() > generation);
+        a.set_excluded(HashSet::new(), t0);
+        assert_eq!(a.eligible().len(), 2);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub enum SeriesKeyError {
     Empty,
     #[error("series key {key:?} is {len} bytes long; the limit is {MAX_SERIES_KEY_BYTES}")]
     TooLong { key: String, len: usize },
-    #[error("invalid {what} {name:?} in series key {key:?}: use letters, digits and . _ - / : only")]
+    #[error("invalid {what} {name:?} in series key {key:?}: use letters, digits and . _ - / : % only")]
     BadName { key: String, what: &'static str, name: String },
     #[error("malformed tags in series key {key:?}: expected {{name=value,...}} after the metric")]
     BadTags { key: String },
@@ -39,8 +39,10 @@ pub enum SeriesKeyError {
 #[serde(try_from = "String", into = "String")]
 pub struct SeriesKey(Arc<str>);
 
+// `%` lets names from other tools (InfluxDB, Prometheus) carry any character, percent-encoded.
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':'))
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'%'))
 }
 
 impl SeriesKey {

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use crate::id::Id;
 use crate::membership::{self, DigestItem, GossipEntry};
 use crate::point::{Point, PointKey};
+use crate::repair::{
+    self, BlockCursor, BlockRef, LeaveProgress, ListCursor, ListedBlock, RepairEntry, RepairScope, RepairStatus,
+    TreeNode,
+};
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
@@ -139,6 +143,28 @@ pub enum Request {
     /// receiver asked for in an earlier answer); answered with [`Response::Gossip`].
     Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry> },
 
+    /// Anti-entropy: the sender's hashes of some nodes of its digest tree (at most
+    /// [`repair::LEAVES`]); the receiver compares them with its tree of the blocks it holds that
+    /// the sender owns, and answers with [`Response::RepairTree`]: for each node that differs,
+    /// its hashes `descend` levels down.
+    RepairTree { scope: RepairScope, nodes: Vec<(TreeNode, u64)>, descend: u8 },
+    /// Anti-entropy: the receiver's entries of those blocks in these leaves, at most `limit`;
+    /// answered with [`Response::RepairLeaves`].
+    RepairLeaves { scope: RepairScope, leaves: Vec<u16>, limit: u32 },
+    /// The points of whole blocks (at most [`repair::MAX_REQUEST_BLOCKS`]), at most `limit`
+    /// per answer, from `after` on; answered with [`Response::Blocks`].
+    ReadBlocks { blocks: Vec<(SeriesKey, Quantum)>, after: Option<BlockCursor>, limit: u32 },
+    /// The receiver's digest and count of each block (at most
+    /// [`repair::MAX_REQUEST_BLOCKS`]); answered with [`Response::BlockDigests`].
+    BlockDigests { blocks: Vec<BlockRef> },
+    /// The blocks the receiver holds, a page of at most `limit`; answered with
+    /// [`Response::BlockList`].
+    ListBlocks { after: Option<ListCursor>, limit: u32 },
+    /// Hand every block off to the other owners, then leave the cluster and exit. Only the
+    /// node's own certificate may ask; answered with [`Response::Leaving`] (asking again
+    /// reports progress).
+    Leave,
+
     /// Client: the cold tier as the receiver sees it (what the archive holds, this node's
     /// pending exports and last error); answered with [`Response::Archive`].
     ArchiveStatus,
@@ -175,6 +201,8 @@ pub enum Response {
     Points {
         points: Vec<Point>,
         more: bool,
+        /// Whether the replica holds every block it owns (see [`crate::repair::settle`]).
+        settled: bool,
     },
     SeriesKnown {
         known: bool,
@@ -192,11 +220,13 @@ pub enum Response {
     /// points they were computed from (replicas holding the same points give the same digest).
     Partials {
         parts: Vec<Summarized>,
+        settled: bool,
     },
     /// Window aggregates of each block part asked for, in time order (only windows holding
     /// points).
     BlockWindows {
         parts: Vec<Vec<WindowStats>>,
+        settled: bool,
     },
     /// Window aggregates of a client's query, in time order (only windows holding points).
     Windows {
@@ -215,7 +245,7 @@ pub enum Response {
         points: Vec<Point>,
         next: Option<PointKey>,
     },
-    Status(NodeStatus),
+    Status(Box<NodeStatus>),
     Error(ErrorReply),
     /// The entries the gossip's sender lacks or holds older, and the ids of its digest the
     /// receiver wants pushed (each at most [`membership::MAX_GOSSIP_ENTRIES`]).
@@ -223,7 +253,35 @@ pub enum Response {
         entries: Vec<GossipEntry>,
         want: Vec<Id>,
     },
-    Archive(crate::tier::ArchiveReport),
+    /// Hashes of the receiver's tree below the nodes that differed; `view_matches` is false
+    /// (and nothing compared) when the receiver places blocks by another view.
+    RepairTree {
+        view_matches: bool,
+        hashes: Vec<(TreeNode, u64)>,
+    },
+    /// Entries of the leaves asked, whole leaves in the order asked: the first `done` leaves
+    /// are complete (ask again for the rest).
+    RepairLeaves {
+        view_matches: bool,
+        entries: Vec<RepairEntry>,
+        done: u32,
+    },
+    /// Points of the blocks asked, in order; continue from `next` if set.
+    Blocks {
+        blocks: Vec<BlockPoints>,
+        next: Option<BlockCursor>,
+    },
+    /// (digest, count) of each block asked, `None` where the receiver holds nothing of it.
+    BlockDigests {
+        digests: Vec<Option<(u64, u64)>>,
+    },
+    /// A page of the receiver's blocks; continue from `next` if set.
+    BlockList {
+        blocks: Vec<ListedBlock>,
+        next: Option<ListCursor>,
+    },
+    Leaving(LeaveProgress),
+    Archive(Box<crate::tier::ArchiveReport>),
 }
 
 /// What a node reports about itself.
@@ -259,6 +317,36 @@ pub struct NodeStatus {
     pub hints_dropped: u64,
     /// Writes to replicas still running after their write was answered.
     pub replica_writes_in_flight: u32,
+    /// Anti-entropy, handoff, read repair and leaving.
+    pub repair: RepairStatus,
+    /// Bytes of the write-ahead log on disk (0 for the memory engine).
+    pub wal_bytes: u64,
+    /// The policy modules installed, with what their calls cost since they were installed.
+    pub policies: Vec<PolicyUsage>,
+}
+
+/// One installed policy module and its calls, as a node's status shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyUsage {
+    pub name: String,
+    pub version: String,
+    /// `ingest` or `query`.
+    pub kind: String,
+    /// Whether it is its name's current version; an older one stays installed beside it while
+    /// a rollout of a query policy runs, so queries pinned to it still run here.
+    pub current: bool,
+    pub calls: u64,
+    /// Time spent in calls, microseconds.
+    pub time_us: u64,
+    /// The most linear memory one call used.
+    pub peak_memory_bytes: u64,
+    pub traps: u64,
+    pub timeouts: u64,
+    /// Calls that failed otherwise (limits, errors the policy returned).
+    pub failures: u64,
+    /// Ingest policies: points given, and points refused.
+    pub points: u64,
+    pub rejected: u64,
 }
 
 /// A typed error sent back to the requester.
@@ -442,7 +530,7 @@ pub enum InvalidRequest {
         "a query carries {count} parameters or one longer than {MAX_PARAM_BYTES} bytes; the limit is {MAX_QUERY_PARAMS}"
     )]
     BadParams { count: usize },
-    #[error("policy name {0:?} is empty or longer than 64 bytes")]
+    #[error("policy {0:?} is empty or longer than {MAX_POLICY_BYTES} bytes (a name, or name@version)")]
     BadPolicyName(String),
     #[error("{0}")]
     Windows(String),
@@ -456,6 +544,8 @@ pub enum InvalidRequest {
         membership::MAX_GOSSIP_ENTRIES
     )]
     TooMuchGossip { digest: usize, entries: usize },
+    #[error("invalid repair request: {0}")]
+    Repair(String),
 }
 
 impl InvalidRequest {
@@ -474,6 +564,7 @@ impl InvalidRequest {
             InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
             InvalidRequest::TooMuchGossip { .. } => ErrorCode::BatchTooLarge,
+            InvalidRequest::Repair(_) => ErrorCode::Malformed,
         }
     }
 }
@@ -500,8 +591,12 @@ fn check_points<'a>(
     Ok(())
 }
 
+/// Longest policy a query names: a name of up to 64 bytes, or `name@version` of up to 64 each
+/// (owners are asked for the exact version the coordinator runs).
+pub const MAX_POLICY_BYTES: usize = 129;
+
 fn check_policy(policy: &str, params: &[(String, String)]) -> Result<(), InvalidRequest> {
-    if policy.is_empty() || policy.len() > 64 {
+    if policy.is_empty() || policy.len() > MAX_POLICY_BYTES {
         return Err(InvalidRequest::BadPolicyName(policy.chars().take(80).collect()));
     }
     if params.len() > MAX_QUERY_PARAMS
@@ -643,10 +738,16 @@ impl Request {
                 }
                 Ok(())
             }
+            Request::RepairTree { .. }
+            | Request::RepairLeaves { .. }
+            | Request::ReadBlocks { .. }
+            | Request::BlockDigests { .. }
+            | Request::ListBlocks { .. } => repair::check(self, limits.max_page_points),
             Request::Ping
             | Request::FindNode { .. }
             | Request::HasSeries { .. }
             | Request::Status
+            | Request::Leave
             | Request::ArchiveStatus => Ok(()),
         }
     }
@@ -664,6 +765,12 @@ impl Request {
                 | Request::FetchWindows { .. }
                 | Request::FindSeries { .. }
                 | Request::Gossip { .. }
+                | Request::RepairTree { .. }
+                | Request::RepairLeaves { .. }
+                | Request::ReadBlocks { .. }
+                | Request::BlockDigests { .. }
+                | Request::ListBlocks { .. }
+                | Request::Leave
         )
     }
 
@@ -686,6 +793,12 @@ impl Request {
             Request::Aggregate { .. } => "aggregate",
             Request::ListSeries { .. } => "list_series",
             Request::Gossip { .. } => "gossip",
+            Request::RepairTree { .. } => "repair_tree",
+            Request::RepairLeaves { .. } => "repair_leaves",
+            Request::ReadBlocks { .. } => "read_blocks",
+            Request::BlockDigests { .. } => "block_digests",
+            Request::ListBlocks { .. } => "list_blocks",
+            Request::Leave => "leave",
             Request::ArchiveStatus => "archive_status",
         }
     }

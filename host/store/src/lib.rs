@@ -199,6 +199,19 @@ pub struct ListCursor {
     after: Option<i64>,
 }
 
+impl ListCursor {
+    /// The cursor's parts, so a node can hand it to a peer that pages through its blocks
+    /// ([`ListCursor::from_parts`] takes them back; a made-up cursor only skips or repeats).
+    pub fn to_parts(self) -> (u32, Option<i64>) {
+        (self.series, self.after)
+    }
+
+    /// A cursor from [`ListCursor::to_parts`].
+    pub fn from_parts(series: u32, after: Option<i64>) -> ListCursor {
+        ListCursor { series, after }
+    }
+}
+
 /// One page of [`Store::list_blocks`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockPage {

@@ -15,9 +15,10 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use timeshard_node::config::{
-    ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, StoreConfig, TestingConfig,
-    TierConfig, TlsConfig,
+    ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, RepairConfig, StoreConfig,
+    TestingConfig, TierConfig, TlsConfig,
 };
+use timeshard_node::http::HttpConfig;
 use timeshard_node::pki;
 use timeshard_node::process::Ready;
 use timeshard_proto::{Contact, Id};
@@ -46,6 +47,7 @@ pub struct ClusterOptions {
     pub limits: LimitsConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
+    pub repair: RepairConfig,
     /// The cold tier of every node (the same archive for all).
     pub tier: TierConfig,
     /// Whether every node watches a fault file (`node-<i>/faults`), so tests can partition the
@@ -53,6 +55,8 @@ pub struct ClusterOptions {
     pub fault_injection: bool,
     /// Policies of every node (use absolute paths for the modules).
     pub policy: timeshard_policy::Config,
+    /// The HTTP side of every node; its `listen` port is replaced by a free one per node.
+    pub http: HttpConfig,
     /// Log filter of the nodes (`TIMESHARD_LOG`).
     pub log: String,
     /// Enroll with a control plane instead of using a development PKI.
@@ -85,9 +89,11 @@ impl ClusterOptions {
             limits: LimitsConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
+            repair: RepairConfig::default(),
             tier: TierConfig::default(),
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
+            http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
         }
@@ -97,7 +103,7 @@ impl ClusterOptions {
 impl ClusterOptions {
     /// Options for a test cluster of `nodes` processes of `binary` in a fresh temporary directory
     /// (removed when the returned guard drops). Timeouts and gossip are shortened so failures
-    /// are detected within seconds.
+    /// are detected within seconds, and repair runs every few seconds.
     pub fn for_tests(nodes: usize, binary: impl Into<PathBuf>) -> (ClusterOptions, tempfile::TempDir) {
         let dir = tempfile::Builder::new().prefix("timeshard-e2e-").tempdir().expect("temp dir");
         let mut options = ClusterOptions::new(nodes, dir.path(), binary);
@@ -111,6 +117,12 @@ impl ClusterOptions {
             gossip_interval: Duration::from_millis(200),
             suspect_after: Duration::from_secs(3),
             ..MembershipConfig::default()
+        };
+        options.repair = RepairConfig {
+            anti_entropy_interval: Duration::from_secs(5),
+            settle_for: Duration::from_secs(5),
+            catch_up_delay: Duration::from_secs(3),
+            ..RepairConfig::default()
         };
         (options, dir)
     }
@@ -187,11 +199,13 @@ impl LocalCluster {
             store: o.store.clone(),
             membership: o.membership.clone(),
             hints: o.hints.clone(),
+            repair: o.repair.clone(),
             tier: o.tier.clone(),
             testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
+            http: HttpConfig { listen: SocketAddr::new(o.http.listen.ip(), 0), ..o.http.clone() },
             base_dir: o.dir.join(format!("node-{i}")),
         }
     }
@@ -230,10 +244,24 @@ impl LocalCluster {
             ready_file,
             log,
             child: Some(child),
-            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0 },
+            ready: Ready { id: Id::ZERO, addr: "0.0.0.0:0".parse().expect("literal"), pid: 0, http_addr: None },
         };
         node.ready = wait_ready(&mut node).await.with_context(|| format!("node {i} did not start"))?;
         Ok(node)
+    }
+
+    /// Starts one more node, enrolling with `token` (the cluster must have been enrolled with a
+    /// control plane); returns its index.
+    pub async fn add_enrolled(&mut self, token: String) -> Result<usize> {
+        let i = self.nodes.len();
+        match &mut self.options.enroll {
+            Some(e) => e.tokens.push(token),
+            None => bail!("the cluster is not enrolled with a control plane"),
+        }
+        self.options.nodes += 1;
+        let node = self.spawn(i, None, Vec::new()).await?;
+        self.nodes.push(node);
+        Ok(i)
     }
 
     /// Number of nodes (running or not).
@@ -249,6 +277,11 @@ impl LocalCluster {
     /// Node `i`'s address.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].ready.addr
+    }
+
+    /// Node `i`'s HTTP address (`None` if its HTTP side is disabled).
+    pub fn http_addr(&self, i: usize) -> Option<SocketAddr> {
+        self.nodes[i].ready.http_addr
     }
 
     /// Node `i`'s id.
@@ -382,6 +415,27 @@ impl LocalCluster {
         }
     }
 
+    /// Waits until every running node reports itself settled (it holds every block it owns)
+    /// with no handoff pending; returns their statuses.
+    pub async fn wait_settled(&self, timeout: Duration) -> Result<Vec<NodeStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut statuses = Vec::new();
+            for i in (0..self.len()).filter(|&i| self.is_running(i)) {
+                statuses.push(self.status(i).await?);
+            }
+            if statuses.iter().all(|s| s.repair.settled && s.repair.handoff_pending == 0) {
+                return Ok(statuses);
+            }
+            if Instant::now() > deadline {
+                let state: Vec<(bool, u64)> =
+                    statuses.iter().map(|s| (s.repair.settled, s.repair.handoff_pending)).collect();
+                bail!("nodes not settled within {timeout:?}: (settled, handoff pending) {state:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
     /// running node read it, a restart regenerates it from the cluster's options.
     pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
@@ -446,6 +500,27 @@ impl LocalCluster {
         let node = self.spawn(i, Some(self.addr(i)), seeds).await?;
         self.nodes[i] = node;
         Ok(())
+    }
+
+    /// Starts `n` more nodes (with new certificates from the cluster's PKI), joining through
+    /// up to three running nodes; returns their indices. Not for enrolled clusters.
+    pub async fn add_nodes(&mut self, n: usize) -> Result<Vec<usize>> {
+        if self.options.enroll.is_some() {
+            bail!("nodes of an enrolled cluster join with enrollment tokens");
+        }
+        let seeds: Vec<String> =
+            (0..self.len()).filter(|&j| self.is_running(j)).map(|j| self.addr(j).to_string()).take(3).collect();
+        let first = self.len();
+        let mut starting = Vec::new();
+        for i in first..first + n {
+            pki::issue(&self.pki_dir(), &format!("node-{i}"), pki::Role::Node)?;
+            starting.push(self.spawn(i, None, seeds.clone()));
+        }
+        for node in futures::future::join_all(starting).await {
+            self.nodes.push(node?);
+        }
+        self.options.nodes = self.nodes.len();
+        Ok((first..first + n).collect())
     }
 
     /// Stops every node with SIGTERM; returns how many exited cleanly.

@@ -139,12 +139,34 @@ impl ControlPlane {
     /// Enrolls the nodes of `options` from nothing: a node configuration names node 0's
     /// address as every node's bootstrap peer, each node gets a one-time token (labels
     /// `site=e2e`), enrolls through instance `i % instances` at its first start and follows it.
-    pub async fn enroll_cluster(&self, mut options: ClusterOptions) -> Result<LocalCluster> {
+    pub async fn enroll_cluster(&self, options: ClusterOptions) -> Result<LocalCluster> {
+        let labels = vec!["site=e2e".to_string(); options.nodes];
+        self.enroll_cluster_labelled(options, &labels).await
+    }
+
+    /// [`ControlPlane::enroll_cluster`] with node `i`'s token carrying `labels[i]` (`k=v,k=v`).
+    pub async fn enroll_cluster_labelled(
+        &self,
+        mut options: ClusterOptions,
+        labels: &[String],
+    ) -> Result<LocalCluster> {
+        if labels.len() != options.nodes {
+            bail!("{} label sets for {} nodes", labels.len(), options.nodes);
+        }
         let first_addr = std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?;
         let seed = first_addr.to_string();
         self.cli(&["node-config", "set", "seeds", "--bootstrap", &seed, "--allow-empty"]).await?;
-        let tokens = self.enrollment_tokens(options.nodes, "site=e2e").await?;
+        let mut tokens = Vec::with_capacity(labels.len());
+        for l in labels {
+            tokens.extend(self.enrollment_tokens(1, l).await?);
+        }
         options.enroll = Some(Enrollment { urls: self.urls(), tokens, first_addr: Some(first_addr) });
         LocalCluster::start(options).await
+    }
+
+    /// Enrolls one more node into `cluster` with `labels`; returns its index.
+    pub async fn enroll_another(&self, cluster: &mut LocalCluster, labels: &str) -> Result<usize> {
+        let token = self.enrollment_tokens(1, labels).await?.remove(0);
+        cluster.add_enrolled(token).await
     }
 }

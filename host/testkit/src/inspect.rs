@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use quinn::{Connection, Endpoint};
 use timeshard_node::pki::{self, Role};
+use timeshard_proto::repair::ListedBlock;
 use timeshard_proto::wire::{Limits, Request, Response};
 use timeshard_proto::{Point, Quantum, SeriesKey};
 use timeshard_sdk::tls::{self, Identity, NODE_NAME, TlsFiles};
@@ -72,7 +73,7 @@ impl Inspector {
                 limit: self.limits.max_page_points,
             };
             match self.call(addr, &req).await? {
-                Response::Points { points: page, more } => {
+                Response::Points { points: page, more, .. } => {
                     after = page.last().map(Point::key).or(after);
                     points.extend(page);
                     if !more {
@@ -80,6 +81,24 @@ impl Inspector {
                     }
                 }
                 other => bail!("unexpected answer to a fetch from {addr}: {other:?}"),
+            }
+        }
+    }
+
+    /// Every block the node at `addr` holds, with its point count and digest.
+    pub async fn blocks(&mut self, addr: SocketAddr) -> Result<Vec<ListedBlock>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            match self.call(addr, &Request::ListBlocks { after, limit: 10_000 }).await? {
+                Response::BlockList { blocks, next } => {
+                    out.extend(blocks);
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => return Ok(out),
+                    }
+                }
+                other => bail!("unexpected answer to list_blocks from {addr}: {other:?}"),
             }
         }
     }

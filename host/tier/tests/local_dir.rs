@@ -43,9 +43,14 @@ print(json.dumps({"duplicates": dups}))
 "#;
 
 fn duckdb(root: &std::path::Path) -> (Vec<serde_json::Value>, i64) {
-    let out = Command::new("python3").arg("-c").arg(DUCKDB_SCRIPT).arg(root).output().unwrap_or_else(|e| {
-        panic!("cannot run python3 ({e}): install Python 3 and `pip install duckdb` (scripts/test does)")
-    });
+    let out = Command::new(std::env::var("TIMESHARD_TEST_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg("-c")
+        .arg(DUCKDB_SCRIPT)
+        .arg(root)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install Python 3 and `pip install duckdb` (scripts/test does)")
+        });
     assert!(
         out.status.success(),
         "DuckDB failed: {}\nInstall it with `pip install duckdb` (scripts/test does).",

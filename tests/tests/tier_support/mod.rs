@@ -168,7 +168,9 @@ pub fn rms_policy(dir: &Path, prefix: &str) -> Result<timeshard_policy::Config> 
     let built = timeshard_policy::guest_artifact(&guests, "rms").context("run guest/build.sh first")?;
     let wasm = dir.join(built.file_name().context("a file")?);
     std::fs::copy(&built, &wasm)?;
-    signing::sign_file(&key_file, &wasm)?;
+    let identity =
+        signing::Identity::new(timeshard_policy::PolicyRef::new("rms", "1.0.0")?, timeshard_policy::Kind::Query);
+    signing::sign_file(&key_file, &wasm, &identity)?;
     Ok(toml::from_str(&format!(
         r#"
         trusted_keys = ["{public}"]
@@ -256,7 +258,7 @@ print(json.dumps(out))
 
 /// Runs DuckDB (PyPI `duckdb`) over the local archive at `root`.
 pub fn duckdb(root: &Path) -> Result<DuckDb> {
-    let out = Command::new("python3")
+    let out = Command::new(std::env::var("TIMESHARD_TEST_PYTHON").unwrap_or_else(|_| "python3".into()))
         .arg("-c")
         .arg(DUCKDB_SCRIPT)
         .arg(root)

@@ -1,6 +1,7 @@
 //! The task that follows the control plane while the node runs: long-polls the desired state
-//! and applies each new one whole or not at all, reports what the node runs and how it is,
-//! renews the certificate before it expires, and stops the node if its certificate is revoked.
+//! and applies each new one whole or not at all (its policy modules with [`super::policies`]),
+//! reports what the node runs and how it is ([`super::report`]), renews the certificate before
+//! it expires, and stops the node if its certificate is revoked.
 //!
 //! When the control plane cannot be reached the node keeps running what it applied last (it
 //! is on disk, so a restart keeps it too) and retries every few seconds; the first watch that
@@ -10,26 +11,27 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rand::Rng;
-use timeshard_control_api::api::{ApplyError, HealthStatus, PolicyRun, Report};
+use timeshard_control_api::api::{ApplyError, PolicyLoadError};
 use timeshard_control_api::{Agent, AgentError, DesiredState};
 use timeshard_sdk::tls::Identity;
 use tracing::{error, info, warn};
 
-use super::apply::{config_digest, effective_config};
+use super::apply::effective_config;
+use super::policies::{self, ControlPolicies};
+use super::report::{self, Marks};
 use crate::config::NodeConfig;
 use crate::node::Node;
+use crate::reconfigure::Prepared;
 
 /// How long one watch waits for a change before the control plane answers "nothing new".
 pub const WATCH_WAIT: Duration = Duration::from_secs(30);
-/// The node reports at least this often, so the control plane sees it alive.
-const HEARTBEAT: Duration = Duration::from_secs(60);
+/// How often, while waiting for a change, the node looks whether a report is due.
+const REPORT_CHECK: Duration = Duration::from_secs(1);
 /// First wait before retrying an unreachable control plane; doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(500);
 /// Longest wait between attempts to reach the control plane. Part of the revocation bound: a
 /// node that lost the control plane learns of revocations at most this long after it is back.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
-/// Longest health message the control plane accepts.
-const MAX_MESSAGE: usize = 1000;
 /// While the control plane stays unreachable, the node says so this often (not at every retry).
 const UNREACHABLE_LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -42,7 +44,9 @@ fn refusal(generation: u64, message: String) -> ApplyError {
 /// flags, which every desired state is laid over.
 pub(crate) async fn follow(node: Arc<Node>, agent: Agent, base: NodeConfig) {
     let shutdown = node.shutdown_signal().clone();
-    // Applying a state has no await point, so shutting down never cuts one in half.
+    // A state's configuration is checked, then its policy modules swapped in (an await), then
+    // the configuration recorded and swapped in with no await point: shutting down between
+    // the two leaves the recorded state, which the node starts from next time.
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = run(node, agent, base) => {}
@@ -54,13 +58,14 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
     let mut refused: Option<ApplyError> = None;
     let mut report_due = true;
     let mut last_report = Instant::now();
+    let mut reported = Marks::default();
     let mut retry = RETRY_MIN;
     let mut renew_after = Instant::now();
     // Since when, and when it was last said, that the control plane cannot be reached.
     let mut unreachable: Option<(Instant, Instant)> = None;
     loop {
-        // While the control plane is away only the watch tries it (and says so); renewal and
-        // reports wait until it answers.
+        // While the control plane is away only the watch tries it (and says so); renewal,
+        // reports and fetching modules wait until it answers.
         let reachable = unreachable.is_none();
         if reachable
             && agent.client().renewal_due(SystemTime::now())
@@ -73,17 +78,42 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             warn!(error = %e, "cannot renew the node certificate yet; will retry");
             renew_after = Instant::now() + RETRY_MAX;
         }
-        if reachable && (report_due || last_report.elapsed() >= HEARTBEAT) {
-            match agent.client().report(&report(&node, &agent, refused.as_ref())).await {
+        if reachable && node.control_policies.lock().unwrap_or_else(|e| e.into_inner()).unavailable {
+            let state = agent.applied().clone();
+            sync_policies(&node, &agent, &state).await;
+        }
+        if reachable && (report_due || last_report.elapsed() >= report::HEARTBEAT) {
+            let marks = Marks::of(&node);
+            match agent.client().report(&report::report(&node, &agent, refused.as_ref())).await {
                 Ok(()) => {
                     report_due = false;
                     last_report = Instant::now();
+                    reported = marks;
                 }
                 Err(e) if e.is_revoked() => return revoked(&node, &agent),
                 Err(e) => warn!(error = %e, "cannot report to the control plane; will retry"),
             }
         }
-        let answer = agent.client().watch(since, WATCH_WAIT).await;
+        // Wait for a change; meanwhile report policy failures (and use) as they happen.
+        let answer = {
+            let watch = agent.client().watch(since, WATCH_WAIT);
+            tokio::pin!(watch);
+            let mut tick = tokio::time::interval(REPORT_CHECK);
+            loop {
+                tokio::select! {
+                    answer = &mut watch => break answer,
+                    _ = tick.tick() => {}
+                }
+                let marks = Marks::of(&node);
+                if unreachable.is_none() && report::due(marks, reported, last_report) {
+                    match agent.client().report(&report::report(&node, &agent, refused.as_ref())).await {
+                        Ok(()) => (last_report, reported) = (Instant::now(), marks),
+                        Err(e) if e.is_revoked() => return revoked(&node, &agent),
+                        Err(e) => warn!(error = %e, "cannot report to the control plane; will retry"),
+                    }
+                }
+            }
+        };
         if !matches!(answer, Err(AgentError::Http(_)))
             && let Some((since, _)) = unreachable.take()
         {
@@ -95,10 +125,16 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                 since = state.generation;
                 report_due = true;
                 let generation = state.generation;
-                match apply(&node, &mut agent, &base, state) {
-                    Ok(changed) => {
-                        refused = None;
-                        info!(generation, changed = %changed.join(", "), "applied the control plane's configuration");
+                match prepare(&node, &agent, &base, &state) {
+                    Ok(prepared) => {
+                        sync_policies(&node, &agent, &state).await;
+                        match commit(&node, &mut agent, state, prepared) {
+                            Ok(changed) => {
+                                refused = None;
+                                info!(generation, changed = %changed.join(", "), "applied the control plane's configuration");
+                            }
+                            Err(message) => refused = Some(refusal(generation, message)),
+                        }
                     }
                     Err(message) => {
                         warn!(generation, reason = %message, "cannot apply the control plane's configuration; \
@@ -139,13 +175,13 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
     }
 }
 
-/// Checks `state` whole against the node, records it on disk, then swaps it in. Returns what
-/// changed, or why nothing did.
-fn apply(node: &Arc<Node>, agent: &mut Agent, base: &NodeConfig, state: DesiredState) -> Result<Vec<String>, String> {
+/// Checks `state` whole against the node, without changing anything. Returns the prepared
+/// configuration, or why the node cannot run it.
+fn prepare(node: &Arc<Node>, agent: &Agent, base: &NodeConfig, state: &DesiredState) -> Result<Prepared, String> {
     if state.revoked.iter().any(|id| id == agent.node_id()) {
         return Err("this node is itself in the revocation list".into());
     }
-    let config = effective_config(base, agent.dir(), &state).map_err(|e| e.to_string())?;
+    let config = effective_config(base, agent.dir(), state).map_err(|e| e.to_string())?;
     let prepared = node.prepare(config, &state.revoked, state.generation).map_err(|e| e.to_string())?;
     let ours = format!("{:016x}", prepared.digest());
     if !state.digest.starts_with(&ours) {
@@ -155,9 +191,46 @@ fn apply(node: &Arc<Node>, agent: &mut Agent, base: &NodeConfig, state: DesiredS
             state.generation, state.digest
         ));
     }
+    Ok(prepared)
+}
+
+/// Records `state` on disk, then swaps the prepared configuration in. Returns what changed.
+fn commit(node: &Arc<Node>, agent: &mut Agent, state: DesiredState, prepared: Prepared) -> Result<Vec<String>, String> {
     // On disk before it is in force: a crash in between restarts into the new state.
     agent.save_applied(state).map_err(|e| format!("cannot record the new configuration: {e}"))?;
     Ok(node.reconfigure(prepared))
+}
+
+/// Makes the node run `state`'s policy modules: fetches those the cache lacks, then swaps the
+/// set in (compiling on a blocking thread). Nothing happens when the node already runs them.
+async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
+    let Some(registry) = node.coordinator().policies().cloned() else { return };
+    let control = ControlPolicies { key: state.policy_key.clone(), assignments: state.policies.clone() };
+    let file = {
+        let applied = node.control_policies.lock().unwrap_or_else(|e| e.into_inner());
+        if applied.synced && applied.control == control && !applied.unavailable {
+            return;
+        }
+        applied.file.clone()
+    };
+    let config = node.config();
+    let file_policy = file.clone().unwrap_or_else(|| config.policy.clone());
+    let dir = policies::cache_dir(&config.data_dir);
+    let unavailable = policies::fetch_missing(agent.client(), &dir, &control.assignments).await;
+    let retry = !unavailable.is_empty();
+    let next = control.clone();
+    let errors = tokio::task::spawn_blocking(move || {
+        policies::apply(&registry, &file_policy, &config.base_dir, &next, &dir, unavailable)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let error = format!("applying the policy modules failed: {e}");
+        vec![PolicyLoadError { name: "(policies)".into(), version: "-".into(), error }]
+    });
+    let running: Vec<String> = state.policies.iter().map(|a| a.label()).collect();
+    info!(assigned = %running.join(", "), not_loaded = errors.len(), "applied the control plane's policy modules");
+    *node.control_policies.lock().unwrap_or_else(|e| e.into_inner()) =
+        policies::Applied { control, file, errors, unavailable: retry, synced: true };
 }
 
 /// Renews the certificate (same key) and presents it in every new handshake.
@@ -183,37 +256,4 @@ fn revoked(node: &Node, agent: &Agent) {
     );
     error!("{reason}");
     node.stop(reason);
-}
-
-/// What the node tells the control plane.
-fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Report {
-    let config = node.config();
-    let revoked = node.net().revocations().borrow().clone();
-    let mut problems: Vec<String> = node.disk.as_ref().map(|d| d.health()).unwrap_or_default();
-    if node.dht().peer_count() == 0 && !config.bootstrap.is_empty() {
-        problems.push(format!("no peers: none of the bootstrap peers ({}) answers", config.bootstrap.join(", ")));
-    }
-    let (health, message) = if problems.is_empty() {
-        (HealthStatus::Ok, None)
-    } else {
-        (HealthStatus::Degraded, Some(problems.join("; ").chars().take(MAX_MESSAGE).collect()))
-    };
-    let policies = node
-        .coordinator()
-        .policies()
-        .map(|r| {
-            r.running()
-                .into_iter()
-                .map(|p| PolicyRun { name: p.policy.name, version: p.policy.version, hash: Some(p.sha256) })
-                .collect()
-        })
-        .unwrap_or_default();
-    Report {
-        generation_applied: agent.applied().generation,
-        digest_applied: config_digest(&config.classes, &revoked),
-        health,
-        message,
-        apply_error: refused.cloned(),
-        policies,
-    }
 }

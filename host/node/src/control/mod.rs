@@ -5,10 +5,13 @@
 //! agent of `timeshard-control-api` writes them). [`start`] runs such a node from those files
 //! and its own configuration ([`effective_config`] says which wins where), and spawns the task
 //! that follows the control plane (`follow`): new desired states applied without a restart,
-//! reports, certificate renewal, and revocation.
+//! policy modules fetched, cached and swapped in ([`policies`]), reports, certificate renewal,
+//! and revocation.
 
 mod apply;
 mod follow;
+pub mod policies;
+pub mod report;
 
 pub use apply::{class_config, class_spec, config_digest, config_digest_u64, digest_prefix, effective_config};
 pub use follow::{RETRY_MAX, WATCH_WAIT};
@@ -39,7 +42,13 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         "starting as an enrolled node"
     );
     let config = effective_config(&base, agent.dir(), desired)?;
-    let applied = Applied { enrolled: true, generation: desired.generation, revoked: parse_revoked(&desired.revoked)? };
+    let policies = policies::ControlPolicies { key: desired.policy_key.clone(), assignments: desired.policies.clone() };
+    let applied = Applied {
+        enrolled: true,
+        generation: desired.generation,
+        revoked: parse_revoked(&desired.revoked)?,
+        policies: Some(policies),
+    };
     let running = RunningNode::start_from(config, applied).await?;
     let node = running.node().clone();
     node.tasks().spawn(follow::follow(node.clone(), agent, base));

@@ -6,7 +6,8 @@
 //! to hints when they cannot complete),
 //! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
 //! `query` (window aggregates and query policies pushed down to the owners of each block and
-//! merged here) and `series` (listing the cluster's series, whether one was ever written).
+//! merged here), `series` (listing the cluster's series, whether one was ever written) and
+//! `latest` (the newest point of a series, from its newest quanta backwards).
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
 //! locally when it is this node), ordering and asking R replicas of a block, and fetching one
@@ -15,6 +16,7 @@
 //! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
 //! quantum_index}`; the coordinator runs them over the network.
 
+mod latest;
 mod query;
 mod read;
 pub mod replicas;
@@ -27,14 +29,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use timeshard_policy::Registry;
-use timeshard_proto::agreement::merge_page;
-use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
+use timeshard_proto::agreement::{ReadOutcome, ReadQuorum, merge_replica_answers};
+use timeshard_proto::repair::missing_from;
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange};
 use timeshard_store::Store;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
 use crate::membership::View;
+use crate::repair::RepairState;
 use crate::server::serve_replica;
 
 pub use replicas::ReplicaWrites;
@@ -61,6 +65,8 @@ pub struct Coordinator {
     /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
     policies: Option<Arc<Registry>>,
+    /// Whether this node is settled (its replica answers say so).
+    repair: Arc<RepairState>,
 }
 
 fn unavailable(message: String) -> ErrorReply {
@@ -91,6 +97,7 @@ async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize)
 impl Coordinator {
     /// A coordinator placing data on its owners in `view`, talking to them through `dht`,
     /// storing this node's share in `store`, and running replica writes as `replica_writes`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dht: Arc<Dht>,
         view: Arc<View>,
@@ -99,6 +106,7 @@ impl Coordinator {
         classes: Classes,
         limits: LimitsConfig,
         policies: Option<Arc<Registry>>,
+        repair: Arc<RepairState>,
     ) -> Coordinator {
         Coordinator {
             dht,
@@ -110,6 +118,7 @@ impl Coordinator {
             registered: Mutex::new(HashSet::new()),
             indexed: Mutex::new(HashSet::new()),
             policies,
+            repair,
         }
     }
 
@@ -147,6 +156,11 @@ impl Coordinator {
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
     }
 
+    /// What this node shares with repair: whether it is settled, the read repair queue.
+    pub fn repair(&self) -> &Arc<RepairState> {
+        &self.repair
+    }
+
     /// The membership view placement is computed from.
     pub fn view(&self) -> &Arc<View> {
         &self.view
@@ -162,7 +176,7 @@ impl Coordinator {
         if contact.id == self.dht.me().id {
             let local = match req {
                 Request::Summarize { .. } => self.summarize_local(req).await,
-                req => serve_replica(&self.store, req).await,
+                req => serve_replica(&self.store, req, self.repair.is_settled()).await,
             };
             return match local {
                 Response::Error(e) => Err(e),
@@ -188,49 +202,68 @@ impl Coordinator {
         replicas
     }
 
-    /// Asks `r` of `replicas` with `ask`, moving on to the next replica whenever one fails.
-    /// Fails if fewer than `r` answer.
-    async fn ask_replicas<T, F, Fut>(
-        replicas: &[Contact],
+    /// Asks the `candidates` of a block in order with `ask` until `r` settled replicas answered
+    /// ([`ReadQuorum`]): an unsettled answer (a node still catching up) is kept but makes the
+    /// read ask the next candidate, as does a failure. Returns every answer with who gave it;
+    /// fails if fewer than `r` answered at all.
+    async fn ask_candidates<T, F, Fut>(
+        candidates: &[Contact],
         r: usize,
         what: impl FnOnce() -> String,
         ask: F,
-    ) -> Result<Vec<T>, ErrorReply>
+    ) -> Result<Vec<Answer<T>>, ErrorReply>
     where
         F: Fn(Contact) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ErrorReply>>,
+        Fut: std::future::Future<Output = Result<(T, bool), ErrorReply>>,
     {
-        let mut candidates = replicas.iter().copied();
-        let mut in_flight: FuturesUnordered<_> = candidates.by_ref().take(r).map(&ask).collect();
+        let mut quorum = ReadQuorum::new(candidates.len(), r);
+        let mut in_flight = FuturesUnordered::new();
+        let launch = |i: usize| {
+            let c = candidates[i];
+            let fut = ask(c);
+            async move { (c, fut.await) }
+        };
+        in_flight.extend(quorum.to_ask().map(launch));
         let mut answers = Vec::with_capacity(r);
         let mut last_error = None;
-        while let Some(result) = in_flight.next().await {
+        while let Some((from, result)) = in_flight.next().await {
             match result {
-                Ok(answer) => {
-                    answers.push(answer);
-                    if answers.len() == r {
-                        return Ok(answers);
-                    }
+                Ok((value, settled)) => {
+                    quorum.on_answer(settled);
+                    answers.push(Answer { from, value, settled });
                 }
                 // Another replica cannot do better with a request that is itself wrong.
                 Err(e) if !e.code.is_replica_fault() => return Err(e),
                 Err(e) => {
+                    quorum.on_failure();
                     last_error = Some(e);
-                    if let Some(next) = candidates.next() {
-                        in_flight.push(ask(next));
-                    }
                 }
             }
+            if quorum.is_done() {
+                break;
+            }
+            in_flight.extend(quorum.to_ask().map(launch));
         }
-        Err(unavailable(format!(
-            "only {} of the {r} replicas needed answered for {}{}",
-            answers.len(),
-            what(),
-            last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
-        )))
+        if quorum.outcome() == ReadOutcome::Short {
+            return Err(unavailable(format!(
+                "only {} of the {r} replicas needed answered for {}{}",
+                answers.len(),
+                what(),
+                last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
+            )));
+        }
+        Ok(answers)
     }
 
-    /// Reads one block from R of its replicas and merges the answers.
+    /// The nodes a read of block `id` asks, in order: its owners (local first, those up next),
+    /// then the next closest members, for when owners are still catching up.
+    fn read_candidates(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
+        let owners = self.ordered_replicas(id, class);
+        self.view.read_candidates(&owners, &id, usize::from(class.replication.rf))
+    }
+
+    /// Reads one block from R settled replicas (further candidates when owners are catching
+    /// up) and merges every answer.
     #[allow(clippy::too_many_arguments)]
     async fn fetch_block(
         &self,
@@ -242,20 +275,25 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let replicas = self.ordered_replicas(id, class);
+        let owners = self.ordered_replicas(id, class);
+        let candidates = self.view.read_candidates(&owners, &id, usize::from(class.replication.rf));
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
+        // Each answer: its points, and whether they are everything the replica holds of the
+        // part (it was not cut at the limit).
         let fetch = |c: Contact| async move {
             let mut points = Vec::new();
             let mut cursor = after;
+            let mut all_settled = true;
             loop {
                 let req =
                     Request::Fetch { series: series.clone(), quantum, range: part, after: cursor, limit: limit_u32 };
                 match self.replica_call(&c, req).await? {
-                    Response::Points { points: page, more } => {
+                    Response::Points { points: page, more, settled } => {
+                        all_settled &= settled;
                         cursor = page.last().map(Point::key).or(cursor);
                         points.extend(page);
                         if !more || points.len() >= limit {
-                            return Ok(points);
+                            return Ok(((points, !more), all_settled));
                         }
                     }
                     other => return Err(unavailable(format!("unexpected answer to a fetch: {other:?}"))),
@@ -264,7 +302,28 @@ impl Coordinator {
         };
         let r = usize::from(class.replication.r);
         let what = || format!("{series} at quantum {}", quantum.start);
-        let answers = Self::ask_replicas(&replicas, r, what, fetch).await?;
-        Ok(merge_page(answers, &part, after, limit))
+        let answers = Self::ask_candidates(&candidates, r, what, fetch).await?;
+        let mut union = merge_replica_answers(answers.iter().map(|a| a.value.0.clone()), &part);
+        if let Some(a) = after {
+            union.retain(|p| p.key() > a);
+        }
+        // Owners that lacked points others returned get them back, off the read path.
+        for a in answers.iter().filter(|a| owners.iter().any(|o| o.id == a.from.id)) {
+            let (points, complete) = &a.value;
+            let lacking = missing_from(&union, points, *complete);
+            if !lacking.is_empty() {
+                self.repair.read_repair(a.from, BlockPoints { series: series.clone(), quantum, points: lacking });
+            }
+        }
+        union.truncate(limit);
+        Ok(union)
     }
+}
+
+/// One candidate's answer to a read.
+#[derive(Debug)]
+struct Answer<T> {
+    from: Contact,
+    value: T,
+    settled: bool,
 }

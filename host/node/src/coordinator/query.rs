@@ -33,8 +33,9 @@ trait PushDown: Sync {
     /// The request asking one owner about `parts`.
     fn request(&self, parts: Vec<BlockPart>) -> Request;
 
-    /// The per-part answers in `resp`, checked against the number of parts asked.
-    fn parse(&self, resp: Response, parts: usize) -> Result<Vec<Self::Answer>, ErrorReply>;
+    /// The per-part answers in `resp`, checked against the number of parts asked, and whether
+    /// the owner said it is settled.
+    fn parse(&self, resp: Response, parts: usize) -> Result<(Vec<Self::Answer>, bool), ErrorReply>;
 
     /// Whether two owners' answers come from the same points.
     fn agree(&self, a: &Self::Answer, b: &Self::Answer) -> bool;
@@ -61,9 +62,9 @@ impl PushDown for Windows {
         Request::FetchWindows { series: self.series.clone(), parts, width_ns: self.width_ns }
     }
 
-    fn parse(&self, resp: Response, parts: usize) -> Result<Vec<Vec<WindowStats>>, ErrorReply> {
+    fn parse(&self, resp: Response, parts: usize) -> Result<(Vec<Vec<WindowStats>>, bool), ErrorReply> {
         match resp {
-            Response::BlockWindows { parts: p } if p.len() == parts => Ok(p),
+            Response::BlockWindows { parts: p, settled } if p.len() == parts => Ok((p, settled)),
             other => Err(unavailable(format!("unexpected answer to a window fetch of {parts} parts: {other:?}"))),
         }
     }
@@ -84,6 +85,7 @@ impl PushDown for Windows {
 struct Summaries {
     series: SeriesKey,
     registry: Arc<Registry>,
+    /// `name@version`: every owner runs this version or refuses.
     policy: String,
     params: Vec<(String, String)>,
 }
@@ -100,9 +102,9 @@ impl PushDown for Summaries {
         }
     }
 
-    fn parse(&self, resp: Response, parts: usize) -> Result<Vec<Summarized>, ErrorReply> {
+    fn parse(&self, resp: Response, parts: usize) -> Result<(Vec<Summarized>, bool), ErrorReply> {
         match resp {
-            Response::Partials { parts: p } if p.len() == parts => Ok(p),
+            Response::Partials { parts: p, settled } if p.len() == parts => Ok((p, settled)),
             other => Err(unavailable(format!("unexpected answer to a summarize of {parts} parts: {other:?}"))),
         }
     }
@@ -139,7 +141,7 @@ impl Coordinator {
         };
         let params = params.into_iter().collect();
         match policies::summarize(self.store.clone(), registry, series, parts, policy, params).await {
-            Ok(parts) => Response::Partials { parts },
+            Ok(parts) => Response::Partials { parts, settled: self.repair.is_settled() },
             Err(e) => Response::Error(e),
         }
     }
@@ -154,8 +156,11 @@ impl Coordinator {
         params: Vec<(String, String)>,
     ) -> Result<QueryOutput, ErrorReply> {
         let registry = self.registry()?;
-        if !registry.query_policies(&series).iter().any(|p| p.name == policy) {
-            let bound: Vec<String> = registry.query_policies(&series).iter().map(ToString::to_string).collect();
+        let bound = registry.query_policies(&series);
+        // The version bound here runs on every owner, or the query fails naming both versions
+        // (during a rollout): partials of different versions are never merged.
+        let Some(pinned) = bound.iter().find(|p| p.name == policy).cloned() else {
+            let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
             return Err(ErrorReply::new(
                 ErrorCode::Policy,
                 format!(
@@ -164,14 +169,15 @@ impl Coordinator {
                     if bound.is_empty() { "none".to_string() } else { bound.join(", ") }
                 ),
             ));
-        }
+        };
         let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
-        let summaries = Summaries { series: series.clone(), registry: registry.clone(), policy, params };
+        let summaries =
+            Summaries { series: series.clone(), registry: registry.clone(), policy: pinned.to_string(), params };
         let answers = self.ask_owners(&series, &class, &parts, &summaries).await?;
         let partials: Vec<PartialResult> = answers.into_iter().flat_map(|s| s.partials).collect();
-        let Summaries { policy, params, .. } = summaries;
-        let result = policies::merge(registry, policy, partials, params.into_iter().collect()).await?;
+        let Summaries { params, .. } = summaries;
+        let result = policies::merge(registry, pinned.name, partials, params.into_iter().collect()).await?;
         Ok(QueryOutput {
             policy: result.policy.name,
             version: result.policy.version,
@@ -263,7 +269,10 @@ impl Coordinator {
         let mut answers = OwnerAnswers::new(parts.len(), r);
         for (idx, result) in results {
             match result {
-                Ok(values) => answers.record(idx, values),
+                Ok((values, true)) => answers.record(idx, values),
+                // An owner still catching up does not count: its parts are redone below,
+                // asking further candidates.
+                Ok((_, false)) => {}
                 // A request that is itself wrong fails the same way on every owner.
                 Err(e) if !e.code.is_replica_fault() => return Err(e),
                 // The parts of a failed owner are redone below, on other replicas.
@@ -280,10 +289,11 @@ impl Coordinator {
         Ok(settled.complete(redone))
     }
 
-    /// One block part's answer from R of its owners, asked on their own: the fallback of
-    /// [`Coordinator::ask_owners`]. If they agree, one answer stands for all; if they differ (a
-    /// replica missed a write), their raw points are merged here and the answer is computed
-    /// over the union instead.
+    /// One block part's answer from R settled replicas, asked on their own: the fallback of
+    /// [`Coordinator::ask_owners`]. If R settled owners answered alike, one answer stands for
+    /// all; if they differ (a replica missed a write) or some owner is still catching up, the
+    /// raw points of the block's candidates are merged here and the answer is computed over the
+    /// union instead.
     async fn reconcile_part<Q: PushDown>(
         &self,
         series: &SeriesKey,
@@ -292,16 +302,19 @@ impl Coordinator {
         push_down: &Q,
     ) -> Result<Q::Answer, ErrorReply> {
         let id = placement_id(series, &part.quantum, &self.classes());
-        let replicas = self.ordered_replicas(id, class);
+        let candidates = self.read_candidates(id, class);
         let ask = |c: Contact| async move {
             let resp = self.replica_call(&c, push_down.request(vec![part])).await?;
-            push_down.parse(resp, 1).map(|mut answers| answers.swap_remove(0))
+            push_down.parse(resp, 1).map(|(mut answers, settled)| (answers.swap_remove(0), settled))
         };
         let r = usize::from(class.replication.r);
         let what = || format!("{series} at quantum {}", part.quantum.start);
-        let answers = Self::ask_replicas(&replicas, r, what, ask).await?;
-        if let Some(answer) = agreement::agreed(answers, r, |a, b| push_down.agree(a, b)) {
-            return Ok(answer);
+        let answers = Self::ask_candidates(&candidates, r, what, ask).await?;
+        if answers.iter().all(|a| a.settled) {
+            let values = answers.into_iter().map(|a| a.value).collect();
+            if let Some(answer) = agreement::agreed(values, r, |a, b| push_down.agree(a, b)) {
+                return Ok(answer);
+            }
         }
         let points = self.fetch_block(series, class, id, part.quantum, part.range, None, usize::MAX).await?;
         push_down.compute_here(part, points).await

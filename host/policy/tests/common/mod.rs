@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use timeshard_policy::signing::{self, SecretKey, TrustedKeys};
+use timeshard_policy::signing::{self, Identity, SecretKey, TrustedKeys};
 use timeshard_policy::{Kind, Limits, Module, PolicyRef, Registry, Settings};
 use timeshard_proto::{Point, SeriesKey};
 
@@ -54,14 +54,9 @@ impl Fixture {
         bytes: Vec<u8>,
         settings: Settings,
     ) -> Module {
-        let signature = signing::sign(&self.key, &bytes).to_text();
-        Module {
-            policy: PolicyRef::new(name, version).unwrap(),
-            kind,
-            wasm: bytes,
-            signature: Some(signature),
-            settings,
-        }
+        let policy = PolicyRef::new(name, version).unwrap();
+        let signature = signing::sign(&self.key, &bytes, &Identity::new(policy.clone(), kind)).to_text();
+        Module { policy, kind, wasm: bytes, signature: Some(signature), settings }
     }
 
     /// Installs guest `guest` and binds it to every series (ingest or query by `kind`).

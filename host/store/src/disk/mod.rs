@@ -166,6 +166,8 @@ pub struct DiskStats {
     pub open_points: u64,
     /// Sealed blocks (blocks with at least one frame).
     pub sealed_blocks: u64,
+    /// Blocks holding open points: what sealing has still to do.
+    pub open_blocks: u64,
     /// Frames of sealed blocks (a block has more while its quantum lasts).
     pub frames: u64,
     /// Bytes of log segments.
@@ -539,6 +541,11 @@ impl DiskStore {
                 .series
                 .values()
                 .map(|s| s.blocks.values().filter(|b| !b.frames.is_empty()).count() as u64)
+                .sum(),
+            open_blocks: st
+                .series
+                .values()
+                .map(|s| s.blocks.values().filter(|b| !b.open.is_empty()).count() as u64)
                 .sum(),
             frames: st.frames as u64,
             series: st.series.len() as u64,

@@ -60,6 +60,7 @@ impl Floor {
             NodeConfig { listen: "127.0.0.1:0".parse().expect("literal address"), ..NodeConfig::default() };
         config.tls = TlsConfig { ca: files.ca, cert: files.cert, key: files.key };
         config.store.engine = StoreEngine::Memory;
+        config.http.listen = "127.0.0.1:0".parse().expect("literal address");
         config.resolve_paths(scratch.path());
         let node = RunningNode::start(config).await.context("starting a node for the round-trip floor")?;
         let rtt = match Client::connect(node.addr(), &TlsFiles::in_dir(&pki, "client")).await {

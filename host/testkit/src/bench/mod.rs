@@ -3,8 +3,10 @@
 //! fail.
 
 pub mod floor;
+pub mod http;
 pub mod paper;
 pub mod policy;
 pub mod policy_host;
+pub mod repair;
 pub mod store;
 pub mod tier;

@@ -96,7 +96,9 @@ async fn pushdown_in(
     key.write(&key_file)?;
     let wasm = dir.join("rms.wasm");
     std::fs::copy(rms_wasm, &wasm).context("copying the rms component")?;
-    signing::sign_file(&key_file, &wasm)?;
+    let identity =
+        signing::Identity::new(timeshard_policy::PolicyRef::new("rms", "1.0.0")?, timeshard_policy::Kind::Query);
+    signing::sign_file(&key_file, &wasm, &identity)?;
     let mut options = ClusterOptions::new(args.nodes, dir.join("cluster"), binary);
     options.log = "warn".into();
     options.policy = toml::from_str(&format!(

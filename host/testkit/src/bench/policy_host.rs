@@ -147,10 +147,12 @@ impl Bench {
     ) -> Result<PolicyRef, BenchError> {
         let bytes = std::fs::read(timeshard_policy::guest_artifact(&self.guest_dir, guest)?)
             .map_err(|e| BenchError::Setup(format!("reading guest {guest}: {e}")))?;
+        let policy = PolicyRef::new(guest, "1.0.0")?;
+        let signature = signing::sign(&self.key, &bytes, &signing::Identity::new(policy.clone(), kind)).to_text();
         let module = Module {
-            policy: PolicyRef::new(guest, "1.0.0")?,
+            policy,
             kind,
-            signature: Some(signing::sign(&self.key, &bytes).to_text()),
+            signature: Some(signature),
             wasm: bytes,
             settings: Settings {
                 config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),

@@ -1,0 +1,205 @@
+//! `/query`: the InfluxQL subset (parsed by `timeshard_formats::influxql`), run against the
+//! coordinator: the series each statement names are listed across the cluster (exact tags
+//! pushed down), each series' windows or points are read the way the SDK reads them, and the
+//! answer is built in InfluxDB's JSON shape.
+//!
+//! A query that does not parse, or goes beyond the subset, is refused whole with `400` and the
+//! reason (`{"error": "..."}`), before anything runs; a statement that fails while running gets
+//! its error in its own entry of `results`, as InfluxDB answers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, Method, header};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use timeshard_formats::influxql::answer::{self, Data, SeriesData};
+use timeshard_formats::influxql::time::Epoch;
+use timeshard_formats::influxql::{self, Select, Statement};
+use timeshard_proto::time::MAX_TIMESTAMP;
+use timeshard_proto::wire::ErrorCode;
+use timeshard_proto::{Point, SeriesKey, TimeRange};
+
+use super::error::ApiError;
+use super::write::params;
+use super::{AppState, Body};
+use crate::metrics::Query;
+
+/// Series read at once by one statement.
+const SERIES_PARALLELISM: usize = 16;
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// `GET|POST /query?q=...[&db=...][&epoch=ns|u|ms|s|m|h]` (a POST may carry the parameters as
+/// a form body, as the InfluxDB clients send them).
+pub async fn query(
+    State(s): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
+    Body(body): Body,
+) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
+    let result = run(&s, method, &headers, q, &body).await;
+    s.node.metrics().record_query(Query::InfluxQl, result.is_ok(), started.elapsed());
+    result.map(Json)
+}
+
+async fn run(
+    s: &AppState,
+    method: Method,
+    headers: &HeaderMap,
+    q: Option<String>,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let mut params = params(q.as_deref())?;
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+    if method == Method::POST && form {
+        params.extend(super::write::params(Some(&String::from_utf8_lossy(body)))?);
+    }
+    let text = params.get("q").ok_or_else(|| ApiError::BadRequest("missing parameter q: the InfluxQL query".into()))?;
+    let epoch = Epoch::parse(params.get("epoch").map(String::as_str)).map_err(ApiError::BadRequest)?;
+    let statements = influxql::parse(text, now_ns()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut results = Vec::with_capacity(statements.len());
+    for (id, statement) in statements.iter().enumerate() {
+        let outcome = match statement {
+            Statement::Select(select) => run_select(s, select, epoch).await,
+            other => run_show(s, other).await,
+        };
+        results.push(answer::statement(id, outcome.map_err(|e| e.to_string())));
+    }
+    Ok(json!({"results": results}))
+}
+
+async fn list(s: &AppState, filter: timeshard_proto::wire::SeriesFilter) -> Result<Vec<SeriesKey>, ApiError> {
+    let max = s.config().max_query_series;
+    let limit = u32::try_from(max + 1).unwrap_or(u32::MAX).min(s.node.config().limits.max_page_points);
+    let (series, more) = s.node.coordinator().list_series(filter, limit).await?;
+    if more || series.len() > max {
+        return Err(ApiError::BadRequest(format!(
+            "more than {max} series match ([http] max_query_series); narrow the statement with tags in WHERE"
+        )));
+    }
+    Ok(series)
+}
+
+async fn run_show(s: &AppState, statement: &Statement) -> Result<Vec<Value>, ApiError> {
+    let listed = match statement.listing() {
+        Some(filter) => list(s, filter).await?,
+        None => Vec::new(),
+    };
+    Ok(answer::show(statement, &listed))
+}
+
+async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<Value>, ApiError> {
+    let range =
+        TimeRange::new(select.start, select.end.min(MAX_TIMESTAMP)).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut targets: Vec<(SeriesKey, String)> = Vec::new();
+    for (field, metric) in select.fields() {
+        for key in list(s, select.filter(&metric)).await? {
+            if select.matches(&key, &metric) {
+                targets.push((key, field.clone()));
+            }
+        }
+    }
+    if targets.len() > s.config().max_query_series {
+        return Err(ApiError::BadRequest(format!(
+            "more than {} series match ([http] max_query_series); narrow the statement with tags in WHERE",
+            s.config().max_query_series
+        )));
+    }
+    // Raw points read by every series together, so the bound holds while reading, not after.
+    let read_points = &AtomicUsize::new(0);
+    let reads = targets.into_iter().map(|(key, field)| async move {
+        let data = read_series(s, select, &key, range, read_points).await?;
+        Ok::<_, ApiError>(SeriesData { key, field, data })
+    });
+    let data: Vec<SeriesData> = futures::stream::iter(reads)
+        .buffer_unordered(SERIES_PARALLELISM)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    if !select.aggregates() {
+        let points: usize = data.iter().map(|d| if let Data::Points(p) = &d.data { p.len() } else { 0 }).sum();
+        if points > s.config().max_query_points {
+            return Err(too_many_points(s));
+        }
+    }
+    Ok(answer::select(select, data, epoch))
+}
+
+fn too_many_points(s: &AppState) -> ApiError {
+    ApiError::BadRequest(format!(
+        "the statement reads more than {} raw points ([http] max_query_points): narrow the time range, add LIMIT, or \
+         aggregate with GROUP BY time()",
+        s.config().max_query_points
+    ))
+}
+
+/// One series' windows (aggregates) or points (raw) for `select`; raw points read count
+/// against `read_points`, shared by the statement's series.
+async fn read_series(
+    s: &AppState,
+    select: &Select,
+    key: &SeriesKey,
+    range: TimeRange,
+    read_points: &AtomicUsize,
+) -> Result<Data, ApiError> {
+    let coordinator = s.node.coordinator();
+    let empty_if_unknown =
+        |e: timeshard_proto::wire::ErrorReply| if e.code == ErrorCode::UnknownSeries { Ok(()) } else { Err(e) };
+    if select.aggregates() {
+        // Without GROUP BY time(), one window covering the range (at most two, merged).
+        let width = select.interval.unwrap_or_else(|| range.len_ns());
+        return match coordinator.aggregate(key.clone(), range, width).await {
+            Ok(w) => Ok(Data::Windows(w)),
+            Err(e) => empty_if_unknown(e).map(|()| Data::Windows(Vec::new())).map_err(ApiError::from),
+        };
+    }
+    // The newest point: found from the newest quanta backwards, not by reading the range.
+    if select.descending && select.limit == Some(1) && select.offset == 0 {
+        return match coordinator.latest(key.clone(), range.end()).await {
+            Ok(p) => Ok(Data::Points(p.filter(|p| p.ts >= range.start()).into_iter().collect())),
+            Err(e) => empty_if_unknown(e).map(|()| Data::Points(Vec::new())).map_err(ApiError::from),
+        };
+    }
+    let budget = s.config().max_query_points;
+    // Ascending with a LIMIT needs no more than that many points of each series.
+    let wanted = match (select.descending, select.limit) {
+        (false, Some(limit)) => (select.offset + limit).min(budget),
+        _ => budget,
+    };
+    let page_max = s.node.config().limits.max_page_points as usize;
+    let mut points: Vec<Point> = Vec::new();
+    let mut after = None;
+    loop {
+        let want = (wanted + 1 - points.len()).min(page_max) as u32;
+        match coordinator.read(key.clone(), range, after, want).await {
+            Ok((page, next)) => {
+                let before = read_points.fetch_add(page.len(), Ordering::Relaxed);
+                if before + page.len() > budget {
+                    return Err(too_many_points(s));
+                }
+                points.extend(page);
+                match next {
+                    Some(n) if points.len() < wanted => after = Some(n),
+                    _ => break,
+                }
+            }
+            Err(e) => {
+                empty_if_unknown(e)?;
+                break;
+            }
+        }
+    }
+    points.truncate(wanted);
+    Ok(Data::Points(points))
+}

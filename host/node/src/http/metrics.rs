@@ -1,0 +1,300 @@
+//! `/metrics`: the node's figures in Prometheus' text format. Each metric is one line below,
+//! read when scraped from where it lives: the node's counters (`crate::metrics`), the store's
+//! stats and files, the policy registry's call counters, the QUIC endpoint, and the node's
+//! status (traffic, membership, hints, repair).
+//! Names are `timeshard_<subsystem>_<what>_<unit>`, counters end in `_total`, units are base
+//! units (seconds, bytes).
+
+use std::path::Path;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use timeshard_formats::exposition::{CONTENT_TYPE, Exposition};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::metrics::{Ingest, Query, get};
+use crate::node::Node;
+
+/// `GET /metrics`.
+pub async fn scrape(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let node = s.node.clone();
+    // The store's figures walk its index and list its files: off the async threads.
+    let text = tokio::task::spawn_blocking(move || render(&node))
+        .await
+        .map_err(|e| ApiError::Internal(format!("metrics task failed: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
+}
+
+/// Bytes in the files under `dir` (recursively); 0 if it does not exist.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The whole exposition.
+pub fn render(node: &Node) -> String {
+    let mut e = Exposition::new();
+    let m = node.metrics();
+    e.gauges(
+        "timeshard_build_info",
+        "Version of this node; always 1.",
+        [(&[("version", env!("CARGO_PKG_VERSION"))][..], 1.0)],
+    );
+
+    let labels: Vec<[(&str, &str); 1]> = Ingest::ALL.iter().map(|p| [("protocol", p.label())]).collect();
+    let per_protocol =
+        |f: &dyn Fn(Ingest) -> f64| Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], f(*p))).collect::<Vec<_>>();
+    e.counters(
+        "timeshard_ingest_requests_total",
+        "Write requests received, by protocol.",
+        per_protocol(&|p| get(&m.ingest(p).requests)),
+    );
+    e.counters(
+        "timeshard_ingest_failed_requests_total",
+        "Write requests that failed whole (nothing or not all stored).",
+        per_protocol(&|p| get(&m.ingest(p).failed_requests)),
+    );
+    e.counters(
+        "timeshard_ingest_points_total",
+        "Points stored by write requests, by protocol.",
+        per_protocol(&|p| get(&m.ingest(p).points)),
+    );
+    e.counters(
+        "timeshard_ingest_rejected_total",
+        "Lines, samples or points refused (malformed, invalid, or by an ingest policy).",
+        per_protocol(&|p| get(&m.ingest(p).rejected)),
+    );
+    e.histograms(
+        "timeshard_ingest_duration_seconds",
+        "Time to answer a write request, by protocol.",
+        Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], m.ingest(*p).latency.snapshot())),
+    );
+
+    let labels: Vec<[(&str, &str); 1]> = Query::ALL.iter().map(|k| [("kind", k.label())]).collect();
+    let per_kind =
+        |f: &dyn Fn(Query) -> f64| Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], f(*k))).collect::<Vec<_>>();
+    e.counters(
+        "timeshard_query_requests_total",
+        "Queries answered or refused, by kind.",
+        per_kind(&|k| get(&m.query(k).requests)),
+    );
+    e.counters(
+        "timeshard_query_failed_requests_total",
+        "Queries that failed, by kind.",
+        per_kind(&|k| get(&m.query(k).failed_requests)),
+    );
+    e.histograms(
+        "timeshard_query_duration_seconds",
+        "Time to answer a query, by kind.",
+        Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], m.query(*k).latency.snapshot())),
+    );
+
+    let statuses = m.http_statuses();
+    let labels: Vec<[(&str, &str); 1]> = statuses.iter().map(|(c, _)| [("code", *c)]).collect();
+    e.counters(
+        "timeshard_http_responses_total",
+        "HTTP answers, by status class.",
+        labels.iter().zip(&statuses).map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
+    e.gauge("timeshard_http_requests_in_flight", "HTTP requests being served.", m.http_in_flight() as f64);
+
+    let quic_slots = node.config().limits.max_concurrent_requests;
+    e.gauge(
+        "timeshard_quic_connections",
+        "QUIC connections open (peers and clients).",
+        node.net().endpoint().open_connections() as f64,
+    );
+    e.gauge(
+        "timeshard_quic_requests_in_flight",
+        "QUIC requests being served.",
+        quic_slots.saturating_sub(node.request_slots().available_permits()) as f64,
+    );
+    // Replication and membership, as the node's status reports them.
+    let st = crate::server::status(node);
+    e.counter(
+        "timeshard_net_sent_bytes_total",
+        "Message bytes sent to peers and clients (replication included).",
+        st.bytes_sent as f64,
+    );
+    e.counter(
+        "timeshard_net_received_bytes_total",
+        "Message bytes received from peers and clients.",
+        st.bytes_received as f64,
+    );
+    e.gauge("timeshard_dht_peers", "Other nodes in the routing table.", f64::from(st.peers));
+    let states = [("up", st.members_up), ("down", st.members_down), ("gone", st.members_gone)];
+    let labels: Vec<[(&str, &str); 1]> = states.iter().map(|(s, _)| [("state", *s)]).collect();
+    e.gauges(
+        "timeshard_membership_members",
+        "Members of this node's membership view by state (down: silent but still owners; gone: no longer owners).",
+        labels.iter().zip(&states).map(|(l, (_, n))| (&l[..], f64::from(*n))),
+    );
+    e.counter(
+        "timeshard_membership_view_changes_total",
+        "Changes of the members that own blocks.",
+        st.view_generation as f64,
+    );
+    e.gauge("timeshard_hints_pending", "Writes held for replicas that missed them.", st.hints_pending as f64);
+    e.gauge(
+        "timeshard_hints_pending_bytes",
+        "Bytes on disk of the writes held for replicas.",
+        st.hints_pending_bytes as f64,
+    );
+    e.counter("timeshard_hints_replayed_total", "Held writes delivered to their replicas.", st.hints_replayed as f64);
+    e.counter(
+        "timeshard_hints_dropped_total",
+        "Held writes dropped (too old, over the byte bound, damaged).",
+        st.hints_dropped as f64,
+    );
+    e.gauge(
+        "timeshard_replica_writes_in_flight",
+        "Writes to replicas still running after their write was answered.",
+        f64::from(st.replica_writes_in_flight),
+    );
+    let rp = &st.repair;
+    e.gauge("timeshard_repair_settled", "1 when this node holds every block it owns, else 0.", flag(rp.settled));
+    e.gauge("timeshard_repair_leaving", "1 while this node hands its blocks off to leave, else 0.", flag(rp.leaving));
+    e.counter("timeshard_repair_rounds_total", "Anti-entropy rounds completed.", rp.rounds as f64);
+    e.counter("timeshard_repair_sessions_total", "Anti-entropy pull sessions this node ran.", rp.sessions as f64);
+    e.counter(
+        "timeshard_repair_sessions_served_total",
+        "Anti-entropy sessions this node answered for peers.",
+        rp.sessions_served as f64,
+    );
+    e.counter(
+        "timeshard_repair_compare_bytes_total",
+        "Bytes of digest comparisons (tree hashes, leaf listings) in this node's sessions.",
+        rp.compare_bytes as f64,
+    );
+    e.counter(
+        "timeshard_repair_blocks_fetched_total",
+        "Blocks anti-entropy fetched into this node.",
+        rp.blocks_fetched as f64,
+    );
+    e.counter(
+        "timeshard_repair_fetched_bytes_total",
+        "Bytes of blocks anti-entropy streamed into this node.",
+        rp.bytes_fetched as f64,
+    );
+    e.gauge(
+        "timeshard_repair_handoff_pending_blocks",
+        "Blocks held but no longer owned at the last handoff pass.",
+        rp.handoff_pending as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_blocks_pushed_total",
+        "Blocks pushed to owners that lacked them.",
+        rp.handoff_blocks_pushed as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_pushed_bytes_total",
+        "Bytes of blocks streamed to owners that lacked them.",
+        rp.handoff_bytes_pushed as f64,
+    );
+    e.counter(
+        "timeshard_repair_handoff_blocks_dropped_total",
+        "Copies dropped after every owner confirmed holding them.",
+        rp.handoff_blocks_dropped as f64,
+    );
+    e.counter(
+        "timeshard_repair_read_repairs_total",
+        "Read repairs sent to replicas that lacked points.",
+        rp.read_repairs_sent as f64,
+    );
+    e.counter(
+        "timeshard_repair_read_repairs_dropped_total",
+        "Read repairs dropped because the queue was full.",
+        rp.read_repairs_dropped as f64,
+    );
+    e.gauge(
+        "timeshard_config_generation",
+        "Generation of the control plane's desired state in force (0: configured by hand).",
+        st.config_generation as f64,
+    );
+
+    let store_dir = node.config().data_dir.join("store");
+    if let Some(disk) = node.disk_store() {
+        let st = disk.stats();
+        e.gauge(
+            "timeshard_store_size_bytes",
+            "Bytes of sealed blocks and the index on disk.",
+            (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
+        );
+        e.gauge(
+            "timeshard_store_log_size_bytes",
+            "Bytes of the write-ahead log on disk.",
+            dir_bytes(&store_dir.join("wal")) as f64,
+        );
+        e.gauge(
+            "timeshard_store_open_points",
+            "Points held in memory and the log, not yet sealed into blocks.",
+            st.open_points as f64,
+        );
+        e.gauge(
+            "timeshard_store_open_blocks",
+            "Blocks holding points not yet sealed: the seal backlog.",
+            st.open_blocks as f64,
+        );
+        e.gauge("timeshard_store_sealed_blocks", "Sealed blocks.", st.sealed_blocks as f64);
+        e.gauge("timeshard_store_series", "Series in the store's dictionary.", st.series as f64);
+        e.gauge("timeshard_store_log_segments", "Write-ahead log segment files.", st.wal_segments as f64);
+        e.gauge("timeshard_store_block_segments", "Block segment files.", st.block_segments as f64);
+        e.counter("timeshard_store_blocks_decoded_total", "Sealed blocks read and decoded.", st.blocks_decoded as f64);
+        e.counter(
+            "timeshard_store_summaries_used_total",
+            "Block summaries that answered aggregates without decoding.",
+            st.summaries_used as f64,
+        );
+    }
+
+    if let Some(registry) = node.coordinator().policies() {
+        let stats = registry.call_stats();
+        let labels: Vec<[(&str, &str); 3]> = stats
+            .iter()
+            .map(|s| {
+                [
+                    ("policy", s.policy.name.as_str()),
+                    ("version", s.policy.version.as_str()),
+                    ("kind", kind_label(s.kind)),
+                ]
+            })
+            .collect();
+        let rows = |f: &dyn Fn(&timeshard_policy::CallStats) -> f64| {
+            stats.iter().zip(&labels).map(|(s, l)| (&l[..], f(s))).collect::<Vec<_>>()
+        };
+        e.counters("timeshard_policy_calls_total", "Calls into a policy.", rows(&|s| s.calls as f64));
+        e.counters("timeshard_policy_call_seconds_total", "Time spent in calls into a policy.", rows(&|s| s.seconds));
+        e.counters("timeshard_policy_traps_total", "Calls into a policy that trapped.", rows(&|s| s.traps as f64));
+        e.counters(
+            "timeshard_policy_timeouts_total",
+            "Calls into a policy stopped at their deadline.",
+            rows(&|s| s.timeouts as f64),
+        );
+        e.counters(
+            "timeshard_policy_failures_total",
+            "Calls into a policy that failed otherwise (limits, errors).",
+            rows(&|s| s.failures as f64),
+        );
+    }
+    e.finish()
+}
+
+fn flag(on: bool) -> f64 {
+    if on { 1.0 } else { 0.0 }
+}
+
+fn kind_label(kind: timeshard_policy::Kind) -> &'static str {
+    match kind {
+        timeshard_policy::Kind::Ingest => "ingest",
+        timeshard_policy::Kind::Query => "query",
+    }
+}

@@ -1,0 +1,291 @@
+//! The node's HTTP side (axum), beside QUIC: the interfaces edge tools already speak.
+//!
+//! - Writes, through the same coordinator, quorum and ingest policies as the SDK: InfluxDB line
+//!   protocol at `/write` (v1) and `/api/v2/write` (v2), Prometheus remote write at
+//!   `/api/v1/write` ([`write`]).
+//! - Queries: a JSON API under `/v1/` (raw ranges, windows, latest, series, policy queries;
+//!   [`api`]) and the InfluxQL subset at `/query` ([`influxql`]).
+//! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.
+//!
+//! Configured by `[http]` ([`HttpConfig`]): loopback by default; bearer tokens ([`auth`])
+//! required off loopback and checked on every path but `/ping` and `/health`; optional TLS
+//! with the node's fleet certificate. Bounded like the QUIC side: connections, requests in
+//! progress, body size (compressed and decompressed), header and request timeouts. Errors map
+//! to statuses in one place ([`error`]).
+
+pub mod api;
+pub mod auth;
+mod config;
+pub mod error;
+pub mod influxql;
+pub mod metrics;
+pub mod write;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+pub use auth::Tokens;
+pub use config::HttpConfig;
+use error::ApiError;
+
+use crate::node::Node;
+
+/// Longest the TLS handshake and reading a request's headers may take.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for a slot before it is refused as overloaded.
+const SLOT_WAIT: Duration = Duration::from_secs(1);
+/// Paths anyone may call: liveness checks.
+const OPEN_PATHS: [&str; 2] = ["/ping", "/health"];
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub node: Arc<Node>,
+    pub tokens: Arc<Tokens>,
+    /// `[http]` as the node started: fixed while it runs (a changed `[http]` needs a restart).
+    http: Arc<HttpConfig>,
+    slots: Arc<Semaphore>,
+}
+
+impl AppState {
+    pub fn config(&self) -> &HttpConfig {
+        &self.http
+    }
+}
+
+/// The HTTP side could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpStartError {
+    #[error("cannot listen for HTTP on {addr}: {source} (set [http] listen to a free address, or enabled = false)")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot set up HTTPS: {0}")]
+    Tls(String),
+}
+
+/// The routes.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config().max_body_bytes;
+    Router::new()
+        .route("/ping", get(ping).head(ping))
+        .route("/health", get(health))
+        .route("/write", post(write::influx_v1))
+        .route("/api/v2/write", post(write::influx_v2))
+        .route("/api/v1/write", post(write::prometheus))
+        .route("/query", get(influxql::query).post(influxql::query))
+        .route("/metrics", get(metrics::scrape))
+        .route("/v1/read", get(api::read))
+        .route("/v1/windows", get(api::windows))
+        .route("/v1/latest", get(api::latest))
+        .route("/v1/series", get(api::series))
+        .route("/v1/query", get(api::policy_query))
+        .fallback(|| async { ApiError::NotFound("no such path; see the README's HTTP section".into()) })
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Checks the token, bounds requests in progress and their time, and counts answers.
+async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let metrics = s.node.metrics().clone();
+    let _in_flight = metrics.http_request_started();
+    // InfluxDB 2.x clients read errors in 2.x's shape.
+    let v2 = req.uri().path().starts_with("/api/v2/");
+    let response = async {
+        if !OPEN_PATHS.contains(&req.uri().path()) {
+            s.tokens.check(req.headers(), req.uri().query())?;
+        }
+        let permit = tokio::time::timeout(SLOT_WAIT, s.slots.clone().acquire_owned()).await;
+        let Ok(Ok(_permit)) = permit else {
+            return Err(ApiError::Overloaded(s.config().max_concurrent_requests));
+        };
+        let timeout = s.config().request_timeout;
+        tokio::time::timeout(timeout, next.run(req)).await.map_err(|_| ApiError::Timeout(timeout))
+    }
+    .await
+    .unwrap_or_else(|e| if v2 { error::V2(e).into_response() } else { e.into_response() });
+    metrics.record_http_status(response.status().as_u16());
+    response
+}
+
+async fn ping() -> Response {
+    (StatusCode::NO_CONTENT, [("X-Influxdb-Version", "timeshard-".to_string() + env!("CARGO_PKG_VERSION"))])
+        .into_response()
+}
+
+async fn health() -> Response {
+    axum::Json(serde_json::json!({"name": "timeshard", "message": "ready for queries and writes", "status": "pass",
+        "version": env!("CARGO_PKG_VERSION")}))
+    .into_response()
+}
+
+/// A request body within the limit; an oversize one is refused with [`ApiError::TooLarge`].
+#[derive(Debug)]
+pub struct Body(pub Bytes);
+
+impl FromRequest<AppState> for Body {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &AppState) -> Result<Body, ApiError> {
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(Body(b)),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::TooLarge { limit: state.config().max_body_bytes })
+            }
+            Err(r) => Err(ApiError::BadRequest(format!("cannot read the request body: {}", r.body_text()))),
+        }
+    }
+}
+
+fn tls_acceptor(node: &Node) -> Result<Option<TlsAcceptor>, HttpStartError> {
+    let config = node.config();
+    let http = &config.http;
+    if !http.tls {
+        return Ok(None);
+    }
+    let (cert, key) = match (&http.cert, &http.key) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => (config.tls.cert.clone(), config.tls.key.clone()),
+    };
+    let read = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+        HttpStartError::Tls(format!("cannot read {what} {}: {e}", path.display()))
+    };
+    use rustls_pki_types::pem::PemObject;
+    let chain = CertificateDer::pem_file_iter(&cert)
+        .map_err(|e| read("the certificate", &cert, &e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| read("the certificate", &cert, &e))?;
+    let key = PrivateKeyDer::from_pem_file(&key).map_err(|e| read("the key", &key, &e))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(timeshard_sdk::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| HttpStartError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| HttpStartError::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+}
+
+/// Binds the HTTP listener (before the node starts, so a taken address fails the start) and
+/// returns it with the address it got.
+pub async fn bind(config: &HttpConfig) -> Result<(TcpListener, SocketAddr), HttpStartError> {
+    let addr = config.listen;
+    let listener = TcpListener::bind(addr).await.map_err(|source| HttpStartError::Listen { addr, source })?;
+    let local = listener.local_addr().map_err(|source| HttpStartError::Listen { addr, source })?;
+    Ok((listener, local))
+}
+
+/// Serves HTTP on `listener` until the node shuts down; connections run on the node's task
+/// tracker, so shutdown waits for requests in flight.
+pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Result<(), HttpStartError> {
+    let acceptor = tls_acceptor(&node)?;
+    let http = Arc::new(node.config().http.clone());
+    let state = AppState {
+        node: node.clone(),
+        tokens,
+        slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
+        http: http.clone(),
+    };
+    let app = router(state);
+    let connections = Arc::new(Semaphore::new(http.max_connections));
+    let tasks = node.tasks().clone();
+    let shutdown = node.shutdown_signal().clone();
+    info!(addr = %listener.local_addr().map_or_else(|_| http.listen.to_string(), |a| a.to_string()),
+        tls = acceptor.is_some(), tokens = !http.tokens.is_empty(), "HTTP listening");
+    tasks.clone().spawn(async move {
+        loop {
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                p = connections.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            };
+            let (tcp, remote) = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors, or a connection reset before accept: not fatal.
+                        warn!(error = %e, "HTTP accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (app, acceptor, shutdown) = (app.clone(), acceptor.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                let _permit = permit;
+                connection(app, acceptor, tcp, remote, shutdown).await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn connection(
+    app: Router,
+    acceptor: Option<TlsAcceptor>,
+    tcp: TcpStream,
+    remote: SocketAddr,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let service = TowerToHyperService::new(app);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    match acceptor {
+        None => serve(builder.serve_connection(TokioIo::new(tcp), service), shutdown, remote).await,
+        Some(acceptor) => match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => serve(builder.serve_connection(TokioIo::new(tls), service), shutdown, remote).await,
+            Ok(Err(e)) => debug!(%remote, error = %e, "TLS handshake failed"),
+            Err(_) => debug!(%remote, "TLS handshake timed out"),
+        },
+    }
+}
+
+/// Runs a connection; on shutdown, lets the request in progress finish and closes.
+async fn serve<C>(conn: C, shutdown: tokio_util::sync::CancellationToken, remote: SocketAddr)
+where
+    C: GracefulConnection,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r { debug!(%remote, error = %e, "HTTP connection ended with an error") },
+        _ = shutdown.cancelled() => {
+            conn.as_mut().shutdown_gracefully();
+            if let Err(e) = conn.await {
+                debug!(%remote, error = %e, "HTTP connection ended with an error");
+            }
+        }
+    }
+}
+
+/// A hyper connection that can be told to finish its request and close.
+trait GracefulConnection: std::future::Future<Output = Result<(), hyper::Error>> {
+    fn shutdown_gracefully(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S> GracefulConnection for hyper::server::conn::http1::Connection<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming>,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn shutdown_gracefully(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}

@@ -1,0 +1,255 @@
+//! Write endpoints: InfluxDB line protocol (`/write`, `/api/v2/write`) and Prometheus remote
+//! write (`/api/v1/write`). Bodies are decoded sans I/O by `timeshard_formats`, then written
+//! through the coordinator like an SDK write, in batches within the node's limits.
+//!
+//! Partial writes as InfluxDB does them: the valid lines are stored, and the answer is `400`
+//! with the refused lines and `dropped=N` (`204` when everything was stored). Points an ingest
+//! policy refuses are reported the same way.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use timeshard_formats::compression;
+use timeshard_formats::line_protocol::{self, LineError, Precision};
+use timeshard_formats::remote_write;
+use timeshard_proto::wire::SeriesPoints;
+
+use super::error::{ApiError, V2};
+use super::{AppState, Body};
+use crate::metrics::Ingest;
+
+/// Bodies larger than this are decompressed and parsed on a blocking thread.
+const INLINE_BYTES: usize = 256 * 1024;
+
+/// The query parameters of a request.
+pub fn params(query: Option<&str>) -> Result<HashMap<String, String>, ApiError> {
+    serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|e| ApiError::BadRequest(format!("cannot read the query parameters: {e}")))
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Runs `work` inline for small bodies and on a blocking thread for large ones.
+async fn cpu<T: Send + 'static>(len: usize, work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    if len <= INLINE_BYTES {
+        return Ok(work());
+    }
+    tokio::task::spawn_blocking(work).await.map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))
+}
+
+/// The body, gunzipped if its `Content-Encoding` says gzip.
+fn decoded(encoding: Option<&str>, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+    match encoding.map(str::trim) {
+        None | Some("" | "identity") => Ok(body),
+        Some(e) if e.eq_ignore_ascii_case("gzip") => {
+            compression::gunzip(&body, limit).map(Bytes::from).map_err(|e| match e {
+                compression::DecompressError::TooLarge { limit } => ApiError::TooLarge { limit },
+                other => ApiError::BadRequest(other.to_string()),
+            })
+        }
+        Some(other) => Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Encoding {other:?} is not supported: send the body plain or gzip-compressed"
+        ))),
+    }
+}
+
+/// Splits a batch into writes within the node's limits of points and series per write.
+pub fn chunks(batch: Vec<SeriesPoints>, max_points: usize, max_series: usize) -> Vec<Vec<SeriesPoints>> {
+    let (max_points, max_series) = (max_points.max(1), max_series.max(1));
+    let mut out = Vec::new();
+    let mut current: Vec<SeriesPoints> = Vec::new();
+    let mut points = 0;
+    for mut s in batch {
+        while !s.points.is_empty() {
+            if points == max_points || current.len() == max_series {
+                out.push(std::mem::take(&mut current));
+                points = 0;
+            }
+            let take = s.points.len().min(max_points - points);
+            let rest = s.points.split_off(take);
+            points += take;
+            current.push(SeriesPoints { series: s.series.clone(), points: std::mem::replace(&mut s.points, rest) });
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// Writes a decoded batch through the coordinator; returns the points stored and the points
+/// ingest policies refused (with their reasons, as line errors).
+async fn store(s: &AppState, batch: Vec<SeriesPoints>) -> Result<(u64, u64, Vec<LineError>), ApiError> {
+    let limits = &s.node.config().limits;
+    let (mut stored, mut rejected, mut reasons) = (0, 0, Vec::new());
+    for chunk in chunks(batch, limits.max_batch_points as usize, limits.max_batch_series as usize) {
+        let outcome = s.node.coordinator().write(chunk).await?;
+        stored += outcome.points;
+        rejected += outcome.rejected;
+        for r in outcome.rejections.into_iter().take(line_protocol::MAX_REPORTED_ERRORS.saturating_sub(reasons.len())) {
+            reasons.push(LineError {
+                line: 0,
+                message: format!(
+                    "point {}@{} of {} refused by an ingest policy: {}",
+                    r.point.value, r.point.ts, r.series, r.reason
+                ),
+            });
+        }
+    }
+    Ok((stored, rejected, reasons))
+}
+
+/// The answer to a write: `204`, or a partial write naming what was refused.
+fn answer(
+    mut errors: Vec<LineError>,
+    failed: usize,
+    rejected: u64,
+    policy_reasons: Vec<LineError>,
+) -> Result<Response, ApiError> {
+    if failed == 0 && rejected == 0 {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    errors.extend(policy_reasons);
+    Err(ApiError::PartialWrite(line_protocol::partial_write_message(&errors, failed + rejected as usize)))
+}
+
+async fn line_protocol(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Bytes,
+    precision: Precision,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let limit = s.config().max_body_bytes;
+    let len = body.len();
+    let now = now_ns();
+    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let parsed = cpu(len, move || {
+        let body = decoded(encoding.as_deref(), body, limit)?;
+        Ok::<_, ApiError>(line_protocol::parse(&body, precision, now))
+    });
+    let result = async {
+        let parsed = parsed.await??;
+        let (stored, rejected, reasons) = store(s, parsed.batch).await?;
+        Ok::<_, ApiError>((
+            stored,
+            parsed.failed_lines as u64 + rejected,
+            answer(parsed.errors, parsed.failed_lines, rejected, reasons),
+        ))
+    }
+    .await;
+    let metrics = s.node.metrics();
+    match result {
+        Ok((stored, refused, response)) => {
+            metrics.record_ingest(Ingest::LineProtocol, stored, refused, true, started.elapsed());
+            response
+        }
+        Err(e) => {
+            metrics.record_ingest(Ingest::LineProtocol, 0, 0, false, started.elapsed());
+            Err(e)
+        }
+    }
+}
+
+fn precision(p: Option<&String>) -> Result<Precision, ApiError> {
+    match p {
+        None => Ok(Precision::Ns),
+        Some(p) => Precision::parse(p).map_err(|e| ApiError::BadRequest(e.to_string())),
+    }
+}
+
+/// `POST /write?db=...&precision=n|u|ms|s|m|h`: InfluxDB 1.x line protocol. `db` and `rp`
+/// are accepted and ignored: a node has one namespace.
+pub async fn influx_v1(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    let params = params(q.as_deref())?;
+    let precision = precision(params.get("precision"))?;
+    line_protocol(&s, &headers, body, precision).await
+}
+
+/// `POST /api/v2/write?org=...&bucket=...&precision=ns|us|ms|s`: InfluxDB 2.x line protocol;
+/// errors in 2.x's shape (an oversize body's too). `org` and `bucket` are accepted and ignored.
+pub async fn influx_v2(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Result<Body, ApiError>,
+) -> Result<Response, V2> {
+    let Body(body) = body?;
+    let params = params(q.as_deref())?;
+    let precision = precision(params.get("precision"))?;
+    Ok(line_protocol(&s, &headers, body, precision).await?)
+}
+
+/// `POST /api/v1/write`: Prometheus remote write 1.0 (protobuf `WriteRequest`, snappy).
+pub async fn prometheus(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.contains("io.prometheus.write.v2") {
+        return Err(ApiError::UnsupportedMediaType(
+            "remote write 2.0 is not supported: send prometheus.WriteRequest (remote write 1.0, Prometheus' default)"
+                .into(),
+        ));
+    }
+    let limit = s.config().max_body_bytes;
+    let result = async {
+        let decoded = cpu(body.len(), move || remote_write::decode(&body, limit)).await?.map_err(|e| match e {
+            remote_write::DecodeError::Decompress(compression::DecompressError::TooLarge { limit }) => {
+                ApiError::TooLarge { limit }
+            }
+            other => ApiError::BadRequest(other.to_string()),
+        })?;
+        let (stored, rejected, reasons) = store(&s, decoded.batch).await?;
+        Ok::<_, ApiError>((
+            stored,
+            decoded.failed as u64 + rejected,
+            answer(decoded.errors, decoded.failed, rejected, reasons),
+        ))
+    }
+    .await;
+    let metrics = s.node.metrics();
+    match result {
+        Ok((stored, refused, response)) => {
+            metrics.record_ingest(Ingest::RemoteWrite, stored, refused, true, started.elapsed());
+            response
+        }
+        Err(e) => {
+            metrics.record_ingest(Ingest::RemoteWrite, 0, 0, false, started.elapsed());
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use timeshard_proto::Point;
+
+    use super::*;
+
+    fn series(name: &str, n: usize) -> SeriesPoints {
+        SeriesPoints { series: name.parse().unwrap(), points: (0..n as i64).map(|i| Point::new(i, 0.0)).collect() }
+    }
+
+    #[test]
+    fn chunks_respect_both_limits_and_keep_every_point() {
+        let batch = vec![series("a", 7), series("b", 2), series("c", 1)];
+        let out = chunks(batch, 4, 2);
+        let sizes: Vec<Vec<usize>> = out.iter().map(|c| c.iter().map(|s| s.points.len()).collect()).collect();
+        assert_eq!(sizes, vec![vec![4], vec![3, 1], vec![1, 1]]);
+        assert!(out.iter().all(|c| c.len() <= 2 && c.iter().map(|s| s.points.len()).sum::<usize>() <= 4));
+        let a: Vec<Point> =
+            out.iter().flatten().filter(|s| s.series.as_str() == "a").flat_map(|s| s.points.clone()).collect();
+        assert_eq!(a, series("a", 7).points);
+        assert!(chunks(Vec::new(), 4, 2).is_empty());
+    }
+}

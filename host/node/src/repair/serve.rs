@@ -1,0 +1,212 @@
+//! The responder's side of repair: a peer's pull session (trees and leaf listings over the
+//! blocks this node holds that the peer owns), bulk reads of whole blocks, digests of blocks a
+//! peer hands off, and listings of this node's blocks. Store work runs off the async threads;
+//! every answer is bounded by the request's limits (checked by `Request::validate`).
+
+use std::sync::Arc;
+
+use timeshard_proto::repair::{self, BlockCursor, BlockRef, ListCursor, ListedBlock, tree};
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
+use timeshard_proto::{Id, Point};
+use timeshard_store::{ListCursor as StoreCursor, Store, StoreError};
+
+use super::Counters;
+use super::driver::Repair;
+
+fn store_error(e: StoreError) -> Response {
+    Response::Error(ErrorReply::new(ErrorCode::Storage, format!("this node's store failed: {e}")))
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    Response::Error(ErrorReply::new(ErrorCode::Internal, format!("repair task failed: {e}")))
+}
+
+impl Repair {
+    /// Answers a repair request from node `peer`.
+    pub async fn serve(self: &Arc<Self>, peer: Id, req: Request) -> Response {
+        match req {
+            Request::RepairTree { scope, nodes, descend } => {
+                let inv = match self.inventory_for(scope.cutoff).await {
+                    Ok(inv) => inv,
+                    Err(e) => return store_error(e),
+                };
+                if inv.view_digest != scope.view {
+                    return Response::RepairTree { view_matches: false, hashes: Vec::new() };
+                }
+                if nodes.iter().any(|(n, _)| *n == tree::TreeNode::ROOT) {
+                    Counters::add(&self.state.counters.sessions_served, 1);
+                }
+                let inv2 = inv.clone();
+                let hashes = tokio::task::spawn_blocking(move || {
+                    let tree = inv2.tree(&peer, true, scope.cutoff);
+                    tree::answer(&tree, &nodes, descend)
+                })
+                .await;
+                match hashes {
+                    Ok(hashes) => Response::RepairTree { view_matches: true, hashes },
+                    Err(e) => internal(e),
+                }
+            }
+            Request::RepairLeaves { scope, leaves, limit } => {
+                let inv = match self.inventory_for(scope.cutoff).await {
+                    Ok(inv) => inv,
+                    Err(e) => return store_error(e),
+                };
+                if inv.view_digest != scope.view {
+                    return Response::RepairLeaves { view_matches: false, entries: Vec::new(), done: 0 };
+                }
+                let budget = (limit as usize, self.limits.max_message_bytes as usize / 2);
+                let (entries, done) = inv.entries(&peer, true, scope.cutoff, &leaves, budget);
+                Response::RepairLeaves { view_matches: true, entries, done }
+            }
+            Request::ReadBlocks { blocks, after, limit } => {
+                let store = self.store.clone();
+                let work = tokio::task::spawn_blocking(move || read_blocks(&*store, &blocks, after, limit as usize));
+                match work.await {
+                    Ok(Ok((blocks, next))) => Response::Blocks { blocks, next },
+                    Ok(Err(e)) => store_error(e),
+                    Err(e) => internal(e),
+                }
+            }
+            Request::BlockDigests { blocks } => {
+                let store = self.store.clone();
+                let work = tokio::task::spawn_blocking(move || block_digests(&*store, &blocks));
+                match work.await {
+                    Ok(Ok(digests)) => Response::BlockDigests { digests },
+                    Ok(Err(e)) => store_error(e),
+                    Err(e) => internal(e),
+                }
+            }
+            Request::ListBlocks { after, limit } => {
+                let store = self.store.clone();
+                let work = tokio::task::spawn_blocking(move || {
+                    store.list_blocks(after.map(|c| StoreCursor::from_parts(c.series, c.after)), limit as usize)
+                });
+                match work.await {
+                    Ok(Ok(page)) => Response::BlockList {
+                        blocks: page
+                            .blocks
+                            .into_iter()
+                            .map(|b| ListedBlock {
+                                series: b.series,
+                                quantum: b.quantum,
+                                count: b.count,
+                                digest: b.digest,
+                            })
+                            .collect(),
+                        next: page.next.map(|c| {
+                            let (series, after) = c.to_parts();
+                            ListCursor { series, after }
+                        }),
+                    },
+                    Ok(Err(e)) => store_error(e),
+                    Err(e) => internal(e),
+                }
+            }
+            other => Response::Error(ErrorReply::new(
+                ErrorCode::Internal,
+                format!("{} is not a repair request", other.kind()),
+            )),
+        }
+    }
+}
+
+/// The points of `blocks` from `after` on, at most `limit` in all (at least the rest of one
+/// block page), and where to go on.
+fn read_blocks(
+    store: &dyn Store,
+    blocks: &[(timeshard_proto::SeriesKey, timeshard_proto::Quantum)],
+    after: Option<BlockCursor>,
+    limit: usize,
+) -> Result<(Vec<BlockPoints>, Option<BlockCursor>), StoreError> {
+    let mut out = Vec::new();
+    let mut room = limit.max(1);
+    let (first, mut cursor) = match after {
+        Some(c) => (c.block as usize, c.after),
+        None => (0, None),
+    };
+    for (i, (series, quantum)) in blocks.iter().enumerate().skip(first) {
+        let page = store.read_block(series, quantum.start, cursor.take(), room)?;
+        room -= page.points.len().min(room);
+        let last = page.points.last().map(Point::key);
+        if !page.points.is_empty() {
+            out.push(BlockPoints { series: series.clone(), quantum: *quantum, points: page.points });
+        }
+        if page.more {
+            return Ok((out, Some(BlockCursor { block: i as u32, after: last })));
+        }
+        if room == 0 {
+            let next = (i + 1 < blocks.len()).then_some(BlockCursor { block: i as u32 + 1, after: None });
+            return Ok((out, next));
+        }
+    }
+    Ok((out, None))
+}
+
+/// (digest, count) of each block held here, `None` where it is not; a registration reports
+/// [`repair::registration_digest`] and no points.
+fn block_digests(store: &dyn Store, blocks: &[BlockRef]) -> Result<Vec<Option<(u64, u64)>>, StoreError> {
+    blocks
+        .iter()
+        .map(|b| match b {
+            BlockRef::Points { series, quantum } => {
+                Ok(store.block_info(series, quantum.start)?.map(|i| (i.digest, i.count)))
+            }
+            BlockRef::Registration { series } => {
+                Ok(store.has_series(series)?.then(|| (repair::registration_digest(series), 0)))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use timeshard_proto::QuantumLen;
+    use timeshard_store::MemStore;
+
+    use super::*;
+
+    #[test]
+    fn bulk_reads_page_across_blocks_without_gaps() {
+        let store = MemStore::new(1 << 20);
+        let len = QuantumLen::DEFAULT;
+        let series: timeshard_proto::SeriesKey = "m".parse().unwrap();
+        let blocks: Vec<_> = (0..3).map(|q| (series.clone(), len.quantum_of(q * len.ns()))).collect();
+        let written: Vec<BlockPoints> = blocks
+            .iter()
+            .map(|(s, q)| BlockPoints {
+                series: s.clone(),
+                quantum: *q,
+                points: (0..5).map(|k| Point::new(q.start + k, k as f64)).collect(),
+            })
+            .collect();
+        store.write(&written).unwrap();
+        let mut got: Vec<Point> = Vec::new();
+        let mut after = None;
+        let mut pages = 0;
+        loop {
+            let (page, next) = read_blocks(&store, &blocks, after, 4).unwrap();
+            assert!(page.iter().map(|b| b.points.len()).sum::<usize>() <= 4);
+            got.extend(page.into_iter().flat_map(|b| b.points));
+            pages += 1;
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let want: Vec<Point> = written.into_iter().flat_map(|b| b.points).collect();
+        assert_eq!(got, want);
+        assert_eq!(pages, 4);
+        let digests = block_digests(
+            &store,
+            &[
+                BlockRef::Points { series: series.clone(), quantum: blocks[0].1 },
+                BlockRef::Points { series: series.clone(), quantum: len.quantum_of(100 * len.ns()) },
+                BlockRef::Registration { series: series.clone() },
+            ],
+        )
+        .unwrap();
+        assert_eq!(digests[0].map(|d| d.1), Some(5));
+        assert_eq!(digests[1..], [None, None]);
+    }
+}

@@ -1,0 +1,193 @@
+//! One pull session: this node (the initiator) compares its digest tree with a peer's, lists
+//! the peer's entries of the leaves that differ, and fetches and stores the blocks it lacks or
+//! holds with another digest ([`timeshard_proto::repair::to_fetch`]). Equal trees cost one
+//! small message each way; otherwise bytes follow what differs. Fetched data is paced by the
+//! node's repair token bucket, and stored as a union (stores are idempotent sets of points).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use timeshard_proto::repair::tree::{self, Descent};
+use timeshard_proto::repair::{
+    BlockRef, MAX_LEAF_ENTRIES, MAX_REQUEST_BLOCKS, RepairEntry, RepairScope, message_bytes, to_fetch,
+};
+use timeshard_proto::wire::{Request, Response};
+use timeshard_proto::{Contact, Quantum, SeriesKey};
+
+use super::Counters;
+use super::driver::Repair;
+use super::inventory::Inventory;
+
+/// Why a session stopped before it compared everything.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the peer places blocks by another membership view (gossip has not converged yet)")]
+    ViewMismatch,
+    #[error("the peer did not answer: {0}")]
+    Call(String),
+    #[error("unexpected answer from the peer: {0}")]
+    Unexpected(String),
+    #[error("cannot store what was fetched: {0}")]
+    Store(String),
+}
+
+/// Blocks a round's sessions fetched, with the digest and count of the copy fetched.
+pub type Taken = std::sync::Mutex<HashMap<BlockRef, (u64, u64)>>;
+
+/// What one session did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionReport {
+    pub leaves_differing: usize,
+    pub blocks_fetched: u64,
+    pub registrations: u64,
+}
+
+impl Repair {
+    async fn call(&self, peer: &Contact, req: &Request) -> Result<Response, SessionError> {
+        match self.dht.call(peer, req).await {
+            Ok(Response::Error(e)) => Err(SessionError::Call(e.message)),
+            Ok(r) => Ok(r),
+            Err(e) => Err(SessionError::Call(e.to_string())),
+        }
+    }
+
+    /// A compare message: counted both ways.
+    async fn compare(&self, peer: &Contact, req: &Request) -> Result<Response, SessionError> {
+        let resp = self.call(peer, req).await?;
+        Counters::add(&self.state.counters.compare_bytes, message_bytes(req) + message_bytes(&resp));
+        Ok(resp)
+    }
+
+    /// Pulls from `peer` what this node owns and lacks, comparing the blocks of `inv` (this
+    /// node's inventory) last written up to `cutoff`. `taken` holds what the round's other
+    /// sessions already fetched (block, digest, count), so a block several peers list alike is
+    /// fetched once.
+    pub async fn pull(
+        &self,
+        inv: &Arc<Inventory>,
+        peer: Contact,
+        cutoff: i64,
+        taken: &Taken,
+    ) -> Result<SessionReport, SessionError> {
+        let scope = RepairScope { view: inv.view_digest, cutoff };
+        let inv2 = inv.clone();
+        let local = tokio::task::spawn_blocking(move || inv2.tree(&peer.id, false, cutoff))
+            .await
+            .map_err(|e| SessionError::Store(e.to_string()))?;
+        let descent = Descent::new(&local);
+        let mut ask = descent.start();
+        let mut leaves: Vec<u16> = Vec::new();
+        // Each answer reaches at least a level deeper, so the leaves come within the depth.
+        for _ in 0..=tree::DEPTH {
+            if ask.is_empty() {
+                break;
+            }
+            let mut next = Vec::new();
+            for chunk in ask.chunks(tree::LEAVES) {
+                let req = Request::RepairTree { scope, nodes: chunk.to_vec(), descend: tree::MAX_DESCEND };
+                match self.compare(&peer, &req).await? {
+                    Response::RepairTree { view_matches: false, .. } => return Err(SessionError::ViewMismatch),
+                    Response::RepairTree { hashes, .. } => {
+                        let step = descent.on_answer(&hashes);
+                        leaves.extend(step.leaves);
+                        next.extend(step.ask);
+                    }
+                    other => return Err(SessionError::Unexpected(format!("{other:?}"))),
+                }
+            }
+            ask = next;
+        }
+        leaves.sort_unstable();
+        leaves.dedup();
+        let mut report = SessionReport { leaves_differing: leaves.len(), ..SessionReport::default() };
+        let mut rest: &[u16] = &leaves;
+        while !rest.is_empty() {
+            let asked = &rest[..rest.len().min(tree::LEAVES)];
+            let req = Request::RepairLeaves { scope, leaves: asked.to_vec(), limit: MAX_LEAF_ENTRIES };
+            let (entries, done) = match self.compare(&peer, &req).await? {
+                Response::RepairLeaves { view_matches: false, .. } => return Err(SessionError::ViewMismatch),
+                Response::RepairLeaves { entries, done, .. } => (entries, (done as usize).clamp(1, asked.len())),
+                other => return Err(SessionError::Unexpected(format!("{other:?}"))),
+            };
+            let (registrations, blocks) = self.plan(inv, &asked[..done], entries, taken);
+            report.registrations += registrations.len() as u64;
+            if !registrations.is_empty() {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.register_series(&registrations))
+                    .await
+                    .map_err(|e| SessionError::Store(e.to_string()))?
+                    .map_err(|e| SessionError::Store(e.to_string()))?;
+            }
+            for chunk in blocks.chunks(MAX_REQUEST_BLOCKS) {
+                report.blocks_fetched += self.fetch(&peer, chunk.to_vec()).await?;
+            }
+            rest = &rest[done..];
+        }
+        Counters::add(&self.state.counters.sessions, 1);
+        Ok(report)
+    }
+
+    /// What to take of a peer's `entries` of `leaves`: registrations to record, and blocks to
+    /// fetch (those this node owns and lacks, or holds with another digest).
+    fn plan(
+        &self,
+        inv: &Inventory,
+        leaves: &[u16],
+        entries: Vec<RepairEntry>,
+        taken: &Taken,
+    ) -> (Vec<SeriesKey>, Vec<(SeriesKey, Quantum)>) {
+        let mut mine: HashMap<BlockRef, (u64, u64)> =
+            inv.held(leaves).into_iter().map(|(b, i)| (b, (i.digest, i.count))).collect();
+        let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+        for e in &entries {
+            if let Some(t) = taken.get(&e.block) {
+                mine.insert(e.block.clone(), *t);
+            }
+        }
+        let classes = self.classes();
+        let me = self.me.id;
+        // The peer lists what it places on this node; a block this node's view does not place
+        // here (an index block whose registration is not here yet cannot be placed) is not taken.
+        let not_mine = |b: &BlockRef| inv.place(b, &classes).is_some_and(|owners| !owners.iter().any(|c| c.id == me));
+        let mut registrations = Vec::new();
+        let mut blocks = Vec::new();
+        for e in to_fetch(entries, &mine, not_mine) {
+            taken.insert(e.block.clone(), (e.digest, e.count));
+            match e.block {
+                BlockRef::Registration { series } => registrations.push(series),
+                BlockRef::Points { series, quantum } => blocks.push((series, quantum)),
+            }
+        }
+        (registrations, blocks)
+    }
+
+    /// Fetches `blocks` whole from `peer`, page by page, storing each page; returns how many
+    /// blocks were asked for.
+    async fn fetch(&self, peer: &Contact, blocks: Vec<(SeriesKey, Quantum)>) -> Result<u64, SessionError> {
+        let limit = self.limits.max_page_points.min(self.limits.max_batch_points);
+        let mut after = None;
+        loop {
+            let req = Request::ReadBlocks { blocks: blocks.clone(), after, limit };
+            let (page, next) = match self.call(peer, &req).await? {
+                Response::Blocks { blocks, next } => (blocks, next),
+                other => return Err(SessionError::Unexpected(format!("{other:?}"))),
+            };
+            let bytes = page.iter().map(timeshard_proto::placement::block_bytes).sum::<usize>();
+            Counters::add(&self.state.counters.bytes_fetched, bytes as u64);
+            if !page.is_empty() {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.write(&page))
+                    .await
+                    .map_err(|e| SessionError::Store(e.to_string()))?
+                    .map_err(|e| SessionError::Store(e.to_string()))?;
+            }
+            self.pace(bytes).await;
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        Counters::add(&self.state.counters.blocks_fetched, blocks.len() as u64);
+        Ok(blocks.len() as u64)
+    }
+}

@@ -1,0 +1,141 @@
+//! Whether a node holds every block it owns ("settled"), and the pace of repair transfers.
+//!
+//! A node may lack blocks it owns only after it started or after the view dropped a member (a
+//! member that became gone, left or started leaving hands its ownership to the next closest
+//! nodes, this one possibly among them). A member that joins takes ownership away from others
+//! and gives them none, so joins leave the other nodes settled. After such a change the node
+//! is unsettled until a **catch-up round** completes: a pull from every neighbour that is up,
+//! with recently written blocks included, that started at least `delay` after the change.
+//! The delay covers gossip spreading the change (until then coordinators still write to the
+//! previous owners) and the writes in flight when it did: a round started later reads every
+//! acknowledged point from some neighbour.
+
+use std::time::{Duration, Instant};
+
+/// The settled state of one node.
+#[derive(Clone, Debug)]
+pub struct Settle {
+    delay: Duration,
+    /// Since when the node catches up (the last change that may have given it blocks).
+    since: Option<Instant>,
+}
+
+impl Settle {
+    /// A node that started at `now`: unsettled until its first catch-up round.
+    pub fn new(delay: Duration, now: Instant) -> Settle {
+        Settle { delay, since: Some(now) }
+    }
+
+    /// Whether the node holds every block it owns.
+    pub fn is_settled(&self) -> bool {
+        self.since.is_none()
+    }
+
+    /// Whether rounds must include recently written blocks (the node catches up).
+    pub fn catching_up(&self) -> bool {
+        self.since.is_some()
+    }
+
+    /// Takes a change of the members that own blocks, `before` to `after` (ids, any order):
+    /// if a member left the set, this node may own more now.
+    pub fn on_view_change<'a>(
+        &mut self,
+        before: impl IntoIterator<Item = &'a crate::Id>,
+        after: &[crate::Id],
+        now: Instant,
+    ) -> bool {
+        let after: std::collections::HashSet<&crate::Id> = after.iter().collect();
+        let dropped = before.into_iter().any(|id| !after.contains(id));
+        if dropped {
+            self.since = Some(now);
+        }
+        dropped
+    }
+
+    /// When a round may start that would settle the node (`None` when it is settled).
+    pub fn catch_up_at(&self) -> Option<Instant> {
+        self.since.map(|s| s + self.delay)
+    }
+
+    /// Records that a round which started at `started` completed a pull from every neighbour
+    /// that was up; returns whether the node is settled now.
+    pub fn round_completed(&mut self, started: Instant, included_recent: bool) -> bool {
+        if let Some(since) = self.since
+            && included_recent
+            && started >= since + self.delay
+        {
+            self.since = None;
+        }
+        self.is_settled()
+    }
+}
+
+/// A token bucket pacing transfers to `rate` bytes per second, with a burst of one second.
+#[derive(Clone, Debug)]
+pub struct Pace {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Pace {
+    /// A full bucket for `bytes_per_sec`.
+    pub fn new(bytes_per_sec: u64, now: Instant) -> Pace {
+        let rate = bytes_per_sec.max(1) as f64;
+        Pace { rate, tokens: rate, last: now }
+    }
+
+    /// Takes `bytes` (after they were sent or received); returns how long to wait before the
+    /// next transfer so the average stays within the rate.
+    pub fn take(&mut self, bytes: usize, now: Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate) - bytes as f64;
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.rate) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Id;
+
+    #[test]
+    fn a_node_settles_after_a_catch_up_round_started_late_enough() {
+        let t0 = Instant::now();
+        let delay = Duration::from_secs(5);
+        let mut s = Settle::new(delay, t0);
+        assert!(!s.is_settled() && s.catching_up());
+        // A round that started too early does not count, nor one without recent blocks.
+        assert!(!s.round_completed(t0 + Duration::from_secs(1), true));
+        assert!(!s.round_completed(t0 + Duration::from_secs(6), false));
+        assert_eq!(s.catch_up_at(), Some(t0 + delay));
+        assert!(s.round_completed(t0 + Duration::from_secs(6), true));
+        assert!(s.catch_up_at().is_none());
+    }
+
+    #[test]
+    fn joins_leave_a_node_settled_and_departures_do_not() {
+        let t0 = Instant::now();
+        let mut s = Settle::new(Duration::ZERO, t0);
+        s.round_completed(t0, true);
+        let (a, b, c) = (Id::sha1(b"a"), Id::sha1(b"b"), Id::sha1(b"c"));
+        assert!(!s.on_view_change(&[a, b], &[a, b, c], t0));
+        assert!(s.is_settled(), "a join gives this node nothing");
+        assert!(s.on_view_change(&[a, b, c], &[a, c], t0));
+        assert!(!s.is_settled(), "b's blocks may now be this node's");
+    }
+
+    #[test]
+    fn the_pace_holds_the_rate() {
+        let t0 = Instant::now();
+        let mut pace = Pace::new(1_000, t0);
+        assert_eq!(pace.take(1_000, t0), Duration::ZERO, "one second of burst");
+        assert_eq!(pace.take(500, t0), Duration::from_millis(500));
+        // Later, the bucket has refilled.
+        assert_eq!(pace.take(100, t0 + Duration::from_secs(10)), Duration::ZERO);
+        // 10,000 bytes at once at 1,000 per second: wait out the debt.
+        let wait = pace.take(10_000, t0 + Duration::from_secs(10));
+        assert!((wait.as_secs_f64() - 9.1).abs() < 0.01, "{wait:?}");
+    }
+}
