@@ -252,6 +252,17 @@ impl Tier {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether block `b` is past the hot window of its archived class at `now` (the tier
+    /// moves it; repair leaves it alone).
+    pub fn leaving(&self, policy: &Policy, b: &timeshard_store::BlockInfo, now: Timestamp) -> bool {
+        if self.archive.is_none() {
+            return false;
+        }
+        policy.archived_class(&b.series).is_some_and(|(_, t)| {
+            timeshard_proto::tier::due_at(t.age_by, b.quantum, b.last_write, t.hot_ns, self.seal_grace_ns) <= now
+        })
+    }
+
     /// The end of the newest quantum of `class` this node ever dropped a hot copy of
     /// ([`Timestamp::MIN`]: none): from there on its hot store holds everything it was given.
     pub fn drop_horizon(&self, class: &str) -> Timestamp {

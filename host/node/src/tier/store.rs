@@ -19,8 +19,11 @@
 //!   node started), ranges after the newest block this node ever dropped (its drop horizon,
 //!   kept on disk) are answered from the hot store alone: they are all still there.
 //!
-//! Everything else (writes, registrations, maintenance, the block-level repair calls the
-//! exporter uses) goes to the hot store unchanged. The [`Store`] calls are blocking; the node
+//! Repair (anti-entropy and handoff, which list blocks through this store) does not see the
+//! blocks of archived classes past their hot window: those are the tier's. Each replica exports
+//! what the archive lacks of its copy and then drops it; copying such a block between replicas
+//! would only bring back copies they just dropped. Everything else (writes, registrations,
+//! maintenance, the other block-level calls) goes to the hot store unchanged. The [`Store`] calls are blocking; the node
 //! makes them on blocking threads, where this store waits for the archive on the runtime.
 
 use std::sync::Arc;
@@ -36,6 +39,10 @@ use timeshard_store::{
 use timeshard_tier::ArchivedBlock;
 
 use super::Tier;
+
+fn now_ns() -> Timestamp {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
 
 /// Points per page when a quantum's points are gathered whole.
 const GATHER_PAGE: usize = 65_536;
@@ -241,8 +248,12 @@ impl Store for TieredStore {
         self.hot().maintain(now)
     }
 
+    /// The hot store's blocks but those leaving for the archive (see the module docs).
     fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError> {
-        self.hot().list_blocks(after, limit)
+        let mut page = self.hot().list_blocks(after, limit)?;
+        let (policy, now) = (self.tier.policy(), now_ns());
+        page.blocks.retain(|b| !self.tier.leaving(&policy, b, now));
+        Ok(page)
     }
 
     fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError> {
