@@ -311,9 +311,15 @@ impl Drop for Moto {
 }
 
 impl Moto {
-    /// A free port for a server started later.
+    /// A free port for a server started later, below the range the system hands out for port
+    /// 0 (32768 and up): nodes and their HTTP endpoints, started meanwhile, bind port 0 and
+    /// cannot take it.
     pub fn reserve() -> Moto {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let seed = std::process::id() as u16 ^ (now_ns() as u16);
+        let port = (0..2_000u16)
+            .map(|i| 20_000 + (seed.wrapping_add(i.wrapping_mul(7))) % 12_000)
+            .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+            .expect("a free port between 20000 and 32000");
         Moto { child: None, port }
     }
 
