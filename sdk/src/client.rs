@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
 use timeshard_proto::repair::LeaveProgress;
+use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
     Limits, MAX_REPORTED_REJECTIONS, NodeStatus, QueryOutput, RejectedPoint, Request, Response, SeriesFilter,
@@ -234,6 +235,15 @@ impl Client {
     pub async fn leave(&self) -> Result<LeaveProgress, Error> {
         match self.call(Request::Leave).await? {
             Response::Leaving(progress) => Ok(progress),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// The cold tier as the node sees it: what the archive holds, this node's pending exports
+    /// and its last error (`timeshard archive status`).
+    pub async fn archive_status(&self) -> Result<ArchiveReport, Error> {
+        match self.call(Request::ArchiveStatus).await? {
+            Response::Archive(r) => Ok(*r),
             other => Err(self.unexpected(&other)),
         }
     }

@@ -29,6 +29,7 @@ pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
 pub use timeshard_proto::repair::{LeaveProgress, RepairStatus};
+pub use timeshard_proto::tier::{ArchiveClassReport, ArchiveReport};
 pub use timeshard_proto::window::WindowStats;
 pub use timeshard_proto::wire::{
     ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter, SeriesPoints,

@@ -88,6 +88,27 @@ fn bench_policy_quick_writes_its_document() {
 }
 
 #[test]
+fn bench_tier_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let doc = bench(dir.path(), &["tier", "--quick", "--dir", data.to_str().unwrap()]);
+    assert_keys(
+        &doc,
+        &[
+            "export_points_per_s",
+            "parquet_bytes_per_point",
+            "read_day_cold_ms",
+            "read_day_hot_ms",
+            "agg_year_1h_cold_ms",
+        ],
+    );
+    assert_keys(&doc["parquet_bytes_per_point"], &["pmu", "counter"]);
+    assert!(doc["export_points_per_s"].as_u64().is_some_and(|v| v > 0), "{doc}");
+    assert_floor(&doc);
+    assert!(!data.exists(), "the benchmark removes its data directory");
+}
+
+#[test]
 fn bench_http_quick_writes_its_document() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use timeshard_proto::KeyFormat;
-use timeshard_proto::class::{Replication, ReplicationError};
+use timeshard_proto::class::{AgeBy, Replication, ReplicationError};
 use timeshard_proto::time::{QuantumLen, TimeError};
 
 /// One series class. The same fields as a node's `[[class]]`; fields the context-of-interest
@@ -35,6 +35,17 @@ pub struct ClassSpec {
     /// How long points are kept, by event time; `None` keeps them forever.
     #[serde(with = "humantime_serde", default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Duration>,
+    /// With `archive`: sealed blocks older than this (by `age_by`) move to the node's archive
+    /// (default 30 days). The tier fields are left out of documents when unset, so fleets that
+    /// do not use them keep their digests.
+    #[serde(with = "humantime_serde", default, skip_serializing_if = "Option::is_none")]
+    pub hot: Option<Duration>,
+    /// Export the class's history to the archive each node configures (`[tier] url`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archive: bool,
+    /// What the hot window and retention measure: event time (default) or write time.
+    #[serde(default, skip_serializing_if = "AgeBy::is_event")]
+    pub age_by: AgeBy,
 }
 
 fn default_quantum() -> Duration {
@@ -59,6 +70,9 @@ impl ClassSpec {
             w: default_quorum(),
             r: default_quorum(),
             retention: None,
+            hot: None,
+            archive: false,
+            age_by: AgeBy::Event,
         }
     }
 
@@ -81,6 +95,9 @@ impl ClassSpec {
             .map_err(|source| ClassError::Replication { class: name.clone(), source })?;
         if self.retention.is_some_and(|r| r.is_zero()) {
             return Err(ClassError::ZeroRetention { class: name.clone() });
+        }
+        if let Some(message) = tier_problem(self.hot, self.archive, self.retention) {
+            return Err(ClassError::Tier { class: name.clone(), message });
         }
         Ok(())
     }
@@ -118,6 +135,8 @@ pub enum ClassError {
     Replication { class: String, source: ReplicationError },
     #[error("class {class:?}: retention must be positive; leave it out to keep points forever")]
     ZeroRetention { class: String },
+    #[error("class {class:?}: {message}")]
+    Tier { class: String, message: String },
     #[error("class {name:?} is given twice in one change; give each class once")]
     DuplicateName { name: String },
     #[error(
@@ -130,6 +149,29 @@ pub enum ClassError {
          live; add a new class with another metric_prefix instead, or `class rm` this one first"
     )]
     Immutable { class: String, field: &'static str, from: String, to: String },
+}
+
+/// Default hot window of a class with `archive = true` and no `hot`.
+pub const DEFAULT_HOT: Duration = Duration::from_secs(30 * 86_400);
+
+/// What is wrong with a class's tier settings (`hot`, `archive`, and `retention`, which only
+/// classes without archive have), if anything: the node's `[[class]]` checks the same.
+pub fn tier_problem(hot: Option<Duration>, archive: bool, retention: Option<Duration>) -> Option<String> {
+    if hot.is_some_and(|h| h.is_zero()) {
+        return Some("hot must be positive (e.g. 30d)".into());
+    }
+    if hot.is_some() && !archive {
+        return Some("hot applies to archived classes only: set archive = true, or leave hot out".into());
+    }
+    if archive && retention.is_some() {
+        return Some(
+            "retention does not apply to archived classes: the hot store keeps every block until the archive \
+             holds it, and the archive keeps everything (expire old day partitions with the object store's \
+             lifecycle rules); leave retention out"
+                .into(),
+        );
+    }
+    None
 }
 
 /// Checks a whole class table: every class valid, no name or metric prefix twice.
@@ -187,5 +229,28 @@ mod tests {
         old.check_change(&new).unwrap();
         new.quantum = Duration::from_secs(60);
         assert!(old.check_change(&new).unwrap_err().to_string().contains("quantum cannot change (10s -> 1m)"));
+    }
+
+    #[test]
+    fn tier_fields_are_optional_and_checked() {
+        // Left out when unset: a class without them serializes (and digests) as before.
+        let plain = ClassSpec::new("pmu", "pmu.");
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("hot") && !text.contains("archive") && !text.contains("age_by"), "{text}");
+        let c: ClassSpec =
+            serde_json::from_str(r#"{"name":"pmu","hot":"7d","archive":true,"age_by":"write"}"#).unwrap();
+        assert_eq!((c.hot, c.archive, c.age_by), (Some(Duration::from_secs(7 * 86_400)), true, AgeBy::Write));
+        c.validate().unwrap();
+        assert_eq!(serde_json::from_str::<ClassSpec>(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+        let mut no_archive = c.clone();
+        no_archive.archive = false;
+        assert!(no_archive.validate().unwrap_err().to_string().contains("archive = true"));
+        let mut kept = c.clone();
+        kept.retention = Some(Duration::from_secs(365 * 86_400));
+        assert!(kept.validate().unwrap_err().to_string().contains("retention does not apply"));
+        let mut zero = c;
+        zero.hot = Some(Duration::ZERO);
+        assert!(zero.validate().unwrap_err().to_string().contains("positive"));
+        assert!(serde_json::from_str::<ClassSpec>(r#"{"name":"x","age_by":"arrival"}"#).is_err());
     }
 }

@@ -14,7 +14,7 @@ use timeshard_control_api::api::{
 };
 use timeshard_control_api::state::{LIMIT_NAMES, NodeConfigEntry, NodeSettings, Selector, parse_labels};
 use timeshard_control_api::{ClassSpec, Location};
-use timeshard_proto::KeyFormat;
+use timeshard_proto::{AgeBy, KeyFormat};
 
 use super::client::{Client, Connection};
 use crate::time::{now_ms, show_ms};
@@ -218,6 +218,7 @@ Examples:
   timeshard-control class set pmu --prefix pmu. --quantum 10s --rf 3 --w 2 --r 2 --retention 30d
   # Change one setting of an existing class; the others stay:
   timeshard-control class set pmu --retention 7d
+  timeshard-control class set history --prefix hist. --archive true --hot 30d
   # Several classes at once, all or none (JSON: {\"classes\": [...]} or a list of classes):
   timeshard-control class set --file classes.json
   timeshard-control class list
@@ -260,8 +261,17 @@ pub enum ClassCommand {
         /// Keep points forever (clears a retention).
         #[arg(long)]
         keep_forever: bool,
+        /// Export sealed blocks past the hot window to each node's archive (`[tier] url`).
+        #[arg(long)]
+        archive: Option<bool>,
+        /// The hot window of an archived class (default 30d).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        hot: Option<Duration>,
+        /// What the hot window and retention measure: event (the points' time) or write (arrival).
+        #[arg(long)]
+        age_by: Option<AgeBy>,
         /// Set the classes in this JSON file instead, in one change.
-        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever"])]
+        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by"])]
         file: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
@@ -293,7 +303,22 @@ fn read_class_file(path: &PathBuf) -> anyhow::Result<Vec<ClassSpec>> {
 
 pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
     match cmd {
-        ClassCommand::Set { name, prefix, format, quantum, rf, w, r, retention, keep_forever, file, conn } => {
+        ClassCommand::Set {
+            name,
+            prefix,
+            format,
+            quantum,
+            rf,
+            w,
+            r,
+            retention,
+            keep_forever,
+            archive,
+            hot,
+            age_by,
+            file,
+            conn,
+        } => {
             let client = Client::new(&conn)?;
             let classes = match (file, name) {
                 (Some(path), _) => read_class_file(&path)?,
@@ -319,6 +344,12 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                     if retention.is_some() || keep_forever {
                         class.retention = retention;
                     }
+                    class.archive = archive.unwrap_or(class.archive);
+                    if !class.archive {
+                        class.hot = None;
+                    }
+                    class.hot = hot.or(class.hot);
+                    class.age_by = age_by.unwrap_or(class.age_by);
                     vec![class]
                 }
                 (None, None) => bail!("give a class name, or --file"),
@@ -349,10 +380,16 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                         dur(c.quantum),
                         format!("{}/{}/{}", c.rf, c.w, c.r),
                         c.retention.map(dur).unwrap_or_else(|| "forever".into()),
+                        if c.archive {
+                            format!("after {}", dur(c.hot.unwrap_or(timeshard_control_api::class::DEFAULT_HOT)))
+                        } else {
+                            "no".into()
+                        },
+                        c.age_by.to_string(),
                     ]
                 })
                 .collect();
-            table(&["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION"], rows);
+            table(&["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION", "ARCHIVE", "AGE BY"], rows);
             Ok(())
         }
     }

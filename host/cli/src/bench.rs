@@ -10,6 +10,7 @@ use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
 use timeshard_testkit::bench::repair::{self, RepairOptions};
 use timeshard_testkit::bench::store::{self, BenchOptions};
+use timeshard_testkit::bench::tier::{self, TierOptions};
 
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
@@ -22,6 +23,9 @@ pub(crate) enum BenchCommand {
     /// WebAssembly policies: per-point cost, call overhead, instantiation, deadline stop, and
     /// push-down on a cluster of node processes. Needs guest/build.sh first.
     Policy(PolicyArgs),
+    /// The cold tier on the real disk: export points/s, Parquet bytes per point, a day of
+    /// 60 Hz read cold and hot, 1-hour windows over a cold year.
+    Tier(TierArgs),
     /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
     /// `/query` windows over a day, on node processes.
     Http(HttpArgs),
@@ -141,6 +145,24 @@ pub(crate) struct PolicyArgs {
     quick: bool,
 }
 
+/// Options of `bench tier`.
+#[derive(Debug, Args)]
+pub(crate) struct TierArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Directory on the disk to measure (filled and removed); default: a new one under the
+    /// system's temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Repetitions of each timed measurement (medians are reported).
+    #[arg(long, default_value_t = TierOptions::default().reps)]
+    reps: usize,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
 /// Runs a benchmark and writes its JSON document.
 pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
     // The cluster benchmarks run node processes of this very binary.
@@ -160,6 +182,13 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Store(a) => {
             let options = if a.quick { BenchOptions::quick() } else { BenchOptions::default() };
             (a.json, store::run(a.dir, options).await?)
+        }
+        BenchCommand::Tier(a) => {
+            let mut options = if a.quick { TierOptions::quick() } else { TierOptions::default() };
+            if !a.quick {
+                options.reps = a.reps.max(1);
+            }
+            (a.json, tier::run(a.dir, options).await?)
         }
         BenchCommand::Policy(a) => {
             let options = PolicyOptions {

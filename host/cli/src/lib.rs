@@ -1,11 +1,12 @@
 //! The `timeshard` command line: the node daemon, client commands (put, get, series, query,
-//! import, export, status), policy signing, a development PKI, the demo and the benchmarks. Commands only, one
+//! import, export, status, archive status), policy signing, a development PKI, the demo and the benchmarks. Commands only, one
 //! module each, thin over `timeshard-node`, `timeshard-sdk` and `timeshard-testkit`; the binary
 //! calls [`main`].
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod archive;
 mod bench;
 mod conn;
 mod demo;
@@ -69,6 +70,9 @@ enum Command {
     Policy(policy::PolicyCommand),
     /// Show what a node knows of itself and the cluster.
     Status(conn::ConnArgs),
+    /// The cold tier: what the archive holds, what a node has pending, its last error.
+    #[command(subcommand)]
+    Archive(archive::ArchiveCommand),
     /// Create a development CA and issue node and client certificates.
     #[command(subcommand)]
     Pki(pki::PkiCommand),
@@ -115,6 +119,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => export::run(a).await,
         Command::Policy(p) => policy::run(p),
         Command::Status(a) => status::run(a).await,
+        Command::Archive(a) => archive::run(a).await,
         Command::Pki(p) => pki::run(p),
         Command::Bench(b) => bench::run(b).await,
     }

@@ -1,12 +1,13 @@
 //! The node's TOML configuration. Every setting has a default, so an empty file (or none) is a
 //! valid configuration; `timeshard node --print-config` prints them all.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use timeshard_proto::class::{Classes, Replication, SeriesClass};
+use timeshard_proto::class::{AgeBy, Classes, Replication, SeriesClass};
 use timeshard_proto::wire::Limits;
 use timeshard_proto::{KeyFormat, QuantumLen};
 use timeshard_sdk::tls::TlsFiles;
@@ -28,6 +29,7 @@ pub struct NodeConfig {
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
     pub repair: RepairConfig,
+    pub tier: TierConfig,
     pub testing: TestingConfig,
     /// Series classes; a catch-all class (QFI, 10 s quanta, RF 3, W 2, R 2) is added when none
     /// has an empty `metric_prefix`. Every node of a cluster must have the same classes.
@@ -57,6 +59,7 @@ impl Default for NodeConfig {
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
             repair: RepairConfig::default(),
+            tier: TierConfig::default(),
             testing: TestingConfig::default(),
             classes: Vec::new(),
             policy: timeshard_policy::Config::default(),
@@ -289,6 +292,63 @@ impl Default for HintsConfig {
     }
 }
 
+/// The cold tier: the archive that classes with `archive = true` export their history to (see
+/// `host/tier/FORMAT.md`), and how the node exports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierConfig {
+    /// The archive: a directory (relative to the config file), `file:///path`, or
+    /// `s3://bucket/prefix` (credentials from the usual `AWS_*` environment variables).
+    /// Empty: no archive. Every node of a cluster must name the same archive.
+    pub url: String,
+    /// Settings of an `s3://` archive over the environment's, as object_store names them:
+    /// `aws_endpoint`, `aws_region`, `aws_allow_http`, ...
+    pub options: BTreeMap<String, String>,
+    /// How often the node looks for blocks past their hot window (and applies write-time
+    /// retention).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Upload rate of exports in bytes per second; 0 for no limit.
+    pub rate_limit_bytes_per_sec: u64,
+    /// Rows an export holds in memory at once (one Parquet row group, about 24 bytes a row).
+    pub row_group_rows: usize,
+    /// Blocks one export round takes at most (oldest days first); the rest wait for the next.
+    pub max_blocks_per_round: usize,
+    /// A block past its hot window that the archive still lacks this long after it became due
+    /// is exported by the next owner in line (the first may be down, or lack some points).
+    #[serde(with = "humantime_serde")]
+    pub takeover_after: Duration,
+    /// Points files no manifest commits (interrupted exports) are removed once this old: far
+    /// longer than an export of one file takes, or a slow export loses its file to the cleanup
+    /// and fails (a day is safe).
+    #[serde(with = "humantime_serde")]
+    pub cleanup_grace: Duration,
+    /// How long a listing of the archive is trusted before queries list it again.
+    #[serde(with = "humantime_serde")]
+    pub listing_ttl: Duration,
+    /// Longest wait between export rounds while the archive keeps failing (the wait doubles
+    /// from `interval` with each failed round).
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        TierConfig {
+            url: String::new(),
+            options: BTreeMap::new(),
+            interval: Duration::from_secs(60),
+            rate_limit_bytes_per_sec: 0,
+            row_group_rows: 1 << 20,
+            max_blocks_per_round: 100_000,
+            takeover_after: Duration::from_secs(3600),
+            cleanup_grace: Duration::from_secs(86_400),
+            listing_ttl: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(600),
+        }
+    }
+}
+
 /// Anti-entropy, handoff of displaced blocks, and read repair.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -374,9 +434,27 @@ pub struct ClassConfig {
     pub w: u8,
     /// Replicas a read asks.
     pub r: u8,
-    /// How long points are kept, by event time (e.g. `30days`); unset keeps them forever.
+    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. Not
+    /// for classes with `archive = true`.
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub retention: Option<Duration>,
+    /// With `archive = true`: sealed blocks older than this, by `age_by`, are exported to the
+    /// archive (`[tier] url`) and dropped from the hot store once the archive holds them
+    /// (default 30 days).
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub hot: Option<Duration>,
+    /// Export this class's history to the archive; reads span both tiers.
+    pub archive: bool,
+    /// What the hot window and retention measure: `event` time (default) or `write` time.
+    pub age_by: AgeBy,
+}
+
+impl ClassConfig {
+    /// The hot window in force: `hot`, or 30 days for an archived class without one; `None`
+    /// for a class that is not archived.
+    pub fn hot_window(&self) -> Option<Duration> {
+        self.archive.then(|| self.hot.unwrap_or(timeshard_control_api::class::DEFAULT_HOT))
+    }
 }
 
 impl Default for ClassConfig {
@@ -391,6 +469,9 @@ impl Default for ClassConfig {
             w: d.replication.w,
             r: d.replication.r,
             retention: None,
+            hot: None,
+            archive: false,
+            age_by: AgeBy::Event,
         }
     }
 }
@@ -434,6 +515,11 @@ impl NodeConfig {
                 *p = base.join(&*p);
             }
         }
+        // An archive given as a relative directory (no scheme) is relative to the file too.
+        let url = &self.tier.url;
+        if !url.is_empty() && !url.contains("://") && Path::new(url).is_relative() {
+            self.tier.url = base.join(url).to_string_lossy().into_owned();
+        }
     }
 
     /// The certificate files.
@@ -469,18 +555,24 @@ impl NodeConfig {
     pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
         use timeshard_store::RetentionRule;
         let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+        // The store measures event time; write-time retention is the tier's (crate::tier).
+        let store_keep = |c: &ClassConfig| if c.age_by == AgeBy::Write { None } else { keep(c) };
         let mut rules: Vec<RetentionRule> = self
             .classes
             .iter()
-            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: keep(c) })
+            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: store_keep(c) })
             .collect();
         if !self.classes.iter().any(|c| c.metric_prefix.is_empty()) {
             rules.push(RetentionRule::forever(""));
         }
         let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
         if !rules.iter().any(|r| r.metric_prefix == reserved) {
-            // Any rule that keeps forever (the implicit catch-all too) makes this forever.
-            let longest = rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k)));
+            // Any rule that keeps forever (the implicit catch-all too) makes this forever, and
+            // so do classes whose data outlives their event-time age: archived ones (the index
+            // finds cold quanta too) and those aged by write time.
+            let outlived = self.classes.iter().any(|c| c.archive || c.age_by == AgeBy::Write);
+            let longest =
+                rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k))).filter(|_| !outlived);
             rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
         }
         rules
@@ -539,9 +631,43 @@ impl NodeConfig {
             return invalid("repair", "anti_entropy_interval, bytes_per_sec and read_repair_queue must be positive");
         }
         self.http.validate()?;
+        for c in &self.classes {
+            if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
+                return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });
+            }
+            if c.archive && self.tier.url.is_empty() {
+                return invalid("tier.url", "a class has archive = true: name the archive (a directory or s3://...)");
+            }
+        }
+        self.validate_tier()?;
         let classes = self.class_table()?;
         if classes.max_rf() as usize > self.dht.k {
             return invalid("class", "a replication factor is larger than dht.k");
+        }
+        Ok(())
+    }
+}
+
+impl NodeConfig {
+    fn validate_tier(&self) -> Result<(), ConfigError> {
+        let t = &self.tier;
+        let invalid = |setting: &str, message: String| Err(ConfigError::Invalid { setting: setting.into(), message });
+        if !t.url.is_empty()
+            && let Err(e) = timeshard_tier::Location::parse(&t.url)
+        {
+            return invalid("tier.url", e.to_string());
+        }
+        if t.interval.is_zero() || t.takeover_after.is_zero() || t.max_backoff < t.interval {
+            return invalid("tier", "need 0 < interval <= max_backoff and a positive takeover_after".into());
+        }
+        if t.row_group_rows < 1024 || t.max_blocks_per_round == 0 {
+            return invalid("tier", "row_group_rows must be at least 1024 and max_blocks_per_round positive".into());
+        }
+        if t.cleanup_grace < Duration::from_secs(1) {
+            return invalid(
+                "tier.cleanup_grace",
+                "must be at least a second, and far longer than an export takes".into(),
+            );
         }
         Ok(())
     }
@@ -565,6 +691,39 @@ mod tests {
         let text = toml::to_string(&cfg).unwrap();
         let back: NodeConfig = toml::from_str(&text).unwrap();
         assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn tier_settings_are_checked() {
+        let archived = "[[class]]\nname = \"h\"\nmetric_prefix = \"h.\"\narchive = true\n";
+        let cfg: NodeConfig = toml::from_str(archived).unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("tier.url"), "an archived class needs an archive");
+        let mut cfg: NodeConfig = toml::from_str(&format!("{archived}[tier]\nurl = \"archive\"\n")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.classes[0].hot_window(), Some(Duration::from_secs(30 * 86_400)), "30 days by default");
+        cfg.resolve_paths(Path::new("/etc/timeshard"));
+        assert_eq!(cfg.tier.url, "/etc/timeshard/archive", "a relative directory is relative to the file");
+        // Retention of archived classes is refused; the store keeps what the tier ages by write
+        // time, and timeshard's own series of archived classes forever.
+        cfg.classes[0].retention = Some(Duration::from_secs(86_400));
+        assert!(cfg.validate().unwrap_err().to_string().contains("retention does not apply"));
+        cfg.classes[0].retention = None;
+        cfg.classes.push(ClassConfig {
+            name: "w".into(),
+            metric_prefix: "w.".into(),
+            retention: Some(Duration::from_secs(60)),
+            age_by: AgeBy::Write,
+            ..Default::default()
+        });
+        cfg.validate().unwrap();
+        let rules = cfg.retention_rules();
+        let keep = |prefix: &str| rules.iter().find(|r| r.metric_prefix == prefix).map(|r| r.keep_ns);
+        assert_eq!(keep("w."), Some(None), "write-time retention is the tier's, not the store's");
+        assert_eq!(keep(timeshard_proto::key::RESERVED_METRIC_PREFIX), Some(None));
+        for bad in ["url = \"gs://x/y\"", "interval = \"0s\"", "row_group_rows = 10", "cleanup_grace = \"0s\""] {
+            let cfg: NodeConfig = toml::from_str(&format!("[tier]\n{bad}\n")).unwrap();
+            assert!(cfg.validate().unwrap_err().to_string().contains("tier"), "{bad}");
+        }
     }
 
     #[test]

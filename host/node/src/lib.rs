@@ -15,7 +15,7 @@
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
 //! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`http`]
 //! (InfluxDB and Prometheus endpoints, the JSON API and `/metrics`), [`metrics`] (what the node
-//! counts).
+//! counts), [`tier`] (the cold tier: export to the archive, and reads that span both tiers).
 
 pub mod config;
 pub mod control;
@@ -34,6 +34,7 @@ pub mod process;
 pub mod reconfigure;
 pub mod repair;
 pub mod server;
+pub mod tier;
 
 pub use config::NodeConfig;
 pub use node::{Node, RunningNode, StartError};

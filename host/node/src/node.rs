@@ -50,6 +50,8 @@ pub struct Node {
     pub(crate) disk: Option<Arc<DiskStore>>,
     coordinator: Arc<Coordinator>,
     repair: Arc<Repair>,
+    /// The cold tier (idle without an archive or write-time retention).
+    tier: Arc<crate::tier::Tier>,
     request_slots: Arc<Semaphore>,
     /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
     pub(crate) request_capacity: Mutex<usize>,
@@ -118,8 +120,13 @@ impl Node {
     pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
         self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
     }
+    /// The store replica requests are served from (with an archive: hot and cold merged).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+    /// The cold tier.
+    pub fn tier(&self) -> &Arc<crate::tier::Tier> {
+        &self.tier
     }
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
@@ -184,6 +191,8 @@ pub enum StartError {
     Policy(#[from] timeshard_policy::PolicyError),
     #[error("the last applied desired state cannot be used: {0}")]
     Desired(#[from] crate::reconfigure::ReconfigureError),
+    #[error(transparent)]
+    Tier(#[from] crate::tier::TierError),
     #[error("cannot open the hints in {path}: {source}")]
     Hints {
         path: std::path::PathBuf,
@@ -297,6 +306,12 @@ impl RunningNode {
         // Bound before anything starts, so a taken HTTP port fails the start cleanly.
         let http_listener = if config.http.enabled { Some(http::bind(&config.http).await?) } else { None };
         let (store, disk) = open_store(&config)?;
+        // Tier hook: with an archive, replicas serve hot and cold merged (crate::tier).
+        let tier = crate::tier::Tier::open(&config, &id.to_hex(), store.clone())?;
+        let store: Arc<dyn Store> = match tier.archive() {
+            Some(_) => Arc::new(crate::tier::store::TieredStore::new(tier.clone())),
+            None => store,
+        };
         let classes = config.class_table()?;
         let faults = config.testing.fault_file.clone().map(|f| Arc::new(Faults::new(f)));
         if let Some(f) = &faults {
@@ -352,6 +367,7 @@ impl RunningNode {
             disk,
             coordinator,
             repair,
+            tier,
             config_generation: AtomicU64::new(applied.generation),
             config_digest: digest,
             enrolled: applied.enrolled,
@@ -406,6 +422,7 @@ impl RunningNode {
         };
         node.tasks.spawn(replayer.run(node.shutdown.clone()));
         node.tasks.spawn(replay::sync_loop(node.hints().clone(), node.shutdown.clone()));
+        node.tasks.spawn(crate::tier::run_mover(node.tier.clone(), node.clone()));
         Ok(RunningNode { node, http_addr })
     }
 

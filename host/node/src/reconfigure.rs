@@ -57,13 +57,17 @@ pub fn parse_revoked(ids: &[String]) -> Result<HashSet<Id>, ReconfigureError> {
     ids.iter().map(|s| s.parse::<Id>().map_err(|_| ReconfigureError::BadRevokedId(s.clone()))).collect()
 }
 
-/// `current` with the retention `file` gives each of its classes (by name): what SIGHUP
-/// applies to a node configured by hand. Classes the file adds or drops need a restart.
+/// `current` with the retention and tier settings (`hot`, `archive`, `age_by`) `file` gives
+/// each of its classes (by name): what SIGHUP applies to a node configured by hand. Classes the
+/// file adds or drops need a restart.
 pub fn with_retention_of(current: &NodeConfig, file: &NodeConfig) -> NodeConfig {
     let mut next = current.clone();
     for class in &mut next.classes {
         if let Some(f) = file.classes.iter().find(|f| f.name == class.name) {
             class.retention = f.retention;
+            class.hot = f.hot;
+            class.archive = f.archive;
+            class.age_by = f.age_by;
         }
     }
     next
@@ -98,6 +102,9 @@ fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureErro
     }
     if old.repair != new.repair {
         return fixed("[repair]");
+    }
+    if old.tier != new.tier {
+        return fixed("[tier]");
     }
     if old.testing != new.testing {
         return fixed("[testing]");
@@ -177,6 +184,8 @@ impl Node {
             changed.push("retention".into());
         }
         self.store().set_retention(rules);
+        // Tier hook: class tier settings and write-time retention.
+        self.tier().set_config(&config);
         if old.limits != config.limits {
             self.coordinator().set_limits(config.limits.clone());
             self.resize_request_slots(config.limits.max_concurrent_requests);

@@ -267,6 +267,8 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
             let gossip = node.config().membership.gossip_interval;
             Response::Leaving(node.repair().leave(gossip, move || stopper.stop("left the cluster".into())))
         }
+        // Tier hook: `timeshard archive status`.
+        Request::ArchiveStatus => Response::Archive(Box::new(node.tier().report().await)),
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))

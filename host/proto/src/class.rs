@@ -25,6 +25,48 @@ pub struct SeriesClass {
     pub replication: Replication,
 }
 
+/// Which age of a block decides when it leaves the hot tier (a class's hot window) and when
+/// retention expires it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgeBy {
+    /// The time of its points (the end of its quantum): the default.
+    #[default]
+    Event,
+    /// When it was last written: a device that uploads weeks-old data after coming back gets
+    /// the full hot window and retention from the day the data arrived.
+    Write,
+}
+
+impl AgeBy {
+    /// Whether this is the default, event time.
+    pub fn is_event(&self) -> bool {
+        *self == AgeBy::Event
+    }
+}
+
+impl std::fmt::Display for AgeBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AgeBy::Event => "event",
+            AgeBy::Write => "write",
+        })
+    }
+}
+
+impl std::str::FromStr for AgeBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AgeBy, String> {
+        match s {
+            "event" => Ok(AgeBy::Event),
+            "write" => Ok(AgeBy::Write),
+            other => {
+                Err(format!("age_by {other:?}: use \"event\" (the points' time) or \"write\" (when they arrived)"))
+            }
+        }
+    }
+}
+
 /// Replication factor and quorum sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replication {

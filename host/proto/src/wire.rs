@@ -164,6 +164,10 @@ pub enum Request {
     /// node's own certificate may ask; answered with [`Response::Leaving`] (asking again
     /// reports progress).
     Leave,
+
+    /// Client: the cold tier as the receiver sees it (what the archive holds, this node's
+    /// pending exports and last error); answered with [`Response::Archive`].
+    ArchiveStatus,
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -277,6 +281,7 @@ pub enum Response {
         next: Option<ListCursor>,
     },
     Leaving(LeaveProgress),
+    Archive(Box<crate::tier::ArchiveReport>),
 }
 
 /// What a node reports about itself.
@@ -738,9 +743,12 @@ impl Request {
             | Request::ReadBlocks { .. }
             | Request::BlockDigests { .. }
             | Request::ListBlocks { .. } => repair::check(self, limits.max_page_points),
-            Request::Ping | Request::FindNode { .. } | Request::HasSeries { .. } | Request::Status | Request::Leave => {
-                Ok(())
-            }
+            Request::Ping
+            | Request::FindNode { .. }
+            | Request::HasSeries { .. }
+            | Request::Status
+            | Request::Leave
+            | Request::ArchiveStatus => Ok(()),
         }
     }
 
@@ -791,6 +799,7 @@ impl Request {
             Request::BlockDigests { .. } => "block_digests",
             Request::ListBlocks { .. } => "list_blocks",
             Request::Leave => "leave",
+            Request::ArchiveStatus => "archive_status",
         }
     }
 }

@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use timeshard_node::config::{
     ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, RepairConfig, StoreConfig,
-    TestingConfig, TlsConfig,
+    TestingConfig, TierConfig, TlsConfig,
 };
 use timeshard_node::http::HttpConfig;
 use timeshard_node::pki;
@@ -48,6 +48,8 @@ pub struct ClusterOptions {
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
     pub repair: RepairConfig,
+    /// The cold tier of every node (the same archive for all).
+    pub tier: TierConfig,
     /// Whether every node watches a fault file (`node-<i>/faults`), so tests can partition the
     /// cluster with [`LocalCluster::partition`].
     pub fault_injection: bool,
@@ -88,6 +90,7 @@ impl ClusterOptions {
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
             repair: RepairConfig::default(),
+            tier: TierConfig::default(),
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
             http: HttpConfig::default(),
@@ -197,6 +200,7 @@ impl LocalCluster {
             membership: o.membership.clone(),
             hints: o.hints.clone(),
             repair: o.repair.clone(),
+            tier: o.tier.clone(),
             testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },

@@ -26,6 +26,9 @@ pub fn class_config(spec: &ClassSpec) -> ClassConfig {
         w: spec.w,
         r: spec.r,
         retention: spec.retention,
+        hot: spec.hot,
+        archive: spec.archive,
+        age_by: spec.age_by,
     }
 }
 
@@ -40,6 +43,9 @@ pub fn class_spec(class: &ClassConfig) -> ClassSpec {
         w: class.w,
         r: class.r,
         retention: class.retention,
+        hot: class.hot,
+        archive: class.archive,
+        age_by: class.age_by,
     }
 }
 

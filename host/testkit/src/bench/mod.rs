@@ -9,3 +9,4 @@ pub mod policy;
 pub mod policy_host;
 pub mod repair;
 pub mod store;
+pub mod tier;

@@ -1,0 +1,328 @@
+//! The cold tier on a node: classes with `archive = true` move sealed blocks past their hot
+//! window to the archive (`[tier] url`, the `timeshard-tier` crate), and every read, window
+//! aggregate and policy query spans both tiers.
+//!
+//! - [`store::TieredStore`] is the store the node serves replica requests from: the hot store,
+//!   with reads and aggregates of archived classes merged with what the archive holds. Each
+//!   replica answers for hot and cold alike, so the coordinator's paths (quorums, agreement,
+//!   reconciliation) work unchanged, and a replica that dropped its hot copy answers exactly
+//!   like one that still holds it.
+//! - `mover` is the export loop: every `[tier] interval` it finds the blocks past their hot
+//!   window; their first owner exports them (later owners take over after `takeover_after`
+//!   each, should it be down or lack them: `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
+//!   checked by its own digest (`Store::drop_block` refuses a copy that changed meanwhile). It
+//!   also applies write-time retention (`age_by = "write"`), which the store does not measure.
+//! - `report` answers `timeshard archive status`.
+//!
+//! The coordinator never sees the archive; the hooks are the store the node hands out
+//! ([`crate::node`]), the export task it spawns, the class settings a reconfiguration passes on
+//! ([`crate::reconfigure`]), and the status request ([`crate::server`]).
+
+mod mover;
+mod report;
+pub mod store;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use timeshard_proto::class::AgeBy;
+use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
+use timeshard_store::Store;
+use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig};
+use tracing::warn;
+
+use crate::config::{ConfigError, NodeConfig, TierConfig};
+
+pub use mover::run as run_mover;
+
+/// The tier settings of one class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassTier {
+    pub archive: bool,
+    /// The hot window (ns); 0 when the class is not archived.
+    pub hot_ns: i64,
+    pub age_by: AgeBy,
+    /// Retention (ns) the tier applies itself: write-time retention only (the store applies
+    /// event-time retention).
+    pub write_retention_ns: Option<i64>,
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The classes and their tier settings, swapped whole on reconfiguration.
+#[derive(Debug)]
+pub struct Policy {
+    pub classes: Classes,
+    by_name: HashMap<String, ClassTier>,
+}
+
+impl Policy {
+    fn of(config: &NodeConfig) -> Result<Policy, ConfigError> {
+        let by_name = config
+            .classes
+            .iter()
+            .map(|c| {
+                let tier = ClassTier {
+                    archive: c.archive,
+                    hot_ns: c.hot_window().map_or(0, nanos),
+                    age_by: c.age_by,
+                    write_retention_ns: c.retention.filter(|_| c.age_by == AgeBy::Write).map(nanos),
+                };
+                (c.name.clone(), tier)
+            })
+            .collect();
+        Ok(Policy { classes: config.class_table()?, by_name })
+    }
+
+    /// The tier settings of `class` (a class the file does not name, the implicit catch-all,
+    /// is not archived).
+    pub fn tier(&self, class: &SeriesClass) -> ClassTier {
+        self.by_name.get(&class.name).copied().unwrap_or(ClassTier {
+            archive: false,
+            hot_ns: 0,
+            age_by: AgeBy::Event,
+            write_retention_ns: None,
+        })
+    }
+
+    /// The class of `series` if it is archived (timeshard's own series never are).
+    pub fn archived_class(&self, series: &SeriesKey) -> Option<(&SeriesClass, ClassTier)> {
+        if series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
+            return None;
+        }
+        let class = self.classes.of(series);
+        let tier = self.tier(class);
+        tier.archive.then_some((class, tier))
+    }
+
+    /// Whether the node has tier work at all: an archived class, or write-time retention.
+    pub fn has_work(&self) -> bool {
+        self.by_name.values().any(|t| t.archive || t.write_retention_ns.is_some())
+    }
+}
+
+/// What the export loop has done, for `timeshard archive status`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClassCounters {
+    pub exported_files: u64,
+    pub exported_blocks: u64,
+    pub exported_rows: u64,
+    pub exported_bytes: u64,
+    pub dropped_blocks: u64,
+    pub pending_blocks: u64,
+    pub waiting_for_owner: u64,
+    pub expired_blocks: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub classes: HashMap<String, ClassCounters>,
+    pub last_round_ns: i64,
+    pub last_error: Option<String>,
+    pub last_error_ns: i64,
+    pub failed_rounds: u32,
+}
+
+/// The cold tier of a node.
+#[derive(Debug)]
+pub struct Tier {
+    archive: Option<Archive>,
+    url: String,
+    hot: Arc<dyn Store>,
+    config: TierConfig,
+    seal_grace_ns: i64,
+    policy: RwLock<Arc<Policy>>,
+    progress: Mutex<Progress>,
+    /// A background relisting of the archive is under way (see [`store::TieredStore`]).
+    relisting: AtomicBool,
+    /// When listing each class last failed: reads do not wait for another attempt within the
+    /// listing TTL.
+    list_failures: Mutex<HashMap<String, (std::time::Instant, String)>>,
+    /// Per class, the end of the newest quantum this node dropped a hot copy of (see
+    /// [`Tier::drop_horizon`]), kept in `drops_file`.
+    drops: Mutex<HashMap<String, Timestamp>>,
+    drops_file: PathBuf,
+    runtime: tokio::runtime::Handle,
+}
+
+/// The tier cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    #[error("cannot open the archive {url}: {source}")]
+    Archive {
+        url: String,
+        #[source]
+        source: Box<timeshard_tier::Error>,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot keep the tier's state in {path}: {source}")]
+    State {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where a node keeps its drop horizons (in `<data_dir>/tier`).
+const DROPS_FILE: &str = "drops.json";
+
+impl Tier {
+    /// The tier of a node named `node` (its id in hex: the name its exports carry) over its hot
+    /// store. Every node has one, idle unless an archive is configured or a class ages by write
+    /// time (a reconfiguration may make it so). Must be called within the node's runtime.
+    pub fn open(config: &NodeConfig, node: &str, hot: Arc<dyn Store>) -> Result<Arc<Tier>, TierError> {
+        let policy = Policy::of(config)?;
+        let t = &config.tier;
+        let dir = config.data_dir.join("tier");
+        std::fs::create_dir_all(&dir).map_err(|source| TierError::State { path: dir.clone(), source })?;
+        let drops_file = dir.join(DROPS_FILE);
+        let drops = match std::fs::read(&drops_file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| TierError::State {
+                path: drops_file.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(source) => return Err(TierError::State { path: drops_file, source }),
+        };
+        let archive = if t.url.is_empty() {
+            None
+        } else {
+            let archive_config = Config {
+                node: node.to_string(),
+                export: ExportConfig {
+                    row_group_rows: t.row_group_rows,
+                    rate_limit_bytes_per_s: (t.rate_limit_bytes_per_sec > 0).then_some(t.rate_limit_bytes_per_sec),
+                    ..ExportConfig::default()
+                },
+                cache: CacheConfig { listing_ttl: t.listing_ttl, ..CacheConfig::default() },
+                retry: timeshard_tier::RetryPolicy::default(),
+            };
+            let options: Vec<(String, String)> = t.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let archive = Archive::open_with_options(&t.url, &options, archive_config)
+                .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
+            Some(archive)
+        };
+        Ok(Arc::new(Tier {
+            archive,
+            url: t.url.clone(),
+            hot,
+            config: t.clone(),
+            seal_grace_ns: nanos(config.store.seal_grace),
+            policy: RwLock::new(Arc::new(policy)),
+            progress: Mutex::new(Progress::default()),
+            relisting: AtomicBool::new(false),
+            list_failures: Mutex::new(HashMap::new()),
+            drops: Mutex::new(drops),
+            drops_file,
+            runtime: tokio::runtime::Handle::current(),
+        }))
+    }
+
+    /// The archive, if one is configured.
+    pub fn archive(&self) -> Option<&Archive> {
+        self.archive.as_ref()
+    }
+
+    /// The hot store.
+    pub fn hot(&self) -> &Arc<dyn Store> {
+        &self.hot
+    }
+
+    /// The classes and tier settings in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Applies the classes of a new configuration (checked already: see
+    /// [`crate::reconfigure`]).
+    pub fn set_config(&self, config: &NodeConfig) {
+        match Policy::of(config) {
+            Ok(p) => *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p),
+            Err(e) => warn!(error = %e, "tier settings not applied"),
+        }
+    }
+
+    pub(crate) fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether block `b` is past the hot window of its archived class at `now` (the tier
+    /// moves it; repair leaves it alone).
+    pub fn leaving(&self, policy: &Policy, b: &timeshard_store::BlockInfo, now: Timestamp) -> bool {
+        if self.archive.is_none() {
+            return false;
+        }
+        policy.archived_class(&b.series).is_some_and(|(_, t)| {
+            timeshard_proto::tier::due_at(t.age_by, b.quantum, b.last_write, t.hot_ns, self.seal_grace_ns) <= now
+        })
+    }
+
+    /// The end of the newest quantum of `class` this node ever dropped a hot copy of
+    /// ([`Timestamp::MIN`]: none): from there on its hot store holds everything it was given.
+    pub fn drop_horizon(&self, class: &str) -> Timestamp {
+        self.drops.lock().unwrap_or_else(|e| e.into_inner()).get(class).copied().unwrap_or(Timestamp::MIN)
+    }
+
+    /// Moves the drop horizon of `class` to `end` (if later) and makes it durable: called
+    /// before hot copies up to `end` are dropped.
+    pub(crate) fn note_drops(&self, class: &str, end: Timestamp) -> std::io::Result<()> {
+        let mut drops = self.drops.lock().unwrap_or_else(|e| e.into_inner());
+        if drops.get(class).is_some_and(|&d| d >= end) {
+            return Ok(());
+        }
+        let mut next = drops.clone();
+        next.insert(class.to_string(), end);
+        let tmp = self.drops_file.with_extension("tmp");
+        let bytes = serde_json::to_vec(&next).map_err(std::io::Error::other)?;
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.drops_file)?;
+        if let Some(dir) = self.drops_file.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        *drops = next;
+        Ok(())
+    }
+
+    /// Lists the archive's exports of `class` now, unless that failed within the listing TTL
+    /// (then the earlier failure is the answer); remembers a failure. The error says why.
+    pub(crate) async fn relist(&self, class: &SeriesClass) -> Result<(), String> {
+        let Some(archive) = &self.archive else { return Ok(()) };
+        let recent = |(at, _): &&(std::time::Instant, String)| at.elapsed() < self.config.listing_ttl;
+        if let Some((_, e)) =
+            self.list_failures.lock().unwrap_or_else(|e| e.into_inner()).get(&class.name).filter(recent)
+        {
+            return Err(e.clone());
+        }
+        let result = archive.relist(class).await.map_err(|e| e.to_string());
+        let mut failures = self.list_failures.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(()) => failures.remove(&class.name),
+            Err(e) => failures.insert(class.name.clone(), (std::time::Instant::now(), e.clone())),
+        };
+        result
+    }
+
+    /// Lists the archive's exports of `class` in the background, unless a listing is under way.
+    pub(crate) fn relist_soon(self: &Arc<Self>, class: &SeriesClass) {
+        if self.archive.is_none() || self.relisting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (tier, class) = (self.clone(), class.clone());
+        self.runtime.spawn(async move {
+            if let Err(e) = tier.relist(&class).await {
+                warn!(class = %class.name, error = %e, "listing the archive failed; queries use the previous listing");
+            }
+            tier.relisting.store(false, Ordering::Release);
+        });
+    }
+}

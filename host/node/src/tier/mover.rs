@@ -1,0 +1,285 @@
+//! The export loop: every `[tier] interval`, blocks past their hot window leave the hot store.
+//!
+//! One round:
+//! 1. walks the hot store's blocks (`Store::list_blocks`, a page at a time, from memory) and
+//!    keeps, per archived class, the due ones of the earliest days (at most
+//!    `max_blocks_per_round`: `timeshard_proto::tier::RoundPicker`); blocks expired by
+//!    write-time retention are dropped;
+//! 2. asks the archive which due blocks it holds, each by this replica's own digest, and drops
+//!    those hot copies (`Store::drop_block` with that digest: a copy that changed meanwhile is
+//!    kept, and goes again as late data);
+//! 3. exports the rest of the blocks this node is first in line for (`export_rank`,
+//!    `exports_now`: the first owner at once, the next ones after `takeover_after` each); the
+//!    archive confirms them, and the next round drops them here, by which time every
+//!    replica's listing can see the export.
+//!
+//! A round that fails (the archive unreachable, failing, or corrupt) changes nothing hot: the
+//! error is kept for `timeshard archive status`, and the next round waits twice as long, up to
+//! `max_backoff`. The archive's own operations are retried with backoff inside each round too.
+//! Uploads are rate-limited and stream one row group at a time (`[tier] row_group_rows`).
+//! Points files that interrupted exports left behind are cleaned up about once an hour.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use timeshard_proto::placement::placement_id;
+use timeshard_proto::tier::{RoundPicker, due_at, expired, export_rank, exports_now};
+use timeshard_proto::{AgeBy, Quantum, SeriesClass, SeriesKey, Timestamp};
+use timeshard_store::{BlockInfo, StoreError};
+use tracing::{info, warn};
+
+use super::Tier;
+use crate::node::Node;
+
+/// Blocks listed per call (the store holds its lock for about this much work).
+const LIST_PAGE: usize = 10_000;
+/// How often uncommitted files are looked for.
+const CLEANUP_EVERY: Duration = Duration::from_secs(3600);
+
+/// A round that failed.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    Archive(#[from] timeshard_tier::Error),
+    #[error("the hot store failed: {0}")]
+    Hot(#[from] StoreError),
+    #[error("a store task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// A due block.
+#[derive(Clone, Debug)]
+struct Due {
+    series: SeriesKey,
+    quantum: Quantum,
+    digest: u64,
+    due: Timestamp,
+    last_write: Timestamp,
+}
+
+fn now_ns() -> Timestamp {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Runs export rounds until the node shuts down.
+pub async fn run(tier: Arc<Tier>, node: Arc<Node>) {
+    let stop = node.shutdown_signal().clone();
+    let interval = tier.config.interval;
+    let mut last_cleanup: Option<tokio::time::Instant> = None;
+    // Learn what the archive holds, so reads know which ranges are cold.
+    let archived: Vec<SeriesClass> = {
+        let policy = tier.policy();
+        policy.classes.iter().filter(|c| policy.tier(c).archive).cloned().collect()
+    };
+    for class in archived {
+        if let Err(e) = tier.relist(&class).await {
+            warn!(class = %class.name, error = %e, "cannot list the archive yet");
+        }
+    }
+    loop {
+        let failed = tier.progress().failed_rounds;
+        let wait = interval.saturating_mul(1 << failed.min(16)).min(tier.config.max_backoff.max(interval));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let result = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = round(&tier, &node) => r,
+        };
+        {
+            let mut progress = tier.progress();
+            progress.last_round_ns = now_ns();
+            match result {
+                Ok(()) => progress.failed_rounds = 0,
+                Err(e) => {
+                    progress.failed_rounds = progress.failed_rounds.saturating_add(1);
+                    warn!(error = %e, failed_rounds = progress.failed_rounds, "archive round failed; hot data is kept");
+                    progress.last_error = Some(e.to_string());
+                    progress.last_error_ns = now_ns();
+                }
+            }
+        }
+        if let Some(archive) = tier.archive()
+            && last_cleanup.is_none_or(|t| t.elapsed() >= CLEANUP_EVERY)
+        {
+            last_cleanup = Some(tokio::time::Instant::now());
+            match archive.cleanup(tier.config.cleanup_grace).await {
+                Ok(r) if !r.removed.is_empty() => info!(removed = r.removed.len(), "removed uncommitted archive files"),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "cleaning up the archive failed"),
+            }
+        }
+    }
+}
+
+/// What one walk of the hot store found.
+#[derive(Default)]
+struct Walk {
+    /// Per archived class: the class and its picked due blocks.
+    due: HashMap<String, (SeriesClass, RoundPicker<Due>)>,
+    expired: Vec<BlockInfo>,
+}
+
+/// Walks the hot store's blocks (see the module docs, step 1).
+async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
+    let policy = tier.policy();
+    let budget = tier.config.max_blocks_per_round;
+    let mut found = Walk::default();
+    let mut cursor = None;
+    loop {
+        let hot = tier.hot.clone();
+        let page = tokio::task::spawn_blocking(move || hot.list_blocks(cursor, LIST_PAGE)).await??;
+        for b in page.blocks {
+            if b.series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
+                continue;
+            }
+            let class = policy.classes.of(&b.series);
+            let t = policy.tier(class);
+            if let Some(keep) = t.write_retention_ns
+                && expired(AgeBy::Write, b.quantum, b.last_write, keep, now)
+            {
+                if found.expired.len() < budget {
+                    found.expired.push(b);
+                }
+                continue;
+            }
+            if !t.archive || tier.archive.is_none() {
+                continue;
+            }
+            let due = due_at(t.age_by, b.quantum, b.last_write, t.hot_ns, tier.seal_grace_ns);
+            if now < due {
+                continue;
+            }
+            let (_, picker) =
+                found.due.entry(class.name.clone()).or_insert_with(|| (class.clone(), RoundPicker::new(budget)));
+            let block = Due { series: b.series, quantum: b.quantum, digest: b.digest, due, last_write: b.last_write };
+            picker.offer(b.quantum, block);
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(found),
+        }
+    }
+}
+
+/// Drops hot blocks if they still have their digests; says which were dropped.
+async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>) -> Result<Vec<bool>, RoundError> {
+    if blocks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hot = tier.hot.clone();
+    let dropped = tokio::task::spawn_blocking(move || -> Result<Vec<bool>, StoreError> {
+        blocks.iter().map(|(series, start, digest)| hot.drop_block(series, *start, *digest)).collect()
+    })
+    .await??;
+    Ok(dropped)
+}
+
+/// One round (see the module docs).
+async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
+    if !tier.policy().has_work() {
+        return Ok(());
+    }
+    let now = now_ns();
+    let found = walk(tier, now).await?;
+    if !found.expired.is_empty() {
+        let blocks = found.expired.iter().map(|b| (b.series.clone(), b.quantum.start, b.digest)).collect();
+        let dropped = drop_blocks(tier, blocks).await?;
+        let policy = tier.policy();
+        let mut progress = tier.progress();
+        for (b, dropped) in found.expired.iter().zip(dropped) {
+            let class = &policy.classes.of(&b.series).name;
+            progress.classes.entry(class.clone()).or_default().expired_blocks += u64::from(dropped);
+        }
+    }
+    // Classes with nothing due now report nothing pending.
+    for c in tier.progress().classes.values_mut() {
+        c.pending_blocks = 0;
+        c.waiting_for_owner = 0;
+    }
+    let mut first_error = None;
+    for (name, (class, picker)) in found.due {
+        let offered = picker.offered();
+        let due = picker.finish();
+        if let Err(e) = move_class(tier, node, &class, due, offered, now).await {
+            warn!(class = %name, error = %e, "archiving failed; hot data is kept");
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The blocks this node exports now, and those another owner is to export first.
+// Not inside the async fn: closures over references held across its awaits trip rustc's `Send`
+// inference for the spawned task.
+fn split_by_turn(
+    tier: &Tier,
+    node: &Node,
+    class: &SeriesClass,
+    blocks: Vec<Due>,
+    now: Timestamp,
+) -> (Vec<Due>, Vec<Due>) {
+    let me = node.dht().me().id;
+    let view = node.view();
+    let policy = tier.policy();
+    let rf = usize::from(class.replication.rf);
+    let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
+    blocks.into_iter().partition(|d| {
+        let owners = view.owners(placement_id(&d.series, &d.quantum, &policy.classes), rf);
+        exports_now(export_rank(&owners, me), d.due, d.last_write, now, takeover)
+    })
+}
+
+/// Steps 2 and 3 of a round for one class's due blocks (`offered` were due in all).
+async fn move_class(
+    tier: &Arc<Tier>,
+    node: &Arc<Node>,
+    class: &SeriesClass,
+    due: Vec<Due>,
+    offered: u64,
+    now: Timestamp,
+) -> Result<(), RoundError> {
+    let Some(archive) = tier.archive() else { return Ok(()) };
+    tier.progress().classes.entry(class.name.clone()).or_default().pending_blocks = offered;
+    let asked: Vec<(SeriesKey, Quantum, u64)> = due.iter().map(|d| (d.series.clone(), d.quantum, d.digest)).collect();
+    let held = archive.confirmed(class, &asked).await?;
+    let mut covered = Vec::new();
+    let mut rest = Vec::new();
+    for (d, held) in due.into_iter().zip(held) {
+        if held { covered.push(d) } else { rest.push(d) }
+    }
+    // The drop horizon first, durably: reads that skip the archive rely on it.
+    if let Some(end) = covered.iter().map(|d| d.quantum.end()).max() {
+        let (tier2, name) = (tier.clone(), class.name.clone());
+        tokio::task::spawn_blocking(move || tier2.note_drops(&name, end))
+            .await?
+            .map_err(|e| RoundError::Hot(StoreError::Io { context: "recording the drop horizon".into(), source: e }))?;
+    }
+    let covered = covered.into_iter().map(|d| (d.series, d.quantum.start, d.digest)).collect();
+    let dropped = drop_blocks(tier, covered).await?.into_iter().filter(|&d| d).count() as u64;
+    let (mine, waiting) = split_by_turn(tier, node, class, rest, now);
+    {
+        let mut progress = tier.progress();
+        let c = progress.classes.entry(class.name.clone()).or_default();
+        c.dropped_blocks += dropped;
+        c.pending_blocks = offered.saturating_sub(dropped);
+        c.waiting_for_owner = waiting.len() as u64;
+    }
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let blocks: Vec<(SeriesKey, Quantum)> = mine.into_iter().map(|d| (d.series, d.quantum)).collect();
+    info!(class = %class.name, blocks = blocks.len(), "exporting to the archive");
+    let report = archive.export(tier.hot.clone(), class, blocks).await?;
+    let written = report.confirmed.iter().filter(|c| !c.already).count() as u64;
+    info!(class = %class.name, files = report.files.len(), blocks = written, rows = report.rows, "exported to the archive");
+    let mut progress = tier.progress();
+    let c = progress.classes.entry(class.name.clone()).or_default();
+    c.exported_files += report.files.len() as u64;
+    c.exported_blocks += written;
+    c.exported_rows += report.rows;
+    c.exported_bytes += report.bytes;
+    Ok(())
+}

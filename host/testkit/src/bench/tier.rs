@@ -1,0 +1,493 @@
+//! `timeshard bench tier`: the cold tier (`timeshard-tier`) measured on the real disk: export
+//! from a durable hot store ([`DiskStore`]) to an archive in a local directory, Parquet bytes per
+//! point, a day of one 60 Hz series read cold and hot, and 1-hour windows over a cold year.
+//! [`measure`] returns a [`TierBenchReport`], [`run`] the benchmark's JSON document with the
+//! [`Floor`]. The data are the `pmu` and `counter` datasets of BENCHMARKS.md
+//! ([`crate::datasets`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use timeshard_proto::class::{Replication, SeriesClass};
+use timeshard_proto::{KeyFormat, Point, Quantum, QuantumLen, SeriesKey, TimeRange};
+use timeshard_store::{DiskConfig, DiskStore, Store};
+use timeshard_tier::{Archive, Config};
+
+use super::floor::Floor;
+use super::store::{BenchError, to_blocks};
+use crate::datasets::{T0, counter_points, counter_series, pmu_points, pmu_series};
+use crate::stats::{median, round3};
+
+/// What to run; `Default` is the benchmark as specified, [`TierOptions::quick`] a smoke run.
+#[derive(Clone, Debug)]
+pub struct TierOptions {
+    /// Repetitions of each timed measurement (medians are reported).
+    pub reps: usize,
+    /// Points exported by the export measurement, over `export_series` `pmu` series.
+    pub export_points: usize,
+    pub export_series: u32,
+    /// Points of `counter` (10 series) exported for its bytes per point.
+    pub counter_points: usize,
+    /// Points of the day of `pmu` read cold and hot.
+    pub day_points: usize,
+    /// Points of the year of `counter` aggregated cold.
+    pub year_points: usize,
+    /// Points per page of the day reads (as `bench store` scans).
+    pub page_points: usize,
+    /// Quantum of the `pmu` class (default 10 s) and of the `counter` class (default 1 h).
+    pub pmu_quantum: QuantumLen,
+    pub counter_quantum: QuantumLen,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions {
+            reps: 3,
+            export_points: 10_000_000,
+            export_series: 10,
+            counter_points: 10_000_000,
+            day_points: 5_184_000,
+            year_points: 31_536_000,
+            page_points: 100_000,
+            pmu_quantum: QuantumLen::DEFAULT,
+            counter_quantum: QuantumLen::new(3_600_000_000_000).expect("valid"),
+        }
+    }
+}
+
+impl TierOptions {
+    /// A small run for tests: same steps, tiny sizes.
+    pub fn quick() -> TierOptions {
+        TierOptions {
+            reps: 1,
+            export_points: 60_000,
+            export_series: 3,
+            counter_points: 20_000,
+            day_points: 36_000,
+            year_points: 20_000,
+            page_points: 10_000,
+            ..TierOptions::default()
+        }
+    }
+}
+
+/// Parquet bytes per point of each dataset.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BytesPerPoint {
+    pub pmu: f64,
+    pub counter: f64,
+}
+
+/// What [`measure`] finds: the JSON document of `timeshard bench tier` but its `floor`, which
+/// [`run`] adds. The first five keys are the benchmark's; the rest are extras.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TierBenchReport {
+    pub export_points_per_s: u64,
+    /// Bytes of the points files (what foreign engines read) per point.
+    pub parquet_bytes_per_point: BytesPerPoint,
+    pub read_day_cold_ms: f64,
+    pub read_day_hot_ms: f64,
+    /// With the catalog's listing and manifests cached, as on a node that queries the archive.
+    pub agg_year_1h_cold_ms: f64,
+    pub runs: Runs,
+    pub setup: Setup,
+}
+
+/// Every repetition, and figures for comparison.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Runs {
+    pub export_points_per_s: Vec<u64>,
+    pub read_day_cold_ms: Vec<f64>,
+    pub read_day_hot_ms: Vec<f64>,
+    pub agg_year_1h_cold_ms: Vec<f64>,
+    /// The first cold read of the day and the first cold year aggregate by a new archive
+    /// handle: listing, manifests and footers fetched first.
+    pub read_day_cold_first_ms: f64,
+    pub agg_year_1h_cold_first_ms: f64,
+    /// The same year aggregated by the hot store.
+    pub agg_year_1h_hot_ms: Vec<f64>,
+    /// Manifest bytes per point (block summaries; not read by foreign engines).
+    pub manifest_bytes_per_point: BytesPerPoint,
+}
+
+/// How the figures were taken.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Setup {
+    pub reps: usize,
+    pub export_points: usize,
+    pub export_series: u32,
+    pub day_points: usize,
+    pub year_points: usize,
+    pub page_points: usize,
+    pub pmu_quantum_s: f64,
+    pub counter_quantum_s: f64,
+    pub archive: &'static str,
+    pub row_group_rows: usize,
+    pub verify_after_upload: bool,
+    pub hot_store: &'static str,
+    /// Value encodings the exporter chose (`dictionary` or `byte_stream_split`).
+    pub pmu_value_encoding: String,
+    pub counter_value_encoding: String,
+    pub files_exported_for_the_year: usize,
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+    let context = context.into();
+    move |source| BenchError::Io { context, source }
+}
+
+fn tier(e: timeshard_tier::Error) -> BenchError {
+    BenchError::Check(format!("archive: {e}"))
+}
+
+fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
+    let p = dir.join(name);
+    if p.exists() {
+        std::fs::remove_dir_all(&p).map_err(io(format!("clearing {}", p.display())))?;
+    }
+    std::fs::create_dir_all(&p).map_err(io(format!("creating {}", p.display())))?;
+    Ok(p)
+}
+
+fn class(name: &str, quantum: QuantumLen) -> SeriesClass {
+    SeriesClass {
+        name: name.into(),
+        metric_prefix: String::new(),
+        format: KeyFormat::Qfi,
+        quantum,
+        replication: Replication::default(),
+    }
+}
+
+/// A durable hot store in `dir` holding `series`' points from `points` (written in batches,
+/// then sealed).
+fn hot_store(
+    dir: &Path,
+    quantum: QuantumLen,
+    series: impl IntoIterator<Item = (SeriesKey, Box<dyn Iterator<Item = Point>>)>,
+) -> Result<Arc<DiskStore>, BenchError> {
+    let store = DiskStore::open(dir, DiskConfig::default())?;
+    for (key, points) in series {
+        let mut batch = Vec::with_capacity(100_000);
+        for p in points {
+            batch.push(p);
+            if batch.len() == batch.capacity() {
+                store.write(&to_blocks(&key, quantum, &batch))?;
+                batch.clear();
+            }
+        }
+        store.write(&to_blocks(&key, quantum, &batch))?;
+    }
+    while store.maintain(i64::MAX / 2)?.more {}
+    Ok(Arc::new(store))
+}
+
+fn blocks_of(hot: &dyn Store) -> Result<Vec<(SeriesKey, Quantum)>, BenchError> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = hot.list_blocks(cursor, 10_000)?;
+        out.extend(page.blocks.into_iter().map(|b| (b.series, b.quantum)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Bytes of the files under `dir` whose path contains `part`.
+fn bytes_under(dir: &Path, part: &str) -> Result<u64, BenchError> {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).map_err(io(format!("listing {}", dir.display())))? {
+        let e = e.map_err(io("listing"))?;
+        let md = e.metadata().map_err(io("stat"))?;
+        if md.is_dir() {
+            total += bytes_under(&e.path(), part)?;
+        } else if e.path().to_string_lossy().contains(part) {
+            total += md.len();
+        }
+    }
+    Ok(total)
+}
+
+fn archive(dir: &Path) -> Result<Archive, BenchError> {
+    Archive::open(dir.to_str().unwrap_or("."), Config::for_node("bench")).map_err(tier)
+}
+
+/// Runs the benchmark as `timeshard bench tier` does, in `dir` (`None`: a new directory under
+/// the system's temporary directory), which it fills and removes, with the [`Floor`] measured
+/// first. Returns the JSON document and prints a summary.
+pub async fn run(dir: Option<PathBuf>, opts: TierOptions) -> anyhow::Result<serde_json::Value> {
+    let dir = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("timeshard-bench-tier-{}", std::process::id())));
+    eprintln!("measuring the cold tier in {}; this takes a few minutes", dir.display());
+    let floor = match Floor::measure_with_own_node(&dir).await {
+        Ok(floor) => floor,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let report = measure(&dir, &opts).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = report?;
+    let mut value = serde_json::to_value(&report)?;
+    value["floor"] = serde_json::to_value(&floor)?;
+    println!(
+        "export {:.0} points/s, {:.2} Parquet bytes/point (pmu), {:.2} (counter); a day of 60 Hz read cold in {:.1} ms, \
+         hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms",
+        report.export_points_per_s,
+        report.parquet_bytes_per_point.pmu,
+        report.parquet_bytes_per_point.counter,
+        report.read_day_cold_ms,
+        report.read_day_hot_ms,
+        report.agg_year_1h_cold_ms
+    );
+    println!("{}", floor.summary());
+    Ok(value)
+}
+
+/// Measures the cold tier in `dir` (which it fills and clears).
+pub async fn measure(dir: &Path, opts: &TierOptions) -> Result<TierBenchReport, BenchError> {
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let defaults = Config::for_node("bench");
+    let mut r = TierBenchReport {
+        setup: Setup {
+            reps: opts.reps,
+            export_points: opts.export_points,
+            export_series: opts.export_series,
+            day_points: opts.day_points,
+            year_points: opts.year_points,
+            page_points: opts.page_points,
+            pmu_quantum_s: opts.pmu_quantum.ns() as f64 / 1e9,
+            counter_quantum_s: opts.counter_quantum.ns() as f64 / 1e9,
+            archive: "local directory (fsync)",
+            row_group_rows: defaults.export.row_group_rows,
+            verify_after_upload: defaults.export.verify,
+            hot_store: "DiskStore, durable, sealed",
+            ..Setup::default()
+        },
+        ..TierBenchReport::default()
+    };
+    export(dir, opts, &mut r).await?;
+    counter_bytes(dir, opts, &mut r).await?;
+    read_day(dir, opts, &mut r).await?;
+    agg_year(dir, opts, &mut r).await?;
+    Ok(r)
+}
+
+/// One exporter, `pmu` series: points per second and bytes per point.
+async fn export(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Result<(), BenchError> {
+    let per = opts.export_points / opts.export_series.max(1) as usize;
+    let hot_dir = fresh(dir, "export-hot")?;
+    let series = (0..opts.export_series).map(|s| {
+        let points: Box<dyn Iterator<Item = Point>> = Box::new(pmu_points(s, 0, per));
+        (pmu_series(s), points)
+    });
+    let hot = hot_store(&hot_dir, opts.pmu_quantum, series)?;
+    let blocks = blocks_of(&*hot)?;
+    let pmu = class("pmu", opts.pmu_quantum);
+    for rep in 0..opts.reps {
+        let adir = fresh(dir, &format!("export-archive-{rep}"))?;
+        let archive = archive(&adir)?;
+        let start = Instant::now();
+        let report = archive.export(hot.clone(), &pmu, blocks.clone()).await.map_err(tier)?;
+        let secs = start.elapsed().as_secs_f64();
+        if report.rows != (per * opts.export_series as usize) as u64 || report.confirmed.len() != blocks.len() {
+            return Err(BenchError::Check(format!("export wrote {} rows for {} blocks", report.rows, blocks.len())));
+        }
+        r.runs.export_points_per_s.push((report.rows as f64 / secs) as u64);
+        let rows = report.rows as f64;
+        r.parquet_bytes_per_point.pmu = round3(bytes_under(&adir, "/points/")? as f64 / rows);
+        r.runs.manifest_bytes_per_point.pmu = round3(bytes_under(&adir, "/manifests/")? as f64 / rows);
+        r.setup.pmu_value_encoding = value_encoding(&archive).await?;
+        std::fs::remove_dir_all(&adir).map_err(io("clearing"))?;
+    }
+    r.export_points_per_s = median(&r.runs.export_points_per_s);
+    drop(hot);
+    std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
+    Ok(())
+}
+
+/// The value encoding of the first manifest of an archive.
+async fn value_encoding(archive: &Archive) -> Result<String, BenchError> {
+    let status = archive.status().await.map_err(tier)?;
+    let Some(c) = status.classes.first() else { return Ok(String::new()) };
+    let metas: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
+        archive
+            .store()
+            .list(Some(&timeshard_tier::object_store::path::Path::from(format!("manifests/class={}", c.class)))),
+    )
+    .await
+    .map_err(|e| BenchError::Check(e.to_string()))?;
+    for m in metas {
+        if let Some((id, _)) = timeshard_tier::FileId::parse(&m.location) {
+            let manifest = timeshard_tier::manifest::Manifest::open(&**archive.store(), &id).await.map_err(tier)?;
+            return Ok(manifest.header.value_encoding);
+        }
+    }
+    Ok(String::new())
+}
+
+/// Bytes per point of `counter` (10 series, 1 Hz, hourly quanta).
+async fn counter_bytes(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Result<(), BenchError> {
+    let per = opts.counter_points / 10;
+    let hot_dir = fresh(dir, "counter-hot")?;
+    let series = (0..10u32).map(|s| {
+        let points: Box<dyn Iterator<Item = Point>> = Box::new(counter_points(s, per));
+        (counter_series(s), points)
+    });
+    let hot = hot_store(&hot_dir, opts.counter_quantum, series)?;
+    let adir = fresh(dir, "counter-archive")?;
+    let archive = archive(&adir)?;
+    let report =
+        archive.export(hot.clone(), &class("counter", opts.counter_quantum), blocks_of(&*hot)?).await.map_err(tier)?;
+    let rows = report.rows as f64;
+    r.parquet_bytes_per_point.counter = round3(bytes_under(&adir, "/points/")? as f64 / rows);
+    r.runs.manifest_bytes_per_point.counter = round3(bytes_under(&adir, "/manifests/")? as f64 / rows);
+    r.setup.counter_value_encoding = value_encoding(&archive).await?;
+    drop(hot);
+    std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
+    std::fs::remove_dir_all(&adir).map_err(io("clearing"))?;
+    Ok(())
+}
+
+/// A day of one 60 Hz series read in pages, from the archive and from the hot store.
+async fn read_day(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Result<(), BenchError> {
+    let hot_dir = fresh(dir, "day-hot")?;
+    let key = pmu_series(0);
+    let points: Box<dyn Iterator<Item = Point>> = Box::new(pmu_points(0, 0, opts.day_points));
+    let hot = hot_store(&hot_dir, opts.pmu_quantum, [(key.clone(), points)])?;
+    let adir = fresh(dir, "day-archive")?;
+    let pmu = class("pmu", opts.pmu_quantum);
+    archive(&adir)?.export(hot.clone(), &pmu, blocks_of(&*hot)?).await.map_err(tier)?;
+    let day_ns = (opts.day_points as i64) * 1_000_000_000 / 60;
+    let day = TimeRange::new(T0, T0 + day_ns).map_err(|e| BenchError::Check(e.to_string()))?;
+    let check = |n: usize| {
+        if n == opts.day_points {
+            Ok(())
+        } else {
+            Err(BenchError::Check(format!("read {n} points, expected {}", opts.day_points)))
+        }
+    };
+    let cold = archive(&adir)?;
+    for rep in 0..opts.reps.max(3) + 1 {
+        let start = Instant::now();
+        let mut n = 0;
+        let mut after = None;
+        loop {
+            let page = cold.read(&pmu, &key, day, after, opts.page_points).await.map_err(tier)?;
+            n += page.points.len();
+            after = page.points.last().map(Point::key);
+            if !page.more {
+                break;
+            }
+        }
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        check(n)?;
+        if rep == 0 {
+            r.runs.read_day_cold_first_ms = round3(ms);
+        } else {
+            r.runs.read_day_cold_ms.push(round3(ms));
+        }
+
+        let hot = Arc::clone(&hot);
+        let (key, page_points) = (key.clone(), opts.page_points);
+        let (ms, n) = tokio::task::spawn_blocking(move || -> Result<(f64, usize), BenchError> {
+            let start = Instant::now();
+            let mut n = 0;
+            let mut after = None;
+            loop {
+                let page = hot.read(&key, day, after, page_points)?;
+                n += page.points.len();
+                after = page.points.last().map(Point::key);
+                if !page.more {
+                    break;
+                }
+            }
+            Ok((start.elapsed().as_secs_f64() * 1e3, n))
+        })
+        .await
+        .map_err(|e| BenchError::Check(e.to_string()))??;
+        check(n)?;
+        if rep > 0 {
+            r.runs.read_day_hot_ms.push(round3(ms));
+        }
+    }
+    r.read_day_cold_ms = median(&r.runs.read_day_cold_ms);
+    r.read_day_hot_ms = median(&r.runs.read_day_hot_ms);
+    drop(hot);
+    std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
+    std::fs::remove_dir_all(&adir).map_err(io("clearing"))?;
+    Ok(())
+}
+
+/// 1-hour windows over a year of one `counter` series, from the archive (answered from block
+/// summaries) and, for comparison, from the hot store.
+async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Result<(), BenchError> {
+    let hot_dir = fresh(dir, "year-hot")?;
+    let key = counter_series(0);
+    let points: Box<dyn Iterator<Item = Point>> = Box::new(counter_points(0, opts.year_points));
+    let hot = hot_store(&hot_dir, opts.counter_quantum, [(key.clone(), points)])?;
+    let adir = fresh(dir, "year-archive")?;
+    let counter = class("counter", opts.counter_quantum);
+    let report = archive(&adir)?.export(hot.clone(), &counter, blocks_of(&*hot)?).await.map_err(tier)?;
+    r.setup.files_exported_for_the_year = report.files.len();
+    let year = TimeRange::new(T0, T0 + opts.year_points as i64 * 1_000_000_000)
+        .map_err(|e| BenchError::Check(e.to_string()))?;
+    let hour = 3_600_000_000_000;
+    let want = {
+        let hot = Arc::clone(&hot);
+        let key = key.clone();
+        tokio::task::spawn_blocking(move || hot.aggregate(&key, year, hour))
+            .await
+            .map_err(|e| BenchError::Check(e.to_string()))??
+    };
+    let cold = archive(&adir)?;
+    for rep in 0..opts.reps.max(3) + 1 {
+        let start = Instant::now();
+        let windows = cold.aggregate(&counter, &key, year, hour).await.map_err(tier)?;
+        let ms = round3(start.elapsed().as_secs_f64() * 1e3);
+        let same = windows.len() == want.len()
+            && windows.iter().zip(&want).all(|(a, b)| (a.start, a.count, a.digest) == (b.start, b.count, b.digest));
+        if !same {
+            return Err(BenchError::Check(format!("cold year: {} windows, hot: {}", windows.len(), want.len())));
+        }
+        if rep == 0 {
+            r.runs.agg_year_1h_cold_first_ms = ms;
+        } else {
+            r.runs.agg_year_1h_cold_ms.push(ms);
+        }
+        let (hot, key) = (Arc::clone(&hot), key.clone());
+        let ms = tokio::task::spawn_blocking(move || -> Result<f64, BenchError> {
+            let start = Instant::now();
+            hot.aggregate(&key, year, hour)?;
+            Ok(round3(start.elapsed().as_secs_f64() * 1e3))
+        })
+        .await
+        .map_err(|e| BenchError::Check(e.to_string()))??;
+        r.runs.agg_year_1h_hot_ms.push(ms);
+    }
+    r.agg_year_1h_cold_ms = median(&r.runs.agg_year_1h_cold_ms);
+    drop(hot);
+    std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
+    std::fs::remove_dir_all(&adir).map_err(io("clearing"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quick_run_has_every_figure() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = measure(dir.path(), &TierOptions::quick()).await.unwrap();
+        let json = serde_json::to_value(&r).unwrap();
+        for key in ["export_points_per_s", "read_day_cold_ms", "read_day_hot_ms", "agg_year_1h_cold_ms"] {
+            assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");
+        }
+        assert!(r.parquet_bytes_per_point.pmu > 0.0 && r.parquet_bytes_per_point.counter > 0.0, "{json}");
+        assert!(!r.setup.pmu_value_encoding.is_empty(), "{json}");
+    }
+}

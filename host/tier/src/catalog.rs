@@ -1,0 +1,398 @@
+//! The catalog: which blocks the archive holds, where, and their summaries, as the committed
+//! manifests say. Loaded lazily per (class, day, series), cached with bounds, and refreshed by
+//! listing the manifests (at most every `listing_ttl`, at once after an export of this process).
+//!
+//! # Implementation notes
+//!
+//! A block may have several parts: its first export, then a part per export of late data that
+//! held the points not yet archived (FORMAT.md, "Late data"). Each part records `base`, the
+//! digest of the archived points it was diffed against. Parts are known to be disjoint when they
+//! form a chain: starting from 0, each part's base is the sum of the digests before it. Then
+//! the block's summary is the merge of the parts' summaries; otherwise (two exporters raced on
+//! one block) reads merge the parts' points and drop duplicates, and aggregates read points.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use timeshard_proto::{Quantum, SeriesKey};
+use timeshard_store::Summary;
+
+use crate::cache::Lru;
+use crate::error::Error;
+use crate::layout::{Day, FileId, Kind};
+use crate::manifest::Manifest;
+use crate::read::{DictionaryCache, ParquetFile};
+
+/// The rows of one block in one points file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    /// The export whose points file holds the rows.
+    pub file: Arc<FileId>,
+    /// First row in that file; the part is `summary.count` rows long.
+    pub row_start: u64,
+    pub summary: Summary,
+    /// Digest of the hot block this part's export made the archive hold in full.
+    pub covers: u64,
+    /// Digest of the archived points this part was diffed against.
+    pub base: u64,
+}
+
+/// One archived block: its quantum and parts, in commit order where known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArchivedBlock {
+    pub quantum: Quantum,
+    pub parts: Vec<Part>,
+}
+
+impl ArchivedBlock {
+    /// The digest of the block's archived points when its parts are known to be disjoint
+    /// (they chain, see the module docs); `None` when two parts may hold the same points.
+    pub fn chain_digest(&self) -> Option<u64> {
+        let mut rest: Vec<&Part> = self.parts.iter().filter(|p| p.summary.count > 0).collect();
+        let mut sum = 0u64;
+        while !rest.is_empty() {
+            let mut next = rest.iter().enumerate().filter(|(_, p)| p.base == sum);
+            let (i, p) = next.next()?;
+            if next.next().is_some() {
+                return None;
+            }
+            sum = sum.wrapping_add(p.summary.digest);
+            rest.swap_remove(i);
+        }
+        Some(sum)
+    }
+
+    /// The summary of the block's archived points, when the parts are disjoint and hold any.
+    pub fn summary(&self) -> Option<Summary> {
+        self.chain_digest()?;
+        self.parts.iter().filter(|p| p.summary.count > 0).map(|p| p.summary).reduce(|a, b| a.merge(&b))
+    }
+
+    /// Points the parts hold, duplicates across parts counted twice.
+    pub fn rows(&self) -> u64 {
+        self.parts.iter().map(|p| p.summary.count).sum()
+    }
+
+    /// Whether the archive holds every point of a hot block with digest `digest`.
+    pub fn covers(&self, digest: u64) -> bool {
+        self.parts.iter().any(|p| p.covers == digest) || self.chain_digest() == Some(digest)
+    }
+}
+
+/// Bounds of the catalog's caches.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// How old a class's listing of manifests may be before a query lists again.
+    pub listing_ttl: Duration,
+    /// Block parts kept in memory (about 150 bytes each).
+    pub max_parts: usize,
+    /// Opened files (footer and page index) kept in memory.
+    pub max_files: usize,
+    /// Bytes of decompressed dictionary pages kept for the next read of their row group.
+    pub max_dictionary_bytes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            listing_ttl: Duration::from_secs(10),
+            max_parts: 250_000,
+            max_files: 256,
+            max_dictionary_bytes: 16 << 20,
+        }
+    }
+}
+
+struct Listing {
+    at: Instant,
+    /// Committed manifests per day, sorted.
+    days: BTreeMap<Day, Vec<FileId>>,
+}
+
+#[derive(Debug)]
+struct DayBlocks {
+    manifests: Vec<FileId>,
+    blocks: Arc<Vec<ArchivedBlock>>,
+}
+
+type BlockKey = (String, Day, SeriesKey);
+
+struct State {
+    listings: HashMap<String, Listing>,
+    blocks: Lru<BlockKey, Arc<DayBlocks>>,
+    manifests: Lru<FileId, Arc<Manifest>>,
+    points: Lru<FileId, Arc<ParquetFile>>,
+}
+
+pub(crate) struct Catalog {
+    store: Arc<dyn ObjectStore>,
+    config: CacheConfig,
+    state: Mutex<State>,
+    dictionaries: Arc<DictionaryCache>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Catalog {
+    pub fn new(store: Arc<dyn ObjectStore>, config: CacheConfig) -> Catalog {
+        let state = State {
+            listings: HashMap::new(),
+            blocks: Lru::new(config.max_parts),
+            manifests: Lru::new(config.max_files),
+            points: Lru::new(config.max_files),
+        };
+        let dictionaries = Arc::new(DictionaryCache::new(config.max_dictionary_bytes));
+        Catalog { store, config, state: Mutex::new(state), dictionaries }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets every listing, so the next query lists the manifests again.
+    pub fn refresh(&self) {
+        self.state().listings.clear();
+    }
+
+    /// The committed manifests of `class` on the days `from..=to`, listing the class again when
+    /// the cached listing is older than the TTL. When listing fails, an earlier listing is used
+    /// (and listing is tried again only a TTL later), so an unreachable store slows no query
+    /// more than once per TTL; only a class never listed fails.
+    pub async fn manifests(&self, class: &str, from: Day, to: Day) -> Result<Vec<(Day, Vec<FileId>)>, Error> {
+        let fresh = |s: &State| s.listings.get(class).is_some_and(|l| l.at.elapsed() < self.config.listing_ttl);
+        if !fresh(&self.state()) {
+            match self.list(&FileId::class_prefix(Kind::Manifest, class)).await {
+                Ok(days) => {
+                    self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
+                }
+                Err(e) => {
+                    let mut state = self.state();
+                    let Some(stale) = state.listings.get_mut(class) else { return Err(e) };
+                    tracing::warn!(class, error = %e, "listing the archive failed; using the previous listing");
+                    stale.at = Instant::now();
+                }
+            }
+        }
+        let state = self.state();
+        let Some(listing) = state.listings.get(class) else { return Ok(Vec::new()) };
+        Ok(listing.days.range(from..=to).map(|(d, ids)| (*d, ids.clone())).collect())
+    }
+
+    /// The committed manifests of one partition, listed now (what an exporter bases its
+    /// sequence number and diffs on); updates the cached listing.
+    pub async fn manifests_now(&self, class: &str, day: Day) -> Result<Vec<FileId>, Error> {
+        let days = self.list(&FileId::partition(Kind::Manifest, class, day)).await?;
+        let ids = days.get(&day).cloned().unwrap_or_default();
+        if let Some(l) = self.state().listings.get_mut(class) {
+            l.days.insert(day, ids.clone());
+        }
+        Ok(ids)
+    }
+
+    async fn list(&self, prefix: &object_store::path::Path) -> Result<BTreeMap<Day, Vec<FileId>>, Error> {
+        let metas: Vec<_> = self.store.list(Some(prefix)).try_collect().await.map_err(Error::store("list", prefix))?;
+        let mut days: BTreeMap<Day, Vec<FileId>> = BTreeMap::new();
+        for m in metas {
+            if let Some((id, Kind::Manifest)) = FileId::parse(&m.location) {
+                days.entry(id.day).or_default().push(id);
+            }
+        }
+        days.values_mut().for_each(|v| v.sort());
+        Ok(days)
+    }
+
+    /// Lists the manifests of `class` now and replaces the cached listing (kept on failure).
+    pub async fn relist(&self, class: &str) -> Result<(), Error> {
+        let days = self.list(&FileId::class_prefix(Kind::Manifest, class)).await?;
+        self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
+        Ok(())
+    }
+
+    /// The newest day holding committed manifests of `class` as last listed (`Some(None)`:
+    /// none), and the listing's age; `None` when the class was never listed. No I/O.
+    pub fn newest_day(&self, class: &str) -> Option<(Option<Day>, Duration)> {
+        let state = self.state();
+        let l = state.listings.get(class)?;
+        Some((l.days.keys().next_back().copied(), l.at.elapsed()))
+    }
+
+    /// Records a manifest this process just committed, so queries see it without listing.
+    pub fn note_committed(&self, id: &FileId) {
+        let mut state = self.state();
+        if let Some(l) = state.listings.get_mut(&id.class) {
+            let ids = l.days.entry(id.day).or_default();
+            if let Err(at) = ids.binary_search(id) {
+                ids.insert(at, id.clone());
+            }
+        }
+    }
+
+    /// The archived blocks of `series` in partition (`class`, `day`) whose manifests are
+    /// `manifests`, sorted by quantum.
+    pub async fn blocks(
+        &self,
+        class: &str,
+        day: Day,
+        series: &SeriesKey,
+        manifests: &[FileId],
+    ) -> Result<Arc<Vec<ArchivedBlock>>, Error> {
+        let key = (class.to_string(), day, series.clone());
+        if let Some(hit) = self.state().blocks.get(&key)
+            && hit.manifests == manifests
+        {
+            return Ok(Arc::clone(&hit.blocks));
+        }
+        let mut by_quantum: BTreeMap<i64, ArchivedBlock> = BTreeMap::new();
+        for id in manifests {
+            let manifest = self.manifest(id).await?;
+            let file = Arc::new(id.clone());
+            for e in manifest.entries(&*self.store, Some(series)).await? {
+                let part = Part {
+                    file: Arc::clone(&file),
+                    row_start: e.row_start,
+                    summary: e.summary,
+                    covers: e.covers,
+                    base: e.base,
+                };
+                by_quantum
+                    .entry(e.quantum.start)
+                    .or_insert_with(|| ArchivedBlock { quantum: e.quantum, parts: Vec::new() })
+                    .parts
+                    .push(part);
+            }
+        }
+        let blocks: Arc<Vec<ArchivedBlock>> = Arc::new(by_quantum.into_values().collect());
+        let weight = 1 + blocks.iter().map(|b| b.parts.len()).sum::<usize>();
+        let entry = Arc::new(DayBlocks { manifests: manifests.to_vec(), blocks: Arc::clone(&blocks) });
+        self.state().blocks.insert(key, entry, weight);
+        Ok(blocks)
+    }
+
+    /// The manifest of `id`, opened once.
+    pub async fn manifest(&self, id: &FileId) -> Result<Arc<Manifest>, Error> {
+        if let Some(m) = self.state().manifests.get(id) {
+            return Ok(m);
+        }
+        let m = Arc::new(Manifest::open(&*self.store, id).await?);
+        self.state().manifests.insert(id.clone(), Arc::clone(&m), 1);
+        Ok(m)
+    }
+
+    /// The points file of `id`, opened once, checked against its manifest's size and rows.
+    pub async fn points(&self, id: &FileId) -> Result<Arc<ParquetFile>, Error> {
+        if let Some(f) = self.state().points.get(id) {
+            return Ok(f);
+        }
+        let manifest = self.manifest(id).await?;
+        let file = ParquetFile::open(&*self.store, &id.path(Kind::Points)).await?;
+        let h = &manifest.header;
+        if file.size != h.points_bytes || file.rows() != h.points_rows {
+            return Err(Error::corrupt(
+                &file.path,
+                format!(
+                    "{} bytes and {} rows, but its manifest says {} bytes and {} rows",
+                    file.size,
+                    file.rows(),
+                    h.points_bytes,
+                    h.points_rows
+                ),
+            ));
+        }
+        let file = Arc::new(file.with_dictionary_cache(Arc::clone(&self.dictionaries)));
+        self.state().points.insert(id.clone(), Arc::clone(&file), 1);
+        Ok(file)
+    }
+
+    /// Forgets cached opened files of `id` (after it was rewritten).
+    pub fn forget(&self, id: &FileId) {
+        let mut state = self.state();
+        state.manifests.retain(|k| k != id);
+        state.points.retain(|k| k != id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use timeshard_proto::{Point, QuantumLen};
+
+    fn part(points: &[Point], base: u64, covers: u64) -> Part {
+        let file = Arc::new(FileId { class: "c".into(), day: Day(0), node: "n".into(), seq: 1 });
+        let summary = Summary::of(points).unwrap_or_else(crate::manifest::empty_summary);
+        Part { file, row_start: 0, summary, covers, base }
+    }
+
+    fn digest(points: &[Point]) -> u64 {
+        timeshard_proto::point::set_digest(points)
+    }
+
+    #[test]
+    fn chained_parts_merge_and_racing_parts_do_not() {
+        let q = QuantumLen::DEFAULT.quantum_of(0);
+        let a: Vec<Point> = (0..5).map(|t| Point::new(t, t as f64)).collect();
+        let b: Vec<Point> = (5..8).map(|t| Point::new(t, t as f64)).collect();
+        let all: Vec<Point> = a.iter().chain(&b).copied().collect();
+        // First export, then late data diffed against it: a chain.
+        let block =
+            ArchivedBlock { quantum: q, parts: vec![part(&b, digest(&a), digest(&all)), part(&a, 0, digest(&a))] };
+        assert_eq!(block.chain_digest(), Some(digest(&all)));
+        assert_eq!(block.summary(), Summary::of(&all));
+        assert!(block.covers(digest(&all)) && block.covers(digest(&a)) && !block.covers(digest(&b)));
+        // Two first exports of the same points (a race): not disjoint, no summary.
+        let raced = ArchivedBlock { quantum: q, parts: vec![part(&a, 0, digest(&a)), part(&a, 0, digest(&a))] };
+        assert_eq!(raced.chain_digest(), None);
+        assert_eq!(raced.summary(), None);
+        assert!(raced.covers(digest(&a)));
+        // A part that only records coverage (no rows) does not break the chain.
+        let cover_only = ArchivedBlock { quantum: q, parts: vec![part(&a, 0, digest(&a)), part(&[], digest(&a), 77)] };
+        assert_eq!(cover_only.chain_digest(), Some(digest(&a)));
+        assert!(cover_only.covers(77));
+    }
+
+    proptest! {
+        /// However late data is split into successive diffed exports, in whatever order their
+        /// parts are listed, the chain's digest and summary are those of all the points.
+        #[test]
+        fn any_export_history_chains(
+            ts in proptest::collection::btree_set(0i64..10_000, 1..200),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..5),
+            order in any::<prop::sample::Index>(),
+        ) {
+            let points: Vec<Point> = ts.iter().map(|&t| Point::new(t, (t % 13) as f64)).collect();
+            let mut bounds: Vec<usize> = cuts.iter().map(|i| i.index(points.len())).collect();
+            bounds.push(0);
+            bounds.push(points.len());
+            bounds.sort_unstable();
+            bounds.dedup();
+            // Export k holds a slice of the points (not contiguous in time in general: take every
+            // point whose rank falls in the slice after a fixed shuffle), diffed against exports before.
+            let mut shuffled = points.clone();
+            shuffled.sort_by_key(|p| (p.ts * 7919) % 10_007);
+            let mut parts = Vec::new();
+            let mut archived = 0u64;
+            for w in bounds.windows(2) {
+                let mut slice = shuffled[w[0]..w[1]].to_vec();
+                slice.sort();
+                let covers = archived.wrapping_add(digest(&slice));
+                parts.push(part(&slice, archived, covers));
+                archived = covers;
+            }
+            let n = parts.len();
+            parts.rotate_left(order.index(n));
+            let block = ArchivedBlock { quantum: QuantumLen::DEFAULT.quantum_of(0), parts };
+            prop_assert_eq!(block.chain_digest(), Some(digest(&points)));
+            let s = block.summary().unwrap();
+            let all = Summary::of(&points).unwrap();
+            prop_assert_eq!((s.count, s.min, s.max, s.first, s.last, s.digest), (all.count, all.min, all.max, all.first, all.last, all.digest));
+            prop_assert!(block.covers(digest(&points)));
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Manifests: the commit marker of one export, written after its points file, listing every
+//! block part in that file with its summary (FORMAT.md, "Manifests"). A manifest is itself a
+//! small Parquet file (one row per block part, sorted like the points) whose key-value metadata
+//! `timeshard.manifest` holds the [`Header`] as JSON.
+
+use object_store::ObjectStore;
+use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
+use serde::{Deserialize, Serialize};
+use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey};
+use timeshard_store::Summary;
+
+use crate::error::Error;
+use crate::layout::{FileId, Kind};
+use crate::read::{ParquetFile, Span};
+use crate::schema::manifest as col;
+
+/// Key of the header in a manifest's key-value metadata.
+pub const HEADER_KEY: &str = "timeshard.manifest";
+/// Manifest format this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What a manifest says about its export as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Manifest format ([`FORMAT_VERSION`]).
+    pub format: u32,
+    pub class: String,
+    /// UTC day of the partition, `YYYY-MM-DD`.
+    pub day: String,
+    /// The exporting node.
+    pub node: String,
+    /// The node's export number in this partition.
+    pub seq: u64,
+    /// Object name of the points file, relative to the archive root.
+    pub points_file: String,
+    /// Its size in bytes and rows, as written and read back.
+    pub points_bytes: u64,
+    pub points_rows: u64,
+    /// Block parts listed (rows of the manifest).
+    pub blocks: u64,
+    /// When the export committed, ns since the epoch (the exporting node's clock).
+    pub created_ns: i64,
+    /// `dictionary` or `byte_stream_split`: how the points file encodes values.
+    pub value_encoding: String,
+}
+
+/// One block part: the rows of block (`series`, `quantum`) in one points file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub series: SeriesKey,
+    pub quantum: Quantum,
+    /// First row of the part in the points file; the part is `summary.count` rows long.
+    pub row_start: u64,
+    /// Summary of the part's rows (count, min, max, sum, first, last, digest). Meaningless
+    /// but for `count` (0) and `digest` (0) when the part has no rows.
+    pub summary: Summary,
+    /// Digest of the hot block this export made the archive hold in full: every point of it
+    /// is in this part or in the parts it was diffed against.
+    pub covers: u64,
+    /// Digest of the archived points of the block this part was diffed against (0 for the
+    /// block's first export): the part holds exactly the hot points not among them.
+    pub base: u64,
+}
+
+/// The summary of an empty part.
+pub fn empty_summary() -> Summary {
+    let zero = Point::new(0, 0.0);
+    Summary { count: 0, min: 0.0, max: 0.0, sum: 0.0, first: zero, last: zero, digest: 0 }
+}
+
+/// An opened manifest: its export, header and Parquet metadata.
+#[derive(Debug)]
+pub struct Manifest {
+    pub id: FileId,
+    pub header: Header,
+    file: ParquetFile,
+}
+
+impl Manifest {
+    /// Reads and checks the footer and header of `id`'s manifest.
+    pub async fn open(store: &dyn ObjectStore, id: &FileId) -> Result<Manifest, Error> {
+        let path = id.path(Kind::Manifest);
+        let file = ParquetFile::open(store, &path).await?;
+        let corrupt = |d: String| Error::corrupt(&path, d);
+        let kv = file.meta.file_metadata().key_value_metadata();
+        let json = kv
+            .and_then(|kv| kv.iter().find(|k| k.key == HEADER_KEY))
+            .and_then(|k| k.value.as_deref())
+            .ok_or_else(|| corrupt(format!("no {HEADER_KEY} header")))?;
+        let header: Header = serde_json::from_str(json).map_err(|e| corrupt(format!("bad header: {e}")))?;
+        if header.format > FORMAT_VERSION {
+            return Err(corrupt(format!(
+                "manifest format {} is newer than this build reads ({FORMAT_VERSION}); upgrade timeshard",
+                header.format
+            )));
+        }
+        let expected = (id.class.as_str(), id.day.to_string(), id.node.as_str(), id.seq);
+        if (header.class.as_str(), header.day.clone(), header.node.as_str(), header.seq) != expected
+            || header.points_file != id.path(Kind::Points).as_ref()
+        {
+            return Err(corrupt(format!("header {header:?} does not match the object name")));
+        }
+        if file.rows() != header.blocks {
+            return Err(corrupt(format!("{} rows but the header lists {} blocks", file.rows(), header.blocks)));
+        }
+        Ok(Manifest { id: id.clone(), header, file })
+    }
+
+    /// The block parts of `series` (of every series when `None`), sorted by series then quantum.
+    pub async fn entries(&self, store: &dyn ObjectStore, series: Option<&SeriesKey>) -> Result<Vec<Entry>, Error> {
+        let groups = match series {
+            Some(s) => self.file.row_groups_with_key(col::SERIES_KEY, s.as_str()),
+            None => (0..self.file.meta.num_row_groups()).map(|rg| (rg, 0)).collect(),
+        };
+        let mut out = Vec::new();
+        for (rg, _) in groups {
+            let rows = self.file.meta.row_group(rg).num_rows().max(0) as usize;
+            let whole = Span { rg, start: 0, end: rows };
+            let keys_pages = self.file.fetch(store, &whole, &[col::SERIES_KEY]).await?;
+            let keys = self.file.decode::<ByteArrayType>(&keys_pages, &whole, col::SERIES_KEY)?;
+            let (a, b) = match series {
+                Some(s) => {
+                    let k = s.as_str().as_bytes();
+                    let a = keys.partition_point(|x| x.data() < k);
+                    let b = keys.partition_point(|x| x.data() <= k);
+                    (a, b)
+                }
+                None => (0, rows),
+            };
+            if a == b {
+                continue;
+            }
+            let span = Span { rg, start: a, end: b };
+            let cols: Vec<usize> = (1..col::NAMES.len()).collect();
+            let pages = self.file.fetch(store, &span, &cols).await?;
+            let i = |c| self.file.decode::<Int64Type>(&pages, &span, c);
+            let f = |c| self.file.decode::<DoubleType>(&pages, &span, c);
+            let (qs, qn, rs, rows) = (i(col::QUANTUM_START)?, i(col::QUANTUM_NS)?, i(col::ROW_START)?, i(col::ROWS)?);
+            let (min, max, sum) = (f(col::MIN)?, f(col::MAX)?, f(col::SUM)?);
+            let (fts, fv, fe) = (i(col::FIRST_TS)?, f(col::FIRST_VALUE)?, i(col::FIRST_EVENT)?);
+            let (lts, lv, le) = (i(col::LAST_TS)?, f(col::LAST_VALUE)?, i(col::LAST_EVENT)?);
+            let (dg, cv, bs) = (i(col::DIGEST)?, i(col::COVERS)?, i(col::BASE)?);
+            let path = self.id.path(Kind::Manifest);
+            let mut last_key: Option<SeriesKey> = None;
+            for r in 0..b - a {
+                let key = std::str::from_utf8(keys[a + r].data()).ok();
+                let series = match (&last_key, key) {
+                    (Some(k), Some(s)) if k.as_str() == s => k.clone(),
+                    (_, Some(s)) => SeriesKey::try_from(s.to_string())
+                        .map_err(|e| Error::corrupt(&path, format!("row {}: {e}", a + r)))?,
+                    (_, None) => return Err(Error::corrupt(&path, format!("row {}: series key is not UTF-8", a + r))),
+                };
+                last_key = Some(series.clone());
+                let quantum = QuantumLen::new(qn[r])
+                    .ok()
+                    .and_then(|len| Quantum::at(qs[r], len))
+                    .ok_or_else(|| Error::corrupt(&path, format!("row {}: bad quantum {}+{}", a + r, qs[r], qn[r])))?;
+                if rows[r] < 0 || rs[r] < 0 || (rs[r] + rows[r]) as u64 > self.header.points_rows {
+                    return Err(Error::corrupt(
+                        &path,
+                        format!("row {}: rows {}+{} out of the points file", a + r, rs[r], rows[r]),
+                    ));
+                }
+                let summary = Summary {
+                    count: rows[r] as u64,
+                    min: min[r],
+                    max: max[r],
+                    sum: sum[r],
+                    first: Point { ts: fts[r], value: fv[r], event: fe[r] as u64 },
+                    last: Point { ts: lts[r], value: lv[r], event: le[r] as u64 },
+                    digest: dg[r] as u64,
+                };
+                out.push(Entry {
+                    series,
+                    quantum,
+                    row_start: rs[r] as u64,
+                    summary,
+                    covers: cv[r] as u64,
+                    base: bs[r] as u64,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,399 @@
+//! Reading Parquet files on object storage without arrow: the footer and page index once per
+//! file (callers cache [`ParquetFile`]), then only the pages that hold the asked rows of the
+//! asked columns, fetched in one ranged request per run of pages and decoded with the parquet
+//! crate's column readers. Dictionary pages are kept decompressed in a [`DictionaryCache`]:
+//! a paged read of a row group would otherwise fetch and decompress the value dictionary
+//! (up to 1 MiB) once per page, more than the rows it reads.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use parquet::basic::PageType;
+use parquet::column::page::{Page, PageMetadata, PageReader};
+use parquet::column::reader::ColumnReaderImpl;
+use parquet::data_type::DataType;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::file::statistics::Statistics;
+
+use crate::error::Error;
+
+/// Bytes fetched from a file's end at first, hoping the footer and page index fit.
+const FOOTER_GUESS: u64 = 256 * 1024;
+
+/// An opened Parquet file: its name, size and metadata with the page index.
+#[derive(Debug)]
+pub struct ParquetFile {
+    pub path: Path,
+    pub size: u64,
+    pub meta: ParquetMetaData,
+    dictionaries: Option<Arc<DictionaryCache>>,
+}
+
+/// Which dictionary page: file, its size (a file rewritten under the same name differs), row
+/// group, column.
+type DictionaryKey = (Path, u64, usize, usize);
+
+/// Decompressed dictionary pages of column chunks, shared by the files of a catalog, bounded
+/// in bytes.
+#[derive(Debug)]
+pub struct DictionaryCache(Mutex<crate::cache::Lru<DictionaryKey, Page>>);
+
+impl DictionaryCache {
+    /// A cache of at most `bytes` of dictionary pages.
+    pub fn new(bytes: usize) -> DictionaryCache {
+        DictionaryCache(Mutex::new(crate::cache::Lru::new(bytes)))
+    }
+
+    fn get(&self, key: &DictionaryKey) -> Option<Page> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key)
+    }
+
+    fn put(&self, key: DictionaryKey, page: &Page) {
+        let weight = page.buffer().len() + 64;
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key, page.clone(), weight);
+    }
+}
+
+impl ParquetFile {
+    /// Fetches and parses the footer and page index of `path`.
+    pub async fn open(store: &dyn ObjectStore, path: &Path) -> Result<ParquetFile, Error> {
+        let opts = GetOptions { range: Some(GetRange::Suffix(FOOTER_GUESS)), ..GetOptions::default() };
+        let got = store.get_opts(path, opts).await.map_err(Error::store("read", path))?;
+        let size = got.meta.size;
+        let mut tail = got.bytes().await.map_err(Error::store("read", path))?;
+        let corrupt = |e: ParquetError| Error::corrupt(path, format!("bad footer: {e}"));
+        let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Required);
+        loop {
+            let parsed = if reader.has_metadata() {
+                reader.read_page_indexes_sized(&tail, size)
+            } else {
+                reader.try_parse_sized(&tail, size)
+            };
+            match parsed {
+                Ok(()) => break,
+                Err(ParquetError::NeedMoreData(needed)) if (needed as u64) <= size && needed > tail.len() => {
+                    let range = size - needed as u64..size;
+                    tail = store.get_range(path, range).await.map_err(Error::store("read", path))?;
+                }
+                Err(e) => return Err(corrupt(e)),
+            }
+        }
+        let meta = reader.finish().map_err(corrupt)?;
+        Ok(ParquetFile { path: path.clone(), size, meta, dictionaries: None })
+    }
+
+    /// Keeps the file's dictionary pages in `cache` once decoded, and takes them from there.
+    pub fn with_dictionary_cache(mut self, cache: Arc<DictionaryCache>) -> ParquetFile {
+        self.dictionaries = Some(cache);
+        self
+    }
+
+    fn cached_dictionary(&self, rg: usize, col: usize) -> Option<Page> {
+        self.dictionaries.as_ref()?.get(&(self.path.clone(), self.size, rg, col))
+    }
+
+    /// Rows of the file.
+    pub fn rows(&self) -> u64 {
+        self.meta.file_metadata().num_rows().max(0) as u64
+    }
+
+    /// The parts of file rows `rows` in each row group they touch.
+    pub fn spans(&self, rows: Range<u64>) -> Vec<Span> {
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for (rg, g) in self.meta.row_groups().iter().enumerate() {
+            let n = g.num_rows().max(0) as u64;
+            let (a, b) = (rows.start.max(first), rows.end.min(first + n));
+            if a < b {
+                out.push(Span { rg, start: (a - first) as usize, end: (b - first) as usize });
+            }
+            first += n;
+            if first >= rows.end {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Row groups whose statistics say column `col` (a UTF-8 string column) may hold `key`,
+    /// with the file row each starts at.
+    pub fn row_groups_with_key(&self, col: usize, key: &str) -> Vec<(usize, u64)> {
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for (rg, g) in self.meta.row_groups().iter().enumerate() {
+            let may = match g.column(col).statistics() {
+                Some(Statistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
+                    (Some(min), Some(max)) => min.data() <= key.as_bytes() && key.as_bytes() <= max.data(),
+                    _ => true,
+                },
+                _ => true,
+            };
+            if may {
+                out.push((rg, first));
+            }
+            first += g.num_rows().max(0) as u64;
+        }
+        out
+    }
+
+    /// Within `span`, the first row that may hold a value of the sorted int64 column `col` at
+    /// or after `floor`, by the page index: pages whose maximum is below it are skipped.
+    pub fn first_row_from(&self, span: &Span, col: usize, floor: i64) -> usize {
+        let index = self.meta.page_index_for_row_group(span.rg);
+        let (Some(ColumnIndexMetaData::INT64(ci)), Some(oi)) = (index.column_index(col), index.offset_index(col))
+        else {
+            return span.start;
+        };
+        let locs = oi.page_locations();
+        for (i, loc) in locs.iter().enumerate() {
+            let page_start = loc.first_row_index as usize;
+            let page_end = locs.get(i + 1).map_or(usize::MAX, |n| n.first_row_index as usize);
+            if page_end <= span.start || page_start >= span.end {
+                continue;
+            }
+            // Rows of the span are sorted, so a page whose maximum is below the floor holds no
+            // row of the span at or after it (rows of it outside the span only keep it).
+            if ci.max_value(i).is_some_and(|&max| max < floor) {
+                continue;
+            }
+            return page_start.max(span.start);
+        }
+        span.end
+    }
+
+    /// Fetches what decoding `cols` of `span` needs: each column's dictionary page and the
+    /// data pages overlapping the span (the whole column chunk without a page index).
+    pub async fn fetch(&self, store: &dyn ObjectStore, span: &Span, cols: &[usize]) -> Result<Pages, Error> {
+        let mut ranges: Vec<Range<u64>> = Vec::new();
+        let index = self.meta.page_index_for_row_group(span.rg);
+        let group = self.meta.row_group(span.rg);
+        for &col in cols {
+            let chunk = group.column(col);
+            let (chunk_start, chunk_len) = chunk.byte_range();
+            let Some(oi) = index.offset_index(col) else {
+                ranges.push(chunk_start..chunk_start + chunk_len);
+                continue;
+            };
+            let locs = oi.page_locations();
+            if let Some(first) = locs.first()
+                && (first.offset as u64) > chunk_start
+                && self.cached_dictionary(span.rg, col).is_none()
+            {
+                ranges.push(chunk_start..first.offset as u64);
+            }
+            for (i, loc) in locs.iter().enumerate() {
+                let page_start = loc.first_row_index as usize;
+                let page_end = locs.get(i + 1).map_or(usize::MAX, |n| n.first_row_index as usize);
+                if page_end > span.start && page_start < span.end {
+                    let a = loc.offset as u64;
+                    ranges.push(a..a + loc.compressed_page_size as u64);
+                }
+            }
+        }
+        ranges.sort_by_key(|r| r.start);
+        // Adjacent pages become one request.
+        let mut merged: Vec<Range<u64>> = Vec::new();
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        if merged.iter().any(|r| r.end > self.size) {
+            return Err(Error::corrupt(&self.path, "column chunk lies beyond the end of the file"));
+        }
+        let bytes = store.get_ranges(&self.path, &merged).await.map_err(Error::store("read", &self.path))?;
+        let mut parts: Vec<(u64, Bytes)> = merged.iter().map(|r| r.start).zip(bytes).collect();
+        parts.sort_by_key(|p| p.0);
+        Ok(Pages(Arc::new(Sparse { parts, size: self.size })))
+    }
+
+    /// Decodes rows `span` of column `col` from `pages` (fetched for at least that span).
+    pub fn decode<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
+        let corrupt = |e: ParquetError| Error::corrupt(&self.path, format!("row group {}, column {col}: {e}", span.rg));
+        let group = self.meta.row_group(span.rg);
+        let chunk = group.column(col);
+        let locations =
+            self.meta.page_index_for_row_group(span.rg).offset_index(col).map(|o| o.page_locations().clone());
+        let mut inner =
+            SerializedPageReader::new(Arc::clone(&pages.0), chunk, group.num_rows().max(0) as usize, locations)
+                .map_err(corrupt)?;
+        let mut pending = self.cached_dictionary(span.rg, col);
+        if pending.is_some() {
+            if inner.peek_next_page().map_err(corrupt)?.is_some_and(|p| p.is_dict) {
+                // Its bytes were not fetched; skipping it (by its location) reads nothing.
+                inner.skip_next_page().map_err(corrupt)?;
+            } else {
+                pending = None;
+            }
+        }
+        let replaced = pending.is_some();
+        let fill = match (&pending, &self.dictionaries) {
+            (None, Some(cache)) => Some((Arc::clone(cache), (self.path.clone(), self.size, span.rg, col))),
+            _ => None,
+        };
+        let page_reader: Box<dyn PageReader> =
+            Box::new(CachingPages { inner, pending, deferred: None, replaced, fill });
+        let descr = self.meta.file_metadata().schema_descr().column(col);
+        let mut reader = ColumnReaderImpl::<T>::new(descr, page_reader);
+        let skipped = reader.skip_records(span.start).map_err(corrupt)?;
+        if skipped != span.start {
+            return Err(corrupt(ParquetError::General(format!("row group ends after {skipped} rows"))));
+        }
+        let want = span.end - span.start;
+        let mut out = Vec::with_capacity(want);
+        while out.len() < want {
+            let (records, _, _) = reader.read_records(want - out.len(), None, None, &mut out).map_err(corrupt)?;
+            if records == 0 {
+                return Err(corrupt(ParquetError::General(format!("column ends after {} of {want} rows", out.len()))));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A column chunk's pages, with its dictionary page served from a [`DictionaryCache`]
+/// (`pending`: the inner reader's was skipped unread) or put there once read (`fill`).
+struct CachingPages {
+    inner: SerializedPageReader<Sparse>,
+    pending: Option<Page>,
+    /// The cached dictionary page after the column reader skipped it, to hand out on demand.
+    deferred: Option<Page>,
+    /// The inner reader's dictionary page was skipped for the cached one: never read it.
+    replaced: bool,
+    fill: Option<(Arc<DictionaryCache>, DictionaryKey)>,
+}
+
+impl CachingPages {
+    fn remember(&mut self, page: &Option<Page>) {
+        if let Some(p) = page
+            && p.page_type() == PageType::DICTIONARY_PAGE
+            && let Some((cache, key)) = self.fill.take()
+        {
+            cache.put(key, p);
+        }
+    }
+}
+
+impl Iterator for CachingPages {
+    type Item = parquet::errors::Result<Page>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.get_next_page().transpose()
+    }
+}
+
+impl PageReader for CachingPages {
+    fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
+        if let Some(p) = self.pending.take() {
+            return Ok(Some(p));
+        }
+        let page = self.inner.get_next_page()?;
+        self.remember(&page);
+        Ok(page)
+    }
+
+    fn peek_next_page(&mut self) -> parquet::errors::Result<Option<PageMetadata>> {
+        if self.pending.is_some() {
+            return Ok(Some(PageMetadata { num_rows: None, num_levels: None, is_dict: true }));
+        }
+        self.inner.peek_next_page()
+    }
+
+    fn skip_next_page(&mut self) -> parquet::errors::Result<()> {
+        match self.pending.take() {
+            Some(p) => {
+                self.deferred = Some(p);
+                Ok(())
+            }
+            None => self.inner.skip_next_page(),
+        }
+    }
+
+    fn supports_deferred_dictionary(&self) -> bool {
+        self.pending.is_some()
+            || self.deferred.is_some()
+            || (!self.replaced && self.inner.supports_deferred_dictionary())
+    }
+
+    fn take_deferred_dictionary(&mut self) -> parquet::errors::Result<Option<Page>> {
+        if let Some(p) = self.deferred.take() {
+            return Ok(Some(p));
+        }
+        if self.replaced {
+            return Ok(None);
+        }
+        let page = self.inner.take_deferred_dictionary()?;
+        self.remember(&page);
+        Ok(page)
+    }
+
+    fn at_record_boundary(&mut self) -> parquet::errors::Result<bool> {
+        if self.pending.is_some() {
+            return Ok(false);
+        }
+        self.inner.at_record_boundary()
+    }
+}
+
+/// Rows `start..end` of row group `rg`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub rg: usize,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Fetched byte ranges of one file.
+#[derive(Clone, Debug)]
+pub struct Pages(Arc<Sparse>);
+
+#[derive(Debug)]
+struct Sparse {
+    /// Disjoint ranges sorted by start.
+    parts: Vec<(u64, Bytes)>,
+    size: u64,
+}
+
+impl Sparse {
+    fn slice(&self, start: u64, len: Option<usize>) -> parquet::errors::Result<Bytes> {
+        let i = self.parts.partition_point(|p| p.0 <= start);
+        let missing = || ParquetError::General(format!("bytes at offset {start} were not fetched"));
+        let (base, bytes) = self.parts.get(i.checked_sub(1).ok_or_else(missing)?).ok_or_else(missing)?;
+        let from = (start - base) as usize;
+        let to = match len {
+            Some(n) => from + n,
+            None => bytes.len(),
+        };
+        if to > bytes.len() {
+            return Err(missing());
+        }
+        Ok(bytes.slice(from..to))
+    }
+}
+
+impl Length for Sparse {
+    fn len(&self) -> u64 {
+        self.size
+    }
+}
+
+impl ChunkReader for Sparse {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use bytes::Buf;
+        Ok(self.slice(start, None)?.reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.slice(start, Some(length))
+    }
+}
