@@ -27,7 +27,13 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
     if section.modules.is_empty() && section.trusted_keys.is_empty() && !enrolled {
         return Ok(None);
     }
-    let (registry, report) = Registry::from_config(section, &config.base_dir)?;
+    let (registry, report) = Registry::from_config(&budgeted(config), &config.base_dir)?;
+    tracing::info!(
+        pulley = registry.is_pulley(),
+        instances = registry.limits().max_instances,
+        memory_mib = registry.limits().memory_bytes >> 20,
+        "policy engine started"
+    );
     for (policy, error) in &report.failed {
         warn!(%policy, %error, "policy not loaded");
     }
@@ -35,6 +41,19 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
         warn!(%error, "policy bindings not applied; no series has policies until they are fixed");
     }
     Ok(Some(Arc::new(registry)))
+}
+
+/// The `[policy]` section with the pool sized to the memory budget's policies share: unless
+/// `max_instances` is set, as many instances as fit at their memory cap (at least one, at most
+/// the engine's default).
+fn budgeted(config: &NodeConfig) -> timeshard_policy::Config {
+    let mut section = config.policy.clone();
+    if section.max_instances.is_none() {
+        let limits = section.limits();
+        let fit = crate::budget::Shares::of(config.memory.budget.0).policy_instances(limits.memory_bytes);
+        section.max_instances = Some(fit.min(limits.max_instances));
+    }
+    section
 }
 
 /// Re-applies the `[policy]` section (hot reload): new versions swap in atomically, and a

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use timeshard_node::budget::MemoryConfig;
 use timeshard_node::config::{
     ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, RepairConfig, StoreConfig,
     TestingConfig, TierConfig, TlsConfig,
@@ -45,6 +46,8 @@ pub struct ClusterOptions {
     pub store: StoreConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    /// The memory budget of every node.
+    pub memory: MemoryConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
     pub repair: RepairConfig,
@@ -87,6 +90,7 @@ impl ClusterOptions {
             store: StoreConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            memory: MemoryConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
             repair: RepairConfig::default(),
@@ -196,6 +200,7 @@ impl LocalCluster {
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
+            memory: o.memory.clone(),
             store: o.store.clone(),
             membership: o.membership.clone(),
             hints: o.hints.clone(),
@@ -282,6 +287,11 @@ impl LocalCluster {
     /// Node `i`'s HTTP address (`None` if its HTTP side is disabled).
     pub fn http_addr(&self, i: usize) -> Option<SocketAddr> {
         self.nodes[i].ready.http_addr
+    }
+
+    /// Node `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().and_then(Child::id)
     }
 
     /// Node `i`'s id.
