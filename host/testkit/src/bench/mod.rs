@@ -3,6 +3,7 @@
 //! fail.
 
 pub mod floor;
+pub mod footprint;
 pub mod http;
 pub mod paper;
 pub mod policy;
