@@ -5,7 +5,7 @@
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
 //! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
 //! ([`placement`]), replica agreement and merging on the read side
-//! ([`agreement`]), the paging of range reads ([`read`]), repair planning: digest trees,
+//! ([`agreement`]), the paging of range reads ([`read`]), streamed range reads per owner node ([`stream`]), repair planning: digest trees,
 //! settledness, handoff ([`repair`]), the quantum index of a series ([`quantum_index`]), window aggregates ([`window`]), and the wire messages with their framing
 //! ([`wire`]).
 //!
@@ -25,6 +25,7 @@ pub mod read;
 pub mod repair;
 pub mod routing;
 pub mod series;
+pub mod stream;
 pub mod time;
 pub mod window;
 pub mod wire;
