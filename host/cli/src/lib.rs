@@ -15,6 +15,7 @@ mod pki;
 mod policy;
 mod put;
 mod query;
+mod rows;
 mod series;
 mod status;
 mod time;
