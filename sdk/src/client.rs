@@ -4,8 +4,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use quinn::{Connection, Endpoint};
 use timeshard_proto::repair::LeaveProgress;
+use timeshard_proto::stream::ColumnBatch;
 use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
@@ -108,6 +110,13 @@ impl Client {
         )
     }
 
+    fn transport_error(&self, e: CallError) -> Error {
+        match e {
+            CallError::Remote(reply) => Error::Server { addr: self.addr, reply },
+            source => Error::Transport { addr: self.addr, source },
+        }
+    }
+
     fn unexpected(&self, got: &Response) -> Error {
         Error::Protocol { addr: self.addr, what: format!("{got:?}") }
     }
@@ -136,19 +145,76 @@ impl Client {
         Ok(ack)
     }
 
-    /// All points of `series` in `range`, sorted by time (then event id, then value), read
-    /// page by page.
+    /// All points of `series` in `range`, sorted by time (then event id, then value): the
+    /// batches of [`Client::read_stream`], collected.
     pub async fn read(&self, series: &SeriesKey, range: TimeRange) -> Result<Vec<Point>, Error> {
         let mut out = Vec::new();
-        let mut after = None;
-        loop {
-            let (points, next) = self.read_page(series, range, after).await?;
-            out.extend(points);
-            match next {
-                Some(n) => after = Some(n),
-                None => return Ok(out),
-            }
+        let mut batches = std::pin::pin!(self.read_stream(series, range));
+        while let Some(batch) = batches.next().await {
+            out.extend(batch?.points());
         }
+        Ok(out)
+    }
+
+    /// Every point of `series` in `range` as a stream of column batches (timestamps, values,
+    /// events) in identity order, at most `page_points` points each, so a caller can consume a
+    /// long range without holding it. The node streams the range over one QUIC stream; each
+    /// batch is awaited at most the request timeout. The stream ends after the last batch, or
+    /// with the first error.
+    pub fn read_stream(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+    ) -> impl Stream<Item = Result<ColumnBatch, Error>> + Send + 'static {
+        let req = Request::ReadStream {
+            series: series.to_string(),
+            start: range.start(),
+            end: range.end(),
+            after: None,
+            batch_points: self.options.page_points,
+        };
+        let client = self.clone();
+        let state = ReadState::Start(client, req);
+        futures::stream::unfold(state, |state| async move {
+            let (client, mut frames) = match state {
+                ReadState::Done => return None,
+                ReadState::Start(client, req) => {
+                    let opts = &client.options;
+                    match transport::open_stream(&client.conn, &req, opts.max_message_bytes, opts.request_timeout, None)
+                        .await
+                    {
+                        Ok(frames) => (client, frames),
+                        Err(e) => return Some((Err(client.transport_error(e)), ReadState::Done)),
+                    }
+                }
+                ReadState::Reading(client, frames) => (client, frames),
+            };
+            loop {
+                match frames.next().await {
+                    Ok(Some(Response::Batch { columns, more })) => {
+                        if !columns.is_consistent() {
+                            let e = Error::Protocol { addr: client.addr, what: "a batch with uneven columns".into() };
+                            return Some((Err(e), ReadState::Done));
+                        }
+                        if columns.is_empty() {
+                            if more {
+                                continue;
+                            }
+                            return None;
+                        }
+                        let next = if more { ReadState::Reading(client, frames) } else { ReadState::Done };
+                        return Some((Ok(columns), next));
+                    }
+                    Ok(Some(other)) => return Some((Err(client.unexpected(&other)), ReadState::Done)),
+                    Ok(None) => {
+                        let e =
+                            Error::Protocol { addr: client.addr, what: "the read ended before its last batch".into() };
+                        return Some((Err(e), ReadState::Done));
+                    }
+                    Err(e) => return Some((Err(client.transport_error(e)), ReadState::Done)),
+                }
+            }
+        })
     }
 
     /// One page of a read: points strictly after `after`, and the cursor to continue from if the
@@ -253,6 +319,13 @@ impl Client {
         self.conn.close(0u32.into(), b"bye");
         self._endpoint.wait_idle().await;
     }
+}
+
+/// Where a streamed read is.
+enum ReadState {
+    Start(Client, Request),
+    Reading(Client, transport::FrameStream),
+    Done,
 }
 
 /// Splits a batch into chunks of at most `max` points, keeping series together where they fit.

@@ -62,14 +62,17 @@ fn bench_paper_small_writes_its_document() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let args = ["paper", "--nodes", "7", "--writes", "20", "--read-reps", "2", "--ingest-secs", "1"];
-    let doc = bench(dir.path(), &[&args[..], &["--dir", work.to_str().unwrap()]].concat());
-    assert_keys(&doc, &["nodes", "writes", "reads", "ingest", "floor"]);
+    let day = ["--day-points", "20000", "--day-reps", "2"];
+    let doc = bench(dir.path(), &[&args[..], &day[..], &["--dir", work.to_str().unwrap()]].concat());
+    assert_keys(&doc, &["nodes", "writes", "reads", "ingest", "read_day", "floor"]);
     assert_eq!(doc["nodes"], 7);
     assert_eq!(doc["writes"].as_array().unwrap().len(), 6);
     assert_keys(&doc["writes"][0], &["format", "rf", "n", "p50_ms", "p99_ms", "mean_ms"]);
     let points: Vec<u64> = doc["reads"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).collect();
     assert_eq!(points, [600, 4800, 9000, 600, 4800, 9000]);
     assert_keys(&doc["ingest"], &["rf", "w", "batch", "points_per_s"]);
+    assert_keys(&doc["read_day"], &["points", "p50_ms", "points_per_s"]);
+    assert_eq!(doc["read_day"]["points"], 20_000);
     assert_floor(&doc);
 }
 

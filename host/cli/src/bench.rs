@@ -102,6 +102,12 @@ pub(crate) struct PaperArgs {
     /// Batches the ingest client keeps in flight.
     #[arg(long, default_value_t = PaperOptions::default().in_flight)]
     in_flight: usize,
+    /// Points of the day read_day writes and streams back.
+    #[arg(long, default_value_t = PaperOptions::default().day_points)]
+    day_points: usize,
+    /// Repetitions of the day's read.
+    #[arg(long, default_value_t = PaperOptions::default().day_reps)]
+    day_reps: usize,
     /// Working directory (default: a new temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -173,6 +179,8 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 nodes: a.nodes,
                 writes: a.writes,
                 read_reps: a.read_reps,
+                day_points: a.day_points,
+                day_reps: a.day_reps,
                 ingest_secs: a.ingest_secs,
                 in_flight: a.in_flight,
                 dir: a.dir,

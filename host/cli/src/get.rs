@@ -4,9 +4,11 @@ use std::io::{BufWriter, Write};
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use futures::StreamExt;
 use timeshard_proto::{SeriesKey, TimeRange};
 
 use crate::conn::ConnArgs;
+use crate::rows::Rows;
 use crate::time::{TimeFormat, format_time, parse_time};
 
 #[derive(Debug, Args)]
@@ -59,38 +61,15 @@ pub(crate) async fn run(args: GetArgs) -> Result<()> {
         client.close().await;
         return Ok(());
     }
-    let points = client.read(&series, range).await?;
+    // Batches are written as they arrive: the range is never held whole.
     let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    match args.format {
-        Format::Csv => {
-            writeln!(out, "ts,value,event")?;
-            for p in &points {
-                writeln!(out, "{},{},{}", format_time(p.ts, args.time), p.value, p.event)?;
-            }
-        }
-        Format::Json => {
-            let rows: Vec<serde_json::Value> = points
-                .iter()
-                .map(|p| {
-                    let ts = match args.time {
-                        TimeFormat::Ns => serde_json::json!(p.ts),
-                        TimeFormat::Rfc3339 => serde_json::json!(format_time(p.ts, args.time)),
-                    };
-                    // JSON has no NaN or infinity: those values are written as strings.
-                    let value = if p.value.is_finite() {
-                        serde_json::json!(p.value)
-                    } else {
-                        serde_json::json!(p.value.to_string())
-                    };
-                    serde_json::json!({"ts": ts, "value": value, "event": p.event})
-                })
-                .collect();
-            serde_json::to_writer_pretty(&mut out, &serde_json::json!({"series": series.as_str(), "points": rows}))?;
-            writeln!(out)?;
-        }
+    let json = matches!(args.format, Format::Json);
+    let mut rows = Rows::start(stdout.lock(), json, args.time, series.as_str())?;
+    let mut batches = std::pin::pin!(client.read_stream(&series, range));
+    while let Some(batch) = batches.next().await {
+        rows.batch(&batch?)?;
     }
-    out.flush()?;
+    rows.finish()?;
     client.close().await;
     Ok(())
 }

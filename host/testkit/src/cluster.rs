@@ -339,6 +339,11 @@ impl LocalCluster {
         Ok(Client::connect(self.addr(i), &self.client_tls_of(i)).await?)
     }
 
+    /// The process id of node `i`, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().and_then(Child::id)
+    }
+
     /// Whether node `i` is running.
     pub fn is_running(&self, i: usize) -> bool {
         self.nodes[i].child.is_some()

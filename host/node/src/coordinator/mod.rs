@@ -21,6 +21,7 @@ mod query;
 mod read;
 pub mod replicas;
 mod series;
+mod stream;
 mod write;
 
 use std::collections::HashSet;
@@ -42,6 +43,7 @@ use crate::repair::RepairState;
 use crate::server::serve_replica;
 
 pub use replicas::ReplicaWrites;
+pub use stream::{BatchSender, STREAM_PAGE_POINTS};
 pub use write::WriteOutcome;
 
 /// Owner requests a query keeps in flight.
