@@ -286,6 +286,8 @@ pub struct Applied {
     pub revoked: HashSet<Id>,
     /// The control plane's modules, installed from the node's cache before it serves.
     pub policies: Option<crate::control::policies::ControlPolicies>,
+    /// HTTP tokens the control plane issued, accepted from the first request on.
+    pub http_tokens: Vec<timeshard_control_api::HttpTokenGrant>,
 }
 
 impl RunningNode {
@@ -357,7 +359,11 @@ impl RunningNode {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
             metrics: Arc::new(Metrics::default()),
-            http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
+            http_tokens: {
+                let tokens = Tokens::new(config.http.tokens.clone(), !config.http.listen.ip().is_loopback());
+                tokens.set_issued(applied.http_tokens.clone());
+                Arc::new(tokens)
+            },
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: RwLock::new(Arc::new(config)),
             dht,

@@ -76,6 +76,7 @@ pub fn effective_config(
         config.bootstrap = desired.bootstrap.clone();
     }
     overlay_limits(&mut config.limits, &desired.limits);
+    config.http.issued_tokens = true;
     config.validate()?;
     Ok(config)
 }
