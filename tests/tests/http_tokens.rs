@@ -54,7 +54,8 @@ async fn create(control: &ControlPlane, args: &[&str]) -> anyhow::Result<(String
 async fn control_plane_issues_and_revokes_http_tokens() -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("timeshard-http-tokens-").tempdir()?;
     let mut control = ControlPlane::start(CONTROL, Backend::Sqlite, dir.path()).await?;
-    control.cli(&["class", "set", "all", "--prefix", "", "--rf", "2", "--w", "1", "--r", "1"]).await?;
+    // W + R > RF: every acknowledged write is read back through either node.
+    control.cli(&["class", "set", "all", "--prefix", "", "--rf", "2", "--w", "2", "--r", "1"]).await?;
     let (mut options, _) = ClusterOptions::for_tests(2, NODE);
     options.dir = dir.path().join("nodes");
     let labels = ["site=atl".to_string(), "site=sfo".to_string()];
@@ -67,10 +68,11 @@ async fn control_plane_issues_and_revokes_http_tokens() -> anyhow::Result<()> {
 
     // A token for Atlanta's nodes only.
     let (atl, atl_id) = create(&control, &["--name", "grafana-atl", "--select", "site=atl"]).await?;
-    let took = until_status(&cluster, 0, Some(&atl), 204, "node 0 accepts the Atlanta token").await?;
-    println!("an issued HTTP token is accepted after {took:?}");
-    assert_eq!(write_status(&cluster, 0, None, "m,site=e2e value=3 1700000002").await?, 401);
-    assert_eq!(write_status(&cluster, 0, Some("tsh1.bogus"), "m,site=e2e value=3 1700000002").await?, 401);
+    // Until node 0 applies it, it takes writes without a token: wait for the refusal.
+    let took = until_status(&cluster, 0, None, 401, "node 0 requires a token once one is issued to it").await?;
+    println!("an issued HTTP token is enforced after {took:?}");
+    assert_eq!(write_status(&cluster, 0, Some(&atl), "m,site=e2e value=3 1700000002").await?, 204);
+    assert_eq!(write_status(&cluster, 0, Some("tsh1.bogus"), "m,site=e2e value=30 1700000002").await?, 401);
     // Not selected: node 1 neither needs nor knows it.
     assert_eq!(write_status(&cluster, 1, None, "m,site=e2e value=4 1700000003").await?, 204);
 
@@ -96,16 +98,18 @@ async fn control_plane_issues_and_revokes_http_tokens() -> anyhow::Result<()> {
     control.stop().await?;
     cluster.kill(0).await?;
     cluster.restart(0).await?;
+    cluster.wait_converged(Duration::from_secs(60)).await?;
     assert_eq!(write_status(&cluster, 0, None, "m,site=e2e value=9 1700000008").await?, 401);
     assert_eq!(write_status(&cluster, 0, Some(&atl), "m,site=e2e value=9 1700000008").await?, 401);
     assert_eq!(write_status(&cluster, 0, Some(&all), "m,site=e2e value=9 1700000008").await?, 204);
 
     // Every accepted write is stored; the refused ones are not.
     let client = cluster.client(1).await?;
-    let series: SeriesKey = "m.value{site=e2e}".parse()?;
+    // A field named `value` is the measurement itself (README, line protocol).
+    let series: SeriesKey = "m{site=e2e}".parse()?;
     let range = TimeRange::new(1_700_000_000_000_000_000, 1_700_000_010_000_000_000)?;
     let values: Vec<f64> = client.read(&series, range).await?.iter().map(|p| p.value).collect();
-    assert_eq!(values, [1.0, 2.0, 4.0, 5.0, 7.0, 8.0, 9.0]);
+    assert_eq!(values, [1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 8.0, 9.0]);
     client.close().await;
     cluster.shutdown().await?;
     Ok(())
