@@ -72,7 +72,7 @@ impl ArchivedBlock {
                     .filter(|p| !expired(AgeBy::Write, self.quantum, p.written_ns, keep, now))
                     .cloned()
                     .collect();
-                (!parts.is_empty()).then(|| ArchivedBlock { quantum: self.quantum, parts })
+                (!parts.is_empty()).then_some(ArchivedBlock { quantum: self.quantum, parts })
             }
         }
     }

@@ -156,6 +156,11 @@ impl WriteTimes {
     pub fn len(&self) -> usize {
         self.state().times.len()
     }
+
+    /// Whether no block has a record.
+    pub fn is_empty(&self) -> bool {
+        self.state().times.is_empty()
+    }
 }
 
 #[cfg(test)]
