@@ -434,8 +434,8 @@ pub struct ClassConfig {
     pub w: u8,
     /// Replicas a read asks.
     pub r: u8,
-    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. Not
-    /// for classes with `archive = true`.
+    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. With
+    /// `archive = true` it applies to the archive too, and must be longer than `hot`.
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub retention: Option<Duration>,
     /// With `archive = true`: sealed blocks older than this, by `age_by`, are exported to the
@@ -703,10 +703,13 @@ mod tests {
         assert_eq!(cfg.classes[0].hot_window(), Some(Duration::from_secs(30 * 86_400)), "30 days by default");
         cfg.resolve_paths(Path::new("/etc/timeshard"));
         assert_eq!(cfg.tier.url, "/etc/timeshard/archive", "a relative directory is relative to the file");
-        // Retention of archived classes is refused; the store keeps what the tier ages by write
-        // time, and timeshard's own series of archived classes forever.
+        // Retention of archived classes applies to the archive too, and must outlast the hot
+        // window; the store keeps what the tier ages by write time, and timeshard's own series
+        // of archived classes forever.
         cfg.classes[0].retention = Some(Duration::from_secs(86_400));
-        assert!(cfg.validate().unwrap_err().to_string().contains("retention does not apply"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("longer than the hot window"));
+        cfg.classes[0].retention = Some(Duration::from_secs(365 * 86_400));
+        cfg.validate().unwrap();
         cfg.classes[0].retention = None;
         cfg.classes.push(ClassConfig {
             name: "w".into(),
