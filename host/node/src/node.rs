@@ -321,6 +321,7 @@ impl RunningNode {
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        view.set_location(config.location()?);
         view.set_excluded(applied.revoked.clone());
         let hints_dir = config.data_dir.join("hints");
         let hints = Arc::new(

@@ -61,6 +61,8 @@ pub struct ClusterOptions {
     pub log: String,
     /// Enroll with a control plane instead of using a development PKI.
     pub enroll: Option<Enrollment>,
+    /// Node `i`'s location (`LAT,LON`), if `locations[i]` is given: for classes with `coi`.
+    pub locations: Vec<Option<String>>,
 }
 
 /// Nodes that enroll with a control plane at their first start.
@@ -96,6 +98,7 @@ impl ClusterOptions {
             http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
+            locations: Vec::new(),
         }
     }
 }
@@ -193,6 +196,7 @@ impl LocalCluster {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
             data_dir: self.data_dir(i),
             bootstrap,
+            location: o.locations.get(i).cloned().flatten(),
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
