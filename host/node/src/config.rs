@@ -394,7 +394,7 @@ impl Default for RepairConfig {
 }
 
 /// Fault injection for tests. Only the node's own config file sets it; no peer can.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TestingConfig {
     /// A file naming nodes (ids in hex, or `ip:port` addresses), one per line, that this node
@@ -402,6 +402,22 @@ pub struct TestingConfig {
     /// dropped. Re-read every 200 ms; absent or empty means no fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_file: Option<PathBuf>,
+    /// WAN emulation for tests and benchmarks on one machine: requests to a peer with a
+    /// location (and their answers) are each delayed by
+    /// `haversine_km * route_factor / 200 + per_hop_ms`. Off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wan_emulation: Option<WanEmulation>,
+}
+
+/// The WAN emulation's parameters (`[testing] wan_emulation = { per_hop_ms = 0.2,
+/// route_factor = 1.5 }`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WanEmulation {
+    /// Fixed cost of every message, in milliseconds.
+    pub per_hop_ms: f64,
+    /// How much longer routes are than great circles.
+    pub route_factor: f64,
 }
 
 /// Storage engines.
@@ -697,6 +713,11 @@ impl NodeConfig {
         }
         self.http.validate()?;
         self.location()?;
+        if let Some(w) = &self.testing.wan_emulation
+            && !(w.per_hop_ms >= 0.0 && w.per_hop_ms < 10_000.0 && w.route_factor >= 1.0 && w.route_factor < 100.0)
+        {
+            return invalid("testing.wan_emulation", "need 0 <= per_hop_ms < 10000 and 1 <= route_factor < 100");
+        }
         for c in &self.classes {
             if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
                 return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });

@@ -107,18 +107,10 @@ impl Coi {
     /// The location of `series`: its `geohash` tag, or its `lat` and `lon` tags, or the class
     /// default.
     pub fn location_of(&self, series: &SeriesKey) -> Result<crate::geo::GeoPoint, CoiError> {
-        let bad = |source| CoiError::BadTag { series: series.to_string(), source };
-        if let Some(g) = series.tag("geohash") {
-            return crate::geo::decode(g).map_err(bad);
-        }
-        match (series.tag("lat"), series.tag("lon")) {
-            (Some(lat), Some(lon)) => format!("{lat},{lon}").parse().map_err(bad),
-            (None, None) => self.location.map(|c| c.center()).ok_or_else(|| CoiError::NoLocation(series.to_string())),
-            _ => Err(bad(crate::geo::GeoError::Coordinates(format!(
-                "lat={} lon={}",
-                series.tag("lat").unwrap_or("?"),
-                series.tag("lon").unwrap_or("?")
-            )))),
+        match crate::geo::tagged_location(series) {
+            Ok(Some(at)) => Ok(at),
+            Ok(None) => self.location.map(|c| c.center()).ok_or_else(|| CoiError::NoLocation(series.to_string())),
+            Err(source) => Err(CoiError::BadTag { series: series.to_string(), source }),
         }
     }
 }

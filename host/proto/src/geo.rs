@@ -197,6 +197,18 @@ pub fn decode(geohash: &str) -> Result<GeoPoint, GeoError> {
     Ok(geohash.parse::<Cell>()?.center())
 }
 
+/// The location a series' tags give: `geohash=`, or `lat=` and `lon=`; `None` without them.
+pub fn tagged_location(series: &crate::series::SeriesKey) -> Result<Option<GeoPoint>, GeoError> {
+    if let Some(g) = series.tag("geohash") {
+        return decode(g).map(Some);
+    }
+    match (series.tag("lat"), series.tag("lon")) {
+        (Some(lat), Some(lon)) => format!("{lat},{lon}").parse().map(Some),
+        (None, None) => Ok(None),
+        (lat, lon) => Err(GeoError::Coordinates(format!("lat={} lon={}", lat.unwrap_or("?"), lon.unwrap_or("?")))),
+    }
+}
+
 /// Parses a distance (`50km`, `500m`, `2.5 km`; a bare number is kilometres) into metres.
 /// It must be positive and at most half the earth's circumference.
 pub fn parse_distance_m(s: &str) -> Result<u32, GeoError> {
@@ -215,6 +227,17 @@ pub fn parse_distance_m(s: &str) -> Result<u32, GeoError> {
         return Err(bad());
     }
     Ok(m.round() as u32)
+}
+
+/// Speed of light in fibre, km per millisecond.
+pub const FIBER_KM_PER_MS: f64 = 200.0;
+
+/// The one-way latency the WAN emulation adds between nodes at `a` and `b`, in milliseconds:
+/// `haversine_km(a, b) * route_factor / 200 + per_hop_ms` (fibre carries light at about
+/// 200 km/ms; routes are longer than great circles by `route_factor`; every hop costs a fixed
+/// `per_hop_ms`).
+pub fn wan_one_way_ms(a: &GeoPoint, b: &GeoPoint, per_hop_ms: f64, route_factor: f64) -> f64 {
+    a.distance_km(b) * route_factor / FIBER_KM_PER_MS + per_hop_ms
 }
 
 /// Checks a geohash precision (1 to 12 characters).
@@ -247,6 +270,10 @@ mod tests {
         assert_eq!(parse_distance_m("50km").unwrap(), 50_000);
         assert_eq!(parse_distance_m("500m").unwrap(), 500);
         assert_eq!(parse_distance_m("2.5").unwrap(), 2_500);
+        // Atlanta to San Francisco: about 3,420 km * 1.5 / 200 + 0.2 = 25.9 ms one way.
+        let ms = wan_one_way_ms(&atl, &sfo, 0.2, 1.5);
+        assert!((25.5..26.2).contains(&ms), "{ms}");
+        assert_eq!(wan_one_way_ms(&atl, &atl, 0.2, 1.5), 0.2);
     }
 
     #[test]

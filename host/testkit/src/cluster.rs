@@ -63,6 +63,8 @@ pub struct ClusterOptions {
     pub enroll: Option<Enrollment>,
     /// Node `i`'s location (`LAT,LON`), if `locations[i]` is given: for classes with `coi`.
     pub locations: Vec<Option<String>>,
+    /// WAN emulation between located nodes (`[testing] wan_emulation`).
+    pub wan_emulation: Option<timeshard_node::config::WanEmulation>,
 }
 
 /// Nodes that enroll with a control plane at their first start.
@@ -99,6 +101,7 @@ impl ClusterOptions {
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
             locations: Vec::new(),
+            wan_emulation: None,
         }
     }
 }
@@ -205,7 +208,10 @@ impl LocalCluster {
             hints: o.hints.clone(),
             repair: o.repair.clone(),
             tier: o.tier.clone(),
-            testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
+            testing: TestingConfig {
+                fault_file: o.fault_injection.then(|| self.fault_file(i)),
+                wan_emulation: o.wan_emulation,
+            },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),
