@@ -35,7 +35,10 @@ pub struct Dht {
 }
 
 /// The one-way delay the WAN emulation adds to a message to a peer, if it has one.
-pub struct WanDelay(pub Box<dyn Fn(&Id) -> Option<Duration> + Send + Sync>);
+pub struct WanDelay(pub Box<PeerDelay>);
+
+/// The delay to one peer, `None` when it has no location.
+pub type PeerDelay = dyn Fn(&Id) -> Option<Duration> + Send + Sync;
 
 impl std::fmt::Debug for WanDelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -223,7 +223,7 @@ pub fn parse_distance_m(s: &str) -> Result<u32, GeoError> {
     };
     let v: f64 = num.trim().parse().map_err(|_| bad())?;
     let m = v * scale;
-    if !m.is_finite() || m < 1.0 || m > MAX_DISTANCE_KM * 1_000.0 {
+    if !m.is_finite() || !(1.0..=MAX_DISTANCE_KM * 1_000.0).contains(&m) {
         return Err(bad());
     }
     Ok(m.round() as u32)
