@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use quinn::{Connection, Endpoint};
+use timeshard_proto::geo::GeoPoint;
 use timeshard_proto::repair::LeaveProgress;
 use timeshard_proto::stream::ColumnBatch;
 use timeshard_proto::tier::ArchiveReport;
@@ -17,6 +18,11 @@ use timeshard_proto::wire::{
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
 use crate::Error;
+
+/// Series a geographic read ([`Client::read_near`]) reads at once.
+pub const NEAR_PARALLELISM: usize = 16;
+/// Series a geographic read may match.
+pub const NEAR_MAX_SERIES: u32 = 10_000;
 use crate::tls::{self, Identity, NODE_NAME, TlsFiles};
 use crate::transport::{self, CallError};
 
@@ -276,6 +282,56 @@ impl Client {
             Response::Windows { windows } => Ok(windows),
             other => Err(self.unexpected(&other)),
         }
+    }
+
+    /// The newest point of `series` (the state a situation-awareness application asks for),
+    /// or `None` if it holds none.
+    pub async fn latest(&self, series: &SeriesKey) -> Result<Option<Point>, Error> {
+        let before = timeshard_proto::time::MAX_TIMESTAMP;
+        match self.call(Request::Latest { series: series.to_string(), before }).await? {
+            Response::Latest { point } => Ok(point),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// FogStore's geographic range query (L, R, T): the points in `range` of every series whose
+    /// metric starts with `metric_prefix` and whose location (its `geohash=` or `lat=`/`lon=`
+    /// tags) lies within `radius_m` metres of `center`, each read from its owners (at most
+    /// [`NEAR_PARALLELISM`] reads at once). The radius must be positive and at most half the
+    /// earth's circumference; at most [`NEAR_MAX_SERIES`] series may match.
+    pub async fn read_near(
+        &self,
+        metric_prefix: &str,
+        center: GeoPoint,
+        radius_m: u32,
+        range: TimeRange,
+    ) -> Result<Vec<(SeriesKey, Vec<Point>)>, Error> {
+        if radius_m == 0 || f64::from(radius_m) > timeshard_proto::geo::MAX_DISTANCE_KM * 1_000.0 {
+            return Err(timeshard_proto::geo::GeoError::Distance(format!("{radius_m}m")).into());
+        }
+        let filter = SeriesFilter { metric_prefix: metric_prefix.to_string(), tags: Vec::new() };
+        let (all, more) = self.list_series(filter, NEAR_MAX_SERIES).await?;
+        if more {
+            return Err(Error::TooManySeries(format!(
+                "more than {NEAR_MAX_SERIES} series start with {metric_prefix:?}: use a longer metric prefix"
+            )));
+        }
+        let near: Vec<SeriesKey> = all
+            .into_iter()
+            .filter(|s| {
+                timeshard_proto::geo::tagged_location(s)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|at| at.distance_km(&center) * 1_000.0 <= f64::from(radius_m))
+            })
+            .collect();
+        use futures::StreamExt;
+        let reads = futures::stream::iter(near.into_iter().map(|s| async move {
+            let points = self.read(&s, range).await?;
+            Ok::<_, Error>((s, points))
+        }))
+        .buffered(NEAR_PARALLELISM);
+        reads.collect::<Vec<_>>().await.into_iter().collect()
     }
 
     /// The series of the whole cluster passing `filter`, sorted, at most `limit`; the flag says

@@ -68,6 +68,12 @@ pub enum Error {
     /// A time range or timestamp given to the SDK is invalid.
     #[error(transparent)]
     Time(#[from] timeshard_proto::time::TimeError),
+    /// A location, radius or geohash given to the SDK is invalid.
+    #[error(transparent)]
+    Geo(#[from] timeshard_proto::geo::GeoError),
+    /// A geographic read matched more series than it may read at once.
+    #[error("{0}")]
+    TooManySeries(String),
 }
 
 impl Error {

@@ -153,3 +153,34 @@ fn bench_repair_quick_writes_its_document() {
     assert!(doc["wal_bytes_after_10min_live"].as_u64().is_some_and(|b| b > 0), "{doc}");
     assert_floor(&doc);
 }
+
+#[test]
+fn bench_coi_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["coi", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(&doc, &["runs", "region_failure", "load_balance", "out_coi_km_p50"]);
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 27, "3 modes x 3 read ratios x 3 distributions");
+    for run in runs {
+        assert_keys(
+            run,
+            &[
+                "mode",
+                "read_pct",
+                "distribution",
+                "read_p50_ms",
+                "read_p95_ms",
+                "read_p99_ms",
+                "update_p50_ms",
+                "update_p95_ms",
+                "update_p99_ms",
+                "ops_per_s",
+                "stale_read_pct",
+            ],
+        );
+    }
+    assert!(doc["region_failure"]["readable_pct"].as_f64().is_some());
+    assert!(doc["out_coi_km_p50"].as_f64().unwrap() > 0.0);
+    assert_floor(&doc);
+}

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use timeshard_testkit::bench::coi::{self, CoiOptions};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
@@ -33,6 +34,30 @@ pub(crate) enum BenchCommand {
     /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
     /// one node's log after live ingest.
     Repair(RepairArgs),
+    /// Context-of-interest replication (FogStore) on 8 node processes with emulated WAN
+    /// latency: latest reads and updates per mode (coi, quorum, eventual), read ratio and key
+    /// distribution; a region down; simulated load balance and out-of-CoI distances.
+    Coi(CoiArgs),
+}
+
+/// Options of `bench coi`.
+#[derive(Debug, Args)]
+pub(crate) struct CoiArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Client tasks, colocated with the Atlanta nodes.
+    #[arg(long, default_value_t = CoiOptions::default().clients)]
+    clients: usize,
+    /// Operations per run (mode x read ratio x distribution).
+    #[arg(long, default_value_t = CoiOptions::default().ops)]
+    ops: usize,
+    /// Working directory (default: a temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of `bench http`.
@@ -235,6 +260,14 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 }
             };
             (a.json, repair::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Coi(a) => {
+            let options = if a.quick {
+                CoiOptions { dir: a.dir, ..CoiOptions::quick() }
+            } else {
+                CoiOptions { clients: a.clients, ops: a.ops, dir: a.dir, ..CoiOptions::default() }
+            };
+            (a.json, coi::run(&binary()?, &options).await?)
         }
     };
     write_json(&json, &report)?;

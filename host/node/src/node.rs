@@ -323,6 +323,20 @@ impl RunningNode {
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        view.set_location(config.location()?);
+        if let (Some(wan), Some(here)) = (config.testing.wan_emulation, config.location()?) {
+            warn!(
+                per_hop_ms = wan.per_hop_ms,
+                route_factor = wan.route_factor,
+                "WAN emulation is on ([testing] wan_emulation)"
+            );
+            let peers = view.clone();
+            dht.set_wan_emulation(crate::dht::WanDelay(Box::new(move |id| {
+                let there = peers.location_of(id)?;
+                let ms = timeshard_proto::geo::wan_one_way_ms(&here, &there, wan.per_hop_ms, wan.route_factor);
+                Some(Duration::from_secs_f64(ms / 1_000.0))
+            })));
+        }
         view.set_excluded(applied.revoked.clone());
         let hints_dir = config.data_dir.join("hints");
         let hints = Arc::new(

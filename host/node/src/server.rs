@@ -276,6 +276,16 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
         }
         // Tier hook: `timeshard archive status`.
         Request::ArchiveStatus => Response::Archive(Box::new(node.tier().report().await)),
+        Request::Latest { series, before } => {
+            let series = match wire::check_read(&series, before.saturating_sub(1), before) {
+                Ok((series, _)) => series,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().latest(series, before).await {
+                Ok(point) => Response::Latest { point },
+                Err(e) => Response::Error(e),
+            }
+        }
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))

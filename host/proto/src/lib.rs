@@ -1,6 +1,6 @@
 //! Sans-IO core of a timeshard node.
 //!
-//! Owns ids and the XOR metric ([`id`]), timestamps, ranges and quanta ([`time`]), series keys
+//! Owns ids and the XOR metric ([`id`]), geohashes and distances ([`geo`]), timestamps, ranges and quanta ([`time`]), series keys
 //! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
 //! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
@@ -16,6 +16,7 @@
 
 pub mod agreement;
 pub mod class;
+pub mod geo;
 pub mod id;
 pub mod key;
 pub mod lookup;

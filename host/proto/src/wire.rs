@@ -178,6 +178,9 @@ pub enum Request {
     /// Client: the cold tier as the receiver sees it (what the archive holds, this node's
     /// pending exports and last error); answered with [`Response::Archive`].
     ArchiveStatus,
+    /// Client: the newest point of one series strictly before `before` (ns); answered with
+    /// [`Response::Latest`].
+    Latest { series: String, before: i64 },
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -303,6 +306,10 @@ pub enum Response {
     },
     Leaving(LeaveProgress),
     Archive(Box<crate::tier::ArchiveReport>),
+    /// The newest point of a series, if it holds any.
+    Latest {
+        point: Option<Point>,
+    },
 }
 
 /// What a node reports about itself.
@@ -775,7 +782,8 @@ impl Request {
             | Request::HasSeries { .. }
             | Request::Status
             | Request::Leave
-            | Request::ArchiveStatus => Ok(()),
+            | Request::ArchiveStatus
+            | Request::Latest { .. } => Ok(()),
         }
     }
 
@@ -830,6 +838,7 @@ impl Request {
             Request::ListBlocks { .. } => "list_blocks",
             Request::Leave => "leave",
             Request::ArchiveStatus => "archive_status",
+            Request::Latest { .. } => "latest",
         }
     }
 }

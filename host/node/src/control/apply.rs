@@ -29,6 +29,8 @@ pub fn class_config(spec: &ClassSpec) -> ClassConfig {
         hot: spec.hot,
         archive: spec.archive,
         age_by: spec.age_by,
+        // The control plane does not carry CoI parameters yet.
+        coi: None,
     }
 }
 

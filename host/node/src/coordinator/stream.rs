@@ -242,9 +242,14 @@ impl Coordinator {
         after: Option<PointKey>,
         out: &mut Batches<'_>,
     ) -> Result<(), ErrorReply> {
-        let r = usize::from(class.replication.r);
-        let ids: Vec<Id> = parts.iter().map(|p| placement_id(series, &p.quantum, classes)).collect();
-        let candidates: Vec<Vec<Contact>> = ids.iter().map(|id| self.read_candidates(*id, class)).collect();
+        let targets = parts
+            .iter()
+            .map(|p| self.target(series, placement_id(series, &p.quantum, classes), class))
+            .collect::<Result<Vec<_>, _>>()?;
+        // R is the class's, or the context of interest's for this coordinator; the parts of one
+        // series share both.
+        let r = targets.first().map_or(usize::from(class.replication.r), |t| self.read_r(t, class));
+        let candidates: Vec<Vec<Contact>> = targets.iter().map(|t| self.read_candidates(t, class)).collect();
         let mut sources: HashMap<Id, Source> = HashMap::new();
         for (node, asked) in owner_fetches(&candidates, r, self.dht.me().id) {
             let fetch = asked.iter().map(|&(i, points)| FetchPart { part: parts[i], points }).collect();
@@ -272,7 +277,8 @@ impl Coordinator {
             }
             let stands = accepts(&answers, r) && answers[0].is_some_and(|a| well_formed(&points, &part.range, &a.end));
             if !stands {
-                points = self.fetch_block(series, class, ids[i], part.quantum, part.range, after, usize::MAX).await?;
+                points =
+                    self.fetch_block(series, class, &targets[i], part.quantum, part.range, after, usize::MAX).await?;
             } else if let Some(a) = after
                 && part.range.start() <= a.ts
             {

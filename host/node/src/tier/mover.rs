@@ -300,7 +300,12 @@ fn split_by_turn(
     let rf = usize::from(class.replication.rf);
     let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
     blocks.into_iter().partition(|d| {
-        let owners = view.owners(placement_id(&d.series, &d.quantum, &policy.classes), rf);
+        let id = placement_id(&d.series, &d.quantum, &policy.classes);
+        // A CoI class places blocks by location; index blocks (no location in their key) and
+        // anything unplaceable fall back to the DHT owners for choosing the exporter.
+        let target = timeshard_proto::placement::target(&d.series, id, class)
+            .unwrap_or_else(|_| timeshard_proto::placement::Target::dht(id, rf));
+        let owners = view.owners_of(&target).owners;
         exports_now(export_rank(&owners, me), d.due, d.last_write, now, takeover)
     })
 }
