@@ -31,6 +31,7 @@ pub const NOTIFY_CHANNEL: &str = "timeshard_fleet";
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "fleet", include_str!("../migrations/0001_fleet.sql")),
     (2, "policies", include_str!("../migrations/0002_policies.sql")),
+    (3, "http_tokens", include_str!("../migrations/0003_http_tokens.sql")),
 ];
 
 #[derive(Debug)]
@@ -217,8 +218,11 @@ impl Db {
                     .map(|r| r.try_get::<String, _>("node_id"))
                     .collect::<Result<Vec<_>, _>>()?;
             let policies = crate::fleet::store::load_table(&self.pool).await?;
+            let http_tokens = crate::fleet::http_tokens::load_entries(&self.pool, changed_at).await?;
             if self.generation().await? == generation as u64 {
-                return Ok(FleetState::new(generation as u64, classes, configs, revoked).with_policies(policies));
+                return Ok(FleetState::new(generation as u64, classes, configs, revoked)
+                    .with_policies(policies)
+                    .with_http_tokens(http_tokens));
             }
         }
     }

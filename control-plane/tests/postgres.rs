@@ -54,3 +54,8 @@ async fn policy_uploads() {
 async fn policy_rollouts() {
     policies::rollouts(&TestFleet::postgres().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_tokens() {
+    scenarios::http_tokens(&TestFleet::postgres().await).await;
+}

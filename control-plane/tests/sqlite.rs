@@ -70,3 +70,8 @@ async fn policy_uploads() {
 async fn policy_rollouts() {
     policies::rollouts(&TestFleet::sqlite().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_tokens() {
+    scenarios::http_tokens(&TestFleet::sqlite().await).await;
+}

@@ -4,8 +4,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use quinn::{Connection, Endpoint};
+use timeshard_proto::geo::GeoPoint;
 use timeshard_proto::repair::LeaveProgress;
+use timeshard_proto::stream::ColumnBatch;
 use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
@@ -15,6 +18,11 @@ use timeshard_proto::wire::{
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
 use crate::Error;
+
+/// Series a geographic read ([`Client::read_near`]) reads at once.
+pub const NEAR_PARALLELISM: usize = 16;
+/// Series a geographic read may match.
+pub const NEAR_MAX_SERIES: u32 = 10_000;
 use crate::tls::{self, Identity, NODE_NAME, TlsFiles};
 use crate::transport::{self, CallError};
 
@@ -108,6 +116,13 @@ impl Client {
         )
     }
 
+    fn transport_error(&self, e: CallError) -> Error {
+        match e {
+            CallError::Remote(reply) => Error::Server { addr: self.addr, reply },
+            source => Error::Transport { addr: self.addr, source },
+        }
+    }
+
     fn unexpected(&self, got: &Response) -> Error {
         Error::Protocol { addr: self.addr, what: format!("{got:?}") }
     }
@@ -136,19 +151,76 @@ impl Client {
         Ok(ack)
     }
 
-    /// All points of `series` in `range`, sorted by time (then event id, then value), read
-    /// page by page.
+    /// All points of `series` in `range`, sorted by time (then event id, then value): the
+    /// batches of [`Client::read_stream`], collected.
     pub async fn read(&self, series: &SeriesKey, range: TimeRange) -> Result<Vec<Point>, Error> {
         let mut out = Vec::new();
-        let mut after = None;
-        loop {
-            let (points, next) = self.read_page(series, range, after).await?;
-            out.extend(points);
-            match next {
-                Some(n) => after = Some(n),
-                None => return Ok(out),
-            }
+        let mut batches = std::pin::pin!(self.read_stream(series, range));
+        while let Some(batch) = batches.next().await {
+            out.extend(batch?.points());
         }
+        Ok(out)
+    }
+
+    /// Every point of `series` in `range` as a stream of column batches (timestamps, values,
+    /// events) in identity order, at most `page_points` points each, so a caller can consume a
+    /// long range without holding it. The node streams the range over one QUIC stream; each
+    /// batch is awaited at most the request timeout. The stream ends after the last batch, or
+    /// with the first error.
+    pub fn read_stream(
+        &self,
+        series: &SeriesKey,
+        range: TimeRange,
+    ) -> impl Stream<Item = Result<ColumnBatch, Error>> + Send + 'static {
+        let req = Request::ReadStream {
+            series: series.to_string(),
+            start: range.start(),
+            end: range.end(),
+            after: None,
+            batch_points: self.options.page_points,
+        };
+        let client = self.clone();
+        let state = ReadState::Start(client, req);
+        futures::stream::unfold(state, |state| async move {
+            let (client, mut frames) = match state {
+                ReadState::Done => return None,
+                ReadState::Start(client, req) => {
+                    let opts = &client.options;
+                    match transport::open_stream(&client.conn, &req, opts.max_message_bytes, opts.request_timeout, None)
+                        .await
+                    {
+                        Ok(frames) => (client, frames),
+                        Err(e) => return Some((Err(client.transport_error(e)), ReadState::Done)),
+                    }
+                }
+                ReadState::Reading(client, frames) => (client, frames),
+            };
+            loop {
+                match frames.next().await {
+                    Ok(Some(Response::Batch { columns, more })) => {
+                        if !columns.is_consistent() {
+                            let e = Error::Protocol { addr: client.addr, what: "a batch with uneven columns".into() };
+                            return Some((Err(e), ReadState::Done));
+                        }
+                        if columns.is_empty() {
+                            if more {
+                                continue;
+                            }
+                            return None;
+                        }
+                        let next = if more { ReadState::Reading(client, frames) } else { ReadState::Done };
+                        return Some((Ok(columns), next));
+                    }
+                    Ok(Some(other)) => return Some((Err(client.unexpected(&other)), ReadState::Done)),
+                    Ok(None) => {
+                        let e =
+                            Error::Protocol { addr: client.addr, what: "the read ended before its last batch".into() };
+                        return Some((Err(e), ReadState::Done));
+                    }
+                    Err(e) => return Some((Err(client.transport_error(e)), ReadState::Done)),
+                }
+            }
+        })
     }
 
     /// One page of a read: points strictly after `after`, and the cursor to continue from if the
@@ -212,6 +284,56 @@ impl Client {
         }
     }
 
+    /// The newest point of `series` (the state a situation-awareness application asks for),
+    /// or `None` if it holds none.
+    pub async fn latest(&self, series: &SeriesKey) -> Result<Option<Point>, Error> {
+        let before = timeshard_proto::time::MAX_TIMESTAMP;
+        match self.call(Request::Latest { series: series.to_string(), before }).await? {
+            Response::Latest { point } => Ok(point),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// FogStore's geographic range query (L, R, T): the points in `range` of every series whose
+    /// metric starts with `metric_prefix` and whose location (its `geohash=` or `lat=`/`lon=`
+    /// tags) lies within `radius_m` metres of `center`, each read from its owners (at most
+    /// [`NEAR_PARALLELISM`] reads at once). The radius must be positive and at most half the
+    /// earth's circumference; at most [`NEAR_MAX_SERIES`] series may match.
+    pub async fn read_near(
+        &self,
+        metric_prefix: &str,
+        center: GeoPoint,
+        radius_m: u32,
+        range: TimeRange,
+    ) -> Result<Vec<(SeriesKey, Vec<Point>)>, Error> {
+        if radius_m == 0 || f64::from(radius_m) > timeshard_proto::geo::MAX_DISTANCE_KM * 1_000.0 {
+            return Err(timeshard_proto::geo::GeoError::Distance(format!("{radius_m}m")).into());
+        }
+        let filter = SeriesFilter { metric_prefix: metric_prefix.to_string(), tags: Vec::new() };
+        let (all, more) = self.list_series(filter, NEAR_MAX_SERIES).await?;
+        if more {
+            return Err(Error::TooManySeries(format!(
+                "more than {NEAR_MAX_SERIES} series start with {metric_prefix:?}: use a longer metric prefix"
+            )));
+        }
+        let near: Vec<SeriesKey> = all
+            .into_iter()
+            .filter(|s| {
+                timeshard_proto::geo::tagged_location(s)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|at| at.distance_km(&center) * 1_000.0 <= f64::from(radius_m))
+            })
+            .collect();
+        use futures::StreamExt;
+        let reads = futures::stream::iter(near.into_iter().map(|s| async move {
+            let points = self.read(&s, range).await?;
+            Ok::<_, Error>((s, points))
+        }))
+        .buffered(NEAR_PARALLELISM);
+        reads.collect::<Vec<_>>().await.into_iter().collect()
+    }
+
     /// The series of the whole cluster passing `filter`, sorted, at most `limit`; the flag says
     /// whether the limit cut the list.
     pub async fn list_series(&self, filter: SeriesFilter, limit: u32) -> Result<(Vec<SeriesKey>, bool), Error> {
@@ -253,6 +375,13 @@ impl Client {
         self.conn.close(0u32.into(), b"bye");
         self._endpoint.wait_idle().await;
     }
+}
+
+/// Where a streamed read is.
+enum ReadState {
+    Start(Client, Request),
+    Reading(Client, transport::FrameStream),
+    Done,
 }
 
 /// Splits a batch into chunks of at most `max` points, keeping series together where they fit.

@@ -3,7 +3,7 @@
 //! Connects to any node over QUIC with a client certificate from the fleet CA, writes batches of
 //! points and reads time ranges back. The node it connects to coordinates: it places each
 //! (series, quantum) block on its replicas and waits for the write quorum, and fans a read out
-//! to one lookup per quantum.
+//! to the owner nodes of the range, streaming the points back ([`Client::read_stream`]).
 //!
 //! ```no_run
 //! use timeshard_sdk::{Client, Point, SeriesKey, TimeRange, tls::TlsFiles};
@@ -29,6 +29,7 @@ pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
 pub use timeshard_proto::repair::{LeaveProgress, RepairStatus};
+pub use timeshard_proto::stream::ColumnBatch;
 pub use timeshard_proto::tier::{ArchiveClassReport, ArchiveReport};
 pub use timeshard_proto::window::WindowStats;
 pub use timeshard_proto::wire::{
@@ -67,6 +68,12 @@ pub enum Error {
     /// A time range or timestamp given to the SDK is invalid.
     #[error(transparent)]
     Time(#[from] timeshard_proto::time::TimeError),
+    /// A location, radius or geohash given to the SDK is invalid.
+    #[error(transparent)]
+    Geo(#[from] timeshard_proto::geo::GeoError),
+    /// A geographic read matched more series than it may read at once.
+    #[error("{0}")]
+    TooManySeries(String),
 }
 
 impl Error {

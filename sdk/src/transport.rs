@@ -64,6 +64,18 @@ pub async fn write_frame<T: serde::Serialize>(send: &mut SendStream, msg: &T, li
     Ok(frame.len())
 }
 
+/// Writes one frame of a streamed answer, leaving the stream open for more; returns the bytes
+/// written.
+pub async fn write_frame_open<T: serde::Serialize>(
+    send: &mut SendStream,
+    msg: &T,
+    limit: u32,
+) -> Result<usize, CallError> {
+    let frame = wire::encode(msg, limit)?;
+    send.write_all(&frame).await?;
+    Ok(frame.len())
+}
+
 /// Reads one frame, refusing bodies above `limit` before reading them.
 pub async fn read_frame_bytes(recv: &mut RecvStream, limit: u32) -> Result<Vec<u8>, CallError> {
     let mut header = [0u8; HEADER_BYTES];
@@ -111,4 +123,62 @@ pub async fn call_counted(
         Ok(Err(e)) => Err(conn.close_reason().map(CallError::Connection).unwrap_or(e)),
         Ok(ok) => ok,
     }
+}
+
+/// The frames of a streamed answer, read one at a time: a slow reader holds the sender back
+/// through QUIC flow control, so nothing piles up beyond the stream's window.
+#[derive(Debug)]
+pub struct FrameStream {
+    conn: Connection,
+    // Kept open: finishing or dropping it early is fine, but the peer may still be reading.
+    _send: SendStream,
+    recv: RecvStream,
+    limit: u32,
+    timeout: Duration,
+    traffic: Option<std::sync::Arc<Traffic>>,
+}
+
+impl FrameStream {
+    /// The next frame, waiting at most the stream's timeout for it; `None` once the peer
+    /// finished the stream. An [`Response::Error`] frame comes back as [`CallError::Remote`].
+    pub async fn next(&mut self) -> Result<Option<Response>, CallError> {
+        let body = match tokio::time::timeout(self.timeout, read_frame_bytes(&mut self.recv, self.limit)).await {
+            Err(_) => return Err(CallError::Timeout(self.timeout)),
+            Ok(Err(CallError::NoAnswer)) => return Ok(None),
+            Ok(Err(e)) => return Err(self.conn.close_reason().map(CallError::Connection).unwrap_or(e)),
+            Ok(Ok(body)) => body,
+        };
+        if let Some(t) = &self.traffic {
+            t.received(HEADER_BYTES + body.len());
+        }
+        match wire::decode::<Response>(&body)? {
+            Response::Error(e) => Err(CallError::Remote(e)),
+            other => Ok(Some(other)),
+        }
+    }
+}
+
+/// Sends `req` on a new stream of `conn` and returns its answer frames as they come, each
+/// awaited at most `timeout`.
+pub async fn open_stream(
+    conn: &Connection,
+    req: &Request,
+    limit: u32,
+    timeout: Duration,
+    traffic: Option<std::sync::Arc<Traffic>>,
+) -> Result<FrameStream, CallError> {
+    let opened = async {
+        let (mut send, recv) = conn.open_bi().await?;
+        let sent = write_frame(&mut send, req, limit).await?;
+        Ok::<_, CallError>((send, recv, sent))
+    };
+    let (send, recv, sent) = match tokio::time::timeout(timeout, opened).await {
+        Err(_) => return Err(CallError::Timeout(timeout)),
+        Ok(Err(e)) => return Err(conn.close_reason().map(CallError::Connection).unwrap_or(e)),
+        Ok(Ok(s)) => s,
+    };
+    if let Some(t) = &traffic {
+        t.sent(sent);
+    }
+    Ok(FrameStream { conn: conn.clone(), _send: send, recv, limit, timeout, traffic })
 }

@@ -62,14 +62,17 @@ fn bench_paper_small_writes_its_document() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let args = ["paper", "--nodes", "7", "--writes", "20", "--read-reps", "2", "--ingest-secs", "1"];
-    let doc = bench(dir.path(), &[&args[..], &["--dir", work.to_str().unwrap()]].concat());
-    assert_keys(&doc, &["nodes", "writes", "reads", "ingest", "floor"]);
+    let day = ["--day-points", "20000", "--day-reps", "2"];
+    let doc = bench(dir.path(), &[&args[..], &day[..], &["--dir", work.to_str().unwrap()]].concat());
+    assert_keys(&doc, &["nodes", "writes", "reads", "ingest", "read_day", "floor"]);
     assert_eq!(doc["nodes"], 7);
     assert_eq!(doc["writes"].as_array().unwrap().len(), 6);
     assert_keys(&doc["writes"][0], &["format", "rf", "n", "p50_ms", "p99_ms", "mean_ms"]);
     let points: Vec<u64> = doc["reads"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).collect();
     assert_eq!(points, [600, 4800, 9000, 600, 4800, 9000]);
     assert_keys(&doc["ingest"], &["rf", "w", "batch", "points_per_s"]);
+    assert_keys(&doc["read_day"], &["points", "p50_ms", "points_per_s"]);
+    assert_eq!(doc["read_day"]["points"], 20_000);
     assert_floor(&doc);
 }
 
@@ -176,5 +179,36 @@ fn bench_footprint_quick_writes_its_document() {
     assert_eq!(binaries.len(), 1, "{doc}");
     assert!(binaries.values().all(|v| v.as_f64().is_some_and(|mb| mb > 1.0)), "{doc}");
     assert!(doc["ingest"]["points_per_s"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
+    assert_floor(&doc);
+}
+
+#[test]
+fn bench_coi_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["coi", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(&doc, &["runs", "region_failure", "load_balance", "out_coi_km_p50"]);
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 27, "3 modes x 3 read ratios x 3 distributions");
+    for run in runs {
+        assert_keys(
+            run,
+            &[
+                "mode",
+                "read_pct",
+                "distribution",
+                "read_p50_ms",
+                "read_p95_ms",
+                "read_p99_ms",
+                "update_p50_ms",
+                "update_p95_ms",
+                "update_p99_ms",
+                "ops_per_s",
+                "stale_read_pct",
+            ],
+        );
+    }
+    assert!(doc["region_failure"]["readable_pct"].as_f64().is_some());
+    assert!(doc["out_coi_km_p50"].as_f64().unwrap() > 0.0);
     assert_floor(&doc);
 }

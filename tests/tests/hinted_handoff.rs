@@ -155,8 +155,19 @@ async fn killed_replicas_get_their_hints_and_every_replica_converges() -> anyhow
     cluster.kill(a).await?;
     cluster.kill(b).await?;
     phase.store(1, Ordering::Relaxed);
-    // Longer than suspect_after (3 s): the view marks both down, and writes to them become hints.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Past suspect_after (3 s) node 0's view marks both down, and writes to them become hints.
+    // Wait for that rather than assume it: on a loaded machine detection can take longer, and
+    // writes still in flight to a killed node would then reach it after its restart instead.
+    let killed_at = Instant::now();
+    loop {
+        let s = cluster.status(0).await?;
+        if s.members_down >= 2 {
+            break;
+        }
+        assert!(killed_at.elapsed() < CONVERGE_WITHIN, "node 0 never saw the killed nodes down: {s:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.restart(a).await?;
     cluster.restart(b).await?;
     let restarted = Instant::now();

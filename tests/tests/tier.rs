@@ -245,3 +245,190 @@ async fn write_time_ages_data_from_its_arrival() -> Result<()> {
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }
+
+/// The UTC day (`YYYY-MM-DD`) an archive object's path names.
+fn day_of_path(path: &std::path::Path) -> Option<String> {
+    let p = path.to_string_lossy();
+    Some(p.split("day=").nth(1)?.get(..10)?.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_removes_archived_history_past_it() -> Result<()> {
+    let (mut options, dir) = ClusterOptions::for_tests(2, BIN);
+    let root = dir.path().join("archive");
+    options.classes = vec![archived_class("pmu", "pmu.", 2)];
+    options.tier = quick_tier(root.to_str().unwrap());
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    // History before the four days the class will keep (up to an hour before the cut-off),
+    // history inside them (from an hour after it), and a hot part; a point every 5 minutes.
+    const KEEP: i64 = 4 * DAY;
+    let now = now_ns();
+    let (gone, kept, recent) =
+        ((now - 6 * DAY, now - KEEP - HOUR), (now - KEEP + HOUR, now - 36 * HOUR), (now - 3 * HOUR, now));
+    let series: Vec<SeriesKey> = (0..2).map(|i| format!("pmu.freq{{bus={i}}}").parse()).collect::<Result<_, _>>()?;
+    let mut data = Vec::new();
+    for (i, s) in series.iter().enumerate() {
+        let mut p = points(i as u64, gone.0, gone.1, 5 * MIN);
+        p.extend(points(i as u64, kept.0, kept.1, 5 * MIN));
+        p.extend(points(i as u64, recent.0, recent.1 - MIN, 5 * MIN));
+        write(&client, s, &p).await?;
+        data.push(p);
+    }
+    let archived: u64 = data.iter().map(|p| p.iter().filter(|x| x.ts < kept.1).count() as u64).sum();
+    let all = [0, 1];
+    wait_reports(&cluster, &all, std::time::Duration::from_secs(240), "history archived", |r| {
+        total(r, "pmu", |c| c.dropped_blocks) >= 2 * archived && total(r, "pmu", |c| c.pending_blocks) == 0
+    })
+    .await?;
+    let everything = TimeRange::new(gone.0 - MIN, now)?;
+    check_everything(&client, &series, &data, everything).await?;
+
+    // Four days of retention from now on (SIGHUP): what is older vanishes from reads, and the
+    // files of days wholly past it from the archive; exactly one node removes them.
+    for i in all {
+        cluster.edit_config(i, |c| c.classes[0].retention = Some(std::time::Duration::from_secs(4 * 86_400)))?;
+        cluster.reload(i)?;
+    }
+    let must_go = |day: &str| timeshard_tier::Day::parse(day).is_some_and(|d| d.start() + DAY <= gone.1);
+    let doomed =
+        files_under(&root, "/manifests/").into_iter().filter(|f| day_of_path(f).is_some_and(|d| must_go(&d))).count();
+    assert!(doomed >= 2, "days wholly past retention were archived: {doomed} files");
+    let r = wait_reports(&cluster, &all, std::time::Duration::from_secs(120), "files past retention removed", |r| {
+        total(r, "pmu", |c| c.expired_files) > 0
+            && !files_under(&root, "class=pmu").iter().any(|f| day_of_path(f).is_some_and(|d| must_go(&d)))
+    })
+    .await?;
+    let removers: Vec<u64> = r.iter().map(|n| total(std::slice::from_ref(n), "pmu", |c| c.expired_files)).collect();
+    assert_eq!(removers.iter().filter(|&&n| n > 0).count(), 1, "one node removes expired files: {removers:?}");
+    assert!(removers.iter().sum::<u64>() >= doomed as u64, "{removers:?} of {doomed}");
+    let inside: Vec<Vec<Point>> = data.iter().map(|p| p.iter().filter(|x| x.ts >= kept.0).copied().collect()).collect();
+    check_everything(&client, &series, &inside, everything).await?;
+
+    // The archive's objects: nothing of a day wholly past retention; every point inside it,
+    // once. (A day the cut-off crosses keeps its file, its expired part hidden, until the
+    // whole day is past retention.)
+    let db = duckdb(&root)?;
+    assert_eq!((db.duplicates_committed, db.duplicates_all), (0, 0), "{db:?}");
+    let mut seen = 0;
+    for g in &db.groups {
+        let (s, day) = (g["series"].as_str().context("series")?, g["day"].as_str().context("day")?);
+        assert!(!must_go(day), "no rows of {day} are left: {g}");
+        let i = series.iter().position(|x| x.as_str() == s).context("a known series")?;
+        let day_start = timeshard_tier::Day::parse(day).context("a day")?.start();
+        let of_day = |p: &&Point| p.ts >= day_start && p.ts < day_start + DAY && p.ts < kept.1;
+        let kept_rows = inside[i].iter().filter(of_day).count() as u64;
+        let all_rows = data[i].iter().filter(of_day).count() as u64;
+        let count = g["count"].as_u64().context("count")?;
+        assert!(count == kept_rows || count == all_rows, "{s} {day}: {count} rows, {kept_rows} kept of {all_rows}");
+        seen += kept_rows;
+    }
+    let want: u64 = inside.iter().map(|p| p.iter().filter(|x| x.ts < kept.1).count() as u64).sum();
+    assert_eq!(seen, want, "every archived point inside retention is in the archive");
+
+    // Switching the archive off for the class keeps its history readable.
+    for i in all {
+        cluster.edit_config(i, |c| {
+            c.classes[0].archive = false;
+            c.classes[0].hot = None;
+        })?;
+        cluster.reload(i)?;
+    }
+    wait_reports(&cluster, &all, std::time::Duration::from_secs(30), "archive switched off", |r| {
+        r.iter().all(|n| n.classes.iter().any(|c| c.class == "pmu" && !c.archive))
+    })
+    .await?;
+    check_everything(&client, &series, &inside, everything).await?;
+
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_times_survive_a_kill_and_age_the_archive() -> Result<()> {
+    use std::time::{Duration, Instant};
+    let (mut options, dir) = ClusterOptions::for_tests(1, BIN);
+    let root = dir.path().join("archive");
+    // Archived 10 s after it is written and kept 30 s; not archived and kept 15 s.
+    let mut device = archived_class("device", "device.", 1);
+    device.hot = Some(Duration::from_secs(10));
+    device.retention = Some(Duration::from_secs(30));
+    device.age_by = timeshard_proto::AgeBy::Write;
+    let scratch = timeshard_node::config::ClassConfig {
+        name: "scratch".into(),
+        metric_prefix: "scratch.".into(),
+        rf: 1,
+        w: 1,
+        r: 1,
+        retention: Some(Duration::from_secs(15)),
+        age_by: timeshard_proto::AgeBy::Write,
+        ..Default::default()
+    };
+    options.classes = vec![device, scratch];
+    options.tier = quick_tier(root.to_str().unwrap());
+    let mut cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    // Weeks-old data arrives: its hot window and retention count from now.
+    let now = now_ns();
+    let range = TimeRange::new(now - 30 * DAY, now)?;
+    let (device, scratch): (SeriesKey, SeriesKey) = ("device.temp{id=1}".parse()?, "scratch.temp{id=1}".parse()?);
+    let first = points(1, now - 28 * DAY, now - 28 * DAY + 2 * HOUR, 60 * SEC);
+    write(&client, &device, &first).await?;
+    write(&client, &scratch, &first).await?;
+    let t0 = Instant::now();
+    client.close().await;
+
+    // SIGKILL, then a restart: the write times are those of the writes, not of the restart.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.kill(0).await?;
+    let restarted = Instant::now();
+    cluster.restart(0).await?;
+    let client = cluster.client(0).await?;
+    let blocks = first.len() as u64;
+    let r = wait_reports(&cluster, &[0], Duration::from_secs(60), "scratch expired by write time", |r| {
+        total(r, "scratch", |c| c.expired_blocks) == blocks
+    })
+    .await?;
+    let expired_at = t0.elapsed();
+    assert!(expired_at >= Duration::from_secs(15), "not before its retention passed: {expired_at:?}");
+    assert!(restarted.elapsed() < Duration::from_secs(15), "by the write time, not the restart: {r:#?}");
+    assert!(client.read(&scratch, range).await?.is_empty());
+    wait_reports(&cluster, &[0], Duration::from_secs(60), "device archived by write time", |r| {
+        total(r, "device", |c| c.dropped_blocks) == blocks
+    })
+    .await?;
+    assert_eq!(client.read(&device, range).await?, first, "read back from the archive");
+
+    // More old data, archived later; the first retention passes: its files leave the archive,
+    // the second batch stays exactly.
+    let second = points(1, now - 20 * DAY, now - 20 * DAY + HOUR, 60 * SEC);
+    write(&client, &device, &second).await?;
+    let t1 = Instant::now();
+    let first_days: BTreeSet<String> = first.iter().map(|p| timeshard_tier::Day::of(p.ts).to_string()).collect();
+    let of_first = || {
+        files_under(&root, "class=device")
+            .into_iter()
+            .filter(|f| day_of_path(f).is_some_and(|d| first_days.contains(&d)))
+    };
+    assert!(of_first().count() >= 2, "the first batch was archived");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while of_first().count() > 0 {
+        ensure!(Instant::now() < deadline, "the first batch's files were not removed");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(30), "not before its retention passed");
+    assert_eq!(client.read(&device, range).await?, second, "the first batch is gone, the second whole");
+    ensure!(t1.elapsed() < Duration::from_secs(30), "the second batch should still be kept: the machine is too slow");
+    // What is left in the archive is the second batch, once (if it was exported yet).
+    let db = duckdb(&root)?;
+    let second_days: BTreeSet<String> = second.iter().map(|p| timeshard_tier::Day::of(p.ts).to_string()).collect();
+    assert!(db.groups.iter().all(|g| g["day"].as_str().is_some_and(|d| second_days.contains(d))), "{db:?}");
+    let rows: u64 = db.groups.iter().filter_map(|g| g["count"].as_u64()).sum();
+    assert!(rows == 0 || rows == second.len() as u64, "{db:?}");
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}

@@ -25,6 +25,7 @@ pub mod paths {
     pub const REPORT: &str = "/v1/node/report";
     pub const ENROLLMENT_TOKENS: &str = "/v1/enrollment-tokens";
     pub const API_TOKENS: &str = "/v1/api-tokens";
+    pub const HTTP_TOKENS: &str = "/v1/http-tokens";
     pub const CLASSES: &str = "/v1/classes";
     pub const NODE_CONFIGS: &str = "/v1/node-configs";
     pub const DEVICES: &str = "/v1/devices";
@@ -237,6 +238,30 @@ pub struct ApiTokenInfo {
     pub id: String,
     pub name: String,
     pub role: Role,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// `POST /v1/http-tokens` (operator): a token for the HTTP side of the selected nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateHttpToken {
+    pub name: String,
+    /// Which nodes accept it (empty: every node).
+    #[serde(default)]
+    pub selector: Selector,
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
+}
+
+/// `GET /v1/http-tokens` (viewer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpTokenInfo {
+    pub id: String,
+    pub name: String,
+    pub selector: Selector,
     pub created_by: String,
     pub created_at_ms: i64,
     pub expires_at_ms: Option<i64>,

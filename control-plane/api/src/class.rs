@@ -154,8 +154,9 @@ pub enum ClassError {
 /// Default hot window of a class with `archive = true` and no `hot`.
 pub const DEFAULT_HOT: Duration = Duration::from_secs(30 * 86_400);
 
-/// What is wrong with a class's tier settings (`hot`, `archive`, and `retention`, which only
-/// classes without archive have), if anything: the node's `[[class]]` checks the same.
+/// What is wrong with a class's tier settings (`hot`, `archive`, and `retention`, which an
+/// archived class applies to its archive too), if anything: the node's `[[class]]` checks the
+/// same.
 pub fn tier_problem(hot: Option<Duration>, archive: bool, retention: Option<Duration>) -> Option<String> {
     if hot.is_some_and(|h| h.is_zero()) {
         return Some("hot must be positive (e.g. 30d)".into());
@@ -163,13 +164,16 @@ pub fn tier_problem(hot: Option<Duration>, archive: bool, retention: Option<Dura
     if hot.is_some() && !archive {
         return Some("hot applies to archived classes only: set archive = true, or leave hot out".into());
     }
-    if archive && retention.is_some() {
-        return Some(
-            "retention does not apply to archived classes: the hot store keeps every block until the archive \
-             holds it, and the archive keeps everything (expire old day partitions with the object store's \
-             lifecycle rules); leave retention out"
-                .into(),
-        );
+    if archive
+        && let Some(keep) = retention
+        && keep <= hot.unwrap_or(DEFAULT_HOT)
+    {
+        return Some(format!(
+            "retention ({}) must be longer than the hot window ({}): points would expire before they \
+             are archived; lengthen retention, shorten hot, or set archive = false",
+            humantime::format_duration(keep),
+            humantime::format_duration(hot.unwrap_or(DEFAULT_HOT))
+        ));
     }
     None
 }
@@ -247,7 +251,9 @@ mod tests {
         assert!(no_archive.validate().unwrap_err().to_string().contains("archive = true"));
         let mut kept = c.clone();
         kept.retention = Some(Duration::from_secs(365 * 86_400));
-        assert!(kept.validate().unwrap_err().to_string().contains("retention does not apply"));
+        kept.validate().unwrap();
+        kept.retention = Some(Duration::from_secs(7 * 86_400));
+        assert!(kept.validate().unwrap_err().to_string().contains("longer than the hot window"));
         let mut zero = c;
         zero.hot = Some(Duration::ZERO);
         assert!(zero.validate().unwrap_err().to_string().contains("positive"));

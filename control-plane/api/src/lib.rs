@@ -24,5 +24,5 @@ pub use agent::{Agent, AgentError, Credentials, Enrolled, NodeClient, enroll, re
 pub use api::Role;
 pub use class::ClassSpec;
 pub use geo::Location;
-pub use state::{DesiredState, FleetState, NodeConfigEntry, NodeSettings, Selector};
+pub use state::{DesiredState, FleetState, HttpTokenEntry, HttpTokenGrant, NodeConfigEntry, NodeSettings, Selector};
 pub use token::{Fingerprint, Token, TokenKind};

@@ -236,6 +236,30 @@ pub struct DesiredState {
     /// Policy modules the node runs (see [`crate::rollout`] for which version when).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyAssignment>,
+    /// Tokens the node's HTTP side accepts besides its configured `[http] tokens`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_tokens: Vec<HttpTokenGrant>,
+}
+
+/// An HTTP token as a node holds it: its id and the SHA-256 of its secret, never the secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpTokenGrant {
+    /// The token's public id (16 hex digits).
+    pub id: String,
+    /// The name it was created with (for logs).
+    pub name: String,
+    /// SHA-256 of the secret, hex ([`crate::Token::secret_hash`]).
+    pub secret_hash: String,
+    /// When nodes stop accepting it (milliseconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// An unrevoked HTTP token with the nodes it is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpTokenEntry {
+    pub grant: HttpTokenGrant,
+    pub selector: Selector,
 }
 
 /// Digest of what every node must agree on: SHA-256 (hex) of the class table sorted by name
@@ -260,6 +284,8 @@ pub struct FleetState {
     pub digest: String,
     /// Policy modules, placements and active rollouts.
     pub policies: PolicyTable,
+    /// Unrevoked HTTP tokens.
+    pub http_tokens: Vec<HttpTokenEntry>,
 }
 
 impl FleetState {
@@ -274,12 +300,27 @@ impl FleetState {
         node_configs.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
         revoked.sort();
         let digest = fleet_digest(&classes, &revoked);
-        FleetState { generation, classes, node_configs, revoked, digest, policies: PolicyTable::default() }
+        FleetState {
+            generation,
+            classes,
+            node_configs,
+            revoked,
+            digest,
+            policies: PolicyTable::default(),
+            http_tokens: Vec::new(),
+        }
     }
 
     /// This state with the fleet's policies.
     pub fn with_policies(mut self, policies: PolicyTable) -> FleetState {
         self.policies = policies;
+        self
+    }
+
+    /// This state with the fleet's unrevoked HTTP tokens.
+    pub fn with_http_tokens(mut self, mut tokens: Vec<HttpTokenEntry>) -> FleetState {
+        tokens.sort_by(|a, b| a.grant.id.cmp(&b.grant.id));
+        self.http_tokens = tokens;
         self
     }
 
@@ -310,6 +351,12 @@ impl FleetState {
             revoked: self.revoked.clone(),
             policy_key: self.policies.key.clone(),
             policies: self.policies.for_node(node_id, labels, location),
+            http_tokens: self
+                .http_tokens
+                .iter()
+                .filter(|t| t.selector.matches(labels, location))
+                .map(|t| t.grant.clone())
+                .collect(),
         }
     }
 }
@@ -360,6 +407,26 @@ mod tests {
         assert_eq!(d.limits.max_connections, Some(100));
         assert_eq!(d.generation, 7);
         assert!(LimitSettings::default().set("max_message_bytes", 5).unwrap_err().contains("unknown limit"));
+    }
+
+    #[test]
+    fn http_tokens_reach_the_selected_nodes_only() {
+        let grant = |id: &str| HttpTokenGrant {
+            id: id.into(),
+            name: format!("t{id}"),
+            secret_hash: "00".repeat(32),
+            expires_at_ms: None,
+        };
+        let everyone = HttpTokenEntry { grant: grant("b"), selector: Selector::default() };
+        let atl =
+            HttpTokenEntry { grant: grant("a"), selector: Selector { labels: labels("site=atl"), geohash: None } };
+        let fleet = FleetState::new(3, vec![], vec![], vec![]).with_http_tokens(vec![everyone, atl]);
+        let ids = |d: DesiredState| d.http_tokens.into_iter().map(|g| g.id).collect::<Vec<_>>();
+        assert_eq!(ids(fleet.for_node("n1", &labels("site=atl"), None)), ["a", "b"]);
+        assert_eq!(ids(fleet.for_node("n2", &labels("site=sfo"), None)), ["b"]);
+        // A node's state file never carries a secret: only ids and hashes.
+        let text = serde_json::to_string(&fleet.for_node("n1", &labels("site=atl"), None)).unwrap();
+        assert!(text.contains("secret_hash") && !text.contains("\"secret\""), "{text}");
     }
 
     #[test]

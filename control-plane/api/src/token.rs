@@ -7,9 +7,11 @@
 //! ```text
 //! tsc1.<64 hex: CA fingerprint>.<16 hex: token id>.<64 hex: secret>   enrollment token
 //! tsa1.<64 hex: CA fingerprint>.<16 hex: token id>.<64 hex: secret>   API token
+//! tsh1.<64 hex: CA fingerprint>.<16 hex: token id>.<64 hex: secret>   HTTP token (nodes' HTTP side)
 //! ```
 //!
-//! The control plane stores only the id and [`Token::secret_hash`].
+//! The control plane stores only the id and [`Token::secret_hash`]; nodes receive the id and
+//! hash of HTTP tokens in their desired state, never the secret.
 
 use std::fmt;
 use std::str::FromStr;
@@ -65,6 +67,8 @@ pub enum TokenKind {
     Enrollment,
     /// Lets a person or script use the API with a role (`tsa1`).
     Api,
+    /// Lets a client use the HTTP side of the nodes it is issued for (`tsh1`).
+    Http,
 }
 
 impl TokenKind {
@@ -72,6 +76,7 @@ impl TokenKind {
         match self {
             TokenKind::Enrollment => "tsc1",
             TokenKind::Api => "tsa1",
+            TokenKind::Http => "tsh1",
         }
     }
 
@@ -79,6 +84,7 @@ impl TokenKind {
         match self {
             TokenKind::Enrollment => "an enrollment token (tsc1...)",
             TokenKind::Api => "an API token (tsa1...)",
+            TokenKind::Http => "an HTTP token (tsh1...)",
         }
     }
 
@@ -88,6 +94,7 @@ impl TokenKind {
             TokenKind::Api => {
                 "the first one is printed by `timeshard-control serve --init`; more come from `timeshard-control api-token create`"
             }
+            TokenKind::Http => "create one with `timeshard-control http-token create`",
         }
     }
 }
@@ -136,6 +143,7 @@ impl Token {
         let found = match parts.first() {
             Some(&"tsc1") => TokenKind::Enrollment,
             Some(&"tsa1") => TokenKind::Api,
+            Some(&"tsh1") => TokenKind::Http,
             _ => {
                 return Err(TokenError::Malformed {
                     reason: format!("expected {} ({}); {}", kind.describe(), shape(kind), kind.hint()),

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod http_token;
 pub mod policy;
 pub mod serve;
 
@@ -61,6 +62,9 @@ pub enum Command {
     /// API tokens for people and scripts, with roles admin, operator or viewer.
     #[command(subcommand, name = "api-token")]
     ApiToken(admin::ApiTokenCommand),
+    /// Tokens for the nodes' HTTP side (InfluxDB, Prometheus, queries), per selector.
+    #[command(subcommand, name = "http-token")]
+    HttpToken(http_token::HttpTokenCommand),
     /// Series classes every node uses: key format, quantum, replication, retention.
     #[command(subcommand)]
     Class(admin::ClassCommand),
@@ -92,6 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args).await,
         Command::Token(c) => admin::token(c).await,
         Command::ApiToken(c) => admin::api_token(c).await,
+        Command::HttpToken(c) => http_token::run(c).await,
         Command::Class(c) => admin::class(c).await,
         Command::NodeConfig(c) => admin::node_config(c).await,
         Command::Devices(a) => admin::devices(a).await,

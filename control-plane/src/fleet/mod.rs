@@ -1,12 +1,13 @@
 //! What the service does, apart from HTTP: each operation checks its input, writes in one
 //! transaction with its audit record (or refuses and writes nothing), and announces changes of
 //! desired state. Split by concern: tokens and callers ([`tokens`]), enrollment and the device
-//! endpoints ([`devices`]), desired state ([`desired`]), reads ([`queries`]), and following the
+//! endpoints ([`devices`]), desired state ([`desired`]), tokens for the nodes' HTTP side ([`http_tokens`]), reads ([`queries`]), and following the
 //! generation across instances ([`follow`]).
 
 pub mod desired;
 pub mod devices;
 pub mod follow;
+pub mod http_tokens;
 pub mod monitor;
 pub mod policies;
 pub mod queries;

@@ -52,7 +52,7 @@ pub fn check_fleet(fleet: &Fleet, token: &Token) -> Result<()> {
     Ok(())
 }
 
-fn expiry(now: i64, expires_in_s: u64, max: Duration) -> Result<i64> {
+pub(super) fn expiry(now: i64, expires_in_s: u64, max: Duration) -> Result<i64> {
     let asked = Duration::from_secs(expires_in_s);
     if asked.is_zero() || asked > max {
         return Err(Error::BadRequest(format!("expiry must be between 1s and {}", humantime::format_duration(max))));

@@ -8,9 +8,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use timeshard_control_api::ClassSpec;
 use timeshard_control_api::api::{
-    ApiTokenInfo, AuditEntry, AuditQuery, Changed, CreateApiToken, CreateEnrollmentToken, DeviceInfo, EnrollRequest,
-    EnrollResponse, EnrollmentTokenInfo, FleetInfo, Issued, MAX_WATCH_WAIT_MS, PutClasses, PutNodeConfig, RenewRequest,
-    Report, RevokeDevice, TokenCreated, WatchQuery,
+    ApiTokenInfo, AuditEntry, AuditQuery, Changed, CreateApiToken, CreateEnrollmentToken, CreateHttpToken, DeviceInfo,
+    EnrollRequest, EnrollResponse, EnrollmentTokenInfo, FleetInfo, HttpTokenInfo, Issued, MAX_WATCH_WAIT_MS,
+    PutClasses, PutNodeConfig, RenewRequest, Report, RevokeDevice, TokenCreated, WatchQuery,
 };
 use timeshard_control_api::state::NodeConfigEntry;
 
@@ -98,6 +98,26 @@ pub async fn list_api_tokens(State(s): State<AppState>, caller: Caller) -> Resul
 pub async fn revoke_api_token(State(s): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode> {
     s.fleet.revoke_api_token(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn create_http_token(
+    State(s): State<AppState>,
+    caller: Caller,
+    Body(req): Body<CreateHttpToken>,
+) -> Result<Json<TokenCreated>> {
+    Ok(Json(s.fleet.create_http_token(&caller, req).await?))
+}
+
+pub async fn list_http_tokens(State(s): State<AppState>, caller: Caller) -> Result<Json<Vec<HttpTokenInfo>>> {
+    Ok(Json(s.fleet.list_http_tokens(&caller).await?))
+}
+
+pub async fn revoke_http_token(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Changed>> {
+    Ok(Json(s.fleet.revoke_http_token(&caller, &id).await?))
 }
 
 pub async fn list_classes(State(s): State<AppState>, caller: Caller) -> Result<Json<Vec<ClassSpec>>> {

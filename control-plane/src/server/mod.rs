@@ -93,6 +93,8 @@ pub fn router(fleet: Arc<Fleet>, limits: &Limits) -> Router {
         .route(paths::ENROLLMENT_TOKENS, post(h::create_enrollment_token).get(h::list_enrollment_tokens))
         .route(paths::API_TOKENS, post(h::create_api_token).get(h::list_api_tokens))
         .route(&format!("{}/{{id}}", paths::API_TOKENS), delete(h::revoke_api_token))
+        .route(paths::HTTP_TOKENS, post(h::create_http_token).get(h::list_http_tokens))
+        .route(&format!("{}/{{id}}", paths::HTTP_TOKENS), delete(h::revoke_http_token))
         .route(paths::CLASSES, get(h::list_classes).put(h::put_classes))
         .route(&format!("{}/{{name}}", paths::CLASSES), delete(h::remove_class))
         .route(paths::NODE_CONFIGS, get(h::list_node_configs))

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use http::Method;
 use timeshard_control_api::agent::{self, Agent, AgentError};
 use timeshard_control_api::api::{
-    AuditEntry, Changed, CreateApiToken, DeviceInfo, EnrollRequest, EnrollResponse, HealthStatus, PutClasses,
-    PutNodeConfig, Report, TokenCreated, paths,
+    AuditEntry, Changed, CreateApiToken, CreateHttpToken, DeviceInfo, EnrollRequest, EnrollResponse, HealthStatus,
+    HttpTokenInfo, PutClasses, PutNodeConfig, Report, TokenCreated, paths,
 };
 use timeshard_control_api::http::Endpoint;
 use timeshard_control_api::state::{NodeSettings, Selector, parse_labels};
@@ -474,6 +474,75 @@ pub async fn node_configs_and_audit(fleet: &TestFleet) {
     assert!(ok, "{err}");
     let entry = audit(fleet).await.into_iter().next().unwrap();
     assert_eq!((entry.action.as_str(), entry.after.is_none()), ("class.rm", true));
+}
+
+/// HTTP tokens: an operator issues one for a selector; the selected devices' desired state
+/// carries its id and the hash of its secret (never the secret), the others' does not; revoking
+/// it is a new generation without it; a viewer may list but not create; bad input is refused.
+pub async fn http_tokens(fleet: &TestFleet) {
+    let atl = fleet.enroll(0, "ht-atl", "site=atl").await;
+    let sfo = fleet.enroll(1, "ht-sfo", "site=sfo").await;
+    let before = fleet.fleet_info().await.generation;
+    let req = CreateHttpToken {
+        name: "grafana-atl".into(),
+        selector: Selector { labels: parse_labels("site=atl").unwrap(), geohash: None },
+        expires_in_s: Some(3600),
+    };
+    let created: TokenCreated = fleet.admin.send(Method::POST, paths::HTTP_TOKENS, &req).await.unwrap();
+    let token = Token::parse(&created.token, TokenKind::Http).unwrap();
+    let a = watch_to(atl.client(), atl.applied().generation, before + 1).await;
+    assert_eq!(a.http_tokens.len(), 1);
+    assert_eq!((a.http_tokens[0].id.as_str(), a.http_tokens[0].name.as_str()), (token.id.as_str(), "grafana-atl"));
+    assert_eq!(a.http_tokens[0].secret_hash, token.secret_hash());
+    assert!(a.http_tokens[0].expires_at_ms.is_some_and(|at| at == created.expires_at_ms.unwrap()));
+    assert!(!serde_json::to_string(&a).unwrap().contains(&created.token), "no secret in the desired state");
+    let s = watch_to(sfo.client(), sfo.applied().generation, before + 1).await;
+    assert!(s.http_tokens.is_empty(), "not selected");
+
+    // The CLI: a fleet-wide token, listed without secrets.
+    let (ok, out, err) = fleet.cli(&["http-token", "create", "--name", "telegraf"]).await;
+    assert!(ok && out.trim().starts_with("tsh1."), "{out} {err}");
+    let listed: Vec<HttpTokenInfo> = fleet.admin.get(paths::HTTP_TOKENS).await.unwrap();
+    assert_eq!(listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["grafana-atl", "telegraf"]);
+    let (ok, table, _) = fleet.cli(&["http-token", "list"]).await;
+    assert!(
+        ok && table.contains("site=atl") && table.contains("every device") && !table.contains(out.trim()),
+        "{table}"
+    );
+    let s = watch_to(sfo.client(), sfo.applied().generation, before + 2).await;
+    assert_eq!(s.http_tokens.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["telegraf"]);
+
+    // Revoked: the next generation no longer carries it; twice is an error.
+    let changed: Changed =
+        fleet.admin.send(Method::DELETE, &format!("{}/{}", paths::HTTP_TOKENS, token.id), &()).await.unwrap();
+    let a = watch_to(atl.client(), a.generation, changed.generation).await;
+    assert_eq!(a.http_tokens.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["telegraf"]);
+    let (ok, _, err) = fleet.cli(&["http-token", "revoke", &token.id]).await;
+    assert!(!ok && err.contains("unrevoked HTTP token"), "{err}");
+    let entry = audit(fleet).await.into_iter().find(|e| e.action == "http-token.revoke").unwrap();
+    assert_eq!(entry.target, token.id);
+
+    // Bad input and roles.
+    for (name, selector) in
+        [("", Selector::default()), ("x", Selector { geohash: Some("dna".into()), ..Default::default() })]
+    {
+        let bad = CreateHttpToken { name: name.into(), selector, expires_in_s: None };
+        let err = fleet.admin.send::<_, TokenCreated>(Method::POST, paths::HTTP_TOKENS, &bad).await.unwrap_err();
+        assert_eq!(client_code(&err).as_deref(), Some("bad_request"), "{err}");
+    }
+    let viewer: TokenCreated = fleet
+        .admin
+        .send(
+            Method::POST,
+            paths::API_TOKENS,
+            &CreateApiToken { name: "ht-viewer".into(), role: "viewer".into(), expires_in_s: None },
+        )
+        .await
+        .unwrap();
+    let (ok, _, err) = fleet.cli_as(&viewer.token, &["http-token", "create", "--name", "nope"]).await;
+    assert!(!ok && err.contains("operator role"), "{err}");
+    let (ok, out, err) = fleet.cli_as(&viewer.token, &["http-token", "list"]).await;
+    assert!(ok && out.contains("telegraf"), "{err}");
 }
 
 /// A restart of the service (every instance) keeps the CA, tokens, devices and desired state.

@@ -79,7 +79,7 @@ fn render(r: &ArchiveReport, now: i64) -> String {
         let _ = writeln!(out, "  cannot list it now: {e}");
     }
     for c in &r.classes {
-        if !c.archive && c.exports == 0 && c.expired_blocks == 0 {
+        if !c.archive && c.exports == 0 && c.expired_blocks == 0 && c.expired_files == 0 {
             continue;
         }
         let how = if c.archive {
@@ -114,6 +114,9 @@ fn render(r: &ArchiveReport, now: i64) -> String {
         );
         if c.expired_blocks > 0 {
             let _ = writeln!(out, "  expired by write-time retention: {} block(s)", c.expired_blocks);
+        }
+        if c.expired_files > 0 {
+            let _ = writeln!(out, "  archive files removed past retention: {}", c.expired_files);
         }
     }
     let _ = writeln!(

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use timeshard_testkit::bench::coi::{self, CoiOptions};
 use timeshard_testkit::bench::footprint::{self, FootprintOptions};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
@@ -38,6 +39,10 @@ pub(crate) enum BenchCommand {
     /// at 10k points/s on 3 nodes (RF 3), binary size per target, Pulley vs Cranelift per
     /// point, virtual size. Needs guest/build.sh first.
     Footprint(FootprintArgs),
+    /// Context-of-interest replication (FogStore) on 8 node processes with emulated WAN
+    /// latency: latest reads and updates per mode (coi, quorum, eventual), read ratio and key
+    /// distribution; a region down; simulated load balance and out-of-CoI distances.
+    Coi(CoiArgs),
 }
 
 /// Options of `bench footprint`.
@@ -59,6 +64,26 @@ pub(crate) struct FootprintArgs {
     #[arg(long)]
     sizes: Option<PathBuf>,
     /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Options of `bench coi`.
+#[derive(Debug, Args)]
+pub(crate) struct CoiArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Client tasks, colocated with the Atlanta nodes.
+    #[arg(long, default_value_t = CoiOptions::default().clients)]
+    clients: usize,
+    /// Operations per run (mode x read ratio x distribution).
+    #[arg(long, default_value_t = CoiOptions::default().ops)]
+    ops: usize,
+    /// Working directory (default: a temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
@@ -133,6 +158,12 @@ pub(crate) struct PaperArgs {
     /// Batches the ingest client keeps in flight.
     #[arg(long, default_value_t = PaperOptions::default().in_flight)]
     in_flight: usize,
+    /// Points of the day read_day writes and streams back.
+    #[arg(long, default_value_t = PaperOptions::default().day_points)]
+    day_points: usize,
+    /// Repetitions of the day's read.
+    #[arg(long, default_value_t = PaperOptions::default().day_reps)]
+    day_reps: usize,
     /// Working directory (default: a new temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -204,6 +235,8 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 nodes: a.nodes,
                 writes: a.writes,
                 read_reps: a.read_reps,
+                day_points: a.day_points,
+                day_reps: a.day_reps,
                 ingest_secs: a.ingest_secs,
                 in_flight: a.in_flight,
                 dir: a.dir,
@@ -270,6 +303,14 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 ..base
             };
             (a.json, footprint::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Coi(a) => {
+            let options = if a.quick {
+                CoiOptions { dir: a.dir, ..CoiOptions::quick() }
+            } else {
+                CoiOptions { clients: a.clients, ops: a.ops, dir: a.dir, ..CoiOptions::default() }
+            };
+            (a.json, coi::run(&binary()?, &options).await?)
         }
     };
     write_json(&json, &report)?;

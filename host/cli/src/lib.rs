@@ -18,6 +18,7 @@ mod pki;
 mod policy;
 mod put;
 mod query;
+mod rows;
 mod series;
 mod status;
 mod time;

@@ -22,6 +22,10 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Addresses (`host:port`) of nodes to join through. Empty for the first node.
     pub bootstrap: Vec<String>,
+    /// Where this node is, `LAT,LON` in degrees (e.g. `33.75,-84.39`): gossiped to the fleet,
+    /// it places the series of classes with `coi`. A node without one holds none of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
     pub tls: TlsConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
@@ -55,6 +59,7 @@ impl Default for NodeConfig {
             listen: "127.0.0.1:7400".parse().expect("literal address"),
             data_dir: PathBuf::from("timeshard-data"),
             bootstrap: Vec::new(),
+            location: None,
             tls: TlsConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
@@ -393,7 +398,7 @@ impl Default for RepairConfig {
 }
 
 /// Fault injection for tests. Only the node's own config file sets it; no peer can.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TestingConfig {
     /// A file naming nodes (ids in hex, or `ip:port` addresses), one per line, that this node
@@ -401,6 +406,22 @@ pub struct TestingConfig {
     /// dropped. Re-read every 200 ms; absent or empty means no fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_file: Option<PathBuf>,
+    /// WAN emulation for tests and benchmarks on one machine: requests to a peer with a
+    /// location (and their answers) are each delayed by
+    /// `haversine_km * route_factor / 200 + per_hop_ms`. Off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wan_emulation: Option<WanEmulation>,
+}
+
+/// The WAN emulation's parameters (`[testing] wan_emulation = { per_hop_ms = 0.2,
+/// route_factor = 1.5 }`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WanEmulation {
+    /// Fixed cost of every message, in milliseconds.
+    pub per_hop_ms: f64,
+    /// How much longer routes are than great circles.
+    pub route_factor: f64,
 }
 
 /// Storage engines.
@@ -438,8 +459,8 @@ pub struct ClassConfig {
     pub w: u8,
     /// Replicas a read asks.
     pub r: u8,
-    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. Not
-    /// for classes with `archive = true`.
+    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. With
+    /// `archive = true` it applies to the archive too, and must be longer than `hot`.
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub retention: Option<Duration>,
     /// With `archive = true`: sealed blocks older than this, by `age_by`, are exported to the
@@ -451,6 +472,61 @@ pub struct ClassConfig {
     pub archive: bool,
     /// What the hot window and retention measure: `event` time (default) or `write` time.
     pub age_by: AgeBy,
+    /// Context-of-interest replication (placement by the series' location); `rf`, `w` and `r`
+    /// are then derived from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coi: Option<CoiConfig>,
+}
+
+/// A class's context-of-interest parameters as written in the config file:
+/// `coi = { n_in = 2, n_out = 1, in_coi_dist = "50km", out_coi_dist = "1000km", coi_size = "50km",
+/// precision = 5 }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoiConfig {
+    /// In-CoI replicas (written and read by quorum: W = n_in/2 + 1, R = n_in - W + 1).
+    pub n_in: u8,
+    /// Out-of-CoI replicas (written asynchronously).
+    #[serde(default)]
+    pub n_out: u8,
+    /// Radius in-CoI replicas are first looked for in (`50km`, `500m`; a bare number is km).
+    pub in_coi_dist: String,
+    /// Least distance of out-of-CoI replicas from the series.
+    pub out_coi_dist: String,
+    /// Clients within this distance of a series get quorum reads over its in-CoI replicas.
+    pub coi_size: String,
+    /// Geohash characters (1-12) locations are quantized to before they are compared.
+    pub precision: u8,
+    /// Location of the class's series that carry no `geohash` or `lat`/`lon` tags: a geohash
+    /// or `LAT,LON`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+}
+
+impl CoiConfig {
+    /// The parameters, checked.
+    pub fn coi(&self) -> Result<timeshard_proto::class::Coi, String> {
+        use timeshard_proto::geo::{GeoPoint, MAX_PRECISION, parse_distance_m};
+        let dist = |name: &str, v: &str| parse_distance_m(v).map_err(|e| format!("coi.{name}: {e}"));
+        let location = match &self.location {
+            None => None,
+            Some(l) if l.contains(',') => {
+                Some(l.parse::<GeoPoint>().map_err(|e| format!("coi.location: {e}"))?.cell(MAX_PRECISION))
+            }
+            Some(l) => Some(l.parse().map_err(|e| format!("coi.location: {e}"))?),
+        };
+        let coi = timeshard_proto::class::Coi {
+            n_in: self.n_in,
+            n_out: self.n_out,
+            in_coi_m: dist("in_coi_dist", &self.in_coi_dist)?,
+            out_coi_m: dist("out_coi_dist", &self.out_coi_dist)?,
+            coi_size_m: dist("coi_size", &self.coi_size)?,
+            precision: self.precision,
+            location,
+        };
+        coi.validate().map_err(|e| e.to_string())?;
+        Ok(coi)
+    }
 }
 
 impl ClassConfig {
@@ -476,6 +552,7 @@ impl Default for ClassConfig {
             hot: None,
             archive: false,
             age_by: AgeBy::Event,
+            coi: None,
         }
     }
 }
@@ -538,14 +615,18 @@ impl NodeConfig {
             let invalid = |message: String| ConfigError::Invalid { setting: format!("class {:?}", c.name), message };
             let ns = i64::try_from(c.quantum.as_nanos()).map_err(|_| invalid("quantum too long".into()))?;
             let quantum = QuantumLen::new(ns).map_err(|e| invalid(e.to_string()))?;
-            let replication =
-                Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?;
+            let coi = c.coi.as_ref().map(|c| c.coi()).transpose().map_err(invalid)?;
+            let replication = match &coi {
+                Some(coi) => coi.replication(),
+                None => Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?,
+            };
             classes.push(SeriesClass {
                 name: c.name.clone(),
                 metric_prefix: c.metric_prefix.clone(),
                 format: c.format,
                 quantum,
                 replication,
+                coi,
             });
         }
         Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
@@ -638,6 +719,12 @@ impl NodeConfig {
             return invalid("repair", "anti_entropy_interval, bytes_per_sec and read_repair_queue must be positive");
         }
         self.http.validate()?;
+        self.location()?;
+        if let Some(w) = &self.testing.wan_emulation
+            && !(w.per_hop_ms >= 0.0 && w.per_hop_ms < 10_000.0 && w.route_factor >= 1.0 && w.route_factor < 100.0)
+        {
+            return invalid("testing.wan_emulation", "need 0 <= per_hop_ms < 10000 and 1 <= route_factor < 100");
+        }
         for c in &self.classes {
             if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
                 return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });
@@ -656,6 +743,19 @@ impl NodeConfig {
 }
 
 impl NodeConfig {
+    /// This node's location, checked.
+    pub fn location(&self) -> Result<Option<timeshard_proto::geo::GeoPoint>, ConfigError> {
+        self.location
+            .as_deref()
+            .map(|l| {
+                l.parse().map_err(|e: timeshard_proto::geo::GeoError| ConfigError::Invalid {
+                    setting: "location".into(),
+                    message: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
     fn validate_tier(&self) -> Result<(), ConfigError> {
         let t = &self.tier;
         let invalid = |setting: &str, message: String| Err(ConfigError::Invalid { setting: setting.into(), message });
@@ -710,10 +810,13 @@ mod tests {
         assert_eq!(cfg.classes[0].hot_window(), Some(Duration::from_secs(30 * 86_400)), "30 days by default");
         cfg.resolve_paths(Path::new("/etc/timeshard"));
         assert_eq!(cfg.tier.url, "/etc/timeshard/archive", "a relative directory is relative to the file");
-        // Retention of archived classes is refused; the store keeps what the tier ages by write
-        // time, and timeshard's own series of archived classes forever.
+        // Retention of archived classes applies to the archive too, and must outlast the hot
+        // window; the store keeps what the tier ages by write time, and timeshard's own series
+        // of archived classes forever.
         cfg.classes[0].retention = Some(Duration::from_secs(86_400));
-        assert!(cfg.validate().unwrap_err().to_string().contains("retention does not apply"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("longer than the hot window"));
+        cfg.classes[0].retention = Some(Duration::from_secs(365 * 86_400));
+        cfg.validate().unwrap();
         cfg.classes[0].retention = None;
         cfg.classes.push(ClassConfig {
             name: "w".into(),
@@ -742,5 +845,48 @@ mod tests {
         assert!(err.contains("class \"x\"") && err.contains("w=3"), "{err}");
         let cfg: NodeConfig = toml::from_str("[[class]]\nname = \"q\"\nquantum = \"0s\"\n").unwrap();
         assert!(cfg.validate().unwrap_err().to_string().contains("quantum"));
+    }
+
+    #[test]
+    fn coi_settings_are_checked() {
+        let class = |coi: &str| {
+            format!(
+                "location = \"33.75,-84.39\"\n[[class]]\nname = \"t\"\nmetric_prefix = \"traffic.\"\ncoi = {{ {coi} }}\n"
+            )
+        };
+        let good = "n_in = 3, n_out = 1, in_coi_dist = \"50km\", out_coi_dist = \"1000km\", coi_size = \"20km\", precision = 5";
+        let cfg: NodeConfig = toml::from_str(&class(good)).unwrap();
+        cfg.validate().unwrap();
+        let table = cfg.class_table().unwrap();
+        let t = table.of(&"traffic.speed".parse().unwrap());
+        assert_eq!((t.replication.rf, t.replication.w, t.replication.r), (4, 2, 2), "W = n_in/2+1, R + W > n_in");
+        assert_eq!(t.coi.as_ref().unwrap().in_coi_m, 50_000);
+        assert_eq!(cfg.location().unwrap().unwrap().lat, 33.75);
+        for (bad, says) in [
+            ("n_in = 0, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5", "n_in"),
+            (
+                "n_in = 2, in_coi_dist = \"5parsecs\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5",
+                "5parsecs",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"50km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5",
+                "out_coi_dist",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 13",
+                "precision",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5, location = \"dn5a\"",
+                "dn5a",
+            ),
+        ] {
+            let cfg: NodeConfig = toml::from_str(&class(bad)).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("class \"t\"") && err.contains(says), "{bad}: {err}");
+        }
+        let cfg: NodeConfig = toml::from_str("location = \"95,0\"").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("location") && err.contains("latitude"), "{err}");
     }
 }

@@ -30,6 +30,20 @@ pub struct Dht {
     net: Arc<Net>,
     cfg: DhtConfig,
     suspects: Mutex<HashMap<Id, Instant>>,
+    /// WAN emulation (tests only): the one-way delay to a peer.
+    wan: std::sync::OnceLock<WanDelay>,
+}
+
+/// The one-way delay the WAN emulation adds to a message to a peer, if it has one.
+pub struct WanDelay(pub Box<PeerDelay>);
+
+/// The delay to one peer, `None` when it has no location.
+pub type PeerDelay = dyn Fn(&Id) -> Option<Duration> + Send + Sync;
+
+impl std::fmt::Debug for WanDelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WanDelay")
+    }
 }
 
 impl Dht {
@@ -41,7 +55,14 @@ impl Dht {
             net,
             cfg,
             suspects: Mutex::new(HashMap::new()),
+            wan: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Turns the WAN emulation on (once; only the node's own config does this): every request
+    /// to a peer, and its answer, waits `delay(peer)`.
+    pub fn set_wan_emulation(&self, delay: WanDelay) {
+        let _ = self.wan.set(delay);
     }
 
     /// This node.
@@ -109,7 +130,15 @@ impl Dht {
 
     /// Sends `req` to `contact`, keeping the routing table up to date with the outcome.
     pub async fn call(self: &Arc<Self>, contact: &Contact, req: &Request) -> Result<Response, NetError> {
-        match self.net.call(contact.addr, Some(contact.id), req).await {
+        let delay = self.wan.get().and_then(|d| (d.0)(&contact.id));
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        let result = self.net.call(contact.addr, Some(contact.id), req).await;
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        match result {
             Ok((resp, _)) => {
                 self.observe(*contact);
                 Ok(resp)

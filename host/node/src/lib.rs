@@ -9,7 +9,7 @@
 //! [`coordinator`] (client writes, reads, aggregates, policy queries and series listings across
 //! replicas, one submodule per path), [`hints`] (hinted handoff: writes replicas missed, kept on
 //! disk and replayed), [`repair`] (anti-entropy, handoff of blocks
-//! this node no longer owns, read repair, leaving), [`server`] (accepting and answering requests), [`node`] (start and
+//! this node no longer owns, read repair, leaving), [`server`] (accepting and answering requests), [`streams`] (requests answered with a stream of frames), [`node`] (start and
 //! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
 //! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
 //! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
@@ -35,6 +35,7 @@ pub mod process;
 pub mod reconfigure;
 pub mod repair;
 pub mod server;
+pub mod streams;
 pub mod tier;
 
 pub use config::NodeConfig;

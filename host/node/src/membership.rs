@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rand::seq::IndexedRandom;
+use timeshard_proto::geo::GeoPoint;
 use timeshard_proto::membership::{self, Counts, DigestItem, GossipEntry, Liveness, Member, MemberStatus, Membership};
+use timeshard_proto::placement::coi::Located;
+use timeshard_proto::placement::{self, Owners, Target};
 use timeshard_proto::repair::Ring;
 use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Contact, Id};
@@ -37,7 +40,7 @@ const JOIN_ROUNDS: usize = 5;
 #[derive(Debug, Default)]
 struct OwnerCache {
     generation: u64,
-    owners: HashMap<(Id, usize), Vec<Contact>>,
+    owners: HashMap<Target, Owners>,
     /// The members that serve reads, for [`View::read_candidates`].
     serving: Option<Arc<Ring>>,
 }
@@ -102,16 +105,23 @@ impl View {
     /// The `rf` owners of `id`, closest first: the closest members that are not gone and not
     /// leaving. Cached until the view's generation changes.
     pub fn owners(&self, id: Id, rf: usize) -> Vec<Contact> {
+        self.owners_of(&Target::dht(id, rf)).owners
+    }
+
+    /// The owners of `target` ([`placement::owners_of`]: by XOR distance, or by location for
+    /// a CoI class), with the members to turn to next. Cached until the view's generation
+    /// changes. Writes, reads, repair and handoff all place blocks through this.
+    pub fn owners_of(&self, target: &Target) -> Owners {
         let (generation, owners) = {
             let state = self.state.lock().expect("membership lock");
             let generation = state.generation();
             let cache = self.owners.lock().expect("owner cache lock");
             if cache.generation == generation
-                && let Some(o) = cache.owners.get(&(id, rf))
+                && let Some(o) = cache.owners.get(target)
             {
                 return o.clone();
             }
-            (generation, state.owners(&id, rf))
+            (generation, placement::owners_of(target, state.eligible(), state.located()))
         };
         let mut cache = self.owners.lock().expect("owner cache lock");
         if cache.generation != generation || cache.owners.len() >= OWNER_CACHE_MAX {
@@ -119,8 +129,25 @@ impl View {
             cache.serving = None;
             cache.generation = generation;
         }
-        cache.owners.insert((id, rf), owners.clone());
+        cache.owners.insert(target.clone(), owners.clone());
         owners
+    }
+
+    /// This node's location, gossiped with its entry.
+    pub fn set_location(&self, location: Option<GeoPoint>) {
+        self.with(|s| s.set_location(location.map(|p| (p.lat, p.lon)), Instant::now()));
+    }
+
+    /// The location of member `id`, if it has one.
+    pub fn location_of(&self, id: &Id) -> Option<GeoPoint> {
+        let state = self.state.lock().expect("membership lock");
+        state.get(id)?.location.and_then(|(lat, lon)| GeoPoint::new(lat, lon).ok())
+    }
+
+    /// This node's location.
+    pub fn location(&self) -> Option<GeoPoint> {
+        let state = self.state.lock().expect("membership lock");
+        state.me().location.and_then(|(lat, lon)| GeoPoint::new(lat, lon).ok())
     }
 
     /// The members that still serve reads (not gone, leaving ones included), as a ring for
@@ -187,10 +214,11 @@ impl View {
         self.state.lock().expect("membership lock").get(id).map(Member::contact)
     }
 
-    /// The view's generation and the members placement may choose then, read together.
-    pub fn placement(&self) -> (u64, Vec<Contact>) {
+    /// The view's generation and the members placement may choose then (all, and those with
+    /// a location), read together.
+    pub fn placement(&self) -> (u64, Vec<Contact>, Vec<Located>) {
         let state = self.state.lock().expect("membership lock");
-        (state.generation(), state.eligible().to_vec())
+        (state.generation(), state.eligible().to_vec(), state.located().to_vec())
     }
 
     /// The members placement may choose, sorted by id.

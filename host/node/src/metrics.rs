@@ -191,7 +191,7 @@ impl Counted {
     pub fn of(req: &Request) -> Option<Counted> {
         Some(match req {
             Request::Write { .. } => Counted::Ingest,
-            Request::Read { .. } => Counted::Query(Query::Read),
+            Request::Read { .. } | Request::Latest { .. } => Counted::Query(Query::Read),
             Request::Aggregate { .. } => Counted::Query(Query::Aggregate),
             Request::Query { .. } => Counted::Query(Query::Policy),
             Request::ListSeries { .. } => Counted::Query(Query::Series),

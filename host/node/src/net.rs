@@ -146,7 +146,7 @@ pub struct Net {
     connect_timeout: Duration,
     max_pool: AtomicUsize,
     on_dialed: std::sync::OnceLock<DialedHook>,
-    traffic: Traffic,
+    traffic: Arc<Traffic>,
     revoked: tokio::sync::watch::Sender<Revoked>,
     /// Nodes a test cut this node off from (`[testing] fault_file`).
     faults: std::sync::OnceLock<Arc<crate::faults::Faults>>,
@@ -176,7 +176,7 @@ impl Net {
             connect_timeout: cfg.dht.connect_timeout,
             max_pool: AtomicUsize::new(cfg.limits.max_connections),
             on_dialed: std::sync::OnceLock::new(),
-            traffic: Traffic::default(),
+            traffic: Arc::default(),
             revoked: tokio::sync::watch::Sender::new(Arc::default()),
             faults: std::sync::OnceLock::new(),
         })
@@ -353,12 +353,13 @@ impl Net {
         }
     }
 
-    async fn call_once(
+    /// A live connection to the node at `addr`, checked: a node, not revoked, not cut off,
+    /// and `expected` if given.
+    async fn checked_connection(
         &self,
         addr: SocketAddr,
         expected: Option<Id>,
-        req: &Request,
-    ) -> Result<(Response, PeerIdentity), NetError> {
+    ) -> Result<(Connection, PeerIdentity), NetError> {
         let conn = self.connection(addr).await?;
         let peer = PeerIdentity::of_connection(&conn).ok_or(NetError::NotANode { addr })?;
         if self.is_revoked(&peer.id) {
@@ -376,11 +377,39 @@ impl Net {
         {
             return Err(NetError::IdMismatch { addr, expected, got: peer.id });
         }
+        Ok((conn, peer))
+    }
+
+    async fn call_once(
+        &self,
+        addr: SocketAddr,
+        expected: Option<Id>,
+        req: &Request,
+    ) -> Result<(Response, PeerIdentity), NetError> {
+        let (conn, peer) = self.checked_connection(addr, expected).await?;
         let resp =
             transport::call_counted(&conn, req, self.max_message_bytes, self.request_timeout, Some(&self.traffic))
                 .await
                 .map_err(|source| NetError::Call { addr, source })?;
         Ok((resp, peer))
+    }
+
+    /// Sends `req` to the node at `addr` (which must be `expected`) and returns its streamed
+    /// answer, each frame awaited at most the request timeout.
+    pub async fn open_stream(
+        &self,
+        addr: SocketAddr,
+        expected: Id,
+        req: &Request,
+    ) -> Result<transport::FrameStream, NetError> {
+        if self.is_cut_off(Some(&expected), addr) {
+            return Err(NetError::Connect { addr, reason: "unreachable: cut off by the fault file".into() });
+        }
+        let (conn, _) = self.checked_connection(addr, Some(expected)).await?;
+        let traffic = Some(self.traffic.clone());
+        transport::open_stream(&conn, req, self.max_message_bytes, self.request_timeout, traffic)
+            .await
+            .map_err(|source| NetError::Call { addr, source })
     }
 
     /// Application bytes this node sent and received, as a server and as a client of its peers.

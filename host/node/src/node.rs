@@ -290,6 +290,8 @@ pub struct Applied {
     pub revoked: HashSet<Id>,
     /// The control plane's modules, installed from the node's cache before it serves.
     pub policies: Option<crate::control::policies::ControlPolicies>,
+    /// HTTP tokens the control plane issued, accepted from the first request on.
+    pub http_tokens: Vec<timeshard_control_api::HttpTokenGrant>,
 }
 
 impl RunningNode {
@@ -325,6 +327,20 @@ impl RunningNode {
         let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+        view.set_location(config.location()?);
+        if let (Some(wan), Some(here)) = (config.testing.wan_emulation, config.location()?) {
+            warn!(
+                per_hop_ms = wan.per_hop_ms,
+                route_factor = wan.route_factor,
+                "WAN emulation is on ([testing] wan_emulation)"
+            );
+            let peers = view.clone();
+            dht.set_wan_emulation(crate::dht::WanDelay(Box::new(move |id| {
+                let there = peers.location_of(id)?;
+                let ms = timeshard_proto::geo::wan_one_way_ms(&here, &there, wan.per_hop_ms, wan.route_factor);
+                Some(Duration::from_secs_f64(ms / 1_000.0))
+            })));
+        }
         view.set_excluded(applied.revoked.clone());
         let hints_dir = config.data_dir.join("hints");
         let hints = Arc::new(
@@ -365,7 +381,11 @@ impl RunningNode {
             limits: config.limits.wire(),
             request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
             metrics: Arc::new(Metrics::default()),
-            http_tokens: Arc::new(Tokens::new(config.http.tokens.clone())),
+            http_tokens: {
+                let tokens = Tokens::new(config.http.tokens.clone(), !config.http.listen.ip().is_loopback());
+                tokens.set_issued(applied.http_tokens.clone());
+                Arc::new(tokens)
+            },
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: RwLock::new(Arc::new(config)),
             dht,

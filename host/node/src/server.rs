@@ -155,6 +155,9 @@ async fn serve_stream(
             if peer.is_node {
                 node.dht().observe_incoming(peer, remote);
             }
+            if crate::streams::is_streamed(&req) {
+                return crate::streams::serve(&node, peer.is_node, req, send).await;
+            }
             if let Request::Gossip { digest, entries } = req {
                 let from = timeshard_proto::Contact { id: peer.id, addr: remote };
                 handle_gossip(&node, peer, from, digest, entries)
@@ -193,6 +196,10 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
             let max = node.limits().max_contacts as usize;
             Response::Nodes { closest: node.dht().closest_known(&target, node.config().dht.k.min(max)) }
         }
+        req @ (Request::FetchParts { .. } | Request::ReadStream { .. }) => Response::Error(ErrorReply::new(
+            ErrorCode::Internal,
+            format!("{} is answered as a stream where the stream is read", req.kind()),
+        )),
         req @ (Request::Store { .. }
         | Request::Fetch { .. }
         | Request::RegisterSeries { .. }
@@ -269,6 +276,16 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
         }
         // Tier hook: `timeshard archive status`.
         Request::ArchiveStatus => Response::Archive(Box::new(node.tier().report().await)),
+        Request::Latest { series, before } => {
+            let series = match wire::check_read(&series, before.saturating_sub(1), before) {
+                Ok((series, _)) => series,
+                Err(e) => return Response::Error(e.into()),
+            };
+            match node.coordinator().latest(series, before).await {
+                Ok(point) => Response::Latest { point },
+                Err(e) => Response::Error(e),
+            }
+        }
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {
             Response::Error(ErrorReply::new(ErrorCode::Internal, "gossip is answered where the stream is read"))

@@ -10,8 +10,9 @@
 //!   state leaks from one call, or one series, to the next.
 //! - Deadlines are epochs: a thread advances the engine's epoch with the clock, one per
 //!   `epoch_tick` (catching up after oversleeping), and each store's deadline is
-//!   `ceil(deadline / tick) + 1` ticks away, so a call is never stopped before its deadline
-//!   and is stopped at most one tick (plus scheduling) after it.
+//!   `ceil(deadline / tick) + 1` ticks away, plus the ticks the ticker still owes the clock
+//!   (it may be catching up), so a call is never stopped before its deadline and is stopped
+//!   at most one tick (plus scheduling) after it.
 //! - The memory cap is enforced twice: by the pool's slot size (`Limits::memory_bytes`) and,
 //!   per policy, by the store's `ResourceLimiter` over all the memories of the call together,
 //!   which also records that it refused so a resulting trap is reported as `MemoryLimit`. A
@@ -111,6 +112,7 @@ impl Default for Limits {
 #[derive(Debug)]
 struct Ticker {
     stop: Arc<AtomicBool>,
+    clock: Arc<TickClock>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -118,25 +120,52 @@ impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Result<Ticker, PolicyError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let clock = Arc::new(TickClock {
+            start: std::time::Instant::now(),
+            tick_ns: tick.as_nanos().max(1),
+            issued: std::sync::atomic::AtomicU64::new(0),
+        });
+        let ticks_clock = clock.clone();
         let thread = std::thread::Builder::new()
             .name("policy-epoch".into())
             .spawn(move || {
                 // The epoch follows the clock, not the number of wake-ups: a sleep that
                 // overslept (a busy machine) is made up at once, so deadlines stay in wall time.
-                let start = std::time::Instant::now();
-                let tick_ns = tick.as_nanos().max(1);
-                let mut ticks = 0u128;
+                let clock = ticks_clock;
+                let mut ticks = 0u64;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    let due = start.elapsed().as_nanos() / tick_ns;
+                    let due = clock.due();
                     while ticks < due {
                         engine.increment_epoch();
                         ticks += 1;
                     }
+                    clock.issued.store(ticks, Ordering::Release);
                 }
             })
             .map_err(|e| PolicyError::Engine(format!("cannot start the epoch thread: {e}")))?;
-        Ok(Ticker { stop, thread: Some(thread) })
+        Ok(Ticker { stop, clock, thread: Some(thread) })
+    }
+
+    /// Ticks the epoch owes the wall clock right now: a deadline set now must add them, or the
+    /// catch-up burst of an oversleeping ticker would stop the call before its deadline.
+    fn lag(&self) -> u64 {
+        self.clock.due().saturating_sub(self.clock.issued.load(Ordering::Acquire))
+    }
+}
+
+/// The wall clock the epoch follows: tick `n` is due `n` ticks after `start`.
+#[derive(Debug)]
+struct TickClock {
+    start: std::time::Instant,
+    tick_ns: u128,
+    /// Ticks the ticker thread has issued so far.
+    issued: std::sync::atomic::AtomicU64,
+}
+
+impl TickClock {
+    fn due(&self) -> u64 {
+        (self.start.elapsed().as_nanos() / self.tick_ns) as u64
     }
 }
 
@@ -245,7 +274,7 @@ pub(crate) struct Runtime {
     cache: Mutex<Cache>,
     slots: Slots,
     pub(crate) limits: Limits,
-    _ticker: Ticker,
+    ticker: Ticker,
 }
 
 /// The pool's instance slots, as a counting semaphore: with `max_instances` calls running, the
@@ -366,14 +395,7 @@ impl Runtime {
         bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
         let ticker = Ticker::start(engine.clone(), limits.epoch_tick)?;
-        Ok(Runtime {
-            engine,
-            linker,
-            cache: Mutex::new(Cache::default()),
-            slots: Slots::new(n),
-            limits,
-            _ticker: ticker,
-        })
+        Ok(Runtime { engine, linker, cache: Mutex::new(Cache::default()), slots: Slots::new(n), limits, ticker })
     }
 
     /// Compiles (or takes from the cache) and type-checks a component whose signature has
@@ -463,7 +485,7 @@ impl Runtime {
         // memory is copied once per string.
         store.set_hostcall_fuel(copy_limit(limits.memory_bytes.min(self.limits.memory_bytes)));
         let tick = self.limits.epoch_tick.as_nanos().max(1);
-        let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1;
+        let ticks = limits.deadline.as_nanos().div_ceil(tick) as u64 + 1 + self.ticker.lag();
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         let result = f(&mut store);

@@ -21,8 +21,98 @@ pub struct SeriesClass {
     pub format: KeyFormat,
     /// Length of a time quantum.
     pub quantum: QuantumLen,
-    /// Replication factor: how many nodes store each block.
+    /// Replication factor: how many nodes store each block. For a class with `coi`, derived
+    /// from it ([`Coi::replication`]).
     pub replication: Replication,
+    /// Context-of-interest replication: blocks placed by the series' location.
+    #[serde(default)]
+    pub coi: Option<Coi>,
+}
+
+/// Context-of-interest replication of a class (FogStore): `n_in` replicas near the series'
+/// location, kept by quorum, and `n_out` far away, kept asynchronously, for surviving the loss
+/// of a region. Distances are in metres (operators write `50km`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Coi {
+    /// In-CoI replicas: the nodes closest to the series' location.
+    pub n_in: u8,
+    /// Out-of-CoI replicas: nodes at least `out_coi_m` away.
+    pub n_out: u8,
+    /// How far from the series' location in-CoI replicas are first looked for (widened, x2 a
+    /// step, when too few nodes are that close).
+    pub in_coi_m: u32,
+    /// How far out-of-CoI replicas must at least be.
+    pub out_coi_m: u32,
+    /// A client within this distance of the series' location is inside its context of
+    /// interest: it gets quorum reads over the in-CoI replicas.
+    pub coi_size_m: u32,
+    /// Geohash characters locations are quantized to: nodes in the series' cell are equally
+    /// close, and rendezvous hashing spreads series over them.
+    pub precision: u8,
+    /// Location of the class's series that carry none in their tags.
+    pub location: Option<crate::geo::Cell>,
+}
+
+/// CoI parameters that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoiError {
+    #[error("coi: n_in must be at least 1 and n_in + n_out at most {MAX_RF} (n_in={0}, n_out={1})")]
+    Replicas(u8, u8),
+    #[error("coi: out_coi_dist ({out} m) must be at least in_coi_dist ({inside} m)")]
+    Distances { inside: u32, out: u32 },
+    #[error("coi: {0}")]
+    Geo(#[from] crate::geo::GeoError),
+    #[error(
+        "series {0} has no location: its class places data by location; add a tag geohash=<geohash> or tags \
+         lat=<degrees> and lon=<degrees>, or give the class a default coi.location"
+    )]
+    NoLocation(String),
+    #[error("series {series}: {source}")]
+    BadTag { series: String, source: crate::geo::GeoError },
+}
+
+impl Coi {
+    /// Acknowledgements of in-CoI replicas a write waits for: a majority.
+    pub fn w_in(&self) -> u8 {
+        self.n_in / 2 + 1
+    }
+
+    /// In-CoI replicas a read inside the CoI asks: enough to overlap every write quorum.
+    pub fn r_in(&self) -> u8 {
+        self.n_in - self.w_in() + 1
+    }
+
+    /// The class's replication: every replica, the in-CoI write and read quorums.
+    pub fn replication(&self) -> Replication {
+        Replication { rf: self.n_in + self.n_out, w: self.w_in(), r: self.r_in() }
+    }
+
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), CoiError> {
+        if self.n_in == 0 || u16::from(self.n_in) + u16::from(self.n_out) > u16::from(MAX_RF) {
+            return Err(CoiError::Replicas(self.n_in, self.n_out));
+        }
+        crate::geo::check_precision(self.precision)?;
+        for m in [self.in_coi_m, self.out_coi_m, self.coi_size_m] {
+            if m == 0 {
+                return Err(crate::geo::GeoError::Distance("0".into()).into());
+            }
+        }
+        if self.out_coi_m < self.in_coi_m {
+            return Err(CoiError::Distances { inside: self.in_coi_m, out: self.out_coi_m });
+        }
+        Ok(())
+    }
+
+    /// The location of `series`: its `geohash` tag, or its `lat` and `lon` tags, or the class
+    /// default.
+    pub fn location_of(&self, series: &SeriesKey) -> Result<crate::geo::GeoPoint, CoiError> {
+        match crate::geo::tagged_location(series) {
+            Ok(Some(at)) => Ok(at),
+            Ok(None) => self.location.map(|c| c.center()).ok_or_else(|| CoiError::NoLocation(series.to_string())),
+            Err(source) => Err(CoiError::BadTag { series: series.to_string(), source }),
+        }
+    }
 }
 
 /// Which age of a block decides when it leaves the hot tier (a class's hot window) and when
@@ -120,6 +210,7 @@ impl Default for SeriesClass {
             format: KeyFormat::Qfi,
             quantum: QuantumLen::DEFAULT,
             replication: Replication::default(),
+            coi: None,
         }
     }
 }
@@ -134,7 +225,10 @@ pub struct Classes {
 impl Classes {
     /// A table from `classes`; a catch-all default class is added if none has the empty prefix.
     pub fn new(mut classes: Vec<SeriesClass>) -> Result<Classes, ReplicationError> {
-        for c in &classes {
+        for c in &mut classes {
+            if let Some(coi) = &c.coi {
+                c.replication = coi.replication();
+            }
             c.replication.validate()?;
         }
         if !classes.iter().any(|c| c.metric_prefix.is_empty()) {

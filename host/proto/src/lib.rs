@@ -1,20 +1,22 @@
 //! Sans-IO core of a timeshard node.
 //!
-//! Owns ids and the XOR metric ([`id`]), timestamps, ranges and quanta ([`time`]), series keys
+//! Owns ids and the XOR metric ([`id`]), geohashes and distances ([`geo`]), timestamps, ranges and quanta ([`time`]), series keys
 //! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
 //! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
 //! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
 //! ([`placement`]), replica agreement and merging on the read side
-//! ([`agreement`]), the paging of range reads ([`read`]), repair planning: digest trees,
-//! settledness, handoff ([`repair`]), the quantum index of a series ([`quantum_index`]), window
-//! aggregates ([`window`]), the cold tier's decisions ([`tier`]: when blocks are due, who
-//! exports them), and the wire messages with their framing ([`wire`]).
+//! ([`agreement`]), the paging of range reads ([`read`]), streamed range reads per owner node
+//! ([`stream`]), repair planning: digest trees, settledness, handoff ([`repair`]), the quantum
+//! index of a series ([`quantum_index`]), window aggregates ([`window`]), the cold tier's
+//! decisions ([`tier`]: when blocks are due, who exports them), and the wire messages with their
+//! framing ([`wire`]).
 //!
 //! It does no I/O and reads no clock: callers pass `now` and move the bytes. That keeps every
 //! decision testable without sockets (the model is quinn-proto).
 
 pub mod agreement;
 pub mod class;
+pub mod geo;
 pub mod id;
 pub mod key;
 pub mod lookup;
@@ -26,6 +28,7 @@ pub mod read;
 pub mod repair;
 pub mod routing;
 pub mod series;
+pub mod stream;
 pub mod tier;
 pub mod time;
 pub mod window;

@@ -30,6 +30,9 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde::{Deserialize, Serialize};
 
+use crate::geo::GeoPoint;
+use crate::placement::coi::Located;
+
 use crate::id::Id;
 use crate::routing::Contact;
 
@@ -174,6 +177,8 @@ pub struct Membership {
     eligible: Vec<Contact>,
     /// Members that still serve reads (Normal or Leaving, not gone), sorted by id.
     serving: Vec<Contact>,
+    /// The eligible members that have a valid location, sorted by id: where CoI blocks go.
+    located: Vec<Located>,
     /// Ids placement must not choose whatever their entries say (revoked certificates).
     excluded: HashSet<Id>,
     /// Bumped whenever `eligible` or `serving` changes, so callers can cache owner sets.
@@ -194,6 +199,7 @@ impl Membership {
             entries,
             eligible: Vec::new(),
             serving: Vec::new(),
+            located: Vec::new(),
             excluded: HashSet::new(),
             generation: 0,
             started: now,
@@ -325,6 +331,11 @@ impl Membership {
         self.refresh(now);
     }
 
+    /// The eligible members that have a valid location, sorted by id.
+    pub fn located(&self) -> &[Located] {
+        &self.located
+    }
+
     /// The `rf` owners of `id`: the closest eligible members, closest first.
     pub fn owners(&self, id: &Id, rf: usize) -> Vec<Contact> {
         crate::placement::owners(&self.eligible, id, rf)
@@ -345,11 +356,20 @@ impl Membership {
         serving.sort_by_key(|e| e.member.id);
         let eligible: Vec<Contact> =
             serving.iter().filter(|e| e.member.status == MemberStatus::Normal).map(|e| e.member.contact()).collect();
+        let located: Vec<Located> = serving
+            .iter()
+            .filter(|e| e.member.status == MemberStatus::Normal)
+            .filter_map(|e| {
+                let (lat, lon) = e.member.location?;
+                Some(Located { contact: e.member.contact(), at: GeoPoint::new(lat, lon).ok()? })
+            })
+            .collect();
         let serving: Vec<Contact> = serving.iter().map(|e| e.member.contact()).collect();
-        let changed = eligible != self.eligible;
+        let changed = eligible != self.eligible || located != self.located;
         if changed || serving != self.serving {
             self.eligible = eligible;
             self.serving = serving;
+            self.located = located;
             self.generation += 1;
         }
         changed

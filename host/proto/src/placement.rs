@@ -6,9 +6,11 @@
 //! block has W of them or some block can no longer get them; what one replica gets is packed
 //! into requests within the batch and message limits ([`pack`], [`split_block`]).
 
+pub mod coi;
+
 use std::collections::{BTreeMap, HashMap};
 
-use crate::class::{Classes, Replication};
+use crate::class::{Classes, CoiError, Replication, SeriesClass};
 use crate::id::Id;
 use crate::key::{self, block_id};
 use crate::point::{Point, sort_dedup};
@@ -25,6 +27,90 @@ pub fn placement_id(series: &SeriesKey, quantum: &Quantum, classes: &Classes) ->
     match key::indexed_series_hash(series) {
         Some(base) => key::series_meta_id_from_hash(&base),
         None => block_id(classes.of(series).format, series, quantum),
+    }
+}
+
+/// Where a block goes: its placement id and how its owners are chosen, by XOR distance to the
+/// id (the DHT) or by its series' location (a class with `coi`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub id: Id,
+    /// Owners: RF, or n_in + n_out.
+    pub rf: usize,
+    /// The series' site for a CoI class.
+    pub site: Option<coi::Site>,
+}
+
+impl Target {
+    /// A block placed by the DHT: the `rf` members closest to `id`.
+    pub fn dht(id: Id, rf: usize) -> Target {
+        Target { id, rf, site: None }
+    }
+
+    /// Replicas whose acknowledgements count towards a write's quorum, at the front of the
+    /// owners: every owner, or the in-CoI ones.
+    pub fn synchronous(&self) -> usize {
+        self.site.as_ref().map_or(self.rf, |s| usize::from(s.coi.n_in))
+    }
+}
+
+/// Where the blocks of `series` placed at `id` go in `class`: for an index block or a
+/// registration, `series` is the series it indexes or registers (whose location places it).
+/// Fails for a CoI class when the series has no location or a bad one.
+pub fn target(series: &SeriesKey, id: Id, class: &SeriesClass) -> Result<Target, CoiError> {
+    let rf = usize::from(class.replication.rf);
+    match &class.coi {
+        None => Ok(Target::dht(id, rf)),
+        Some(c) => Ok(Target { id, rf, site: Some(coi::Site::new(c.location_of(series)?, c.clone())) }),
+    }
+}
+
+/// The owners of a block, and the members to turn to next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owners {
+    /// Owners, the synchronous ones (every one, or the in-CoI ones) first.
+    pub owners: Vec<Contact>,
+    /// How many of `owners` are synchronous (in-CoI for a CoI block).
+    pub synchronous: usize,
+    /// For a CoI block: the other located members, closest first (sloppy-quorum substitutes
+    /// and further read candidates). Empty for a DHT block (reads go on along the ring).
+    pub fallback: Vec<Contact>,
+    /// For a CoI block: some out-of-CoI replica is closer than `out_coi_dist`.
+    pub out_short: bool,
+}
+
+/// The owners of `target`: the one placement function that writes, reads, repair and handoff
+/// use. `eligible` are the members placement may choose; `located` those of them with a
+/// location (CoI blocks go only to located members).
+pub fn owners_of<M: Members + ?Sized>(target: &Target, eligible: &M, located: &[coi::Located]) -> Owners {
+    match &target.site {
+        None => {
+            let owners = eligible.closest_to(&target.id, target.rf);
+            Owners { synchronous: owners.len(), owners, fallback: Vec::new(), out_short: false }
+        }
+        Some(site) => {
+            let p = coi::place(&target.id, site, located);
+            Owners { synchronous: p.in_coi.len(), owners: p.owners(), fallback: p.fallback, out_short: p.out_short }
+        }
+    }
+}
+
+/// Members that can name the `k` closest to an id (XOR): a plain list, or a sorted
+/// [`crate::repair::Ring`] when placing many blocks.
+pub trait Members {
+    /// The `k` closest to `id`, closest first.
+    fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact>;
+}
+
+impl Members for [Contact] {
+    fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact> {
+        owners(self, id, k)
+    }
+}
+
+impl Members for crate::repair::Ring {
+    fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact> {
+        self.closest(id, k)
     }
 }
 

@@ -172,6 +172,9 @@ pub struct ArchiveClassReport {
     pub waiting_for_owner: u64,
     /// Blocks this node expired by write-time retention.
     pub expired_blocks: u64,
+    /// Archive files this node removed because retention expired every point in them.
+    #[serde(default)]
+    pub expired_files: u64,
 }
 
 /// Files an [`ArchiveReport`] lists by name at most (per list).

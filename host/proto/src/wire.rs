@@ -20,6 +20,7 @@ use crate::repair::{
 };
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
+use crate::stream::{ColumnBatch, FetchPart, PartChunk};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
 use crate::window::WindowStats;
 
@@ -104,6 +105,11 @@ pub enum Request {
     /// Raw points of one block within `range` (which lies inside `quantum`), strictly after
     /// `after`, at most `limit`; answered with [`Response::Points`].
     Fetch { series: SeriesKey, quantum: Quantum, range: TimeRange, after: Option<PointKey>, limit: u32 },
+    /// The points of `parts` of one series (at most [`MAX_BLOCK_PARTS`]), or only their count
+    /// and digest where a part says so; answered with a stream of [`Response::PartPages`]
+    /// frames of at most `page_points` points each, parts in the order asked, the last frame
+    /// with `more: false`.
+    FetchParts { series: SeriesKey, parts: Vec<FetchPart>, page_points: u32 },
     /// Record that these series exist (the series dictionary); answered with [`Response::Stored`].
     RegisterSeries { series: Vec<SeriesKey> },
     /// Whether the receiver holds the registration of `series`; answered with
@@ -125,6 +131,10 @@ pub enum Request {
     /// Client: read `[start, end)` of one series, strictly after `after`, at most `limit`
     /// points; answered with [`Response::Page`]. Checked with [`check_read`].
     Read { series: String, start: i64, end: i64, after: Option<PointKey>, limit: u32 },
+    /// Client: every point of `[start, end)` of one series strictly after `after`, streamed:
+    /// answered with [`Response::Batch`] frames of at most `batch_points` points in order, the
+    /// last with `more: false`, or an error frame. Checked with [`check_read`].
+    ReadStream { series: String, start: i64, end: i64, after: Option<PointKey>, batch_points: u32 },
     /// Client: what the receiver knows of itself and the cluster; answered with
     /// [`Response::Status`].
     Status,
@@ -168,6 +178,9 @@ pub enum Request {
     /// Client: the cold tier as the receiver sees it (what the archive holds, this node's
     /// pending exports and last error); answered with [`Response::Archive`].
     ArchiveStatus,
+    /// Client: the newest point of one series strictly before `before` (ns); answered with
+    /// [`Response::Latest`].
+    Latest { series: String, before: i64 },
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -206,6 +219,17 @@ pub enum Response {
     },
     SeriesKnown {
         known: bool,
+    },
+    /// One frame of the answer to a [`Request::FetchParts`]; `more` until the last.
+    PartPages {
+        chunks: Vec<PartChunk>,
+        settled: bool,
+        more: bool,
+    },
+    /// One frame of the answer to a [`Request::ReadStream`]; `more` until the last.
+    Batch {
+        columns: ColumnBatch,
+        more: bool,
     },
     /// A write was acknowledged by at least W replicas of every block it touched.
     Written {
@@ -282,6 +306,10 @@ pub enum Response {
     },
     Leaving(LeaveProgress),
     Archive(Box<crate::tier::ArchiveReport>),
+    /// The newest point of a series, if it holds any.
+    Latest {
+        point: Option<Point>,
+    },
 }
 
 /// What a node reports about itself.
@@ -705,6 +733,12 @@ impl Request {
                 check_page(*limit, limits)
             }
             Request::Read { limit, .. } => check_page(*limit, limits),
+            Request::ReadStream { batch_points, .. } => check_page(*batch_points, limits),
+            Request::FetchParts { parts, page_points, .. } => {
+                let parts: Vec<BlockPart> = parts.iter().map(|p| p.part).collect();
+                check_parts(&parts)?;
+                check_page(*page_points, limits)
+            }
             Request::Summarize { parts, policy, params, .. } => {
                 check_parts(parts)?;
                 check_policy(policy, params)
@@ -748,7 +782,8 @@ impl Request {
             | Request::HasSeries { .. }
             | Request::Status
             | Request::Leave
-            | Request::ArchiveStatus => Ok(()),
+            | Request::ArchiveStatus
+            | Request::Latest { .. } => Ok(()),
         }
     }
 
@@ -759,6 +794,7 @@ impl Request {
             Request::FindNode { .. }
                 | Request::Store { .. }
                 | Request::Fetch { .. }
+                | Request::FetchParts { .. }
                 | Request::RegisterSeries { .. }
                 | Request::HasSeries { .. }
                 | Request::Summarize { .. }
@@ -785,6 +821,8 @@ impl Request {
             Request::HasSeries { .. } => "has_series",
             Request::Write { .. } => "write",
             Request::Read { .. } => "read",
+            Request::ReadStream { .. } => "read_stream",
+            Request::FetchParts { .. } => "fetch_parts",
             Request::Status => "status",
             Request::Summarize { .. } => "summarize",
             Request::Query { .. } => "query",
@@ -800,6 +838,7 @@ impl Request {
             Request::ListBlocks { .. } => "list_blocks",
             Request::Leave => "leave",
             Request::ArchiveStatus => "archive_status",
+            Request::Latest { .. } => "latest",
         }
     }
 }

@@ -64,6 +64,10 @@ pub struct ClusterOptions {
     pub log: String,
     /// Enroll with a control plane instead of using a development PKI.
     pub enroll: Option<Enrollment>,
+    /// Node `i`'s location (`LAT,LON`), if `locations[i]` is given: for classes with `coi`.
+    pub locations: Vec<Option<String>>,
+    /// WAN emulation between located nodes (`[testing] wan_emulation`).
+    pub wan_emulation: Option<timeshard_node::config::WanEmulation>,
 }
 
 /// Nodes that enroll with a control plane at their first start.
@@ -100,6 +104,8 @@ impl ClusterOptions {
             http: HttpConfig::default(),
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
+            locations: Vec::new(),
+            wan_emulation: None,
         }
     }
 }
@@ -197,6 +203,7 @@ impl LocalCluster {
             listen: listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal")),
             data_dir: self.data_dir(i),
             bootstrap,
+            location: o.locations.get(i).cloned().flatten(),
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
@@ -206,7 +213,10 @@ impl LocalCluster {
             hints: o.hints.clone(),
             repair: o.repair.clone(),
             tier: o.tier.clone(),
-            testing: TestingConfig { fault_file: o.fault_injection.then(|| self.fault_file(i)) },
+            testing: TestingConfig {
+                fault_file: o.fault_injection.then(|| self.fault_file(i)),
+                wan_emulation: o.wan_emulation,
+            },
             // An enrolled node takes its classes from the control plane.
             classes: if o.enroll.is_some() { Vec::new() } else { o.classes.clone() },
             policy: o.policy.clone(),

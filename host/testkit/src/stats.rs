@@ -52,6 +52,11 @@ impl Latencies {
         self.ms.push(d.as_secs_f64() * 1e3);
     }
 
+    /// Adds every latency of `other`.
+    pub fn extend(&mut self, other: &Latencies) {
+        self.ms.extend_from_slice(&other.ms);
+    }
+
     /// Number recorded.
     pub fn len(&self) -> usize {
         self.ms.len()

@@ -38,6 +38,9 @@ pub struct Part {
     pub covers: u64,
     /// Digest of the archived points this part was diffed against.
     pub base: u64,
+    /// When its points were last written, as its export's manifest says (what retention by
+    /// write time ages the part from).
+    pub written_ns: i64,
 }
 
 /// One archived block: its quantum and parts, in commit order where known.
@@ -223,6 +226,21 @@ impl Catalog {
         Some((l.days.keys().next_back().copied(), l.at.elapsed()))
     }
 
+    /// Forgets a manifest this process just removed (expiry), and its opened files.
+    pub fn note_removed(&self, id: &FileId) {
+        let mut state = self.state();
+        if let Some(l) = state.listings.get_mut(&id.class)
+            && let Some(ids) = l.days.get_mut(&id.day)
+        {
+            ids.retain(|x| x != id);
+            if ids.is_empty() {
+                l.days.remove(&id.day);
+            }
+        }
+        state.manifests.retain(|k| k != id);
+        state.points.retain(|k| k != id);
+    }
+
     /// Records a manifest this process just committed, so queries see it without listing.
     pub fn note_committed(&self, id: &FileId) {
         let mut state = self.state();
@@ -260,6 +278,7 @@ impl Catalog {
                     summary: e.summary,
                     covers: e.covers,
                     base: e.base,
+                    written_ns: manifest.header.written(),
                 };
                 by_quantum
                     .entry(e.quantum.start)
@@ -327,7 +346,7 @@ mod tests {
     fn part(points: &[Point], base: u64, covers: u64) -> Part {
         let file = Arc::new(FileId { class: "c".into(), day: Day(0), node: "n".into(), seq: 1 });
         let summary = Summary::of(points).unwrap_or_else(crate::manifest::empty_summary);
-        Part { file, row_start: 0, summary, covers, base }
+        Part { file, row_start: 0, summary, covers, base, written_ns: 0 }
     }
 
     fn digest(points: &[Point]) -> u64 {

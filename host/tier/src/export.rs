@@ -106,6 +106,8 @@ struct Job {
     series: SeriesKey,
     quantum: Quantum,
     prior: Option<ArchivedBlock>,
+    /// When a write last added points to the hot block ([`timeshard_store::BlockInfo`]).
+    last_write: i64,
 }
 
 /// What the encoding thread produced for one file.
@@ -210,7 +212,7 @@ impl Archive {
                 report.confirmed.push(Confirmed { series, quantum, digest: info.digest, already: true });
                 continue;
             }
-            jobs.push(Job { series, quantum, prior });
+            jobs.push(Job { series, quantum, prior, last_write: info.last_write });
         }
         let mut next = 0;
         while next < jobs.len() {
@@ -329,6 +331,7 @@ impl Archive {
             blocks: encoded.entries.len() as u64,
             created_ns: now_ns(),
             value_encoding: encoded.encoding.to_string(),
+            written_ns: jobs[..encoded.consumed.min(jobs.len())].iter().map(|j| j.last_write).max(),
         };
         let bytes = write::encode_manifest(&header, &encoded.entries)
             .map_err(|e| Error::Internal(format!("encoding the manifest of {id}: {e}")))?;

@@ -18,6 +18,8 @@
 //!   manifests' block summaries, row-group statistics and page indexes, and the confirmation the
 //!   hot tier waits for before dropping a block ([`Archive::confirmed`]).
 //! - Upkeep: [`Archive::status`] and [`Archive::cleanup`] (uncommitted files after a grace age).
+//! - Retention ([`Archive::set_retention`], [`Archive::expire`]): points past a class's
+//!   retention are hidden from queries, and files wholly past it removed, manifest first.
 //!
 //! # What it does not own
 //!
@@ -49,7 +51,8 @@
 //! [`location`] (URLs to object stores), [`layout`] (object names), [`schema`] and [`write`]
 //! (Parquet writers), [`read`] (Parquet readers over object storage), [`manifest`],
 //! [`catalog`] (committed blocks, cached), `export` (the exporter), `query` (reads and
-//! aggregates), `upkeep` (status and cleanup), [`retry`] (backoff and rate limit), and
+//! aggregates), `upkeep` (status and cleanup), `retention` (hiding and removing expired
+//! data), [`retry`] (backoff and rate limit), and
 //! [`faulty`] (an object store that fails on demand, for tests here and in the node).
 
 use std::path::PathBuf;
@@ -68,6 +71,7 @@ pub mod location;
 pub mod manifest;
 mod query;
 pub mod read;
+mod retention;
 pub mod retry;
 pub mod schema;
 mod upkeep;
@@ -82,6 +86,7 @@ pub use export::{Confirmed, ExportConfig, ExportReport};
 pub use layout::{Day, FileId};
 pub use location::Location;
 pub use query::Horizon;
+pub use retention::{ExpireReport, Retention};
 pub use retry::RetryPolicy;
 pub use upkeep::{ArchiveStatus, ClassStatus, CleanupReport, LastExport};
 
@@ -126,6 +131,10 @@ struct Inner {
     /// One export at a time per handle: export numbers are taken from the archive's listing.
     export_lock: tokio::sync::Mutex<()>,
     last_export: Mutex<Option<LastExport>>,
+    /// Retention per class name (see [`Archive::set_retention`]).
+    retention: Mutex<std::collections::HashMap<String, Retention>>,
+    /// Write times of exports, as their manifests say (for expiry by write time).
+    written: Mutex<std::collections::HashMap<FileId, i64>>,
 }
 
 impl Archive {
@@ -163,6 +172,8 @@ impl Archive {
             rate,
             export_lock: tokio::sync::Mutex::new(()),
             last_export: Mutex::new(None),
+            retention: Mutex::new(std::collections::HashMap::new()),
+            written: Mutex::new(std::collections::HashMap::new()),
         };
         Ok(Archive { inner: Arc::new(inner) })
     }

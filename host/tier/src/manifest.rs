@@ -42,6 +42,18 @@ pub struct Header {
     pub created_ns: i64,
     /// `dictionary` or `byte_stream_split`: how the points file encodes values.
     pub value_encoding: String,
+    /// When a write last added points to the newest-written block in the file, ns since the
+    /// epoch, as the hot store reported it: what retention by write time ages the file's
+    /// points from. Absent in files of earlier builds (then `created_ns` stands in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_ns: Option<i64>,
+}
+
+impl Header {
+    /// The write time retention by write time ages this file's points from.
+    pub fn written(&self) -> i64 {
+        self.written_ns.unwrap_or(self.created_ns)
+    }
 }
 
 /// One block part: the rows of block (`series`, `quantum`) in one points file.

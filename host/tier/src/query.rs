@@ -105,7 +105,8 @@ impl Archive {
         let (from, to) = Archive::days_of(class, &range);
         let mut out = Vec::new();
         for (day, ids) in self.inner.catalog.manifests(&class.name, from, to).await? {
-            let blocks = self.inner.catalog.blocks(&class.name, day, series, &ids).await?;
+            let blocks =
+                self.live_blocks(&class.name, self.inner.catalog.blocks(&class.name, day, series, &ids).await?);
             out.extend(
                 blocks.iter().filter(|b| b.quantum.end() > range.start() && b.quantum.start < range.end()).cloned(),
             );
@@ -129,7 +130,8 @@ impl Archive {
         let (from, to) = Archive::days_of(class, &range);
         let mut out: Vec<Point> = Vec::new();
         for (day, ids) in self.inner.catalog.manifests(&class.name, from, to).await? {
-            let blocks = self.inner.catalog.blocks(&class.name, day, series, &ids).await?;
+            let blocks =
+                self.live_blocks(&class.name, self.inner.catalog.blocks(&class.name, day, series, &ids).await?);
             let mut i = blocks.partition_point(|b| b.quantum.end() <= start.ts);
             while i < blocks.len() && blocks[i].quantum.start < range.end() {
                 let budget = (limit as u64 + 1).saturating_sub(out.len() as u64).max(MIN_BATCH_ROWS);
@@ -163,7 +165,8 @@ impl Archive {
         let mut pending: Vec<ArchivedBlock> = Vec::new();
         let (from, to) = Archive::days_of(class, &range);
         for (day, ids) in self.inner.catalog.manifests(&class.name, from, to).await? {
-            let blocks = self.inner.catalog.blocks(&class.name, day, series, &ids).await?;
+            let blocks =
+                self.live_blocks(&class.name, self.inner.catalog.blocks(&class.name, day, series, &ids).await?);
             for b in blocks.iter().filter(|b| b.quantum.end() > range.start() && b.quantum.start < range.end()) {
                 let whole = agg.fits_one_window(b.quantum.start, b.quantum.end());
                 match b.summary().filter(|_| whole) {

@@ -29,6 +29,8 @@ pub fn class_config(spec: &ClassSpec) -> ClassConfig {
         hot: spec.hot,
         archive: spec.archive,
         age_by: spec.age_by,
+        // The control plane does not carry CoI parameters yet.
+        coi: None,
     }
 }
 
@@ -76,6 +78,7 @@ pub fn effective_config(
         config.bootstrap = desired.bootstrap.clone();
     }
     overlay_limits(&mut config.limits, &desired.limits);
+    config.http.issued_tokens = true;
     config.validate()?;
     Ok(config)
 }

@@ -197,7 +197,9 @@ fn prepare(node: &Arc<Node>, agent: &Agent, base: &NodeConfig, state: &DesiredSt
 /// Records `state` on disk, then swaps the prepared configuration in. Returns what changed.
 fn commit(node: &Arc<Node>, agent: &mut Agent, state: DesiredState, prepared: Prepared) -> Result<Vec<String>, String> {
     // On disk before it is in force: a crash in between restarts into the new state.
+    let http_tokens = state.http_tokens.clone();
     agent.save_applied(state).map_err(|e| format!("cannot record the new configuration: {e}"))?;
+    node.http_tokens().set_issued(http_tokens);
     Ok(node.reconfigure(prepared))
 }
 

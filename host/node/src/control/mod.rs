@@ -48,6 +48,7 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         generation: desired.generation,
         revoked: parse_revoked(&desired.revoked)?,
         policies: Some(policies),
+        http_tokens: desired.http_tokens.clone(),
     };
     let running = RunningNode::start_from(config, applied).await?;
     let node = running.node().clone();

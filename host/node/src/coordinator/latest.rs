@@ -30,7 +30,8 @@ impl Coordinator {
 
         // Which index blocks hold entries: one window per block, from R settled replicas
         // (further candidates while owners catch up), merged.
-        let candidates = self.read_candidates(meta, &class);
+        let at = self.target(&series, meta, &class)?;
+        let candidates = self.read_candidates(&at, &class);
         let r = usize::from(class.replication.r);
         let width = key::index_quantum().ns();
         let n = parts.len();
@@ -50,7 +51,7 @@ impl Coordinator {
         let span = span_ns(class.quantum);
         for i in (0..parts.len()).rev().filter(|&i| held(i)) {
             let part = parts[i];
-            let entries = self.fetch_block(&index, &class, meta, part.quantum, part.range, None, usize::MAX).await?;
+            let entries = self.fetch_block(&index, &class, &at, part.quantum, part.range, None, usize::MAX).await?;
             // Entries of an older quantum length cannot be read under the current one.
             let spans = entries.iter().rev().filter(|e| Quantum::at(e.ts, class.quantum).is_some());
             for entry in spans {

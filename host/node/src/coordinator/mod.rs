@@ -21,6 +21,7 @@ mod query;
 mod read;
 pub mod replicas;
 mod series;
+mod stream;
 mod write;
 
 use std::collections::HashSet;
@@ -30,6 +31,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use timeshard_policy::Registry;
 use timeshard_proto::agreement::{ReadOutcome, ReadQuorum, merge_replica_answers};
+use timeshard_proto::placement::{self, Target};
 use timeshard_proto::repair::missing_from;
 use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange};
@@ -42,6 +44,7 @@ use crate::repair::RepairState;
 use crate::server::serve_replica;
 
 pub use replicas::ReplicaWrites;
+pub use stream::{BatchSender, STREAM_PAGE_POINTS};
 pub use write::WriteOutcome;
 
 /// Owner requests a query keeps in flight.
@@ -203,13 +206,52 @@ impl Coordinator {
         }
     }
 
-    /// The owners of block `id`, the local node first (no network), then those up, and peers
-    /// that are down or failed lately last.
-    fn ordered_replicas(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
-        let mut replicas = self.view.owners(id, usize::from(class.replication.rf));
+    /// Where the blocks of `base` placed at `id` go (see [`placement::target`]): `base` is the
+    /// series the block belongs to, the indexed or registered one for an index block or a
+    /// registration. A series of a CoI class without a usable location is refused.
+    pub(crate) fn target(&self, base: &SeriesKey, id: Id, class: &SeriesClass) -> Result<Target, ErrorReply> {
+        placement::target(base, id, class).map_err(|e| ErrorReply::new(ErrorCode::InvalidSeries, e.to_string()))
+    }
+
+    /// Whom a read of a block asks and how many must answer: the owners in the order to ask,
+    /// the further candidates after them, and R.
+    ///
+    /// For a DHT block: the local node first (no network), then those up, and peers that are
+    /// down or failed lately last; R of the class. For a CoI block read by a coordinator
+    /// inside the context of interest: the in-CoI replicas first and R = n_in - W_in + 1,
+    /// so the read overlaps every write quorum; from outside, every owner by distance from
+    /// this node and R = 1 (the fastest replica: eventual).
+    fn read_plan(&self, target: &Target, class: &SeriesClass) -> ReadPlan {
         let me = self.dht.me().id;
-        replicas.sort_by_key(|c| (c.id != me, !self.view.is_up(&c.id), self.dht.is_suspect(&c.id)));
-        replicas
+        let rank = |c: &Contact| (c.id != me, !self.view.is_up(&c.id), self.dht.is_suspect(&c.id));
+        let Some(site) = &target.site else {
+            let mut owners = self.view.owners(target.id, target.rf);
+            owners.sort_by_key(rank);
+            let candidates = self.view.read_candidates(&owners, &target.id, target.rf);
+            return ReadPlan { owners, candidates, r: usize::from(class.replication.r) };
+        };
+        let placed = self.view.owners_of(target);
+        let here = self.view.location();
+        let inside = here.is_some_and(|p| site.contains(&p));
+        let far = |c: &Contact| match (here, self.view.location_of(&c.id)) {
+            (Some(a), Some(b)) => (a.distance_km(&b) * 1_000.0) as u64,
+            _ => u64::MAX,
+        };
+        let mut owners = placed.owners.clone();
+        let r = if inside {
+            let (near, rest) = owners.split_at_mut(placed.synchronous);
+            near.sort_by_key(rank);
+            rest.sort_by_key(|c| (rank(c), far(c)));
+            usize::from(class.replication.r)
+        } else {
+            owners.sort_by_key(|c| (rank(c), far(c)));
+            1
+        };
+        let mut fallback = placed.fallback;
+        fallback.sort_by_key(|c| (rank(c), far(c)));
+        let bound = 2 * target.rf + 2;
+        let candidates = owners.iter().chain(&fallback).take(bound.max(owners.len())).copied().collect();
+        ReadPlan { owners, candidates, r }
     }
 
     /// Asks the `candidates` of a block in order with `ask` until `r` settled replicas answered
@@ -265,11 +307,20 @@ impl Coordinator {
         Ok(answers)
     }
 
-    /// The nodes a read of block `id` asks, in order: its owners (local first, those up next),
-    /// then the next closest members, for when owners are still catching up.
-    fn read_candidates(&self, id: Id, class: &SeriesClass) -> Vec<Contact> {
-        let owners = self.ordered_replicas(id, class);
-        self.view.read_candidates(&owners, &id, usize::from(class.replication.rf))
+    /// The nodes a read of block `target` asks, in order: its owners (local first, those up
+    /// next), then further candidates, for when owners are still catching up or down.
+    fn read_candidates(&self, target: &Target, class: &SeriesClass) -> Vec<Contact> {
+        self.read_plan(target, class).candidates
+    }
+
+    /// Settled answers a read of block `target` needs.
+    fn read_r(&self, target: &Target, class: &SeriesClass) -> usize {
+        self.read_plan(target, class).r
+    }
+
+    /// The owners of block `target` in the order a read asks them.
+    fn ordered_replicas(&self, target: &Target, class: &SeriesClass) -> Vec<Contact> {
+        self.read_plan(target, class).owners
     }
 
     /// Reads one block from R settled replicas (further candidates when owners are catching
@@ -279,14 +330,13 @@ impl Coordinator {
         &self,
         series: &SeriesKey,
         class: &SeriesClass,
-        id: Id,
+        target: &Target,
         quantum: Quantum,
         part: TimeRange,
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let owners = self.ordered_replicas(id, class);
-        let candidates = self.view.read_candidates(&owners, &id, usize::from(class.replication.rf));
+        let ReadPlan { owners, candidates, r } = self.read_plan(target, class);
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
         // Each answer: its points, and whether they are everything the replica holds of the
         // part (it was not cut at the limit).
@@ -310,7 +360,6 @@ impl Coordinator {
                 }
             }
         };
-        let r = usize::from(class.replication.r);
         let what = || format!("{series} at quantum {}", quantum.start);
         let answers = Self::ask_candidates(&candidates, r, what, fetch).await?;
         let mut union = merge_replica_answers(answers.iter().map(|a| a.value.0.clone()), &part);
@@ -328,6 +377,17 @@ impl Coordinator {
         union.truncate(limit);
         Ok(union)
     }
+}
+
+/// Whom a read of one block asks ([`Coordinator::read_plan`]).
+#[derive(Debug)]
+struct ReadPlan {
+    /// The owners, in the order to ask.
+    owners: Vec<Contact>,
+    /// The owners, then further candidates.
+    candidates: Vec<Contact>,
+    /// Settled answers needed.
+    r: usize,
 }
 
 /// One candidate's answer to a read.

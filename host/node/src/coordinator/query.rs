@@ -245,10 +245,13 @@ impl Coordinator {
         parts: &[BlockPart],
         push_down: &Q,
     ) -> Result<Vec<Q::Answer>, ErrorReply> {
-        let r = usize::from(class.replication.r);
         let classes = self.classes();
-        let ids = parts.iter().map(|p| placement_id(series, &p.quantum, &classes));
-        let replicas: Vec<Vec<Contact>> = ids.map(|id| self.ordered_replicas(id, class)).collect();
+        let targets = parts
+            .iter()
+            .map(|p| self.target(series, placement_id(series, &p.quantum, &classes), class))
+            .collect::<Result<Vec<_>, _>>()?;
+        let replicas: Vec<Vec<Contact>> = targets.iter().map(|t| self.ordered_replicas(t, class)).collect();
+        let r = targets.first().map_or(usize::from(class.replication.r), |t| self.read_r(t, class));
         // Answers are kept in request order, and the first of agreeing answers is used: the
         // local node's first, then a fixed order, so the same query picks the same replicas.
         let requests = agreement::owner_requests(&replicas, r, self.dht.me().id, MAX_BLOCK_PARTS);
@@ -301,13 +304,13 @@ impl Coordinator {
         part: BlockPart,
         push_down: &Q,
     ) -> Result<Q::Answer, ErrorReply> {
-        let id = placement_id(series, &part.quantum, &self.classes());
-        let candidates = self.read_candidates(id, class);
+        let target = self.target(series, placement_id(series, &part.quantum, &self.classes()), class)?;
+        let candidates = self.read_candidates(&target, class);
         let ask = |c: Contact| async move {
             let resp = self.replica_call(&c, push_down.request(vec![part])).await?;
             push_down.parse(resp, 1).map(|(mut answers, settled)| (answers.swap_remove(0), settled))
         };
-        let r = usize::from(class.replication.r);
+        let r = self.read_r(&target, class);
         let what = || format!("{series} at quantum {}", part.quantum.start);
         let answers = Self::ask_candidates(&candidates, r, what, ask).await?;
         if answers.iter().all(|a| a.settled) {
@@ -316,7 +319,7 @@ impl Coordinator {
                 return Ok(answer);
             }
         }
-        let points = self.fetch_block(series, class, id, part.quantum, part.range, None, usize::MAX).await?;
+        let points = self.fetch_block(series, class, &target, part.quantum, part.range, None, usize::MAX).await?;
         push_down.compute_here(part, points).await
     }
 }

@@ -42,9 +42,12 @@ impl Coordinator {
         };
         let mut page = Page::new(parts, more_quanta, limit as usize, limits.read_parallelism);
         while let Some((window, remaining)) = page.next_fetches() {
-            let fetches = window.iter().map(|part| {
-                let id = placement_id(&series, &part.quantum, &classes);
-                self.fetch_block(&series, &class, id, part.quantum, part.range, after, remaining)
+            let targets = window
+                .iter()
+                .map(|part| self.target(&series, placement_id(&series, &part.quantum, &classes), &class))
+                .collect::<Result<Vec<_>, _>>()?;
+            let fetches = window.iter().zip(&targets).map(|(part, target)| {
+                self.fetch_block(&series, &class, target, part.quantum, part.range, after, remaining)
             });
             for result in futures::future::join_all(fetches).await {
                 if page.push(result?) {
@@ -76,8 +79,8 @@ impl Coordinator {
         let classes = self.classes();
         let mut found = Scan::new(scan, class.quantum, limit);
         for (q, part) in found.index_parts() {
-            let at = placement_id(&index, &q, &classes);
-            let entries = self.fetch_block(&index, class, at, q, part, None, usize::MAX).await?;
+            let at = self.target(series, placement_id(&index, &q, &classes), class)?;
+            let entries = self.fetch_block(&index, class, &at, q, part, None, usize::MAX).await?;
             if found.push(&entries) {
                 break;
             }

@@ -55,8 +55,8 @@ impl Coordinator {
         if self.registered.lock().expect("registered lock").contains(series) {
             return Ok(true);
         }
-        let rf = usize::from(self.classes().of(series).replication.rf);
-        let replicas = self.view.owners(series_meta_id(series), rf);
+        let target = self.target(series, series_meta_id(series), self.classes().of(series))?;
+        let replicas = self.view.owners_of(&target).owners;
         let mut asks: FuturesUnordered<_> =
             replicas.iter().map(|c| self.replica_call(c, Request::HasSeries { series: series.clone() })).collect();
         let mut answered = 0;

@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use timeshard_proto::class::Replication;
 use timeshard_proto::key::series_meta_id;
-use timeshard_proto::placement::{WritePlan, WriteProgress, block_bytes, pack, placement_id, split_batch, split_block};
+use timeshard_proto::placement::{
+    self, WritePlan, WriteProgress, block_bytes, pack, placement_id, split_batch, split_block,
+};
 use timeshard_proto::quantum_index;
 use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, RejectedPoint, Request, Response, SeriesPoints};
 use timeshard_proto::{Contact, Id, SeriesKey};
@@ -55,7 +57,7 @@ pub struct WriteOutcome {
 /// One thing a write must get W owners to store: a piece of a block, or a registration.
 #[derive(Debug)]
 struct Item {
-    id: Id,
+    target: placement::Target,
     replication: Replication,
     what: What,
 }
@@ -140,7 +142,10 @@ impl Coordinator {
     /// spans it fills first, and the registrations of series it writes first, each with where
     /// it goes. Returns them with (points, blocks) of the data and the new series and spans.
     #[allow(clippy::type_complexity)]
-    fn items(&self, batch: Vec<SeriesPoints>) -> (Vec<Item>, u64, u64, Vec<SeriesKey>, Vec<(SeriesKey, i64)>) {
+    fn items(
+        &self,
+        batch: Vec<SeriesPoints>,
+    ) -> Result<(Vec<Item>, u64, u64, Vec<SeriesKey>, Vec<(SeriesKey, i64)>), ErrorReply> {
         let new_series: Vec<SeriesKey> = {
             let known = self.registered.lock().expect("registered lock");
             let mut seen = HashSet::new();
@@ -160,23 +165,74 @@ impl Coordinator {
         };
         let limits = self.limits();
         let (max_points, max_bytes) = (limits.max_batch_points as usize, limits.max_message_bytes as usize);
-        let mut blocks: Vec<(Replication, BlockPoints)> = data.into_iter().map(|b| (b.replication, b.block)).collect();
-        // Index blocks keep the replication of the series they index.
-        for (series, block) in quantum_index::blocks(&new_spans) {
-            blocks.push((classes.of(&series).replication, block));
-        }
+        // (the series that places it, the block)
+        let mut blocks: Vec<(SeriesKey, BlockPoints)> =
+            data.into_iter().map(|b| (b.block.series.clone(), b.block)).collect();
+        // Index blocks are placed like the series they index (its replication, its location).
+        blocks.extend(quantum_index::blocks(&new_spans));
         let mut items = Vec::new();
-        for (replication, block) in blocks {
-            let id = placement_id(&block.series, &block.quantum, &classes);
+        for (base, block) in blocks {
+            let class = classes.of(&base);
+            let target = self.target(&base, placement_id(&block.series, &block.quantum, &classes), class)?;
             for piece in split_block(block, max_points, max_bytes) {
-                items.push(Item { id, replication, what: What::Block(piece) });
+                items.push(Item { target: target.clone(), replication: class.replication, what: What::Block(piece) });
             }
         }
         for s in &new_series {
-            let replication = classes.of(s).replication;
-            items.push(Item { id: series_meta_id(s), replication, what: What::Registration(s.clone()) });
+            let class = classes.of(s);
+            let target = self.target(s, series_meta_id(s), class)?;
+            items.push(Item { target, replication: class.replication, what: What::Registration(s.clone()) });
         }
-        (items, points, n_data, new_series, new_spans)
+        Ok((items, points, n_data, new_series, new_spans))
+    }
+
+    /// The nodes a write of `item` goes to, and those of them whose acknowledgements count
+    /// towards its W. For a DHT block: its owners, all counted. For a CoI block: every owner
+    /// (out-of-CoI ones are written asynchronously: not counted, hinted when they fail), the
+    /// in-CoI ones counted; when fewer than W of those are up (their region is down), a
+    /// sloppy quorum: the next located members up (in-CoI widening order, then out-of-CoI)
+    /// stand in for the down ones, which get hints, and repair hands the blocks back later.
+    fn write_owners(&self, item: &Item) -> Result<(Vec<Contact>, Vec<Contact>), ErrorReply> {
+        let placed = self.view.owners_of(&item.target);
+        let Some(site) = &item.target.site else {
+            return Ok((placed.owners.clone(), placed.owners));
+        };
+        let need = usize::from(item.replication.w);
+        let located = placed.owners.len() + placed.fallback.len();
+        if placed.owners.len() < item.target.rf {
+            return Err(unavailable(format!(
+                "{} needs {} replicas ({} in-CoI, {} out-of-CoI) on nodes with a location, but this node's \
+                 membership view holds {located} such node(s); give more nodes a `location` or lower n_in/n_out \
+                 of the class",
+                item.describe(),
+                item.target.rf,
+                site.coi.n_in,
+                site.coi.n_out,
+            )));
+        }
+        let (in_coi, out_coi) = placed.owners.split_at(placed.synchronous);
+        let mut counted: Vec<Contact> = in_coi.iter().filter(|c| self.view.is_up(&c.id)).copied().collect();
+        let mut all = placed.owners.clone();
+        if counted.len() < need {
+            let down = in_coi.len() - counted.len();
+            let stand_ins: Vec<Contact> =
+                placed.fallback.iter().chain(out_coi).filter(|c| self.view.is_up(&c.id)).take(down).copied().collect();
+            for c in &stand_ins {
+                if !all.iter().any(|o| o.id == c.id) {
+                    all.push(*c);
+                }
+            }
+            counted.extend(stand_ins);
+        }
+        if counted.len() < need {
+            return Err(unavailable(format!(
+                "only {} node(s) with a location are up to store {}; the write needs {need}: nothing was written; \
+                 retry once nodes are back",
+                counted.len(),
+                item.describe()
+            )));
+        }
+        Ok((all, counted))
     }
 
     /// The requests of a write: per owner node, its blocks packed within the limits and its
@@ -219,12 +275,21 @@ impl Coordinator {
     /// seen for the first time are registered, and quanta that hold data for the first time
     /// are added to the series' quantum index, in the same round and under the same quorum.
     async fn replicate(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<(u64, u64), ErrorReply> {
-        let (items, points, n_data, new_series, new_spans) = self.items(batch);
-        let owners: Vec<Vec<Contact>> =
-            items.iter().map(|it| self.view.owners(it.id, usize::from(it.replication.rf))).collect();
+        let (items, points, n_data, new_series, new_spans) = self.items(batch)?;
+        // Per item: every node it goes to, and those whose acknowledgements count.
+        let mut owners: Vec<Vec<Contact>> = Vec::with_capacity(items.len());
+        let mut counted: Vec<HashSet<Id>> = Vec::with_capacity(items.len());
+        for item in &items {
+            let (all, sync) = self.write_owners(item)?;
+            counted.push(sync.iter().map(|c| c.id).collect());
+            owners.push(all);
+        }
 
         // Refuse at once what cannot reach W owners that are up: nothing is sent then.
         for (item, owners) in items.iter().zip(&owners) {
+            if item.target.site.is_some() {
+                continue; // checked by write_owners
+            }
             let need = usize::from(item.replication.w);
             if owners.len() < need {
                 return Err(unavailable(format!(
@@ -254,7 +319,9 @@ impl Coordinator {
         let mut per_item: Vec<Vec<Target>> = vec![Vec::new(); items.len()];
         for (target, idx) in &requests {
             for &i in idx {
-                per_item[i].push(*target);
+                if counted[i].contains(&target.node) {
+                    per_item[i].push(*target);
+                }
             }
         }
         let mut plan =

@@ -1,20 +1,25 @@
-//! Who may use the HTTP side: bearer tokens from the configuration, plus tokens issued from
-//! elsewhere (the control plane) through [`Tokens::set_issued`]. Clients present one as
+//! Who may use the HTTP side: bearer tokens from the configuration, plus tokens the control
+//! plane issues (`timeshard-control http-token create`), which arrive with the desired state as
+//! an id and the SHA-256 of the secret ([`Tokens::set_issued`]). Clients present one as
 //! `Authorization: Bearer <token>`, as InfluxDB 2.x's `Token <token>`, or as the password of
 //! basic auth or the `p` query parameter (InfluxDB 1.x clients and Telegraf).
 
 use std::sync::RwLock;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
+use timeshard_control_api::{HttpTokenGrant, Token, TokenKind};
 
 use super::error::ApiError;
 
 /// The tokens a node accepts.
 #[derive(Debug, Default)]
 pub struct Tokens {
+    /// Refuse requests without a token even while no token exists (a listener off loopback).
+    always: bool,
     configured: Vec<String>,
-    issued: RwLock<Vec<String>>,
+    issued: RwLock<Vec<HttpTokenGrant>>,
 }
 
 /// Compares without stopping at the first difference, so timing does not reveal a prefix.
@@ -88,19 +93,21 @@ fn percent_decode(s: &str) -> String {
 }
 
 impl Tokens {
-    pub fn new(configured: Vec<String>) -> Tokens {
-        Tokens { configured, issued: RwLock::new(Vec::new()) }
+    /// `always`: a token is needed even while none is configured or issued (a listener off
+    /// loopback on an enrolled node, before the control plane issues one).
+    pub fn new(configured: Vec<String>, always: bool) -> Tokens {
+        Tokens { always, configured, issued: RwLock::new(Vec::new()) }
     }
 
-    /// Replaces the tokens issued from elsewhere (the control plane's hook); the configured
-    /// ones stay.
-    pub fn set_issued(&self, tokens: Vec<String>) {
+    /// Replaces the tokens the control plane issued (each applied desired state); the
+    /// configured ones stay.
+    pub fn set_issued(&self, tokens: Vec<HttpTokenGrant>) {
         *self.issued.write().unwrap_or_else(|e| e.into_inner()) = tokens;
     }
 
     /// Whether requests need a token at all.
     pub fn required(&self) -> bool {
-        !self.configured.is_empty() || !self.issued.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.always || !self.configured.is_empty() || !self.issued.read().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
     /// Checks a request's credentials.
@@ -111,17 +118,38 @@ impl Tokens {
         let Some(token) = presented(headers, query) else {
             return Err(ApiError::Unauthorized(
                 "this node needs a token: send `Authorization: Bearer <token>` (or `Token <token>`, or the token as \
-                 the password) with one of the tokens in its [http] tokens"
+                 the password) with one of the tokens in its [http] tokens or one the control plane issued"
                     .into(),
             ));
         };
-        let issued = self.issued.read().unwrap_or_else(|e| e.into_inner());
-        if self.configured.iter().chain(issued.iter()).any(|t| same(t.as_bytes(), token.as_bytes())) {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized("the token is not one this node accepts; check [http] tokens".into()))
+        if self.configured.iter().any(|t| same(t.as_bytes(), token.as_bytes())) {
+            return Ok(());
         }
+        if let Ok(presented) = Token::parse(&token, TokenKind::Http) {
+            let issued = self.issued.read().unwrap_or_else(|e| e.into_inner());
+            let hash = presented.secret_hash();
+            if let Some(grant) =
+                issued.iter().find(|g| g.id == presented.id && same(g.secret_hash.as_bytes(), hash.as_bytes()))
+            {
+                return match grant.expires_at_ms {
+                    Some(at) if at <= now_ms() => Err(ApiError::Unauthorized(format!(
+                        "HTTP token {} ({}) has expired; create another with `timeshard-control http-token create`",
+                        grant.id, grant.name
+                    ))),
+                    _ => Ok(()),
+                };
+            }
+        }
+        Err(ApiError::Unauthorized(
+            "the token is not one this node accepts; check [http] tokens, or `timeshard-control http-token list` \
+             for the tokens the control plane issued (a revoked one stops working once the node applies the change)"
+                .into(),
+        ))
     }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -138,7 +166,7 @@ mod tests {
 
     #[test]
     fn every_way_of_presenting_a_token() {
-        let t = Tokens::new(vec!["0123456789abcdef".into()]);
+        let t = Tokens::new(vec!["0123456789abcdef".into()], false);
         assert!(t.check(&headers("Bearer 0123456789abcdef"), None).is_ok());
         assert!(t.check(&headers("Token 0123456789abcdef"), None).is_ok());
         // user:0123456789abcdef
@@ -151,13 +179,55 @@ mod tests {
     }
 
     #[test]
-    fn issued_tokens_are_accepted_beside_configured_ones() {
+    fn issued_tokens_are_checked_by_hash_and_expiry() {
+        let fleet = timeshard_control_api::Fingerprint([7; 32]);
+        let token = Token::generate(TokenKind::Http, fleet);
+        let grant = |expires_at_ms| HttpTokenGrant {
+            id: token.id.clone(),
+            name: "telegraf".into(),
+            secret_hash: token.secret_hash(),
+            expires_at_ms,
+        };
+        let t = Tokens::new(vec!["configured".into()], false);
+        let bearer = format!("Bearer {token}");
+        assert!(t.check(&headers(&bearer), None).is_err());
+        t.set_issued(vec![grant(None)]);
+        assert!(t.check(&headers(&bearer), None).is_ok());
+        assert!(t.check(&headers("Bearer configured"), None).is_ok());
+        // Same id, another secret: refused.
+        let mut forged = Token::generate(TokenKind::Http, fleet);
+        forged.id = token.id.clone();
+        assert!(t.check(&headers(&format!("Bearer {forged}")), None).is_err());
+        // An API token of the control plane is not an HTTP token.
+        let api = Token::generate(TokenKind::Api, fleet);
+        assert!(t.check(&headers(&format!("Bearer {api}")), None).is_err());
+        t.set_issued(vec![grant(Some(now_ms() - 1))]);
+        let expired = t.check(&headers(&bearer), None).unwrap_err();
+        assert!(expired.to_string().contains("expired"), "{expired}");
+        t.set_issued(vec![grant(Some(now_ms() + 60_000))]);
+        assert!(t.check(&headers(&bearer), None).is_ok());
+        // Revoked: the next desired state no longer lists it.
+        t.set_issued(vec![]);
+        assert!(t.check(&headers(&bearer), None).is_err());
+    }
+
+    #[test]
+    fn issued_tokens_alone_make_tokens_required() {
         let t = Tokens::default();
         assert!(!t.required());
         assert!(t.check(&HeaderMap::new(), None).is_ok());
-        t.set_issued(vec!["issued-by-the-control-plane".into()]);
+        let token = Token::generate(TokenKind::Http, timeshard_control_api::Fingerprint([1; 32]));
+        t.set_issued(vec![HttpTokenGrant {
+            id: token.id.clone(),
+            name: "n".into(),
+            secret_hash: token.secret_hash(),
+            expires_at_ms: None,
+        }]);
         assert!(t.required());
-        assert!(t.check(&headers("Bearer issued-by-the-control-plane"), None).is_ok());
         assert!(t.check(&HeaderMap::new(), None).is_err());
+        // Off loopback with nothing issued yet: every request is refused.
+        let off_loopback = Tokens::new(vec![], true);
+        assert!(off_loopback.check(&HeaderMap::new(), None).is_err());
+        assert!(off_loopback.check(&headers("Bearer anything-at-all-here"), None).is_err());
     }
 }

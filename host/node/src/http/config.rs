@@ -47,6 +47,11 @@ pub struct HttpConfig {
     pub max_query_points: usize,
     /// Most series one InfluxQL statement reads.
     pub max_query_series: usize,
+    /// Set for an enrolled node (not from the file): the control plane issues tokens
+    /// (`timeshard-control http-token create`), so a listener off loopback needs none configured;
+    /// it refuses every request until one is issued.
+    #[serde(skip)]
+    pub issued_tokens: bool,
 }
 
 impl Default for HttpConfig {
@@ -64,6 +69,7 @@ impl Default for HttpConfig {
             request_timeout: Duration::from_secs(30),
             max_query_points: 1_000_000,
             max_query_series: 10_000,
+            issued_tokens: false,
         }
     }
 }
@@ -76,13 +82,14 @@ impl HttpConfig {
         if !self.enabled {
             return Ok(());
         }
-        if !self.listen.ip().is_loopback() && self.tokens.is_empty() {
+        if !self.listen.ip().is_loopback() && self.tokens.is_empty() && !self.issued_tokens {
             return invalid(
                 "tokens",
                 format!(
                     "http.listen = {} is not a loopback address, so the HTTP side needs bearer tokens: set \
-                     [http] tokens = [\"<a long random secret>\"] (e.g. from `openssl rand -hex 32`), or listen on \
-                     127.0.0.1, or set enabled = false",
+                     [http] tokens = [\"<a long random secret>\"] (e.g. from `openssl rand -hex 32`), or enroll the \
+                     node and issue tokens with `timeshard-control http-token create`, or listen on 127.0.0.1, or \
+                     set enabled = false",
                     self.listen
                 ),
             );

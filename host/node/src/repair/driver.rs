@@ -151,7 +151,7 @@ impl Repair {
     /// current view.
     pub async fn inventory_since(&self, fresh_after: Instant) -> Result<Arc<Inventory>, StoreError> {
         let mut slot = self.inventory.lock().await;
-        let (generation, eligible) = self.view.placement();
+        let (generation, eligible, located) = self.view.placement();
         if let Some(inv) = slot.as_ref()
             && inv.generation == generation
             && inv.built_at >= fresh_after
@@ -159,9 +159,10 @@ impl Repair {
             return Ok(inv.clone());
         }
         let (store, classes, me) = (self.store.clone(), self.classes(), self.me.id);
-        let built = tokio::task::spawn_blocking(move || Inventory::build(&*store, &classes, eligible, me, generation))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
+        let built =
+            tokio::task::spawn_blocking(move || Inventory::build(&*store, &classes, eligible, located, me, generation))
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
         let inv = Arc::new(built);
         *slot = Some(inv.clone());
         Ok(inv)

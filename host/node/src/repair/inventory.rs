@@ -19,9 +19,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use timeshard_proto::key::{self, KeyFormat};
+use timeshard_proto::placement::coi::Located;
+use timeshard_proto::placement::{self, Target};
 use timeshard_proto::repair::tree::{entry_hash, leaf_of};
 use timeshard_proto::repair::{BlockRef, RepairEntry, Ring, Tree, registration_digest};
-use timeshard_proto::{Classes, Contact, Id, SeriesKey, Timestamp};
+use timeshard_proto::{Classes, Contact, Id, SeriesClass, SeriesKey, Timestamp};
 use timeshard_store::{Store, StoreError};
 
 /// Blocks or registrations listed per store call.
@@ -55,12 +57,20 @@ impl OwnerSet {
     }
 }
 
-/// A digest of the members that own blocks: two nodes with equal digests place every block on
-/// the same owners.
-pub fn view_digest(eligible: &[Contact]) -> u64 {
+/// A digest of the members that own blocks and of their locations: two nodes with equal
+/// digests place every block on the same owners.
+pub fn view_digest(eligible: &[Contact], located: &[Located]) -> u64 {
     let mut ids: Vec<&Id> = eligible.iter().map(|c| &c.id).collect();
     ids.sort();
-    let bytes: Vec<u8> = ids.into_iter().flat_map(|id| id.0).collect();
+    let mut bytes: Vec<u8> = ids.into_iter().flat_map(|id| id.0).collect();
+    let mut places: Vec<(Id, u64, u64)> =
+        located.iter().map(|l| (l.contact.id, l.at.lat.to_bits(), l.at.lon.to_bits())).collect();
+    places.sort_by_key(|p| p.0);
+    for (id, lat, lon) in places {
+        bytes.extend(id.0);
+        bytes.extend(lat.to_be_bytes());
+        bytes.extend(lon.to_be_bytes());
+    }
     timeshard_proto::repair::tree::hash_bytes(&bytes)
 }
 
@@ -80,8 +90,10 @@ pub struct Inventory {
     /// Quantum index blocks left out because this node lacks their series' registration.
     pub unplaced: u64,
     ring: Ring,
-    /// RF of the series each registration held names, by series hash (for index blocks).
-    index_rf: HashMap<[u8; 10], usize>,
+    located: Vec<Located>,
+    /// Where the registration of each series held is placed, by series hash: where its index
+    /// blocks go too.
+    index_target: HashMap<[u8; 10], Target>,
 }
 
 /// Where one series' blocks go.
@@ -91,7 +103,7 @@ struct SeriesPlace {
     hash: [u8; 10],
     /// For an index series: the series hash of the series it indexes.
     indexes: Option<[u8; 10]>,
-    rf: usize,
+    class: SeriesClass,
 }
 
 impl Inventory {
@@ -101,10 +113,11 @@ impl Inventory {
         store: &dyn Store,
         classes: &Classes,
         eligible: Vec<Contact>,
+        located: Vec<Located>,
         me: Id,
         generation: u64,
     ) -> Result<Inventory, StoreError> {
-        let view_digest = view_digest(&eligible);
+        let view_digest = view_digest(&eligible, &located);
         let mut inv = Inventory {
             me,
             built_at: Instant::now(),
@@ -117,7 +130,8 @@ impl Inventory {
             owner_sets: Vec::new(),
             unplaced: 0,
             ring: Ring::new(eligible),
-            index_rf: HashMap::new(),
+            located,
+            index_target: HashMap::new(),
         };
         let mut sets: HashMap<Vec<Id>, u32> = HashMap::new();
 
@@ -132,11 +146,15 @@ impl Inventory {
             }
         }
         for series in registrations {
-            let rf = usize::from(classes.of(&series).replication.rf);
             let hash = key::series_hash(&series);
-            inv.index_rf.insert(hash, rf);
             let id = key::series_meta_id_from_hash(&hash);
-            let owners = inv.owner_set(&id, rf, &mut sets);
+            // A series of a CoI class without a usable location was never written.
+            let Ok(target) = placement::target(&series, id, classes.of(&series)) else {
+                inv.unplaced += 1;
+                continue;
+            };
+            let owners = inv.owner_set(&target, &mut sets);
+            inv.index_target.insert(hash, target);
             let block = BlockRef::Registration { series: series.clone() };
             let digest = registration_digest(&series);
             let item_hash = entry_hash(&id, block.key_hash(), digest, 0);
@@ -162,22 +180,24 @@ impl Inventory {
                         hash: key::series_hash(&b.series),
                         indexes: key::indexed_series_hash(&b.series),
                         format: class.format,
-                        rf: usize::from(class.replication.rf),
+                        class: class.clone(),
                         series: b.series.clone(),
                     });
                 }
                 let p = place.as_ref().expect("set above");
-                let (id, rf) = match p.indexes {
-                    Some(base) => match inv.index_rf.get(&base) {
-                        Some(&rf) => (key::series_meta_id_from_hash(&base), rf),
-                        None => {
-                            inv.unplaced += 1;
-                            continue;
-                        }
-                    },
-                    None => (key::block_id_from_hashes(p.format, &p.hash, &b.quantum), p.rf),
+                let target = match p.indexes {
+                    Some(base) => inv.index_target.get(&base).cloned(),
+                    None => {
+                        let id = key::block_id_from_hashes(p.format, &p.hash, &b.quantum);
+                        placement::target(&p.series, id, &p.class).ok()
+                    }
                 };
-                let owners = inv.owner_set(&id, rf, &mut sets);
+                let Some(target) = target else {
+                    inv.unplaced += 1;
+                    continue;
+                };
+                let id = target.id;
+                let owners = inv.owner_set(&target, &mut sets);
                 let block = BlockRef::Points { series: b.series, quantum: b.quantum };
                 let hash = entry_hash(&id, block.key_hash(), b.digest, b.count);
                 inv.items.push(Item {
@@ -199,8 +219,8 @@ impl Inventory {
         Ok(inv)
     }
 
-    fn owner_set(&mut self, id: &Id, rf: usize, sets: &mut HashMap<Vec<Id>, u32>) -> u32 {
-        let owners = self.ring.closest(id, rf);
+    fn owner_set(&mut self, target: &Target, sets: &mut HashMap<Vec<Id>, u32>) -> u32 {
+        let owners = placement::owners_of(target, &self.ring, &self.located).owners;
         let ids: Vec<Id> = owners.iter().map(|c| c.id).collect();
         if let Some(&i) = sets.get(&ids) {
             return i;
@@ -226,19 +246,19 @@ impl Inventory {
     /// block needs its series' registration here).
     pub fn place(&self, block: &BlockRef, classes: &Classes) -> Option<Vec<Contact>> {
         let series = block.series();
-        let (id, rf) = match block {
+        let target = match block {
             BlockRef::Registration { .. } => {
-                (key::series_meta_id(series), usize::from(classes.of(series).replication.rf))
+                placement::target(series, key::series_meta_id(series), classes.of(series)).ok()?
             }
             BlockRef::Points { quantum, .. } => match key::indexed_series_hash(series) {
-                Some(base) => (key::series_meta_id_from_hash(&base), *self.index_rf.get(&base)?),
+                Some(base) => self.index_target.get(&base)?.clone(),
                 None => {
                     let class = classes.of(series);
-                    (key::block_id(class.format, series, quantum), usize::from(class.replication.rf))
+                    placement::target(series, key::block_id(class.format, series, quantum), class).ok()?
                 }
             },
         };
-        Some(self.ring.closest(&id, rf))
+        Some(placement::owners_of(&target, &self.ring, &self.located).owners)
     }
 
     /// Whether a session with `peer` compares `item`: with this node as the initiator, the
@@ -358,8 +378,8 @@ mod tests {
         fill(&a, &["m{k=1}", "m{k=2}"], 30);
         fill(&b, &["m{k=2}", "m{k=1}"], 30);
         let (me, peer) = (contact(0).id, contact(1).id);
-        let ia = Inventory::build(&a, &classes, members.clone(), me, 1).unwrap();
-        let ib = Inventory::build(&b, &classes, members.clone(), peer, 1).unwrap();
+        let ia = Inventory::build(&a, &classes, members.clone(), Vec::new(), me, 1).unwrap();
+        let ib = Inventory::build(&b, &classes, members.clone(), Vec::new(), peer, 1).unwrap();
         assert_eq!(ia.unplaced, 0);
         assert_eq!(ia.items.len(), 2 * 30 + 2 + 2, "blocks, index blocks and registrations");
         // b answers a with every block a owns, those b does not own included.
@@ -376,8 +396,8 @@ mod tests {
         }
         // Between two owners of everything (rf 3 of 3 members), trees agree.
         let three: Vec<Contact> = members[..3].to_vec();
-        let ia = Inventory::build(&a, &classes, three.clone(), me, 1).unwrap();
-        let ib = Inventory::build(&b, &classes, three, peer, 1).unwrap();
+        let ia = Inventory::build(&a, &classes, three.clone(), Vec::new(), me, 1).unwrap();
+        let ib = Inventory::build(&b, &classes, three, Vec::new(), peer, 1).unwrap();
         assert_eq!(ia.tree(&peer, false, i64::MAX), ib.tree(&me, true, i64::MAX));
         assert_eq!(ia.displaced().count(), 0);
         // A leaf's entries list what it holds.
@@ -404,7 +424,7 @@ mod tests {
         fill(&store, &["m{k=1}"], 1);
         let index = key::quantum_index_series(&"m{k=1}".parse().unwrap());
         let members: Vec<Contact> = (0..8).map(contact).collect();
-        let inv = Inventory::build(&store, &classes, members, contact(0).id, 1).unwrap();
+        let inv = Inventory::build(&store, &classes, members, Vec::new(), contact(0).id, 1).unwrap();
         let item = inv.items.iter().find(|i| *i.block.series() == index).unwrap();
         let reg = inv.items.iter().find(|i| matches!(i.block, BlockRef::Registration { .. })).unwrap();
         assert_eq!(item.leaf, reg.leaf, "the index lives with the registration");
@@ -413,7 +433,7 @@ mod tests {
         let bare = MemStore::new(1 << 20);
         let block = timeshard_proto::quantum_index::blocks(&[("m{k=1}".parse().unwrap(), 0)]);
         bare.write(&[block[0].1.clone()]).unwrap();
-        let inv = Inventory::build(&bare, &classes, vec![contact(0)], contact(0).id, 1).unwrap();
+        let inv = Inventory::build(&bare, &classes, vec![contact(0)], Vec::new(), contact(0).id, 1).unwrap();
         assert_eq!((inv.items.len(), inv.unplaced), (0, 1));
     }
 }

@@ -11,7 +11,10 @@
 //!   window; their first owner exports them (later owners take over after `takeover_after`
 //!   each, should it be down or lack them: `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
 //!   checked by its own digest (`Store::drop_block` refuses a copy that changed meanwhile). It
-//!   also applies write-time retention (`age_by = "write"`), which the store does not measure.
+//!   also applies write-time retention (`age_by = "write"`), which the store does not measure,
+//!   and retention to the archive (one node per class removes expired files).
+//! - [`writes`] keeps the write times of classes aged by write time durably (the store's are
+//!   lost at a restart); [`store::TieredStore`] records them before each write.
 //! - `report` answers `timeshard archive status`.
 //!
 //! The coordinator never sees the archive; the hooks are the store the node hands out
@@ -21,6 +24,7 @@
 mod mover;
 mod report;
 pub mod store;
+pub mod writes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,8 +34,8 @@ use std::time::Duration;
 
 use timeshard_proto::class::AgeBy;
 use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
-use timeshard_store::Store;
-use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig};
+use timeshard_store::{BlockInfo, Store, StoreError};
+use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig, Retention};
 use tracing::warn;
 
 use crate::config::{ConfigError, NodeConfig, TierConfig};
@@ -45,9 +49,29 @@ pub struct ClassTier {
     /// The hot window (ns); 0 when the class is not archived.
     pub hot_ns: i64,
     pub age_by: AgeBy,
-    /// Retention (ns) the tier applies itself: write-time retention only (the store applies
-    /// event-time retention).
-    pub write_retention_ns: Option<i64>,
+    /// Retention (ns, by `age_by`). The tier applies it to the archive, and to hot blocks by
+    /// write time (the store applies event-time retention to hot blocks).
+    pub retention_ns: Option<i64>,
+}
+
+impl ClassTier {
+    /// Retention the tier applies to hot blocks itself: by write time only.
+    pub fn write_retention_ns(&self) -> Option<i64> {
+        self.retention_ns.filter(|_| self.age_by == AgeBy::Write)
+    }
+
+    /// How far ahead a write time is recorded ([`writes`]): a hundredth of the shortest window
+    /// the class ages by write time (1 ms to 1 h).
+    pub fn write_granule_ns(&self) -> i64 {
+        let hot = (self.archive && self.hot_ns > 0).then_some(self.hot_ns);
+        let shortest = hot.into_iter().chain(self.retention_ns).min().unwrap_or(0);
+        (shortest / 100).clamp(1_000_000, 3_600_000_000_000)
+    }
+
+    /// The archive's retention of the class, if it has one.
+    pub fn archive_retention(&self) -> Option<Retention> {
+        self.retention_ns.map(|keep_ns| Retention { keep_ns, age_by: self.age_by })
+    }
 }
 
 fn nanos(d: Duration) -> i64 {
@@ -71,12 +95,23 @@ impl Policy {
                     archive: c.archive,
                     hot_ns: c.hot_window().map_or(0, nanos),
                     age_by: c.age_by,
-                    write_retention_ns: c.retention.filter(|_| c.age_by == AgeBy::Write).map(nanos),
+                    retention_ns: c.retention.map(nanos),
                 };
                 (c.name.clone(), tier)
             })
             .collect();
         Ok(Policy { classes: config.class_table()?, by_name })
+    }
+
+    /// Gives the archive the classes' retention (and takes it from classes `old` had that
+    /// are gone).
+    fn apply_retention(&self, archive: &Archive, old: Option<&Policy>) {
+        for name in old.iter().flat_map(|o| o.by_name.keys()) {
+            archive.set_retention(name, None);
+        }
+        for (name, t) in &self.by_name {
+            archive.set_retention(name, t.archive_retention());
+        }
     }
 
     /// The tier settings of `class` (a class the file does not name, the implicit catch-all,
@@ -86,7 +121,7 @@ impl Policy {
             archive: false,
             hot_ns: 0,
             age_by: AgeBy::Event,
-            write_retention_ns: None,
+            retention_ns: None,
         })
     }
 
@@ -100,10 +135,27 @@ impl Policy {
         tier.archive.then_some((class, tier))
     }
 
-    /// Whether the node has tier work at all: an archived class, or write-time retention.
-    pub fn has_work(&self) -> bool {
-        self.by_name.values().any(|t| t.archive || t.write_retention_ns.is_some())
+    /// The class of `series` when the archive may hold points of it: any class but
+    /// timeshard's own series, archived now or not (a class switched to `archive = false` keeps
+    /// its history readable).
+    pub fn class_in_archive(&self, series: &SeriesKey) -> Option<&SeriesClass> {
+        if series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
+            return None;
+        }
+        Some(self.classes.of(series))
     }
+
+    /// Whether the node has tier work at all (`archive`: one is configured): an archived
+    /// class, write-time retention, or retention over an archive.
+    pub fn has_work(&self, archive: bool) -> bool {
+        self.by_name
+            .values()
+            .any(|t| t.archive || t.write_retention_ns().is_some() || (archive && t.retention_ns.is_some()))
+    }
+}
+
+fn now_ns() -> Timestamp {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// What the export loop has done, for `timeshard archive status`.
@@ -117,6 +169,7 @@ pub(crate) struct ClassCounters {
     pub pending_blocks: u64,
     pub waiting_for_owner: u64,
     pub expired_blocks: u64,
+    pub expired_files: u64,
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +200,10 @@ pub struct Tier {
     /// [`Tier::drop_horizon`]), kept in `drops_file`.
     drops: Mutex<HashMap<String, Timestamp>>,
     drops_file: PathBuf,
+    /// Durable write times of blocks of classes aged by write time.
+    writes: writes::WriteTimes,
+    /// Per class, the archive retention the export loop last saw and since when.
+    retention_seen: Mutex<HashMap<String, (Retention, Timestamp)>>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -190,6 +247,9 @@ impl Tier {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(source) => return Err(TierError::State { path: drops_file, source }),
         };
+        let writes_file = dir.join(writes::FILE);
+        let writes =
+            writes::WriteTimes::open(&writes_file).map_err(|source| TierError::State { path: writes_file, source })?;
         let archive = if t.url.is_empty() {
             None
         } else {
@@ -208,6 +268,9 @@ impl Tier {
                 .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
             Some(archive)
         };
+        if let Some(archive) = &archive {
+            policy.apply_retention(archive, None);
+        }
         Ok(Arc::new(Tier {
             archive,
             url: t.url.clone(),
@@ -220,6 +283,8 @@ impl Tier {
             list_failures: Mutex::new(HashMap::new()),
             drops: Mutex::new(drops),
             drops_file,
+            writes,
+            retention_seen: Mutex::new(HashMap::new()),
             runtime: tokio::runtime::Handle::current(),
         }))
     }
@@ -243,9 +308,47 @@ impl Tier {
     /// [`crate::reconfigure`]).
     pub fn set_config(&self, config: &NodeConfig) {
         match Policy::of(config) {
-            Ok(p) => *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p),
+            Ok(p) => {
+                let mut policy = self.policy.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(archive) = &self.archive {
+                    p.apply_retention(archive, Some(&policy));
+                }
+                *policy = Arc::new(p);
+            }
             Err(e) => warn!(error = %e, "tier settings not applied"),
         }
+    }
+
+    /// Records durably when `blocks` of classes aged by write time are written (before they
+    /// reach the hot store: see [`writes`]).
+    pub fn note_writes(&self, blocks: &[timeshard_proto::wire::BlockPoints]) -> Result<(), StoreError> {
+        let policy = self.policy();
+        let aged: Vec<(&SeriesKey, Timestamp, i64)> = blocks
+            .iter()
+            .filter_map(|b| {
+                let class = policy.class_in_archive(&b.series)?;
+                let t = policy.tier(class);
+                (t.age_by == AgeBy::Write).then(|| (&b.series, b.quantum.start, t.write_granule_ns()))
+            })
+            .collect();
+        if aged.is_empty() {
+            return Ok(());
+        }
+        self.writes
+            .note(&aged, now_ns())
+            .map_err(|source| StoreError::Io { context: "recording write times of the tier".into(), source })
+    }
+
+    /// `b` with its durable write time when its class ages by write time and one is recorded
+    /// (the store's own is lost at a restart).
+    pub fn with_write_time(&self, policy: &Policy, mut b: BlockInfo) -> BlockInfo {
+        let Some(class) = policy.class_in_archive(&b.series) else { return b };
+        if policy.tier(class).age_by == AgeBy::Write
+            && let Some(t) = self.writes.get(&b.series, b.quantum.start)
+        {
+            b.last_write = t;
+        }
+        b
     }
 
     pub(crate) fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {

@@ -11,7 +11,13 @@
 //! 3. exports the rest of the blocks this node is first in line for (`export_rank`,
 //!    `exports_now`: the first owner at once, the next ones after `takeover_after` each); the
 //!    archive confirms them, and the next round drops them here, by which time every
-//!    replica's listing can see the export.
+//!    replica's listing can see the export;
+//! 4. removes the archive's files past their class's retention, if this node is first in line
+//!    for the class (`expire_archive`).
+//!
+//! Blocks past retention are never exported. Blocks of classes aged by write time age from
+//! their durable write times ([`super::writes`]), whose records of blocks gone from the hot
+//! store each walk forgets.
 //!
 //! A round that fails (the archive unreachable, failing, or corrupt) changes nothing hot: the
 //! error is kept for `timeshard archive status`, and the next round waits twice as long, up to
@@ -19,7 +25,7 @@
 //! Uploads are rate-limited and stream one row group at a time (`[tier] row_group_rows`).
 //! Points files that interrupted exports left behind are cleaned up about once an hour.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,12 +73,11 @@ pub async fn run(tier: Arc<Tier>, node: Arc<Node>) {
     let stop = node.shutdown_signal().clone();
     let interval = tier.config.interval;
     let mut last_cleanup: Option<tokio::time::Instant> = None;
-    // Learn what the archive holds, so reads know which ranges are cold.
-    let archived: Vec<SeriesClass> = {
-        let policy = tier.policy();
-        policy.classes.iter().filter(|c| policy.tier(c).archive).cloned().collect()
-    };
-    for class in archived {
+    // Learn what the archive holds, so reads know which ranges are cold: of every class, as
+    // one no longer archived may have history there.
+    let classes: Vec<SeriesClass> =
+        if tier.archive().is_some() { tier.policy().classes.iter().cloned().collect() } else { Vec::new() };
+    for class in classes {
         if let Err(e) = tier.relist(&class).await {
             warn!(class = %class.name, error = %e, "cannot list the archive yet");
         }
@@ -120,6 +125,8 @@ struct Walk {
     /// Per archived class: the class and its picked due blocks.
     due: HashMap<String, (SeriesClass, RoundPicker<Due>)>,
     expired: Vec<BlockInfo>,
+    /// Blocks of classes aged by write time still held (their write times are kept).
+    write_aged: HashSet<(SeriesKey, Timestamp)>,
 }
 
 /// Walks the hot store's blocks (see the module docs, step 1).
@@ -135,12 +142,17 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
             if b.series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
                 continue;
             }
+            let b = tier.with_write_time(&policy, b);
             let class = policy.classes.of(&b.series);
             let t = policy.tier(class);
-            if let Some(keep) = t.write_retention_ns
-                && expired(AgeBy::Write, b.quantum, b.last_write, keep, now)
+            if t.age_by == AgeBy::Write {
+                found.write_aged.insert((b.series.clone(), b.quantum.start));
+            }
+            if let Some(keep) = t.retention_ns
+                && expired(t.age_by, b.quantum, b.last_write, keep, now)
             {
-                if found.expired.len() < budget {
+                // Never exported: by event time the store drops it, by write time this round.
+                if t.age_by == AgeBy::Write && found.expired.len() < budget {
                     found.expired.push(b);
                 }
                 continue;
@@ -179,11 +191,18 @@ async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>)
 
 /// One round (see the module docs).
 async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
-    if !tier.policy().has_work() {
+    if !tier.policy().has_work(tier.archive.is_some()) {
         return Ok(());
     }
     let now = now_ns();
-    let found = walk(tier, now).await?;
+    let mut found = walk(tier, now).await?;
+    // Records of blocks gone from the hot store go; those of blocks written since the walk
+    // began (dated later than it) stay.
+    let live = std::mem::take(&mut found.write_aged);
+    let tier2 = tier.clone();
+    tokio::task::spawn_blocking(move || tier2.writes.retain(&live, now)).await?.map_err(|e| {
+        RoundError::Hot(StoreError::Io { context: "rewriting the tier's write times".into(), source: e })
+    })?;
     if !found.expired.is_empty() {
         let blocks = found.expired.iter().map(|b| (b.series.clone(), b.quantum.start, b.digest)).collect();
         let dropped = drop_blocks(tier, blocks).await?;
@@ -208,7 +227,61 @@ async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
             first_error.get_or_insert(e);
         }
     }
+    if let Err(e) = expire_archive(tier, node, now).await {
+        warn!(error = %e, "expiring archive files past retention failed");
+        first_error.get_or_insert(e);
+    }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Removes the archive's files past their class's retention (`timeshard_tier` hides their
+/// points from queries already). One node does it per class, elected like exporters: the first
+/// owner of the class's expiry id at once, each later one `takeover_after` later than the one
+/// before it (it finds nothing left if the first one is up).
+async fn expire_archive(tier: &Arc<Tier>, node: &Arc<Node>, now: Timestamp) -> Result<(), RoundError> {
+    let Some(archive) = tier.archive() else { return Ok(()) };
+    let policy = tier.policy();
+    let me = node.dht().me().id;
+    let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
+    // Readers with a listing up to a TTL old must never open a removed file.
+    let ttl = i64::try_from(tier.config.listing_ttl.as_nanos()).unwrap_or(i64::MAX);
+    let mut first_error = None;
+    for class in policy.classes.iter() {
+        let Some(retention) = policy.tier(class).archive_retention() else { continue };
+        let owners = node.view().owners(expiry_id(&class.name), usize::from(class.replication.rf));
+        let rank = i64::try_from(export_rank(&owners, me)).unwrap_or(i64::MAX);
+        let wait = takeover.saturating_mul(rank);
+        // A later owner waits from when it learnt the retention too: a new retention expires
+        // old files at once, and the first owner is to have had its turn.
+        let since = {
+            let mut seen = tier.retention_seen.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = seen.entry(class.name.clone()).or_insert((retention, now));
+            if entry.0 != retention {
+                *entry = (retention, now);
+            }
+            entry.1
+        };
+        if now < since.saturating_add(wait) {
+            continue;
+        }
+        let cutoff = now.saturating_sub(ttl).saturating_sub(wait);
+        match archive.expire(class, retention, cutoff).await {
+            Ok(report) => {
+                let mut progress = tier.progress();
+                progress.classes.entry(class.name.clone()).or_default().expired_files += report.removed.len() as u64;
+            }
+            Err(e) => {
+                warn!(class = %class.name, error = %e, "expiring archive files failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), |e| Err(e.into()))
+}
+
+/// The id whose owners expire the archive files of class `class`.
+fn expiry_id(class: &str) -> timeshard_proto::Id {
+    timeshard_proto::Id::sha1(format!("timeshard archive expiry of class {class}").as_bytes())
 }
 
 /// The blocks this node exports now, and those another owner is to export first.
@@ -227,7 +300,12 @@ fn split_by_turn(
     let rf = usize::from(class.replication.rf);
     let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
     blocks.into_iter().partition(|d| {
-        let owners = view.owners(placement_id(&d.series, &d.quantum, &policy.classes), rf);
+        let id = placement_id(&d.series, &d.quantum, &policy.classes);
+        // A CoI class places blocks by location; index blocks (no location in their key) and
+        // anything unplaceable fall back to the DHT owners for choosing the exporter.
+        let target = timeshard_proto::placement::target(&d.series, id, class)
+            .unwrap_or_else(|_| timeshard_proto::placement::Target::dht(id, rf));
+        let owners = view.owners_of(&target).owners;
         exports_now(export_rank(&owners, me), d.due, d.last_write, now, takeover)
     })
 }
@@ -272,7 +350,9 @@ async fn move_class(
     }
     let blocks: Vec<(SeriesKey, Quantum)> = mine.into_iter().map(|d| (d.series, d.quantum)).collect();
     info!(class = %class.name, blocks = blocks.len(), "exporting to the archive");
-    let report = archive.export(tier.hot.clone(), class, blocks).await?;
+    // Through the tiered store: the export records the blocks' durable write times.
+    let hot: Arc<dyn timeshard_store::Store> = Arc::new(super::store::TieredStore::new(tier.clone()));
+    let report = archive.export(hot, class, blocks).await?;
     let written = report.confirmed.iter().filter(|c| !c.already).count() as u64;
     info!(class = %class.name, files = report.files.len(), blocks = written, rows = report.rows, "exported to the archive");
     let mut progress = tier.progress();

@@ -66,6 +66,7 @@ impl Tier {
             r.pending_blocks = c.pending_blocks;
             r.waiting_for_owner = c.waiting_for_owner;
             r.expired_blocks = c.expired_blocks;
+            r.expired_files = c.expired_files;
         }
         report.last_round_ns = progress.last_round_ns;
         report.last_error = progress.last_error.clone();

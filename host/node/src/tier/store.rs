@@ -91,11 +91,14 @@ impl TieredStore {
         self.tier.runtime.block_on(f)
     }
 
-    /// The class of `series` when it is archived and `range` may hold cold points.
+    /// The class of `series` when `range` may hold cold points of it. Classes that are not
+    /// archived (any more) are asked too: history a class exported before it was switched to
+    /// `archive = false` stays readable; a class the archive never held costs one listing per
+    /// listing TTL, in the background.
     fn cold_class(&self, series: &SeriesKey, range: TimeRange) -> Result<Option<SeriesClass>, StoreError> {
         let Some(archive) = self.tier.archive() else { return Ok(None) };
         let policy = self.tier.policy();
-        let Some((class, _)) = policy.archived_class(series) else { return Ok(None) };
+        let Some(class) = policy.class_in_archive(series) else { return Ok(None) };
         let horizon = match archive.horizon(class) {
             Some(h) => h,
             // Not listed yet (the archive may be unreachable): this replica's hot copies of
@@ -225,6 +228,7 @@ impl Store for TieredStore {
     }
 
     fn write(&self, blocks: &[timeshard_proto::wire::BlockPoints]) -> Result<WriteStats, StoreError> {
+        self.tier.note_writes(blocks)?;
         self.hot().write(blocks)
     }
 
@@ -252,12 +256,18 @@ impl Store for TieredStore {
     fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError> {
         let mut page = self.hot().list_blocks(after, limit)?;
         let (policy, now) = (self.tier.policy(), now_ns());
-        page.blocks.retain(|b| !self.tier.leaving(&policy, b, now));
+        page.blocks = std::mem::take(&mut page.blocks)
+            .into_iter()
+            .map(|b| self.tier.with_write_time(&policy, b))
+            .filter(|b| !self.tier.leaving(&policy, b, now))
+            .collect();
         Ok(page)
     }
 
+    /// The hot store's block, with its durable write time (see [`Tier::with_write_time`]).
     fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError> {
-        self.hot().block_info(series, quantum_start)
+        let info = self.hot().block_info(series, quantum_start)?;
+        Ok(info.map(|b| self.tier.with_write_time(&self.tier.policy(), b)))
     }
 
     fn read_block(

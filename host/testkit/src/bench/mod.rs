@@ -2,6 +2,8 @@
 //! measured in the same run, and prints a short human summary; they measure and never pass or
 //! fail.
 
+pub mod coi;
+pub mod coi_sim;
 pub mod floor;
 pub mod footprint;
 pub mod http;

@@ -31,13 +31,26 @@ pub struct PaperOptions {
     pub ingest_secs: u64,
     /// Batches the ingest client keeps in flight.
     pub in_flight: usize,
+    /// Points of the day `read_day` writes and reads back (a day of 60 Hz: 5,184,000).
+    pub day_points: usize,
+    /// Repetitions of the day's read.
+    pub day_reps: usize,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
 
 impl Default for PaperOptions {
     fn default() -> Self {
-        PaperOptions { nodes: 18, writes: 10_000, read_reps: 20, ingest_secs: 10, in_flight: 4, dir: None }
+        PaperOptions {
+            nodes: 18,
+            writes: 10_000,
+            read_reps: 20,
+            ingest_secs: 10,
+            in_flight: 4,
+            day_points: 5_184_000,
+            day_reps: 5,
+            dir: None,
+        }
     }
 }
 
@@ -175,9 +188,60 @@ async fn measure(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_js
     }
 
     let ingest = ingest(cluster, args).await?;
+    let read_day = read_day(cluster, args).await?;
     writer.close().await;
     reader.close().await;
-    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest, "floor": floor}))
+    Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest, "read_day": read_day,
+        "floor": floor}))
+}
+
+/// One day of one 60 Hz `pmu` series (RF 3, W 2, R 2), written in batches, then streamed back
+/// through the SDK by a client of another node `day_reps` times, each read checked for count
+/// and order while it is consumed, never held whole.
+async fn read_day(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_json::Value> {
+    use futures::StreamExt;
+    const BATCH: usize = 50_000;
+    let s = series(&read_metric(KeyFormat::Qfi), 1_000);
+    let writer = cluster.client(0).await?;
+    let started = Instant::now();
+    let points: Vec<Point> = datasets::pmu(1_000).take(args.day_points).collect();
+    let batches = points.chunks(BATCH).map(|c| writer.write(&s, c));
+    let mut writes = futures::stream::iter(batches).buffer_unordered(args.in_flight.max(1));
+    while let Some(ack) = writes.next().await {
+        ack?;
+    }
+    drop(writes);
+    eprintln!("read_day: wrote {} points in {:.1} s", points.len(), started.elapsed().as_secs_f64());
+    let range = TimeRange::new(T0, points.last().map_or(T0, |p| p.ts) + 1)?;
+    drop(points);
+    let reader = cluster.client(cluster.len() - 1).await?;
+    let mut lat = Latencies::default();
+    for _ in 0..args.day_reps.max(1) {
+        let t = Instant::now();
+        let mut n = 0usize;
+        let mut last = i64::MIN;
+        let mut batches = std::pin::pin!(reader.read_stream(&s, range));
+        while let Some(batch) = batches.next().await {
+            let batch = batch?;
+            if batch.timestamps.first().is_some_and(|&ts| ts <= last) {
+                bail!("read_day: batches out of order");
+            }
+            last = batch.timestamps.last().copied().unwrap_or(last);
+            n += batch.len();
+        }
+        lat.push(t.elapsed());
+        if n != args.day_points {
+            bail!("read_day returned {n} points, expected {}", args.day_points);
+        }
+    }
+    let p50 = lat.percentile_ms(50.0);
+    let rate = args.day_points as f64 / (p50 / 1000.0);
+    println!("read_day: {} points, p50 {p50:.1} ms = {rate:.0} points/s", args.day_points);
+    writer.close().await;
+    reader.close().await;
+    Ok(
+        json!({"points": args.day_points, "reps": lat.len(), "p50_ms": round3(p50), "points_per_s": rate.round() as u64}),
+    )
 }
 
 /// Batches of 5,000 points over 100 series (50 consecutive points each), RF 3, W 2, from one

@@ -157,6 +157,7 @@ fn class(name: &str, quantum: QuantumLen) -> SeriesClass {
         format: KeyFormat::Qfi,
         quantum,
         replication: Replication::default(),
+        coi: None,
     }
 }
 

@@ -23,6 +23,7 @@ pub fn class(name: &str, quantum_s: i64) -> SeriesClass {
         format: KeyFormat::Qfi,
         quantum: QuantumLen::new(quantum_s * SEC).unwrap(),
         replication: Replication::default(),
+        coi: None,
     }
 }
 

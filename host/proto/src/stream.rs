@@ -1,0 +1,195 @@
+//! Streamed range reads, sans I/O: what a coordinator asks each owner node, what the owners
+//! stream back, when one replica's points stand for the part, and the column batches a client
+//! receives.
+//!
+//! A streamed read asks each owner node once for all the block parts it holds in a window of
+//! the range ([`owner_fetches`]). For every part, the first candidate (the local node when it
+//! is an owner) streams the points; the next R-1 stream only the part's count and digest
+//! ([`PartEnd`]). The part's points stand when R settled answers agree ([`accepts`]); otherwise
+//! the coordinator reads the part again the careful way (R settled replicas, further
+//! candidates, exact merge, read repair).
+//!
+//! Answers come back as [`PartChunk`]s in ascending part order, a part's points possibly split
+//! over several chunks, its [`PartEnd`] on its last chunk.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+use crate::point::{Point, PointKey, set_digest};
+use crate::routing::Contact;
+use crate::wire::BlockPart;
+
+/// One part of a [`crate::wire::Request::FetchParts`]: the block part, and whether the
+/// receiver sends its points (or only its count and digest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchPart {
+    pub part: BlockPart,
+    pub points: bool,
+}
+
+/// The count and digest ([`set_digest`]) of the points a replica holds in a part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartEnd {
+    pub count: u64,
+    pub digest: u64,
+}
+
+impl PartEnd {
+    /// The count and digest of `points`.
+    pub fn of(points: &[Point]) -> PartEnd {
+        PartEnd { count: points.len() as u64, digest: set_digest(points) }
+    }
+
+    /// Adds `points` (disjoint from those already counted).
+    pub fn add(&mut self, points: &[Point]) {
+        self.count += points.len() as u64;
+        self.digest = self.digest.wrapping_add(set_digest(points));
+    }
+}
+
+/// Points of the part at index `part` of a request (in the order asked); `end` is set on the
+/// part's last chunk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartChunk {
+    pub part: u32,
+    pub points: Vec<Point>,
+    pub end: Option<PartEnd>,
+}
+
+/// Points as columns, the way a client consumes a streamed read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColumnBatch {
+    /// Nanoseconds since the Unix epoch, ascending.
+    pub timestamps: Vec<i64>,
+    pub values: Vec<f64>,
+    pub events: Vec<u64>,
+}
+
+impl ColumnBatch {
+    /// The columns of `points`.
+    pub fn from_points(points: &[Point]) -> ColumnBatch {
+        ColumnBatch {
+            timestamps: points.iter().map(|p| p.ts).collect(),
+            values: points.iter().map(|p| p.value).collect(),
+            events: points.iter().map(|p| p.event).collect(),
+        }
+    }
+
+    /// Points in the batch.
+    pub fn len(&self) -> usize {
+        self.timestamps.len()
+    }
+
+    /// Whether the batch holds no point.
+    pub fn is_empty(&self) -> bool {
+        self.timestamps.is_empty()
+    }
+
+    /// Whether the three columns have one length (a peer could send them otherwise).
+    pub fn is_consistent(&self) -> bool {
+        self.values.len() == self.timestamps.len() && self.events.len() == self.timestamps.len()
+    }
+
+    /// The batch's points, in order.
+    pub fn points(&self) -> impl Iterator<Item = Point> + '_ {
+        self.timestamps.iter().zip(&self.values).zip(&self.events).map(|((&ts, &value), &event)| Point {
+            ts,
+            value,
+            event,
+        })
+    }
+
+    /// The key of the last point, where a read resumed after this batch continues.
+    pub fn last_key(&self) -> Option<PointKey> {
+        self.points().last().map(|p| p.key())
+    }
+}
+
+/// The requests of one window of a streamed read: one per owner node asked about any part, as
+/// (node, the parts asked of it in ascending order with whether it sends points). Parts are
+/// indices into `candidates` (each part's read candidates, in the order to ask them); each is
+/// asked of its first `r`. Ordered local node (`me`) first, then by node id.
+pub fn owner_fetches(candidates: &[Vec<Contact>], r: usize, me: Id) -> Vec<(Contact, Vec<(usize, bool)>)> {
+    let mut by_node: BTreeMap<Id, (Contact, Vec<(usize, bool)>)> = BTreeMap::new();
+    for (i, part) in candidates.iter().enumerate() {
+        for (k, c) in part.iter().take(r.max(1)).enumerate() {
+            by_node.entry(c.id).or_insert_with(|| (*c, Vec::new())).1.push((i, k == 0));
+        }
+    }
+    let mut requests: Vec<_> = by_node.into_values().collect();
+    requests.sort_by_key(|(c, _)| (c.id != me, c.id));
+    requests
+}
+
+/// One replica's answer to a part: its count and digest, and whether it said it is settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartAnswer {
+    pub end: PartEnd,
+    pub settled: bool,
+}
+
+/// Whether the point sender's answer stands for the part: `r` answers (the sender's first),
+/// all settled, all with one count and digest. Otherwise the part must be read again and the
+/// answers merged.
+pub fn accepts(answers: &[Option<PartAnswer>], r: usize) -> bool {
+    answers.len() >= r.max(1)
+        && answers.iter().all(|a| a.is_some_and(|a| a.settled))
+        && answers.windows(2).all(|w| w[0].map(|a| a.end) == w[1].map(|a| a.end))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    fn node(n: u8) -> Contact {
+        Contact { id: Id::sha1(&[n]), addr: SocketAddr::from(([127, 0, 0, 1], 9000 + u16::from(n))) }
+    }
+
+    #[test]
+    fn each_node_is_asked_once_with_every_part_it_answers() {
+        let (a, b, c) = (node(1), node(2), node(3));
+        let candidates = vec![vec![a, b, c], vec![b, c, a], vec![c, a, b]];
+        let requests = owner_fetches(&candidates, 2, c.id);
+        assert_eq!(requests.len(), 3);
+        assert_eq!(requests[0], (c, vec![(1, false), (2, true)]));
+        let of = |n: Contact| requests.iter().find(|(c, _)| c.id == n.id).unwrap().1.clone();
+        assert_eq!(of(a), vec![(0, true), (2, false)]);
+        assert_eq!(of(b), vec![(0, false), (1, true)]);
+        // Every part has exactly one point sender and r - 1 digest senders.
+        for i in 0..3 {
+            let roles: Vec<bool> =
+                requests.iter().flat_map(|(_, p)| p.iter().filter(|(j, _)| *j == i).map(|(_, pts)| *pts)).collect();
+            assert_eq!(roles.iter().filter(|p| **p).count(), 1);
+            assert_eq!(roles.len(), 2);
+        }
+    }
+
+    #[test]
+    fn only_r_settled_agreeing_answers_stand() {
+        let pts = [Point::new(1, 1.0), Point::new(2, 2.0)];
+        let end = PartEnd::of(&pts);
+        let ok = Some(PartAnswer { end, settled: true });
+        assert!(accepts(&[ok, ok], 2));
+        assert!(!accepts(&[ok], 2), "a replica missing");
+        assert!(!accepts(&[ok, None], 2), "a replica failed");
+        assert!(!accepts(&[ok, Some(PartAnswer { end, settled: false })], 2), "a replica catching up");
+        let other = PartEnd::of(&pts[..1]);
+        assert!(!accepts(&[ok, Some(PartAnswer { end: other, settled: true })], 2), "disagreeing digests");
+        let mut summed = PartEnd::of(&pts[..1]);
+        summed.add(&pts[1..]);
+        assert_eq!(summed, end, "digests add up across chunks");
+    }
+
+    #[test]
+    fn columns_round_trip_points() {
+        let pts = vec![Point { ts: 5, value: 1.5, event: 2 }, Point::new(7, -0.0)];
+        let batch = ColumnBatch::from_points(&pts);
+        assert!(batch.is_consistent());
+        assert_eq!(batch.points().collect::<Vec<_>>(), pts);
+        assert_eq!(batch.last_key(), Some(pts[1].key()));
+    }
+}
