@@ -40,6 +40,7 @@ async fn a_node_over_its_budget_refuses_writes_and_keeps_serving_reads() -> anyh
 
     // A budget below what the process holds once started (about 10 MB): every write is over it.
     cluster.edit_config(0, |c| c.memory.budget = ByteSize(MIN_BUDGET))?;
+    assert!(cluster.terminate(0).await?, "node 0 exits cleanly");
     cluster.restart(0).await?;
     let client = cluster.client(0).await?;
     let refused = batch(&keys, &mut gens);
@@ -56,6 +57,7 @@ async fn a_node_over_its_budget_refuses_writes_and_keeps_serving_reads() -> anyh
 
     // With room again, the refused write goes through on retry, and nothing was lost.
     cluster.edit_config(0, |c| c.memory = MemoryConfig::default())?;
+    assert!(cluster.terminate(0).await?, "node 0 exits cleanly");
     cluster.restart(0).await?;
     let client = cluster.client(0).await?;
     client.write_batch(refused.clone()).await?;
