@@ -14,21 +14,10 @@ use std::time::{Duration, Instant};
 use timeshard_node::config::{ClassConfig, CoiConfig};
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 use timeshard_sdk::{Client, SeriesPoints};
+use timeshard_testkit::bench::coi::{ATLANTA, HOUSTON, LOCATIONS};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::ledger::{Ledger, LiveWriter};
 
-const ATLANTA: [usize; 4] = [0, 1, 2, 3];
-const HOUSTON: usize = 4;
-const LOCATIONS: [&str; 8] = [
-    "33.749,-84.388",
-    "33.775,-84.396",
-    "33.700,-84.350",
-    "33.850,-84.300",
-    "29.760,-95.370",
-    "37.775,-122.419",
-    "41.878,-87.630",
-    "47.606,-122.332",
-];
 /// A fixed historical time: 2021-01-01.
 const T0: i64 = 1_609_459_200_000_000_000;
 

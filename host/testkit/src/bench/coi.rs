@@ -27,7 +27,9 @@ use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::stats::{Latencies, round3};
 
-const LOCATIONS: [&str; 8] = [
+/// The topology, node by node: four nodes around Atlanta, then Houston, San Francisco,
+/// Chicago and Seattle (the end-to-end test uses it too).
+pub const LOCATIONS: [&str; 8] = [
     "33.749,-84.388",
     "33.775,-84.396",
     "33.700,-84.350",
@@ -37,8 +39,10 @@ const LOCATIONS: [&str; 8] = [
     "41.878,-87.630",
     "47.606,-122.332",
 ];
-const ATLANTA: [usize; 4] = [0, 1, 2, 3];
-const HOUSTON: usize = 4;
+/// The nodes of [`LOCATIONS`] around Atlanta, where the series live.
+pub const ATLANTA: [usize; 4] = [0, 1, 2, 3];
+/// The nearest node of [`LOCATIONS`] outside Atlanta's region.
+pub const HOUSTON: usize = 4;
 const MODES: [&str; 3] = ["coi", "quorum", "eventual"];
 const READ_PCTS: [u32; 3] = [20, 50, 80];
 const DISTRIBUTIONS: [&str; 3] = ["latest", "hotspot", "zipfian"];
