@@ -233,8 +233,17 @@ impl LocalCluster {
         let dir = self.options.dir.join(format!("node-{i}"));
         std::fs::create_dir_all(&dir)?;
         let config = dir.join("node.toml");
-        let text = toml::to_string(&self.node_config(i, listen, bootstrap))?;
-        std::fs::write(&config, text)?;
+        // A restarted node keeps what `edit_config` changed in its file; only where it listens
+        // and whom it bootstraps from are set anew.
+        let node_config = match NodeConfig::load(&config) {
+            Ok(mut edited) => {
+                edited.listen = listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal"));
+                edited.bootstrap = bootstrap;
+                edited
+            }
+            Err(_) => self.node_config(i, listen, bootstrap),
+        };
+        std::fs::write(&config, toml::to_string(&node_config)?)?;
         let ready_file = dir.join("ready.json");
         let _ = std::fs::remove_file(&ready_file);
         let log = dir.join("node.log");
@@ -457,7 +466,7 @@ impl LocalCluster {
     }
 
     /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
-    /// running node read it, a restart regenerates it from the cluster's options.
+    /// running node read it, and a restart keeps it.
     pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
         let path = self.config(i);
         let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;
