@@ -12,7 +12,9 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use timeshard_proto::wire::{ErrorCode, ErrorReply};
@@ -234,6 +236,26 @@ pub fn resident_bytes() -> u64 {
     pages.saturating_mul(page_size())
 }
 
+/// How old a resident-memory sample may be before a write reads it again.
+const RESIDENT_SAMPLE_MS: u64 = 50;
+
+/// [`resident_bytes`], read at most once every 50 ms however many writes ask: reading
+/// `/proc/self/statm` costs a few system calls, too many for every small write.
+pub fn recent_resident_bytes() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    static SAMPLED_AT_MS: AtomicU64 = AtomicU64::new(0);
+    static SAMPLE: AtomicU64 = AtomicU64::new(0);
+    let now_ms = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+    let at = SAMPLED_AT_MS.load(Ordering::Acquire);
+    if at != 0 && now_ms.saturating_sub(at) < RESIDENT_SAMPLE_MS {
+        return SAMPLE.load(Ordering::Acquire);
+    }
+    let bytes = resident_bytes();
+    SAMPLE.store(bytes, Ordering::Release);
+    SAMPLED_AT_MS.store(now_ms, Ordering::Release);
+    bytes
+}
+
 fn page_size() -> u64 {
     // Every Linux target the node builds for (x86_64, aarch64, armv7) uses 4 KiB pages by
     // default; /proc/self/smaps would say otherwise, but reading it costs far more.
@@ -309,6 +331,8 @@ mod tests {
         if cfg!(target_os = "linux") {
             let rss = resident_bytes();
             assert!(rss > 1 << 20 && rss < 16 << 30, "{rss}");
+            let recent = recent_resident_bytes();
+            assert!(recent > 1 << 20 && recent < 16 << 30, "{recent}");
         }
     }
 }

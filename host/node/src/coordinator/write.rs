@@ -107,7 +107,7 @@ impl Coordinator {
         let _admitted = match &self.budget {
             Some(ledger) => {
                 let points = batch.iter().map(|s| s.points.len() as u64).sum();
-                Some(ledger.admit(points, crate::budget::resident_bytes())?)
+                Some(ledger.admit(points, crate::budget::recent_resident_bytes())?)
             }
             None => None,
         };
