@@ -56,9 +56,9 @@ impl FromStr for ByteSize {
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b >= 1 << 20 && b % (1 << 20) == 0 {
+        if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
             write!(f, "{}MiB", b >> 20)
-        } else if b >= 1_000_000 && b % 1_000_000 == 0 {
+        } else if b >= 1_000_000 && b.is_multiple_of(1_000_000) {
             write!(f, "{}MB", b / 1_000_000)
         } else {
             write!(f, "{b}B")
