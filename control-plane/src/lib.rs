@@ -30,6 +30,8 @@ pub fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or journald keeps plain `key=value` fields.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TIMESHARD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

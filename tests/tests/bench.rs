@@ -155,6 +155,34 @@ fn bench_repair_quick_writes_its_document() {
 }
 
 #[test]
+fn bench_footprint_quick_writes_its_document() {
+    let guest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guest");
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let sizes = dir.path().join("no-sizes.json");
+    let args = ["footprint", "--quick", "--dir", work.to_str().unwrap(), "--sizes", sizes.to_str().unwrap()];
+    let doc = bench(dir.path(), &[&args[..], &["--guest-dir", guest_dir.to_str().unwrap()]].concat());
+    let figures = [
+        "idle_rss_mb",
+        "idle_rss_mb_with_policies",
+        "rss_mb_at_10k_points_per_s",
+        "cpu_pct_per_1k_points_per_s",
+        "policy_ns_per_point_pulley",
+        "policy_ns_per_point_cranelift",
+        "vsz_mb",
+    ];
+    for key in figures {
+        assert!(doc[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {doc}");
+    }
+    // Without cross builds, the binary under test is the only one measured.
+    let binaries = doc["binary_mb"].as_object().unwrap();
+    assert_eq!(binaries.len(), 1, "{doc}");
+    assert!(binaries.values().all(|v| v.as_f64().is_some_and(|mb| mb > 1.0)), "{doc}");
+    assert!(doc["ingest"]["points_per_s"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
+    assert_floor(&doc);
+}
+
+#[test]
 fn bench_coi_quick_writes_its_document() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use timeshard_testkit::bench::coi::{self, CoiOptions};
+use timeshard_testkit::bench::footprint::{self, FootprintOptions};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
@@ -34,10 +35,40 @@ pub(crate) enum BenchCommand {
     /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
     /// one node's log after live ingest.
     Repair(RepairArgs),
+    /// What a node costs an edge device: idle RSS (with and without policies), RSS and CPU
+    /// at 10k points/s on 3 nodes (RF 3), binary size per target, Pulley vs Cranelift per
+    /// point, virtual size. Needs guest/build.sh first.
+    Footprint(FootprintArgs),
     /// Context-of-interest replication (FogStore) on 8 node processes with emulated WAN
     /// latency: latest reads and updates per mode (coi, quorum, eventual), read ratio and key
     /// distribution; a region down; simulated load balance and out-of-CoI distances.
     Coi(CoiArgs),
+}
+
+/// Options of `bench footprint`.
+#[derive(Debug, Args)]
+pub(crate) struct FootprintArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Points per second written into the 3-node cluster.
+    #[arg(long, default_value_t = FootprintOptions::default().rate)]
+    rate: u64,
+    /// Seconds of that ingest.
+    #[arg(long, default_value_t = FootprintOptions::default().secs)]
+    secs: u64,
+    /// The guest workspace, built by guest/build.sh.
+    #[arg(long, default_value_os_t = FootprintOptions::default().guest_dir)]
+    guest_dir: PathBuf,
+    /// sizes.json of scripts/cross-check (default: <target dir>/cross-check/sizes.json).
+    #[arg(long)]
+    sizes: Option<PathBuf>,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of `bench coi`.
@@ -260,6 +291,18 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 }
             };
             (a.json, repair::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Footprint(a) => {
+            let base = if a.quick { FootprintOptions::quick() } else { FootprintOptions::default() };
+            let options = FootprintOptions {
+                rate: if a.quick { base.rate } else { a.rate },
+                secs: if a.quick { base.secs } else { a.secs },
+                guest_dir: a.guest_dir,
+                sizes: a.sizes,
+                dir: a.dir,
+                ..base
+            };
+            (a.json, footprint::run(&binary()?, &options).await?)
         }
         BenchCommand::Coi(a) => {
             let options = if a.quick {

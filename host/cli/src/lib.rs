@@ -85,7 +85,9 @@ enum Command {
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIMESHARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours only on a terminal: a log file or journald keeps plain `key=value` fields.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 /// Entry point of the `timeshard` binary.

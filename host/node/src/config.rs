@@ -29,6 +29,9 @@ pub struct NodeConfig {
     pub tls: TlsConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    /// The one memory budget, split over open points, caches, policy pools and queues (see
+    /// `crate::budget`).
+    pub memory: crate::budget::MemoryConfig,
     pub store: StoreConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
@@ -60,6 +63,7 @@ impl Default for NodeConfig {
             tls: TlsConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            memory: crate::budget::MemoryConfig::default(),
             store: StoreConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
@@ -684,6 +688,9 @@ impl NodeConfig {
         }
         if self.classes.iter().any(|c| c.retention.is_some_and(|r| r.is_zero())) {
             return invalid("class.retention", "must be positive; leave it out to keep points forever");
+        }
+        if self.memory.budget.0 < crate::budget::MIN_BUDGET {
+            return invalid("memory.budget", "must be at least 4MiB (256MiB is the default)");
         }
         if self.store.maintenance_interval.is_zero() {
             return invalid("store.maintenance_interval", "must be positive");

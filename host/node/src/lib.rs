@@ -17,6 +17,7 @@
 //! (InfluxDB and Prometheus endpoints, the JSON API and `/metrics`), [`metrics`] (what the node
 //! counts), [`tier`] (the cold tier: export to the archive, and reads that span both tiers).
 
+pub mod budget;
 pub mod config;
 pub mod control;
 pub mod coordinator;

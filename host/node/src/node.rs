@@ -220,6 +220,10 @@ fn open_store(config: &NodeConfig) -> Result<Stores, StartError> {
                 retention: config.retention_rules(),
                 max_open_age_ns: i64::try_from(config.store.max_open_age.as_nanos()).unwrap_or(i64::MAX),
                 max_wal_bytes: config.store.max_wal_bytes,
+                // Open points past the budget's share are sealed early by the writes themselves.
+                max_open_points: DiskConfig::default()
+                    .max_open_points
+                    .min(crate::budget::Shares::of(config.memory.budget.0).max_open_points()),
                 ..DiskConfig::default()
             };
             let store =
@@ -350,16 +354,20 @@ impl RunningNode {
             _ => crate::control::policies::Applied::default(),
         };
         let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
-        let coordinator = Arc::new(Coordinator::new(
-            dht.clone(),
-            view.clone(),
-            replica_writes,
-            store.clone(),
-            classes,
-            config.limits.clone(),
-            policies,
-            repair,
-        ));
+        let budget = Arc::new(crate::budget::Ledger::new(crate::budget::Shares::of(config.memory.budget.0)));
+        let coordinator = Arc::new(
+            Coordinator::new(
+                dht.clone(),
+                view.clone(),
+                replica_writes,
+                store.clone(),
+                classes,
+                config.limits.clone(),
+                policies,
+                repair,
+            )
+            .with_budget(budget),
+        );
         let repair = Arc::new(Repair::new(
             me,
             dht.clone(),

@@ -27,7 +27,13 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
     if section.modules.is_empty() && section.trusted_keys.is_empty() && !enrolled {
         return Ok(None);
     }
-    let (registry, report) = Registry::from_config(section, &config.base_dir)?;
+    let (registry, report) = Registry::from_config(&budgeted(config), &config.base_dir)?;
+    tracing::info!(
+        pulley = registry.is_pulley(),
+        instances = registry.limits().max_instances,
+        memory_mib = registry.limits().memory_bytes >> 20,
+        "policy engine started"
+    );
     for (policy, error) in &report.failed {
         warn!(%policy, %error, "policy not loaded");
     }
@@ -35,6 +41,33 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
         warn!(%error, "policy bindings not applied; no series has policies until they are fixed");
     }
     Ok(Some(Arc::new(registry)))
+}
+
+/// Instances the budget aims to let run at once when neither `memory_mib` nor `max_instances`
+/// is set: one call at a time would serialise every policy on a multi-core node.
+const BUDGETED_INSTANCES: u64 = 4;
+/// Least memory cap the budget gives an instance on its own (the 32-bit default).
+const MIN_BUDGETED_MEMORY: u64 = 16 << 20;
+
+/// The `[policy]` section with the pool sized to the memory budget's policies share: unless
+/// `max_instances` is set, as many instances as fit at their memory cap (at least one, at most
+/// the engine's default). Unless `memory_mib` is set too, the cap comes down (not below
+/// 16 MiB) so that four instances fit: a 256 MiB budget runs 4 instances of 16 MiB.
+fn budgeted(config: &NodeConfig) -> timeshard_policy::Config {
+    let mut section = config.policy.clone();
+    if section.max_instances.is_none() {
+        let shares = crate::budget::Shares::of(config.memory.budget.0);
+        if section.memory_mib.is_none() {
+            let cap = section.limits().memory_bytes;
+            let fitted =
+                (shares.policies / BUDGETED_INSTANCES).clamp(MIN_BUDGETED_MEMORY, cap.max(MIN_BUDGETED_MEMORY));
+            section.memory_mib = Some(fitted >> 20);
+        }
+        let limits = section.limits();
+        let fit = shares.policy_instances(limits.memory_bytes);
+        section.max_instances = Some(fit.min(limits.max_instances));
+    }
+    section
 }
 
 /// Re-applies the `[policy]` section (hot reload): new versions swap in atomically, and a
@@ -250,5 +283,29 @@ fn read_all(store: &dyn Store, series: &SeriesKey, range: TimeRange, max: usize)
         if !page.more {
             return Ok(points);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::ByteSize;
+
+    fn pool(budget: u64, policy: &str) -> (u64, u32) {
+        let mut config = NodeConfig::default();
+        config.memory.budget = ByteSize(budget);
+        config.policy = toml::from_str(policy).unwrap();
+        let limits = budgeted(&config).limits();
+        (limits.memory_bytes >> 20, limits.max_instances)
+    }
+
+    #[test]
+    fn the_policy_pool_is_sized_from_the_memory_budget() {
+        assert_eq!(pool(256 << 20, ""), (16, 4), "the default budget: 4 instances of 16 MiB");
+        let default_cap = timeshard_policy::Limits::default().memory_bytes >> 20;
+        assert_eq!(pool(1 << 30, ""), (default_cap, 4), "no cap above the engine's default");
+        assert_eq!(pool(4 << 20, ""), (16, 1), "at least one instance, never under 16 MiB");
+        assert_eq!(pool(256 << 20, "memory_mib = 64"), (64, 1), "a set cap is kept");
+        assert_eq!(pool(256 << 20, "max_instances = 10"), (default_cap, 10), "a set count is kept");
     }
 }

@@ -33,6 +33,7 @@ use wasmtime::{
 
 use crate::bindings::{self, IngestPolicyPre, QueryPolicyPre};
 use crate::host_log::GuestLog;
+use crate::pool::{Backend, default_reservation, slot_layout};
 use crate::{Kind, PolicyError};
 
 pub use crate::component::ALLOWED_IMPORTS;
@@ -46,12 +47,21 @@ pub struct Limits {
     pub deadline: Duration,
     /// How often the epoch advances: the granularity of deadlines. Default 1 ms.
     pub epoch_tick: Duration,
-    /// Linear memory one instance may use, and the size of a pool slot. Default 64 MiB.
+    /// Linear memory one instance may use. Default 64 MiB (16 MiB on 32-bit hosts).
     pub memory_bytes: u64,
-    /// Instances that may run at once (pool slots); further calls wait for a free one. Default 64.
+    /// Instances that may run at once (pool slots); further calls wait for a free one. Default 64
+    /// (8 on 32-bit hosts).
     pub max_instances: u32,
+    /// Address space the pool reserves for all its linear memories, split evenly over the
+    /// slots (see [`crate::pool`]). Default [`crate::pool::default_reservation`]: 4 GiB and a
+    /// guard per slot on 64-bit hosts with native code (virtual only), one memory cap per slot
+    /// elsewhere (128 MiB on 32-bit hosts).
+    pub reservation_bytes: u64,
+    /// Native code or the Pulley interpreter. Default [`Backend::Auto`].
+    pub backend: Backend,
     /// Bytes of each pool slot's memory kept resident between calls and reset in place
-    /// (only the dirtied pages, where the kernel supports PAGEMAP_SCAN). Default 4 MiB.
+    /// (only the dirtied pages, where the kernel supports PAGEMAP_SCAN). Default 4 MiB (1 MiB
+    /// on 32-bit hosts).
     pub memory_keep_resident: u64,
     /// Points in one ingest batch. Default 100,000.
     pub max_batch_points: usize,
@@ -75,12 +85,17 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
+        // A 32-bit node has at most 3 GiB of address space for everything.
+        let (memory_bytes, max_instances, memory_keep_resident) =
+            if cfg!(target_pointer_width = "32") { (16 << 20, 8, 1 << 20) } else { (64 << 20, 64, 4 << 20) };
         Limits {
             deadline: Duration::from_millis(10),
             epoch_tick: Duration::from_millis(1),
-            memory_bytes: 64 << 20,
-            max_instances: 64,
-            memory_keep_resident: 4 << 20,
+            memory_bytes,
+            max_instances,
+            reservation_bytes: default_reservation(memory_bytes, max_instances, Backend::Auto),
+            backend: Backend::Auto,
+            memory_keep_resident,
             max_batch_points: 100_000,
             max_summarize_points: 262_144,
             max_partials: 1_000_000,
@@ -325,6 +340,7 @@ impl Runtime {
         if limits.epoch_tick.is_zero() || limits.deadline.is_zero() {
             return Err(PolicyError::Config("deadline and epoch_tick must be longer than zero".into()));
         }
+        let layout = slot_layout(&limits)?;
         let mut pool = PoolingAllocationConfig::new();
         let n = limits.max_instances.max(1);
         pool.total_component_instances(n)
@@ -343,7 +359,14 @@ impl Runtime {
             .table_keep_resident(64 << 10);
 
         let mut config = Config::new();
+        if let Some(target) = limits.backend.target()? {
+            config.target(target).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        }
         config
+            .memory_reservation(layout.reservation)
+            .memory_guard_size(layout.guard)
+            // Pool slots never move, so room to grow into is wasted address space.
+            .memory_reservation_for_growth(0)
             .wasm_component_model(true)
             .epoch_interruption(true)
             .consume_fuel(false)
@@ -351,7 +374,22 @@ impl Runtime {
             // Traps are reported by kind, not by backtrace; capturing one costs time.
             .wasm_backtrace_max_frames(None)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(&config).map_err(|e| {
+            PolicyError::Engine(format!(
+                "cannot reserve {} MiB of address space for the policy pool ({n} instances of {} MiB{}): {e:#}; lower \
+                 policy.reservation_mib, policy.max_instances or policy.memory_mib",
+                layout.total(n) >> 20,
+                layout.reservation >> 20,
+                if layout.guard > 0 { format!(" and a {} MiB guard", layout.guard >> 20) } else { String::new() },
+            ))
+        })?;
+        tracing::debug!(
+            instances = n,
+            slot_mib = layout.reservation >> 20,
+            guard_mib = layout.guard >> 20,
+            pulley = engine.is_pulley(),
+            "policy engine ready"
+        );
 
         let mut linker = Linker::new(&engine);
         bindings::host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
@@ -410,6 +448,11 @@ impl Runtime {
             cache.components.insert(hash, component.clone());
         }
         Ok(component)
+    }
+
+    /// Whether policies run on the Pulley interpreter rather than as native code.
+    pub(crate) fn is_pulley(&self) -> bool {
+        self.engine.is_pulley()
     }
 
     /// Compiled components in the cache.

@@ -83,6 +83,8 @@ mod error;
 #[cfg(feature = "runtime")]
 mod host_log;
 #[cfg(feature = "runtime")]
+pub mod pool;
+#[cfg(feature = "runtime")]
 pub mod registry;
 pub mod signing;
 #[cfg(feature = "runtime")]
@@ -92,6 +94,8 @@ mod types;
 #[cfg(feature = "runtime")]
 pub use engine::Limits;
 pub use error::{FailureKind, PolicyError};
+#[cfg(feature = "runtime")]
+pub use pool::Backend;
 #[cfg(feature = "runtime")]
 pub use registry::{
     ApplyReport, Binding, Bindings, Config, Module, ModuleConfig, OnFailure, Registry, Running, Selector, Settings,

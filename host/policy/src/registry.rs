@@ -192,9 +192,19 @@ pub struct Config {
     /// Memory cap per instance in MiB (default 64).
     #[serde(default)]
     pub memory_mib: Option<u64>,
-    /// Instances that may run at once (default 64).
+    /// Instances that may run at once (default 64; 8 on 32-bit hosts).
     #[serde(default)]
     pub max_instances: Option<u32>,
+    /// Address space (MiB) the pool reserves for all instances' memories together, split evenly
+    /// over `max_instances` (default: 4 GiB and a 32 MiB guard each on 64-bit hosts, which lets
+    /// native code skip bounds checks; `max_instances × memory_mib` elsewhere). Must leave each
+    /// instance at least `memory_mib`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_mib: Option<u64>,
+    /// What runs policies: `auto` (native code where Cranelift compiles for the host, else the
+    /// Pulley interpreter), `native` or `pulley`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<crate::Backend>,
     #[serde(default)]
     pub modules: Vec<ModuleConfig>,
     #[serde(default)]
@@ -214,6 +224,13 @@ impl Config {
         if let Some(n) = self.max_instances {
             limits.max_instances = n;
         }
+        if let Some(backend) = self.backend {
+            limits.backend = backend;
+        }
+        limits.reservation_bytes = match self.reservation_mib {
+            Some(mib) => mib << 20,
+            None => crate::pool::default_reservation(limits.memory_bytes, limits.max_instances, limits.backend),
+        };
         limits
     }
 
@@ -381,6 +398,11 @@ impl Registry {
         registry.allow_v1.store(config.allow_v1_signatures, Ordering::Relaxed);
         let report = registry.apply(config, base_dir);
         Ok((registry, report))
+    }
+
+    /// Whether policies run on the Pulley interpreter rather than as native code.
+    pub fn is_pulley(&self) -> bool {
+        self.runtime.is_pulley()
     }
 
     /// The engine limits.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use timeshard_node::budget::MemoryConfig;
 use timeshard_node::config::{
     ClassConfig, DhtConfig, HintsConfig, LimitsConfig, MembershipConfig, NodeConfig, RepairConfig, StoreConfig,
     TestingConfig, TierConfig, TlsConfig,
@@ -45,6 +46,8 @@ pub struct ClusterOptions {
     pub store: StoreConfig,
     pub dht: DhtConfig,
     pub limits: LimitsConfig,
+    /// The memory budget of every node.
+    pub memory: MemoryConfig,
     pub membership: MembershipConfig,
     pub hints: HintsConfig,
     pub repair: RepairConfig,
@@ -91,6 +94,7 @@ impl ClusterOptions {
             store: StoreConfig::default(),
             dht: DhtConfig::default(),
             limits: LimitsConfig::default(),
+            memory: MemoryConfig::default(),
             membership: MembershipConfig::default(),
             hints: HintsConfig::default(),
             repair: RepairConfig::default(),
@@ -203,6 +207,7 @@ impl LocalCluster {
             tls: TlsConfig { ca: pki.ca, cert: pki.cert, key: pki.key },
             dht: o.dht.clone(),
             limits: o.limits.clone(),
+            memory: o.memory.clone(),
             store: o.store.clone(),
             membership: o.membership.clone(),
             hints: o.hints.clone(),
@@ -228,8 +233,17 @@ impl LocalCluster {
         let dir = self.options.dir.join(format!("node-{i}"));
         std::fs::create_dir_all(&dir)?;
         let config = dir.join("node.toml");
-        let text = toml::to_string(&self.node_config(i, listen, bootstrap))?;
-        std::fs::write(&config, text)?;
+        // A restarted node keeps what `edit_config` changed in its file; only where it listens
+        // and whom it bootstraps from are set anew.
+        let node_config = match NodeConfig::load(&config) {
+            Ok(mut edited) => {
+                edited.listen = listen.unwrap_or_else(|| "127.0.0.1:0".parse().expect("literal"));
+                edited.bootstrap = bootstrap;
+                edited
+            }
+            Err(_) => self.node_config(i, listen, bootstrap),
+        };
+        std::fs::write(&config, toml::to_string(&node_config)?)?;
         let ready_file = dir.join("ready.json");
         let _ = std::fs::remove_file(&ready_file);
         let log = dir.join("node.log");
@@ -294,6 +308,11 @@ impl LocalCluster {
         self.nodes[i].ready.http_addr
     }
 
+    /// Node `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().and_then(Child::id)
+    }
+
     /// Node `i`'s id.
     pub fn id(&self, i: usize) -> Id {
         self.nodes[i].ready.id
@@ -347,11 +366,6 @@ impl LocalCluster {
     /// A client connected to node `i`.
     pub async fn client(&self, i: usize) -> Result<Client> {
         Ok(Client::connect(self.addr(i), &self.client_tls_of(i)).await?)
-    }
-
-    /// The process id of node `i`, while it runs.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.nodes[i].child.as_ref().and_then(Child::id)
     }
 
     /// Whether node `i` is running.
@@ -452,7 +466,7 @@ impl LocalCluster {
     }
 
     /// Rewrites node `i`'s config file with `edit` applied; [`LocalCluster::reload`] makes the
-    /// running node read it, a restart regenerates it from the cluster's options.
+    /// running node read it, and a restart keeps it.
     pub fn edit_config(&self, i: usize, edit: impl FnOnce(&mut NodeConfig)) -> Result<()> {
         let path = self.config(i);
         let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;

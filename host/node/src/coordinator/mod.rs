@@ -70,6 +70,8 @@ pub struct Coordinator {
     policies: Option<Arc<Registry>>,
     /// Whether this node is settled (its replica answers say so).
     repair: Arc<RepairState>,
+    /// The memory budget client writes are admitted against, and the caches' share of it.
+    budget: Option<Arc<crate::budget::Ledger>>,
 }
 
 fn unavailable(message: String) -> ErrorReply {
@@ -122,7 +124,15 @@ impl Coordinator {
             indexed: Mutex::new(HashSet::new()),
             policies,
             repair,
+            budget: None,
         }
+    }
+
+    /// Admits client writes against `ledger` (see `crate::budget`) and sizes the caches of
+    /// known series and index spans from its caches' share.
+    pub fn with_budget(mut self, ledger: Arc<crate::budget::Ledger>) -> Coordinator {
+        self.budget = Some(ledger);
+        self
     }
 
     /// The policy registry, if this node runs policies.

@@ -102,6 +102,15 @@ impl Coordinator {
     /// Writes a validated batch: runs ingest policies, then returns once every block has W
     /// acknowledgements.
     pub async fn write(self: &Arc<Self>, batch: Vec<SeriesPoints>) -> Result<WriteOutcome, ErrorReply> {
+        // Held until the write is answered: past the budget the write is refused (retryable)
+        // before anything of it is stored.
+        let _admitted = match &self.budget {
+            Some(ledger) => {
+                let points = batch.iter().map(|s| s.points.len() as u64).sum();
+                Some(ledger.admit(points, crate::budget::recent_resident_bytes())?)
+            }
+            None => None,
+        };
         let (batch, rejected, rejections) = match &self.policies {
             Some(registry) => {
                 let ingested = policies::ingest(registry.clone(), batch).await?;
@@ -114,6 +123,19 @@ impl Coordinator {
         }
         let (points, blocks) = self.replicate(batch).await?;
         Ok(WriteOutcome { points, blocks, rejected, rejections })
+    }
+
+    /// Entries the caches of registered series and of index spans may hold: the constants, or
+    /// less when the memory budget's caches share is smaller (a quarter for series, the rest
+    /// for spans).
+    fn cache_caps(&self) -> (usize, usize) {
+        match &self.budget {
+            Some(ledger) => {
+                let entries = ledger.shares().cache_entries();
+                (REGISTERED_CACHE_MAX.min(entries / 4), INDEXED_CACHE_MAX.min(entries - entries / 4))
+            }
+            None => (REGISTERED_CACHE_MAX, INDEXED_CACHE_MAX),
+        }
     }
 
     /// Everything a batch stores: its blocks (split to fit a request), the index blocks of
@@ -369,12 +391,13 @@ impl Coordinator {
         match progress {
             WriteProgress::Acknowledged => {
                 let mut known = self.registered.lock().expect("registered lock");
-                if known.len() + new_series.len() > REGISTERED_CACHE_MAX {
+                let (registered_max, indexed_max) = self.cache_caps();
+                if known.len() + new_series.len() > registered_max {
                     known.clear();
                 }
                 known.extend(new_series);
                 let mut indexed = self.indexed.lock().expect("indexed lock");
-                if indexed.len() + new_spans.len() > INDEXED_CACHE_MAX {
+                if indexed.len() + new_spans.len() > indexed_max {
                     indexed.clear();
                 }
                 indexed.extend(new_spans);

@@ -5,6 +5,7 @@
 pub mod coi;
 pub mod coi_sim;
 pub mod floor;
+pub mod footprint;
 pub mod http;
 pub mod paper;
 pub mod policy;

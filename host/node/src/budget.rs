@@ -1,0 +1,338 @@
+//! The node's one memory budget (`[memory] budget`): how it is split between open points,
+//! caches, policy pools and queues, the settings derived from each share, and the admission of
+//! client writes against it.
+//!
+//! Past the budget the node sheds load instead of growing: a client write is refused with a
+//! retryable `Overloaded` "memory budget exceeded" error when the writes in flight would take
+//! more than the queues' share, or when the process's resident memory is already over the whole
+//! budget. Nothing is acknowledged that is not stored; reads, replica traffic and repair go on.
+//!
+//! The accounting ([`Ledger`]) is sans-IO: the caller measures resident memory
+//! ([`resident_bytes`]) and passes it in.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use timeshard_proto::wire::{ErrorCode, ErrorReply};
+
+/// Bytes one open (unsealed) point takes in the store's memory: the point and its share of
+/// the block's vector and map entries.
+pub const OPEN_POINT_BYTES: u64 = 32;
+/// Bytes a point of a client write takes while it is in flight (decoded, copied per replica
+/// request, answers): a generous bound.
+pub const IN_FLIGHT_POINT_BYTES: u64 = 96;
+
+/// A size in bytes, written in TOML as a number of bytes or a string with a unit: `"256MB"`,
+/// `"256 MiB"`, `"1GB"` (`KB`/`MB`/`GB` are powers of 1000, `KiB`/`MiB`/`GiB` of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ByteSize, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: u64 = digits.parse().map_err(|_| format!("{s:?} is not a size like \"256MB\""))?;
+        let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" | "k" => 1_000,
+            "mb" | "m" => 1_000_000,
+            "gb" | "g" => 1_000_000_000,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            other => return Err(format!("unknown unit {other:?} in {s:?}: use B, KB, MB, GB, KiB, MiB or GiB")),
+        };
+        n.checked_mul(scale).map(ByteSize).ok_or_else(|| format!("{s:?} is too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+            write!(f, "{}MiB", b >> 20)
+        } else if b >= 1_000_000 && b.is_multiple_of(1_000_000) {
+            write!(f, "{}MB", b / 1_000_000)
+        } else {
+            write!(f, "{b}B")
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ByteSize, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(b) => Ok(ByteSize(b)),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The `[memory]` section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Everything the node may hold in memory (default 256 MiB: half of a 512 MB device).
+    pub budget: ByteSize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig { budget: ByteSize(256 << 20) }
+    }
+}
+
+/// Least budget accepted: the process itself (code, runtime, TLS) takes about 10 MB.
+pub const MIN_BUDGET: u64 = 4 << 20;
+
+/// The budget split by what uses it, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shares {
+    /// The whole budget.
+    pub total: u64,
+    /// Open points of the store (3/8): sealed early when they would take more.
+    pub open_points: u64,
+    /// Caches (1/8): the series and index spans the coordinator remembers, file handles.
+    pub caches: u64,
+    /// Policy pools (1/4): instances × their memory cap.
+    pub policies: u64,
+    /// Queues (1/4): client writes in flight and the replica writes they start.
+    pub queues: u64,
+}
+
+impl Shares {
+    pub fn of(total: u64) -> Shares {
+        let eighth = total / 8;
+        Shares { total, open_points: 3 * eighth, caches: eighth, policies: 2 * eighth, queues: 2 * eighth }
+    }
+
+    /// Most open points the store may hold.
+    pub fn max_open_points(&self) -> usize {
+        usize::try_from(self.open_points / OPEN_POINT_BYTES).unwrap_or(usize::MAX).max(1024)
+    }
+
+    /// Policy instances that fit the policies' share at `memory_bytes` each (at least one).
+    pub fn policy_instances(&self, memory_bytes: u64) -> u32 {
+        u32::try_from(self.policies / memory_bytes.max(1)).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// Entries the coordinator's caches of known series and index spans may hold.
+    pub fn cache_entries(&self) -> usize {
+        // A series key with its map entry: about 256 bytes.
+        usize::try_from(self.caches / 256).unwrap_or(usize::MAX).max(1024)
+    }
+}
+
+/// Why a write was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetExceeded {
+    #[error(
+        "memory budget exceeded: writes in flight would take {wanted} bytes of the {share} bytes the budget ({total}) \
+         gives queues; retry later"
+    )]
+    Queues { wanted: u64, share: u64, total: ByteSize },
+    #[error(
+        "memory budget exceeded: the node holds {resident} bytes resident, over its budget of {total}; retry later \
+         (or raise [memory] budget)"
+    )]
+    Resident { resident: u64, total: ByteSize },
+}
+
+impl From<BudgetExceeded> for ErrorReply {
+    fn from(e: BudgetExceeded) -> ErrorReply {
+        ErrorReply::new(ErrorCode::Overloaded, e.to_string())
+    }
+}
+
+/// What client writes hold of the budget right now.
+#[derive(Debug)]
+pub struct Ledger {
+    shares: Shares,
+    in_flight: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// Bytes of one admitted write, given back when dropped.
+#[derive(Debug)]
+pub struct Admitted<'a> {
+    ledger: &'a Ledger,
+    bytes: u64,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.ledger.in_flight.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+impl Ledger {
+    pub fn new(shares: Shares) -> Ledger {
+        Ledger { shares, in_flight: AtomicU64::new(0), refused: AtomicU64::new(0) }
+    }
+
+    pub fn shares(&self) -> &Shares {
+        &self.shares
+    }
+
+    /// Admits a client write of `points`, given the process's `resident` bytes, or says why not.
+    pub fn admit(&self, points: u64, resident: u64) -> Result<Admitted<'_>, BudgetExceeded> {
+        let total = ByteSize(self.shares.total);
+        if resident > self.shares.total {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(BudgetExceeded::Resident { resident, total });
+        }
+        let bytes = points.saturating_mul(IN_FLIGHT_POINT_BYTES);
+        let share = self.shares.queues;
+        let admitted = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            // One write alone is always let through when nothing else is in flight: a batch
+            // within the wire limits must be writable on an idle node.
+            let wanted = held.saturating_add(bytes);
+            (held == 0 || wanted <= share).then_some(wanted)
+        });
+        match admitted {
+            Ok(_) => Ok(Admitted { ledger: self, bytes }),
+            Err(held) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Err(BudgetExceeded::Queues { wanted: held.saturating_add(bytes), share, total })
+            }
+        }
+    }
+
+    /// Bytes of client writes in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Writes refused since start.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// The process's resident memory in bytes (Linux: `/proc/self/statm`); 0 where unknown, which
+/// leaves only the queue accounting.
+pub fn resident_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages.saturating_mul(page_size())
+}
+
+/// How old a resident-memory sample may be before a write reads it again.
+const RESIDENT_SAMPLE_MS: u64 = 50;
+
+/// [`resident_bytes`], read at most once every 50 ms however many writes ask: reading
+/// `/proc/self/statm` costs a few system calls, too many for every small write.
+pub fn recent_resident_bytes() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    static SAMPLED_AT_MS: AtomicU64 = AtomicU64::new(0);
+    static SAMPLE: AtomicU64 = AtomicU64::new(0);
+    let now_ms = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+    let at = SAMPLED_AT_MS.load(Ordering::Acquire);
+    if at != 0 && now_ms.saturating_sub(at) < RESIDENT_SAMPLE_MS {
+        return SAMPLE.load(Ordering::Acquire);
+    }
+    let bytes = resident_bytes();
+    SAMPLE.store(bytes, Ordering::Release);
+    SAMPLED_AT_MS.store(now_ms, Ordering::Release);
+    bytes
+}
+
+fn page_size() -> u64 {
+    // Every Linux target the node builds for (x86_64, aarch64, armv7) uses 4 KiB pages by
+    // default; /proc/self/smaps would say otherwise, but reading it costs far more.
+    4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!("256MB".parse::<ByteSize>().unwrap(), ByteSize(256_000_000));
+        assert_eq!("256 MiB".parse::<ByteSize>().unwrap(), ByteSize(256 << 20));
+        assert_eq!("1GiB".parse::<ByteSize>().unwrap(), ByteSize(1 << 30));
+        assert_eq!("4096".parse::<ByteSize>().unwrap(), ByteSize(4096));
+        assert!("12 parsecs".parse::<ByteSize>().unwrap_err().contains("unit"));
+        assert!("MB".parse::<ByteSize>().is_err());
+        let cfg: MemoryConfig = toml::from_str("budget = 1048576").unwrap();
+        assert_eq!(cfg.budget, ByteSize(1 << 20));
+        let text = toml::to_string(&MemoryConfig::default()).unwrap();
+        assert_eq!(toml::from_str::<MemoryConfig>(&text).unwrap(), MemoryConfig::default());
+        assert!(text.contains("256MiB"), "{text}");
+    }
+
+    #[test]
+    fn the_shares_add_up_to_the_budget() {
+        let s = Shares::of(256 << 20);
+        assert_eq!(s.open_points + s.caches + s.policies + s.queues, s.total);
+        assert_eq!(s.max_open_points(), (96 << 20) / 32);
+        assert_eq!(s.policy_instances(16 << 20), 4);
+        assert_eq!(s.policy_instances(1 << 30), 1, "at least one instance");
+    }
+
+    #[test]
+    fn writes_past_the_queue_share_are_refused_until_others_finish() {
+        let ledger = Ledger::new(Shares::of(8 * 1000 * IN_FLIGHT_POINT_BYTES));
+        // Queues get a quarter: 2,000 points' worth.
+        let first = ledger.admit(1_500, 0).unwrap();
+        assert_eq!(ledger.in_flight(), 1_500 * IN_FLIGHT_POINT_BYTES);
+        let err = ledger.admit(1_000, 0).unwrap_err();
+        assert!(matches!(err, BudgetExceeded::Queues { .. }));
+        assert!(err.to_string().starts_with("memory budget exceeded"), "{err}");
+        let small = ledger.admit(500, 0).unwrap();
+        drop(first);
+        drop(small);
+        assert_eq!(ledger.in_flight(), 0, "admitted bytes are given back");
+        // Alone, even a write larger than the share goes through.
+        let big = ledger.admit(10_000, 0).unwrap();
+        drop(big);
+        assert_eq!(ledger.refused(), 1);
+    }
+
+    #[test]
+    fn a_node_over_its_budget_refuses_writes_with_a_retryable_error() {
+        let ledger = Ledger::new(Shares::of(64 << 20));
+        let err = ledger.admit(1, 65 << 20).unwrap_err();
+        assert!(matches!(err, BudgetExceeded::Resident { .. }));
+        let reply: ErrorReply = err.into();
+        assert_eq!(reply.code, ErrorCode::Overloaded);
+        assert!(reply.code.is_replica_fault(), "Overloaded is retryable");
+        assert!(
+            reply.message.contains("memory budget exceeded") && reply.message.contains("64MiB"),
+            "{}",
+            reply.message
+        );
+        assert_eq!(ledger.in_flight(), 0);
+        ledger.admit(1, 63 << 20).unwrap();
+    }
+
+    #[test]
+    fn resident_memory_is_measured() {
+        if cfg!(target_os = "linux") {
+            let rss = resident_bytes();
+            assert!(rss > 1 << 20 && rss < 16 << 30, "{rss}");
+            let recent = recent_resident_bytes();
+            assert!(recent > 1 << 20 && recent < 16 << 30, "{recent}");
+        }
+    }
+}
