@@ -122,8 +122,7 @@ impl CoiSpec {
 }
 
 /// The parameters of [`CoiSpec`], in the order the README explains them.
-pub const COI_PARAMS: &[&str] =
-    &["n_in", "n_out", "in_coi_dist", "out_coi_dist", "coi_size", "precision", "location"];
+pub const COI_PARAMS: &[&str] = &["n_in", "n_out", "in_coi_dist", "out_coi_dist", "coi_size", "precision", "location"];
 
 /// The parameters `name=value,name=value` (a `location` may be `LAT,LON`: a part without `=`
 /// continues the value before it) laid over `base`, or over nothing for a new CoI, in which
@@ -431,7 +430,8 @@ mod tests {
 
     #[test]
     fn coi_text_is_parsed_over_the_existing_parameters() {
-        let full = "n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5,location=33.75,-84.39";
+        let full =
+            "n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5,location=33.75,-84.39";
         let spec = parse_coi(full, None).unwrap();
         assert_eq!((spec.n_in, spec.n_out, spec.precision), (2, 1, 5));
         assert_eq!(spec.location.as_deref(), Some("33.75,-84.39"));

@@ -370,8 +370,7 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                     class.hot = hot.or(class.hot);
                     class.age_by = age_by.unwrap_or(class.age_by);
                     if let Some(text) = coi {
-                        let spec = parse_coi(&text, class.coi.as_ref())
-                            .map_err(|e| anyhow::anyhow!("--coi: {e}"))?;
+                        let spec = parse_coi(&text, class.coi.as_ref()).map_err(|e| anyhow::anyhow!("--coi: {e}"))?;
                         class.coi = Some(spec);
                     }
                     if no_coi {
@@ -601,10 +600,8 @@ pub enum DeviceCommand {
     /// Set or clear where a device is (operator). The node gets it with its next watch answer,
     /// gossips it, and context-of-interest classes place data by it; it wins over a `location`
     /// in the node's own file. Selectors by --geohash match the new location from then on.
-    #[command(
-        after_help = "Examples:\n  timeshard-control device set-location 3f2a9c... 33.75,-84.39\n  \
-                      timeshard-control device set-location 3f2a9c... --clear"
-    )]
+    #[command(after_help = "Examples:\n  timeshard-control device set-location 3f2a9c... 33.75,-84.39\n  \
+                      timeshard-control device set-location 3f2a9c... --clear")]
     SetLocation {
         /// Node id, as `devices` lists it.
         node_id: String,

@@ -290,7 +290,8 @@ impl Fleet {
             .bind(node_id)
             .execute(&mut *w.tx)
             .await?;
-        let (before, after) = (json!({ "location": before }), json!({ "location": req.location, "generation": generation }));
+        let (before, after) =
+            (json!({ "location": before }), json!({ "location": req.location, "generation": generation }));
         w.audit(now, &caller.actor(), "device.location", node_id, Some(before), Some(after)).await?;
         w.commit().await?;
         self.changed();

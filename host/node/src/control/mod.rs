@@ -33,7 +33,8 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
     }
     let desired = agent.applied();
     if let (Some(file), Some(control)) = (&base.location, &desired.location)
-        && file.parse::<timeshard_proto::geo::GeoPoint>().ok().map(|p| (p.lat, p.lon)) != Some((control.lat, control.lon))
+        && file.parse::<timeshard_proto::geo::GeoPoint>().ok().map(|p| (p.lat, p.lon))
+            != Some((control.lat, control.lon))
     {
         warn!(
             file = %file,
