@@ -137,7 +137,7 @@ async fn in_coi_quorum_reads_never_see_a_stale_point() -> anyhow::Result<()> {
         t.await?;
     }
 
-    let history = history.lock().unwrap();
+    let history = std::mem::take(&mut *history.lock().unwrap());
     let acked: usize = history.acks.values().map(Vec::len).sum();
     println!(
         "{acked} updates acknowledged ({} failed), {} reads ({} failed) in {:?}",
