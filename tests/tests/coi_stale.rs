@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use timeshard_node::config::{ClassConfig, CoiConfig, WanEmulation};
-use timeshard_proto::{Point, SeriesKey};
+use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::Client;
 use timeshard_testkit::bench::coi::{ATLANTA, LOCATIONS};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
@@ -233,6 +234,18 @@ async fn the_clients_declared_location_decides_quorum_or_fastest_replica() -> an
     assert_eq!(inside.location().map(|p| (p.lat, p.lon)), Some(ATL));
     let got = inside.latest(&series).await?.map(|p| p.ts);
     assert_eq!(got, Some(v2.ts), "a client declaring Atlanta reads by in-CoI quorum");
+    // Streamed range reads (another path through the node) decide the same way.
+    let range = TimeRange::new(v1.ts, v2.ts + 1)?;
+    let streamed = async |client: &Client| -> anyhow::Result<Vec<i64>> {
+        let batches: Vec<_> = client.read_stream(&series, range).collect().await;
+        let mut ts = Vec::new();
+        for b in batches {
+            ts.extend(b?.timestamps.iter().copied());
+        }
+        Ok(ts)
+    };
+    assert_eq!(streamed(&plain).await?, [v1.ts], "streamed, declaring nothing: the nearest replica");
+    assert_eq!(streamed(&inside).await?, [v1.ts, v2.ts], "streamed, declaring Atlanta: in-CoI quorum");
     // The CLI says the same with --location.
     let pki = cluster.pki_dir();
     let addr = cluster.addr(coordinator).to_string();
