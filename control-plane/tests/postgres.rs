@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestFleet, policies, scenarios};
+use common::{TestFleet, locations, policies, scenarios};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrollment_and_propagation() {
@@ -58,4 +58,9 @@ async fn policy_rollouts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_tokens() {
     scenarios::http_tokens(&TestFleet::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coi_and_locations() {
+    locations::coi_and_locations(&TestFleet::postgres().await).await;
 }

@@ -75,6 +75,8 @@ pub struct Client {
     conn: Connection,
     addr: SocketAddr,
     options: Arc<ClientOptions>,
+    /// Where this client says it is: sent with its writes and reads ([`Client::with_location`]).
+    location: Option<GeoPoint>,
     // Kept so the endpoint lives as long as any clone of the client.
     _endpoint: Endpoint,
 }
@@ -98,7 +100,7 @@ impl Client {
             .await
             .map_err(|_| Error::Connect { addr, reason: format!("no handshake within {:?}", options.connect_timeout) })?
             .map_err(|e| Error::Connect { addr, reason: e.to_string() })?;
-        Ok(Client { conn, addr, options: Arc::new(options), _endpoint: endpoint })
+        Ok(Client { conn, addr, options: Arc::new(options), location: None, _endpoint: endpoint })
     }
 
     /// The node's address.
@@ -106,8 +108,31 @@ impl Client {
         self.addr
     }
 
+    /// This client (sharing its connection) declaring that it is at `lat`, `lon` (degrees):
+    /// its writes and reads carry the location, and the coordinating node decides by it, not by
+    /// its own location, whether the client is inside a series' context of interest (quorum
+    /// reads over the in-CoI replicas: never stale) or outside (the fastest replica: eventual).
+    /// Without one, the coordinator's own location decides.
+    ///
+    /// ```no_run
+    /// # async fn f(client: timeshard_sdk::Client) -> Result<(), timeshard_sdk::Error> {
+    /// let atlanta = client.with_location(33.75, -84.39)?;
+    /// let speed = atlanta.latest(&"traffic.speed{geohash=dn5bpsb}".parse()?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_location(&self, lat: f64, lon: f64) -> Result<Client, Error> {
+        let at = GeoPoint::new(lat, lon)?;
+        Ok(Client { location: Some(at), ..self.clone() })
+    }
+
+    /// The location this client declares, if any.
+    pub fn location(&self) -> Option<GeoPoint> {
+        self.location
+    }
+
     async fn call(&self, req: Request) -> Result<Response, Error> {
         let addr = self.addr;
+        let req = req.located(self.location);
         transport::call(&self.conn, &req, self.options.max_message_bytes, self.options.request_timeout).await.map_err(
             |e| match e {
                 CallError::Remote(reply) => Error::Server { addr, reply },
@@ -179,6 +204,7 @@ impl Client {
             after: None,
             batch_points: self.options.page_points,
         };
+        let req = req.located(self.location);
         let client = self.clone();
         let state = ReadState::Start(client, req);
         futures::stream::unfold(state, |state| async move {

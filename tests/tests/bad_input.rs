@@ -239,5 +239,22 @@ async fn client_certificates_may_not_act_as_peers() {
         }
         other => panic!("expected Forbidden, got {other:?}"),
     }
+    // Nor through the envelope that carries a client's location, which takes client writes
+    // and reads only; a location out of range is refused too.
+    let atl = timeshard_proto::geo::GeoPoint { lat: 33.75, lon: -84.39 };
+    let smuggled = Request::Located { at: atl, request: Box::new(store) };
+    let far_north = Request::Located {
+        at: timeshard_proto::geo::GeoPoint { lat: 91.0, lon: 0.0 },
+        request: Box::new(Request::Status),
+    };
+    for (req, expect) in [(smuggled, "not find_node"), (far_north, "latitude")] {
+        match transport::call(&conn, &req, 1 << 20, Duration::from_secs(2)).await {
+            Err(CallError::Remote(e)) => {
+                assert_eq!(e.code, ErrorCode::Malformed);
+                assert!(e.message.contains(expect), "{}", e.message);
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
     f.assert_serving().await;
 }

@@ -310,6 +310,15 @@ pub struct RevokeDevice {
     pub reason: Option<String>,
 }
 
+/// `PUT /v1/devices/{node_id}/location` (operator): where the device is from now on (`None`
+/// clears it). The node gossips it and places context-of-interest data by it; it wins over a
+/// `location` in the node's own file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetDeviceLocation {
+    pub location: Option<Location>,
+}
+
 /// `GET /v1/devices` (viewer): one enrolled device and what it last reported.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use timeshard_proto::KeyFormat;
-use timeshard_proto::class::{AgeBy, Replication, ReplicationError};
+use timeshard_proto::class::{AgeBy, Coi, Replication, ReplicationError};
+use timeshard_proto::geo::{GeoPoint, MAX_PRECISION, parse_distance_m};
 use timeshard_proto::time::{QuantumLen, TimeError};
 
-/// One series class. The same fields as a node's `[[class]]`; fields the context-of-interest
-/// work adds will be optional, so older documents stay valid.
+/// One series class. The same fields as a node's `[[class]]`; fields added later (tier,
+/// context of interest) are optional and left out when unset, so older documents stay valid
+/// and keep their digests.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
@@ -46,6 +48,127 @@ pub struct ClassSpec {
     /// What the hot window and retention measure: event time (default) or write time.
     #[serde(default, skip_serializing_if = "AgeBy::is_event")]
     pub age_by: AgeBy,
+    /// Context-of-interest replication (placement by the series' location); `rf`, `w` and `r`
+    /// are then derived from it (n_in + n_out, and the in-CoI quorums).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coi: Option<CoiSpec>,
+}
+
+/// A class's context-of-interest parameters, as a node's `[[class]]` writes them:
+/// `coi = { n_in = 2, n_out = 1, in_coi_dist = "50km", out_coi_dist = "1000km", coi_size = "50km",
+/// precision = 5 }`. The node's file and the control plane share this type, so both check
+/// the same rules with the same messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoiSpec {
+    /// In-CoI replicas (written and read by quorum: W = n_in/2 + 1, R = n_in - W + 1).
+    pub n_in: u8,
+    /// Out-of-CoI replicas (written asynchronously).
+    #[serde(default)]
+    pub n_out: u8,
+    /// Radius in-CoI replicas are first looked for in (`50km`, `500m`; a bare number is km).
+    pub in_coi_dist: String,
+    /// Least distance of out-of-CoI replicas from the series.
+    pub out_coi_dist: String,
+    /// Clients within this distance of a series get quorum reads over its in-CoI replicas.
+    pub coi_size: String,
+    /// Geohash characters (1-12) locations are quantized to before they are compared.
+    pub precision: u8,
+    /// Location of the class's series that carry no `geohash` or `lat`/`lon` tags: a geohash
+    /// or `LAT,LON`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+}
+
+impl CoiSpec {
+    /// The parameters, checked; the error names the parameter (`coi.in_coi_dist: ...`).
+    pub fn coi(&self) -> Result<Coi, String> {
+        let dist = |name: &str, v: &str| parse_distance_m(v).map_err(|e| format!("coi.{name}: {e}"));
+        let location = match &self.location {
+            None => None,
+            Some(l) if l.contains(',') => {
+                Some(l.parse::<GeoPoint>().map_err(|e| format!("coi.location: {e}"))?.cell(MAX_PRECISION))
+            }
+            Some(l) => Some(l.parse().map_err(|e| format!("coi.location: {e}"))?),
+        };
+        let coi = Coi {
+            n_in: self.n_in,
+            n_out: self.n_out,
+            in_coi_m: dist("in_coi_dist", &self.in_coi_dist)?,
+            out_coi_m: dist("out_coi_dist", &self.out_coi_dist)?,
+            coi_size_m: dist("coi_size", &self.coi_size)?,
+            precision: self.precision,
+            location,
+        };
+        coi.validate().map_err(|e| e.to_string())?;
+        Ok(coi)
+    }
+
+    /// Sets the parameter `name` from text, as the CLI's `--coi name=value,...` gives it.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let count = |v: &str| v.trim().parse::<u8>().map_err(|_| format!("coi.{name}: {v:?} is not a number (0-255)"));
+        match name {
+            "n_in" => self.n_in = count(value)?,
+            "n_out" => self.n_out = count(value)?,
+            "in_coi_dist" => self.in_coi_dist = value.trim().into(),
+            "out_coi_dist" => self.out_coi_dist = value.trim().into(),
+            "coi_size" => self.coi_size = value.trim().into(),
+            "precision" => self.precision = count(value)?,
+            "location" => self.location = Some(value.trim().into()).filter(|l: &String| !l.is_empty()),
+            _ => return Err(format!("unknown coi parameter {name:?}; the parameters: {}", COI_PARAMS.join(", "))),
+        }
+        Ok(())
+    }
+}
+
+/// The parameters of [`CoiSpec`], in the order the README explains them.
+pub const COI_PARAMS: &[&str] = &["n_in", "n_out", "in_coi_dist", "out_coi_dist", "coi_size", "precision", "location"];
+
+/// The parameters `name=value,name=value` (a `location` may be `LAT,LON`: a part without `=`
+/// continues the value before it) laid over `base`, or over nothing for a new CoI, in which
+/// case `n_in`, the three distances and `precision` must be given.
+pub fn parse_coi(text: &str, base: Option<&CoiSpec>) -> Result<CoiSpec, String> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for part in text.split(',') {
+        match part.split_once('=') {
+            Some((k, v)) => pairs.push((k.trim().to_string(), v.to_string())),
+            None => match pairs.last_mut() {
+                Some((_, v)) => {
+                    v.push(',');
+                    v.push_str(part);
+                }
+                None => return Err(format!("coi {text:?}: write name=value,name=value (e.g. n_in=2,n_out=1,...)")),
+            },
+        }
+    }
+    let given = |name: &str| pairs.iter().any(|(k, _)| k == name);
+    let mut spec = match base {
+        Some(b) => b.clone(),
+        None => {
+            let required = ["n_in", "in_coi_dist", "out_coi_dist", "coi_size", "precision"];
+            let missing: Vec<&str> = required.into_iter().filter(|r| !given(r)).collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "the class has no coi yet: give {} too (e.g. n_in=2,n_out=1,in_coi_dist=50km,\
+                     out_coi_dist=1000km,coi_size=50km,precision=5)",
+                    missing.join(", ")
+                ));
+            }
+            CoiSpec {
+                n_in: 0,
+                n_out: 0,
+                in_coi_dist: String::new(),
+                out_coi_dist: String::new(),
+                coi_size: String::new(),
+                precision: 0,
+                location: None,
+            }
+        }
+    };
+    for (k, v) in &pairs {
+        spec.set(k, v)?;
+    }
+    Ok(spec)
 }
 
 fn default_quantum() -> Duration {
@@ -73,6 +196,7 @@ impl ClassSpec {
             hot: None,
             archive: false,
             age_by: AgeBy::Event,
+            coi: None,
         }
     }
 
@@ -99,7 +223,21 @@ impl ClassSpec {
         if let Some(message) = tier_problem(self.hot, self.archive, self.retention) {
             return Err(ClassError::Tier { class: name.clone(), message });
         }
+        self.coi().map_err(|message| ClassError::Coi { class: name.clone(), message })?;
         Ok(())
+    }
+
+    /// The CoI parameters, checked (`None` for a class without).
+    pub fn coi(&self) -> Result<Option<Coi>, String> {
+        self.coi.as_ref().map(CoiSpec::coi).transpose()
+    }
+
+    /// The replication in force: the class's `rf`, `w`, `r`, or those its CoI derives.
+    pub fn replication(&self) -> Replication {
+        match self.coi() {
+            Ok(Some(coi)) => coi.replication(),
+            _ => Replication { rf: self.rf, w: self.w, r: self.r },
+        }
     }
 
     /// Checks a change from `self` (the class as it is) to `new`: what decides where a series'
@@ -137,6 +275,8 @@ pub enum ClassError {
     ZeroRetention { class: String },
     #[error("class {class:?}: {message}")]
     Tier { class: String, message: String },
+    #[error("class {class:?}: {message}")]
+    Coi { class: String, message: String },
     #[error("class {name:?} is given twice in one change; give each class once")]
     DuplicateName { name: String },
     #[error(
@@ -258,5 +398,50 @@ mod tests {
         zero.hot = Some(Duration::ZERO);
         assert!(zero.validate().unwrap_err().to_string().contains("positive"));
         assert!(serde_json::from_str::<ClassSpec>(r#"{"name":"x","age_by":"arrival"}"#).is_err());
+    }
+
+    #[test]
+    fn coi_is_optional_checked_and_derives_replication() {
+        let plain = serde_json::to_string(&ClassSpec::new("t", "traffic.")).unwrap();
+        assert!(!plain.contains("coi"), "{plain}");
+        let text = r#"{"name":"t","metric_prefix":"traffic.","coi":{"n_in":3,"n_out":1,"in_coi_dist":"50km",
+            "out_coi_dist":"1000km","coi_size":"20km","precision":5,"location":"33.75,-84.39"}}"#;
+        let c: ClassSpec = serde_json::from_str(text).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.replication(), Replication { rf: 4, w: 2, r: 2 });
+        assert_eq!(serde_json::from_str::<ClassSpec>(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+        // The node file's messages: the parameter at fault, and what is wrong with it.
+        for (change, expect) in [
+            ("n_in=0", "n_in must be at least 1"),
+            ("in_coi_dist=5parsecs", "coi.in_coi_dist"),
+            ("out_coi_dist=10km", "out_coi_dist"),
+            ("precision=13", "precision"),
+            ("location=dn5a", "coi.location"),
+            ("location=95,0", "coi.location"),
+            ("n_in=20", "n_in + n_out at most"),
+        ] {
+            let mut bad = c.clone();
+            bad.coi = Some(parse_coi(change, c.coi.as_ref()).unwrap());
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.starts_with("class \"t\"") && err.contains(expect), "{change}: {err}");
+        }
+        assert!(serde_json::from_str::<ClassSpec>(&text.replace("n_out", "n_outside")).is_err());
+    }
+
+    #[test]
+    fn coi_text_is_parsed_over_the_existing_parameters() {
+        let full =
+            "n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5,location=33.75,-84.39";
+        let spec = parse_coi(full, None).unwrap();
+        assert_eq!((spec.n_in, spec.n_out, spec.precision), (2, 1, 5));
+        assert_eq!(spec.location.as_deref(), Some("33.75,-84.39"));
+        spec.coi().unwrap();
+        let wider = parse_coi("n_in=3, in_coi_dist=80km", Some(&spec)).unwrap();
+        assert_eq!((wider.n_in, wider.in_coi_dist.as_str(), wider.coi_size.as_str()), (3, "80km", "50km"));
+        let err = parse_coi("n_in=2,n_out=1", None).unwrap_err();
+        assert!(err.contains("in_coi_dist") && err.contains("precision"), "{err}");
+        assert!(parse_coi("radius=5km", Some(&spec)).unwrap_err().contains("unknown coi parameter"));
+        assert!(parse_coi("2", Some(&spec)).unwrap_err().contains("name=value"));
+        assert!(parse_coi("n_in=two", Some(&spec)).unwrap_err().contains("not a number"));
     }
 }

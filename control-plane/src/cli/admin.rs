@@ -10,8 +10,9 @@ use anyhow::{Context, bail};
 use http::Method;
 use timeshard_control_api::api::{
     ApiTokenInfo, AuditEntry, Changed, CreateApiToken, CreateEnrollmentToken, DeviceInfo, EnrollmentTokenInfo,
-    FleetInfo, PutClasses, PutNodeConfig, RevokeDevice, TokenCreated, paths,
+    FleetInfo, PutClasses, PutNodeConfig, RevokeDevice, SetDeviceLocation, TokenCreated, paths,
 };
+use timeshard_control_api::class::parse_coi;
 use timeshard_control_api::state::{LIMIT_NAMES, NodeConfigEntry, NodeSettings, Selector, parse_labels};
 use timeshard_control_api::{ClassSpec, Location};
 use timeshard_proto::{AgeBy, KeyFormat};
@@ -219,13 +220,21 @@ Examples:
   # Change one setting of an existing class; the others stay:
   timeshard-control class set pmu --retention 7d
   timeshard-control class set history --prefix hist. --archive true --hot 30d
+  # Context of interest (FogStore): 2 replicas near each series' location, 1 far away:
+  timeshard-control class set traffic --prefix traffic. \\
+      --coi n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5
+  timeshard-control class set traffic --coi in_coi_dist=80km    # change one parameter
+  timeshard-control class set traffic --no-coi
   # Several classes at once, all or none (JSON: {\"classes\": [...]} or a list of classes):
   timeshard-control class set --file classes.json
   timeshard-control class list
   timeshard-control class rm pmu
 
 A class's prefix, format and quantum decide where its stored blocks live, so they cannot change;
-add a class with another prefix instead. Two classes cannot share a prefix.";
+add a class with another prefix instead. Two classes cannot share a prefix. A class with --coi
+derives rf, w and r from it (n_in + n_out replicas, quorums over the n_in); its series are placed
+by their location (tags geohash= or lat=/lon=, or the coi's location=), on nodes whose location
+the control plane gives them (`device set-location`, or the enrollment token's --location).";
 
 /// `class ...`.
 #[derive(Debug, clap::Subcommand)]
@@ -270,8 +279,16 @@ pub enum ClassCommand {
         /// What the hot window and retention measure: event (the points' time) or write (arrival).
         #[arg(long)]
         age_by: Option<AgeBy>,
+        /// Context-of-interest parameters NAME=VALUE,...: n_in, n_out, in_coi_dist,
+        /// out_coi_dist, coi_size (km or m: 50km, 500m), precision (geohash characters, 1-12)
+        /// and an optional default location (geohash or LAT,LON); given ones change, others stay.
+        #[arg(long, value_name = "NAME=VALUE,...", allow_hyphen_values = true, conflicts_with = "no_coi")]
+        coi: Option<String>,
+        /// Place the class's series by node id again (clears its coi).
+        #[arg(long)]
+        no_coi: bool,
         /// Set the classes in this JSON file instead, in one change.
-        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by"])]
+        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by", "coi", "no_coi"])]
         file: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
@@ -316,6 +333,8 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
             archive,
             hot,
             age_by,
+            coi,
+            no_coi,
             file,
             conn,
         } => {
@@ -350,6 +369,13 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                     }
                     class.hot = hot.or(class.hot);
                     class.age_by = age_by.unwrap_or(class.age_by);
+                    if let Some(text) = coi {
+                        let spec = parse_coi(&text, class.coi.as_ref()).map_err(|e| anyhow::anyhow!("--coi: {e}"))?;
+                        class.coi = Some(spec);
+                    }
+                    if no_coi {
+                        class.coi = None;
+                    }
                     vec![class]
                 }
                 (None, None) => bail!("give a class name, or --file"),
@@ -373,12 +399,20 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
             let rows = classes
                 .into_iter()
                 .map(|c| {
+                    let replication = c.replication();
+                    let coi = match &c.coi {
+                        Some(k) => format!(
+                            "in {} within {}, out {} beyond {}, size {}, precision {}",
+                            k.n_in, k.in_coi_dist, k.n_out, k.out_coi_dist, k.coi_size, k.precision
+                        ),
+                        None => "-".into(),
+                    };
                     vec![
                         c.name,
                         format!("{:?}", c.metric_prefix),
                         c.format.to_string(),
                         dur(c.quantum),
-                        format!("{}/{}/{}", c.rf, c.w, c.r),
+                        format!("{}/{}/{}", replication.rf, replication.w, replication.r),
                         c.retention.map(dur).unwrap_or_else(|| "forever".into()),
                         if c.archive {
                             format!("after {}", dur(c.hot.unwrap_or(timeshard_control_api::class::DEFAULT_HOT)))
@@ -386,10 +420,11 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                             "no".into()
                         },
                         c.age_by.to_string(),
+                        coi,
                     ]
                 })
                 .collect();
-            table(&["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION", "ARCHIVE", "AGE BY"], rows);
+            table(&["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION", "ARCHIVE", "AGE BY", "COI"], rows);
             Ok(())
         }
     }
@@ -535,6 +570,7 @@ pub async fn devices(args: DevicesArgs) -> anyhow::Result<()> {
             vec![
                 d.node_id,
                 show_labels(&d.labels),
+                d.location.as_ref().map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
                 applied,
                 if policies.is_empty() { "-".into() } else { policies.join(",") },
                 health,
@@ -543,7 +579,7 @@ pub async fn devices(args: DevicesArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    table(&["NODE", "LABELS", "GENERATION", "POLICIES", "HEALTH", "LAST SEEN", "CERT EXPIRES"], rows);
+    table(&["NODE", "LABELS", "LOCATION", "GENERATION", "POLICIES", "HEALTH", "LAST SEEN", "CERT EXPIRES"], rows);
     Ok(())
 }
 
@@ -561,6 +597,24 @@ pub enum DeviceCommand {
         #[command(flatten)]
         conn: Connection,
     },
+    /// Set or clear where a device is (operator). The node gets it with its next watch answer,
+    /// gossips it, and context-of-interest classes place data by it; it wins over a `location`
+    /// in the node's own file. Selectors by --geohash match the new location from then on.
+    #[command(after_help = "Examples:\n  timeshard-control device set-location 3f2a9c... 33.75,-84.39\n  \
+                      timeshard-control device set-location 3f2a9c... --clear")]
+    SetLocation {
+        /// Node id, as `devices` lists it.
+        node_id: String,
+        /// LAT,LON in degrees.
+        #[arg(value_name = "LAT,LON", allow_hyphen_values = true, required_unless_present = "clear")]
+        location: Option<Location>,
+        /// Remove the device's location (the node then holds no context-of-interest replicas,
+        /// unless its own file gives one).
+        #[arg(long, conflicts_with = "location")]
+        clear: bool,
+        #[command(flatten)]
+        conn: Connection,
+    },
 }
 
 pub async fn device(cmd: DeviceCommand) -> anyhow::Result<()> {
@@ -569,6 +623,16 @@ pub async fn device(cmd: DeviceCommand) -> anyhow::Result<()> {
             let path = format!("{}/{node_id}/revoke", paths::DEVICES);
             let changed: Changed = Client::new(&conn)?.send(Method::POST, &path, &RevokeDevice { reason }).await?;
             eprintln!("node {node_id} revoked; generation {}", changed.generation);
+            Ok(())
+        }
+        DeviceCommand::SetLocation { node_id, location, clear: _, conn } => {
+            let path = format!("{}/{node_id}/location", paths::DEVICES);
+            let req = SetDeviceLocation { location };
+            let changed: Changed = Client::new(&conn)?.send(Method::PUT, &path, &req).await?;
+            match &req.location {
+                Some(l) => eprintln!("node {node_id} is at {l} ({}); generation {}", l.geohash, changed.generation),
+                None => eprintln!("node {node_id} has no location now; generation {}", changed.generation),
+            }
             Ok(())
         }
     }

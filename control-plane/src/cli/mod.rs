@@ -33,6 +33,10 @@ Examples:
   # Desired state: classes for every node, settings per site.
   timeshard-control class set pmu --prefix pmu. --quantum 10s --rf 3 --w 2 --r 2 --retention 30d
   timeshard-control node-config set atl --select site=atl --bootstrap 10.0.0.5:7400
+  # Context of interest: data placed near where it is, by the nodes' locations.
+  timeshard-control class set traffic --prefix traffic. \\
+      --coi n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5
+  timeshard-control device set-location 3f2a... 33.75,-84.39
   timeshard-control devices
   timeshard-control device revoke 3f2a...
   timeshard-control audit

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use sqlx::Row;
-use timeshard_control_api::api::{Changed, EnrollRequest, EnrollResponse, Issued, RenewRequest, Report, RevokeDevice};
+use timeshard_control_api::api::{
+    Changed, EnrollRequest, EnrollResponse, Issued, RenewRequest, Report, RevokeDevice, SetDeviceLocation,
+};
 use timeshard_control_api::{Location, Role, Token, TokenKind};
 
 use super::Fleet;
@@ -253,6 +255,44 @@ impl Fleet {
         let after = json!({ "revoked_at_ms": now, "reason": req.reason, "generation": generation });
         w.audit(now, &caller.actor(), "device.revoke", node_id, Some(json!({ "revoked_at_ms": null })), Some(after))
             .await?;
+        w.commit().await?;
+        self.changed();
+        Ok(Changed { generation, matched: None })
+    }
+
+    /// `PUT /v1/devices/{node_id}/location` (operator): moves (or clears) the device's
+    /// location; the device gets it with the next watch answer (a new generation), and node
+    /// configurations, HTTP tokens and rollouts that select by geohash see it from then on.
+    pub async fn set_location(&self, caller: &Caller, node_id: &str, req: SetDeviceLocation) -> Result<Changed> {
+        caller.require(Role::Operator)?;
+        check_node_id(node_id)?;
+        if let Some(l) = &req.location {
+            l.validate().map_err(|e| Error::BadRequest(e.to_string()))?;
+        }
+        let now = now_ms();
+        let mut w = self.db.write().await?;
+        let generation = w.bump_generation(now).await?;
+        let row = sqlx::query("SELECT location_json, revoked_at_ms FROM devices WHERE node_id = $1")
+            .bind(node_id)
+            .fetch_optional(&mut *w.tx)
+            .await?
+            .ok_or_else(|| Error::NotFound { what: format!("device {node_id} (see `timeshard-control devices`)") })?;
+        if let Some(at_ms) = row.try_get::<Option<i64>, _>("revoked_at_ms")? {
+            return Err(Error::Revoked { node_id: node_id.to_string(), at_ms });
+        }
+        let before: Option<Location> = from_json_opt(&row, "location_json")?;
+        if before == req.location {
+            // Nothing changes: no new generation (dropping `w` rolls back the increment).
+            return Ok(Changed { generation: generation - 1, matched: None });
+        }
+        sqlx::query("UPDATE devices SET location_json = $1 WHERE node_id = $2")
+            .bind(req.location.as_ref().map(json))
+            .bind(node_id)
+            .execute(&mut *w.tx)
+            .await?;
+        let (before, after) =
+            (json!({ "location": before }), json!({ "location": req.location, "generation": generation }));
+        w.audit(now, &caller.actor(), "device.location", node_id, Some(before), Some(after)).await?;
         w.commit().await?;
         self.changed();
         Ok(Changed { generation, matched: None })

@@ -10,7 +10,7 @@ use timeshard_control_api::ClassSpec;
 use timeshard_control_api::api::{
     ApiTokenInfo, AuditEntry, AuditQuery, Changed, CreateApiToken, CreateEnrollmentToken, CreateHttpToken, DeviceInfo,
     EnrollRequest, EnrollResponse, EnrollmentTokenInfo, FleetInfo, HttpTokenInfo, Issued, MAX_WATCH_WAIT_MS,
-    PutClasses, PutNodeConfig, RenewRequest, Report, RevokeDevice, TokenCreated, WatchQuery,
+    PutClasses, PutNodeConfig, RenewRequest, Report, RevokeDevice, SetDeviceLocation, TokenCreated, WatchQuery,
 };
 use timeshard_control_api::state::NodeConfigEntry;
 
@@ -50,13 +50,17 @@ pub async fn report(State(s): State<AppState>, peer: PeerNode, Body(req): Body<R
 
 /// Long poll: the node's desired state once the generation passes `since`, or 304 after the wait.
 pub async fn watch(State(s): State<AppState>, peer: PeerNode, Query(q): Query<WatchQuery>) -> Result<Response> {
-    let device = s.fleet.device(&peer.node_id).await?;
+    // Unknown and revoked devices are refused before they wait.
+    s.fleet.device(&peer.node_id).await?;
     let wait = q.wait_ms.map(Duration::from_millis).unwrap_or(DEFAULT_WATCH_WAIT);
     let deadline = tokio::time::Instant::now() + wait.min(Duration::from_millis(MAX_WATCH_WAIT_MS));
     let mut changes = s.fleet.subscribe();
     loop {
         let state = changes.borrow_and_update().clone();
         if state.generation > q.since {
+            // Read again: the change may be this device's own (its location), made after the
+            // read above.
+            let device = s.fleet.device(&peer.node_id).await?;
             let desired = state.for_node(&device.node_id, &device.labels, device.location.as_ref());
             return Ok(Json(desired).into_response());
         }
@@ -163,6 +167,15 @@ pub async fn remove_node_config(
 
 pub async fn list_devices(State(s): State<AppState>, caller: Caller) -> Result<Json<Vec<DeviceInfo>>> {
     Ok(Json(s.fleet.list_devices(&caller).await?))
+}
+
+pub async fn set_device_location(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(node_id): Path<String>,
+    Body(req): Body<SetDeviceLocation>,
+) -> Result<Json<Changed>> {
+    Ok(Json(s.fleet.set_location(&caller, &node_id, req).await?))
 }
 
 pub async fn revoke_device(

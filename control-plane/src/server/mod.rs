@@ -101,6 +101,7 @@ pub fn router(fleet: Arc<Fleet>, limits: &Limits) -> Router {
         .route(&format!("{}/{{name}}", paths::NODE_CONFIGS), put(h::put_node_config).delete(h::remove_node_config))
         .route(paths::DEVICES, get(h::list_devices))
         .route(&format!("{}/{{node_id}}/revoke", paths::DEVICES), post(h::revoke_device))
+        .route(&format!("{}/{{node_id}}/location", paths::DEVICES), put(h::set_device_location))
         .route(paths::AUDIT, get(h::audit))
         .route(
             paths::POLICIES,

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod locations;
 pub mod policies;
 pub mod scenarios;
 

@@ -38,7 +38,7 @@ async fn put_class(fleet: &TestFleet, class: ClassSpec) -> anyhow::Result<Change
 
 /// Watches until the desired state reaches generation `at_least` (an answer may come from a
 /// generation in between, as for any node).
-async fn watch_to(client: &NodeClient, since: u64, at_least: u64) -> DesiredState {
+pub async fn watch_to(client: &NodeClient, since: u64, at_least: u64) -> DesiredState {
     let mut since = since;
     loop {
         let state = client.watch(since, Duration::from_secs(10)).await.unwrap().expect("a change within 10 s");

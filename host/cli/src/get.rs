@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use futures::StreamExt;
 use timeshard_proto::{SeriesKey, TimeRange};
 
-use crate::conn::ConnArgs;
+use crate::conn::{ConnArgs, LocationArg};
 use crate::rows::Rows;
 use crate::time::{TimeFormat, format_time, parse_time};
 
@@ -22,10 +22,13 @@ Times are nanoseconds since the Unix epoch, RFC 3339 (2023-11-14T22:13:20Z), `no
 `now-DURATION` (now-15m).
   timeshard get 'pmu.phase{bus=7,site=atl}' --start 2023-11-14T22:13:20Z --end 2023-11-14T22:16:20Z
   timeshard get 'pmu.phase{bus=7,site=atl}' --start now-1d --end now --window 1m
-  timeshard get 'pmu.phase{bus=7,site=atl}' --latest")]
+  timeshard get 'pmu.phase{bus=7,site=atl}' --latest
+  timeshard get 'traffic.speed{geohash=dn5bpsb}' --latest --location 33.75,-84.39")]
 pub(crate) struct GetArgs {
     #[command(flatten)]
     conn: ConnArgs,
+    #[command(flatten)]
+    location: LocationArg,
     /// The series, e.g. 'pmu.phase{bus=7,site=atl}' (not with --near).
     #[arg(required_unless_present = "near")]
     series: Option<String>,
@@ -71,7 +74,7 @@ pub(crate) async fn run(args: GetArgs) -> Result<()> {
     }
     let series: SeriesKey = args.series.as_deref().context("name the series, or use --near")?.parse()?;
     if args.latest {
-        let client = args.conn.connect().await?;
+        let client = args.location.apply(args.conn.connect().await?)?;
         let latest = client.latest(&series).await?;
         client.close().await;
         return print_points(&series, latest.as_slice(), args.format, args.time);
@@ -80,7 +83,7 @@ pub(crate) async fn run(args: GetArgs) -> Result<()> {
         anyhow::bail!("give --start and --end, or --latest");
     };
     let range = TimeRange::new(parse_time(start)?, parse_time(end)?)?;
-    let client = args.conn.connect().await?;
+    let client = args.location.apply(args.conn.connect().await?)?;
     if let Some(width) = args.window {
         let width_ns = i64::try_from(width.as_nanos()).context("window too wide")?;
         let windows = client.aggregate(&series, range, width_ns).await?;
@@ -110,7 +113,7 @@ async fn run_near(args: &GetArgs, near: &str) -> Result<()> {
         anyhow::bail!("a geographic read needs --start and --end");
     };
     let range = TimeRange::new(parse_time(start)?, parse_time(end)?)?;
-    let client = args.conn.connect().await?;
+    let client = args.location.apply(args.conn.connect().await?)?;
     let found = client.read_near(&args.metric, center, radius, range).await;
     client.close().await;
     let found = found?;

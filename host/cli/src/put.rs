@@ -7,7 +7,7 @@ use clap::Args;
 use timeshard_proto::{Point, SeriesKey};
 use timeshard_sdk::SeriesPoints;
 
-use crate::conn::ConnArgs;
+use crate::conn::{ConnArgs, LocationArg};
 use crate::time::parse_time;
 
 #[derive(Debug, Args)]
@@ -29,6 +29,8 @@ skipped.
 pub(crate) struct PutArgs {
     #[command(flatten)]
     conn: ConnArgs,
+    #[command(flatten)]
+    location: LocationArg,
     /// The series, e.g. 'pmu.phase{bus=7,site=atl}'.
     series: Option<String>,
     /// Points as TS=VALUE or TS=VALUE#EVENT.
@@ -105,7 +107,7 @@ pub(crate) async fn run(args: PutArgs) -> Result<()> {
     if total == 0 {
         bail!("no points to write: give TS=VALUE arguments or CSV on standard input");
     }
-    let client = args.conn.connect().await?;
+    let client = args.location.apply(args.conn.connect().await?)?;
     let ack = client.write_batch(batch).await?;
     eprintln!("wrote {} points in {} blocks through {}", ack.points, ack.blocks, client.addr());
     if ack.rejected > 0 {

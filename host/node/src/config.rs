@@ -480,54 +480,8 @@ pub struct ClassConfig {
 
 /// A class's context-of-interest parameters as written in the config file:
 /// `coi = { n_in = 2, n_out = 1, in_coi_dist = "50km", out_coi_dist = "1000km", coi_size = "50km",
-/// precision = 5 }`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CoiConfig {
-    /// In-CoI replicas (written and read by quorum: W = n_in/2 + 1, R = n_in - W + 1).
-    pub n_in: u8,
-    /// Out-of-CoI replicas (written asynchronously).
-    #[serde(default)]
-    pub n_out: u8,
-    /// Radius in-CoI replicas are first looked for in (`50km`, `500m`; a bare number is km).
-    pub in_coi_dist: String,
-    /// Least distance of out-of-CoI replicas from the series.
-    pub out_coi_dist: String,
-    /// Clients within this distance of a series get quorum reads over its in-CoI replicas.
-    pub coi_size: String,
-    /// Geohash characters (1-12) locations are quantized to before they are compared.
-    pub precision: u8,
-    /// Location of the class's series that carry no `geohash` or `lat`/`lon` tags: a geohash
-    /// or `LAT,LON`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
-}
-
-impl CoiConfig {
-    /// The parameters, checked.
-    pub fn coi(&self) -> Result<timeshard_proto::class::Coi, String> {
-        use timeshard_proto::geo::{GeoPoint, MAX_PRECISION, parse_distance_m};
-        let dist = |name: &str, v: &str| parse_distance_m(v).map_err(|e| format!("coi.{name}: {e}"));
-        let location = match &self.location {
-            None => None,
-            Some(l) if l.contains(',') => {
-                Some(l.parse::<GeoPoint>().map_err(|e| format!("coi.location: {e}"))?.cell(MAX_PRECISION))
-            }
-            Some(l) => Some(l.parse().map_err(|e| format!("coi.location: {e}"))?),
-        };
-        let coi = timeshard_proto::class::Coi {
-            n_in: self.n_in,
-            n_out: self.n_out,
-            in_coi_m: dist("in_coi_dist", &self.in_coi_dist)?,
-            out_coi_m: dist("out_coi_dist", &self.out_coi_dist)?,
-            coi_size_m: dist("coi_size", &self.coi_size)?,
-            precision: self.precision,
-            location,
-        };
-        coi.validate().map_err(|e| e.to_string())?;
-        Ok(coi)
-    }
-}
+/// precision = 5 }`. The control plane's class spec carries the same type, checked the same way.
+pub type CoiConfig = timeshard_control_api::class::CoiSpec;
 
 impl ClassConfig {
     /// The hot window in force: `hot`, or 30 days for an archived class without one; `None`

@@ -328,14 +328,16 @@ impl RunningNode {
         let digest = Arc::new(AtomicU64::new(crate::control::config_digest_u64(&config.classes, &applied.revoked)));
         let view = Arc::new(View::new(me, &config.membership, digest.clone()));
         view.set_location(config.location()?);
-        if let (Some(wan), Some(here)) = (config.testing.wan_emulation, config.location()?) {
+        if let Some(wan) = config.testing.wan_emulation {
             warn!(
                 per_hop_ms = wan.per_hop_ms,
                 route_factor = wan.route_factor,
                 "WAN emulation is on ([testing] wan_emulation)"
             );
+            // The view's own location, not the file's: the control plane may set or move it.
             let peers = view.clone();
             dht.set_wan_emulation(crate::dht::WanDelay(Box::new(move |id| {
+                let here = peers.location()?;
                 let there = peers.location_of(id)?;
                 let ms = timeshard_proto::geo::wan_one_way_ms(&here, &there, wan.per_hop_ms, wan.route_factor);
                 Some(Duration::from_secs_f64(ms / 1_000.0))

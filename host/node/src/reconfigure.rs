@@ -4,7 +4,7 @@
 //!
 //! What may change while the node runs: the series classes (except a class's metric prefix,
 //! key format and quantum, which decide where stored blocks live) with their retention, the
-//! bootstrap peers, the per-node limits (requests served at once, connections, read
+//! node's location (gossiped at once: CoI placement follows it), the bootstrap peers, the per-node limits (requests served at once, connections, read
 //! parallelism, quanta per page) and the revoked node ids. Everything else (listen address,
 //! data directory, TLS files, DHT settings, store, wire limits, policies, membership, hints,
 //! repair, fault injection) needs a restart.
@@ -173,6 +173,11 @@ impl Node {
                 info!(peer = %id, "refusing node {id} from now on: its certificate was revoked");
             }
             changed.push(format!("{} node(s) revoked ({forgotten} were peers)", newly.len()));
+        }
+        if old.location != config.location {
+            // Checked by `prepare` (config.validate).
+            self.view().set_location(config.location().ok().flatten());
+            changed.push(format!("location ({})", config.location.as_deref().unwrap_or("none")));
         }
         if old.classes != config.classes {
             self.coordinator().set_classes(classes);

@@ -172,8 +172,12 @@ async fn serve_stream(
 /// Validates and answers one request, counting client writes and queries for `/metrics`.
 pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
     let started = std::time::Instant::now();
+    let (req, client_at) = match req.into_located() {
+        Ok(r) => r,
+        Err(e) => return Response::Error(e.into()),
+    };
     let counted = crate::metrics::Counted::of(&req);
-    let resp = answer(node, peer, req).await;
+    let resp = crate::coordinator::client_at::scope(client_at, answer(node, peer, req)).await;
     if let Some(counted) = counted {
         node.metrics().record_quic(counted, &resp, started.elapsed());
     }
@@ -285,6 +289,10 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Ok(point) => Response::Latest { point },
                 Err(e) => Response::Error(e),
             }
+        }
+        // Unwrapped by `handle` (the envelope cannot nest).
+        Request::Located { .. } => {
+            Response::Error(ErrorReply::new(ErrorCode::Malformed, "a located request cannot carry another one"))
         }
         // Served by `handle_gossip`, which knows where the peer spoke from.
         Request::Gossip { .. } => {

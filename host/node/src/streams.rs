@@ -37,7 +37,10 @@ pub type PartFrame = Result<PartPages, ErrorReply>;
 
 /// Whether `req` is answered with a stream of frames.
 pub fn is_streamed(req: &Request) -> bool {
-    matches!(req, Request::FetchParts { .. } | Request::ReadStream { .. })
+    match req {
+        Request::Located { request, .. } => is_streamed(request),
+        req => matches!(req, Request::FetchParts { .. } | Request::ReadStream { .. }),
+    }
 }
 
 fn store_error(e: StoreError) -> ErrorReply {
@@ -103,6 +106,10 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
     if let Err(e) = req.validate(&node.limits()) {
         return finish_with(node, &mut send, &Response::Error(e.into()), limit).await;
     }
+    let (req, client_at) = match req.into_located() {
+        Ok(r) => r,
+        Err(e) => return finish_with(node, &mut send, &Response::Error(e.into()), limit).await,
+    };
     if req.is_peer_only() && !peer_is_node {
         let e = ErrorReply::new(
             ErrorCode::Forbidden,
@@ -138,9 +145,8 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
             };
             let (tx, mut rx) = mpsc::channel(FRAMES_AHEAD);
             let coordinator = node.coordinator().clone();
-            let mut reading = Some(tokio::spawn(async move {
-                coordinator.read_stream(series, range, after, batch_points as usize, tx).await;
-            }));
+            let read = coordinator.read_stream(series, range, after, batch_points as usize, tx);
+            let mut reading = Some(tokio::spawn(crate::coordinator::client_at::scope(client_at, read)));
             loop {
                 let resp = match rx.recv().await {
                     Some(Ok(points)) => Response::Batch { columns: ColumnBatch::from_points(&points), more: true },

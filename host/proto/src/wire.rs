@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::geo::GeoPoint;
 use crate::id::Id;
 use crate::membership::{self, DigestItem, GossipEntry};
 use crate::point::{Point, PointKey};
@@ -181,6 +182,12 @@ pub enum Request {
     /// Client: the newest point of one series strictly before `before` (ns); answered with
     /// [`Response::Latest`].
     Latest { series: String, before: i64 },
+    /// Client: `request` (a write or a read: see [`Request::is_locatable`]) from a client at
+    /// `at`, answered as `request` is. A coordinator decides by it, not by its own location,
+    /// whether the client is inside a series' context of interest (quorum reads over the
+    /// in-CoI replicas) or outside (the fastest replica). Appended last, so older encodings of
+    /// every other request stay valid.
+    Located { at: GeoPoint, request: Box<Request> },
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.
@@ -574,6 +581,10 @@ pub enum InvalidRequest {
     TooMuchGossip { digest: usize, entries: usize },
     #[error("invalid repair request: {0}")]
     Repair(String),
+    #[error("client location: {0}")]
+    Location(crate::geo::GeoError),
+    #[error("a located request must carry a write or a read, not {0}")]
+    NotLocatable(&'static str),
 }
 
 impl InvalidRequest {
@@ -593,6 +604,7 @@ impl InvalidRequest {
             InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
             InvalidRequest::TooMuchGossip { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Repair(_) => ErrorCode::Malformed,
+            InvalidRequest::Location(_) | InvalidRequest::NotLocatable(_) => ErrorCode::Malformed,
         }
     }
 }
@@ -784,6 +796,50 @@ impl Request {
             | Request::Leave
             | Request::ArchiveStatus
             | Request::Latest { .. } => Ok(()),
+            Request::Located { at, request } => {
+                GeoPoint::new(at.lat, at.lon).map_err(InvalidRequest::Location)?;
+                if !request.is_locatable() {
+                    return Err(InvalidRequest::NotLocatable(request.kind()));
+                }
+                request.validate(limits)
+            }
+        }
+    }
+
+    /// Whether a client may wrap this request in [`Request::Located`]: the writes and reads a
+    /// coordinator serves for a client.
+    pub fn is_locatable(&self) -> bool {
+        matches!(
+            self,
+            Request::Write { .. }
+                | Request::Read { .. }
+                | Request::ReadStream { .. }
+                | Request::Query { .. }
+                | Request::Aggregate { .. }
+                | Request::Latest { .. }
+        )
+    }
+
+    /// `self` wrapped with the client's location, when it has one and the request takes it.
+    pub fn located(self, at: Option<GeoPoint>) -> Request {
+        match at {
+            Some(at) if self.is_locatable() => Request::Located { at, request: Box::new(self) },
+            _ => self,
+        }
+    }
+
+    /// The request a [`Request::Located`] carries and the client's location, checked; any
+    /// other request as it is, without a location.
+    pub fn into_located(self) -> Result<(Request, Option<GeoPoint>), InvalidRequest> {
+        match self {
+            Request::Located { at, request } => {
+                let at = GeoPoint::new(at.lat, at.lon).map_err(InvalidRequest::Location)?;
+                if !request.is_locatable() {
+                    return Err(InvalidRequest::NotLocatable(request.kind()));
+                }
+                Ok((*request, Some(at)))
+            }
+            other => Ok((other, None)),
         }
     }
 
@@ -839,6 +895,7 @@ impl Request {
             Request::Leave => "leave",
             Request::ArchiveStatus => "archive_status",
             Request::Latest { .. } => "latest",
+            Request::Located { request, .. } => request.kind(),
         }
     }
 }
@@ -851,6 +908,40 @@ mod tests {
 
     fn series() -> SeriesKey {
         "pmu.phase{bus=1,site=atl}".parse().unwrap()
+    }
+
+    #[test]
+    fn located_requests_carry_a_checked_client_location() {
+        let limits = Limits::default();
+        let latest = Request::Latest { series: series().into(), before: 10 };
+        let atl = GeoPoint::new(33.75, -84.39).unwrap();
+        let req = latest.clone().located(Some(atl));
+        assert_eq!(decode::<Request>(&encode(&req, 1024).unwrap()[4..]).unwrap(), req);
+        req.validate(&limits).unwrap();
+        assert_eq!(req.kind(), "latest");
+        assert_eq!(req.clone().into_located().unwrap(), (latest.clone(), Some(atl)));
+        assert_eq!(latest.clone().into_located().unwrap(), (latest.clone(), None));
+        // Only client writes and reads take a location; status is sent as it is.
+        assert_eq!(Request::Status.located(Some(atl)), Request::Status);
+        let bad = |at: GeoPoint, request: Request| Request::Located { at, request: Box::new(request) };
+        for (req, expect) in [
+            (bad(GeoPoint { lat: 95.0, lon: 0.0 }, latest.clone()), "latitude"),
+            (bad(GeoPoint { lat: f64::NAN, lon: 0.0 }, latest.clone()), "latitude"),
+            (bad(GeoPoint { lat: 0.0, lon: -181.0 }, latest.clone()), "longitude"),
+            (bad(atl, Request::Leave), "not leave"),
+            (bad(atl, req.clone()), "not latest"),
+        ] {
+            let err = req.validate(&limits).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::Malformed);
+            assert!(err.to_string().contains(expect), "{err}");
+            assert!(req.into_located().is_err());
+        }
+        // The envelope checks what it carries.
+        let huge = Request::Write {
+            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 0.0); 3] }],
+        };
+        let small = Limits { max_batch_points: 2, ..limits };
+        assert!(matches!(huge.located(Some(atl)).validate(&small), Err(InvalidRequest::TooManyPoints { .. })));
     }
 
     #[test]

@@ -40,7 +40,15 @@ impl Inspector {
         } else {
             pki::issue(&dir, "inspector", Role::Node)?
         };
-        let identity = Identity::load(&files)?;
+        Inspector::with_identity(&files)
+    }
+
+    /// An inspector with the node certificate in `files`. For nodes enrolled with a control
+    /// plane (which issues node certificates only to enrolled nodes), node `i`'s own
+    /// ([`LocalCluster::client_tls_of`]): node `i` answers it as itself, so inspect node `i`
+    /// only with it (other nodes would take it for node `i` speaking from another address).
+    pub fn with_identity(files: &TlsFiles) -> Result<Inspector> {
+        let identity = Identity::load(files)?;
         let mut endpoint = Endpoint::client("127.0.0.1:0".parse().expect("literal"))?;
         endpoint.set_default_client_config(tls::client_config(&identity)?);
         Ok(Inspector { endpoint, conns: HashMap::new(), limits: Limits::default() })

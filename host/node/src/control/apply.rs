@@ -1,8 +1,9 @@
 //! From the control plane's desired state to a node configuration, without I/O.
 //!
 //! For what the desired state sets, it wins over the node's own file and flags: the TLS
-//! identity (the enrollment's files in `<data_dir>/control`), the classes, the bootstrap peers
-//! (when it names any) and the per-node limits it sets. Everything else (listen address, data
+//! identity (the enrollment's files in `<data_dir>/control`), the classes, the node's location
+//! (when the control plane has one for the device), the bootstrap peers (when it names any)
+//! and the per-node limits it sets. Everything else (listen address, data
 //! directory, DHT, store, wire limits, policies) comes from the file and the flags.
 
 use std::collections::HashSet;
@@ -29,8 +30,7 @@ pub fn class_config(spec: &ClassSpec) -> ClassConfig {
         hot: spec.hot,
         archive: spec.archive,
         age_by: spec.age_by,
-        // The control plane does not carry CoI parameters yet.
-        coi: None,
+        coi: spec.coi.clone(),
     }
 }
 
@@ -48,6 +48,7 @@ pub fn class_spec(class: &ClassConfig) -> ClassSpec {
         hot: class.hot,
         archive: class.archive,
         age_by: class.age_by,
+        coi: class.coi.clone(),
     }
 }
 
@@ -76,6 +77,10 @@ pub fn effective_config(
     config.classes = desired.classes.iter().map(class_config).collect();
     if !desired.bootstrap.is_empty() {
         config.bootstrap = desired.bootstrap.clone();
+    }
+    if let Some(at) = &desired.location {
+        at.validate().map_err(|e| ConfigError::Invalid { setting: "location".into(), message: e.to_string() })?;
+        config.location = Some(at.to_string());
     }
     overlay_limits(&mut config.limits, &desired.limits);
     config.http.issued_tokens = true;
@@ -163,5 +168,35 @@ mod tests {
         assert_eq!(config_digest_u64(&cfg.classes, &revoked), u64::from_str_radix(&desired.digest[..16], 16).unwrap());
         assert_ne!(config_digest(&cfg.classes, &HashSet::new()), desired.digest);
         assert_eq!(digest_prefix("zz"), 0);
+    }
+
+    #[test]
+    fn coi_classes_and_the_location_come_from_the_control_plane() {
+        let mut traffic = ClassSpec::new("traffic", "traffic.");
+        traffic.coi = Some(
+            timeshard_control_api::class::parse_coi(
+                "n_in=2,n_out=1,in_coi_dist=50km,out_coi_dist=1000km,coi_size=50km,precision=5",
+                None,
+            )
+            .unwrap(),
+        );
+        let atl: timeshard_control_api::Location = "33.75,-84.39".parse().unwrap();
+        let desired = FleetState::new(4, vec![traffic], vec![], vec![]).for_node("n", &Default::default(), Some(&atl));
+        // The control plane's location wins over the file's.
+        let base = NodeConfig { location: Some("47.6,-122.3".into()), ..NodeConfig::default() };
+        let cfg = effective_config(&base, Path::new("/d"), &desired).unwrap();
+        assert_eq!(cfg.location().unwrap().map(|p| (p.lat, p.lon)), Some((33.75, -84.39)));
+        let table = cfg.class_table().unwrap();
+        let class = table.of(&"traffic.speed{geohash=dn5bpsb}".parse().unwrap());
+        assert_eq!((class.replication.rf, class.coi.as_ref().unwrap().in_coi_m), (3, 50_000));
+        assert_eq!(config_digest(&cfg.classes, &HashSet::new()), desired.digest);
+        // Without one from the control plane, the file's stays.
+        let quiet = FleetState::new(4, vec![], vec![], vec![]).for_node("n", &Default::default(), None);
+        assert_eq!(effective_config(&base, Path::new("/d"), &quiet).unwrap().location, base.location);
+        // A location whose geohash does not match its position is refused.
+        let mut forged = desired;
+        forged.location.as_mut().unwrap().geohash = "9q8yy".into();
+        let err = effective_config(&base, Path::new("/d"), &forged).unwrap_err().to_string();
+        assert!(err.contains("location") && err.contains("geohash"), "{err}");
     }
 }

@@ -32,6 +32,17 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         );
     }
     let desired = agent.applied();
+    if let (Some(file), Some(control)) = (&base.location, &desired.location)
+        && file.parse::<timeshard_proto::geo::GeoPoint>().ok().map(|p| (p.lat, p.lon))
+            != Some((control.lat, control.lon))
+    {
+        warn!(
+            file = %file,
+            control_plane = %control,
+            "the config file's location is ignored: the control plane's location for this device wins \
+             (change it with `timeshard-control device set-location`)"
+        );
+    }
     let labels: Vec<String> = desired.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     info!(
         node = agent.node_id(),

@@ -7,7 +7,8 @@
 //! `read` (paged range reads from R replicas of each quantum, and the quantum index scan),
 //! `query` (window aggregates and query policies pushed down to the owners of each block and
 //! merged here), `series` (listing the cluster's series, whether one was ever written) and
-//! `latest` (the newest point of a series, from its newest quanta backwards).
+//! `latest` (the newest point of a series, from its newest quanta backwards); `client_at`
+//! holds the location a client declared for the request being served.
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
 //! locally when it is this node), ordering and asking R replicas of a block, and fetching one
@@ -16,6 +17,7 @@
 //! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
 //! quantum_index}`; the coordinator runs them over the network.
 
+pub mod client_at;
 mod latest;
 mod query;
 mod read;
@@ -220,7 +222,8 @@ impl Coordinator {
     /// down or failed lately last; R of the class. For a CoI block read by a coordinator
     /// inside the context of interest: the in-CoI replicas first and R = n_in - W_in + 1,
     /// so the read overlaps every write quorum; from outside, every owner by distance from
-    /// this node and R = 1 (the fastest replica: eventual).
+    /// this node and R = 1 (the fastest replica: eventual). Inside or outside is decided by
+    /// the location the client declared ([`client_at`]), else by this node's.
     fn read_plan(&self, target: &Target, class: &SeriesClass) -> ReadPlan {
         let me = self.dht.me().id;
         let rank = |c: &Contact| (c.id != me, !self.view.is_up(&c.id), self.dht.is_suspect(&c.id));
@@ -232,7 +235,8 @@ impl Coordinator {
         };
         let placed = self.view.owners_of(target);
         let here = self.view.location();
-        let inside = here.is_some_and(|p| site.contains(&p));
+        let client = client_at::declared().or(here);
+        let inside = client.is_some_and(|p| site.contains(&p));
         let far = |c: &Contact| match (here, self.view.location_of(&c.id)) {
             (Some(a), Some(b)) => (a.distance_km(&b) * 1_000.0) as u64,
             _ => u64::MAX,
