@@ -14,7 +14,6 @@ use timeshard_proto::repair::{
 };
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Quantum, SeriesKey};
-
 use tokio::sync::mpsc;
 
 use super::Counters;
