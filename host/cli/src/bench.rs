@@ -123,6 +123,10 @@ pub(crate) struct RepairArgs {
     /// Historical `pmu` points loaded before the joins.
     #[arg(long, default_value_t = RepairOptions::default().points)]
     points: usize,
+    /// Further historical `pmu` points loaded after the joins, before a node departs: a larger
+    /// restore (`restore_rf_s_per_gb`) without a larger rebalance.
+    #[arg(long, default_value_t = RepairOptions::default().restore_points)]
+    restore_points: usize,
     /// Seconds of live ingest on one node before its log is measured.
     #[arg(long, default_value_t = RepairOptions::default().live_secs)]
     live_secs: u64,
@@ -284,6 +288,7 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
             } else {
                 RepairOptions {
                     points: a.points,
+                    restore_points: a.restore_points,
                     live_secs: a.live_secs,
                     idle_secs: a.idle_secs,
                     dir: a.dir,

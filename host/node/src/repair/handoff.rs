@@ -49,6 +49,15 @@ impl HandoffReport {
     }
 }
 
+/// Pages of blocks on their way to one owner in one `Store` request, and the blocks whose last
+/// page is among them.
+#[derive(Default)]
+struct PushBatch {
+    blocks: Vec<BlockPoints>,
+    points: usize,
+    complete: Vec<usize>,
+}
+
 /// One displaced block or registration being handed off.
 struct Displaced {
     block: BlockRef,
@@ -170,54 +179,80 @@ impl Repair {
                     work[i].handoff.confirmed(&owner.id);
                 }
             }
-            for i in push_blocks {
-                let BlockRef::Points { series, quantum } = work[i].block.clone() else { continue };
-                let bytes = self.push_block(&owner, series, quantum).await?;
-                work[i].handoff.confirmed(&owner.id);
-                report.pushed += 1;
-                report.bytes += bytes;
-            }
+            self.push_blocks(&owner, &push_blocks, work, report).await?;
         }
         Ok(())
     }
 
-    /// Sends `block` whole from the local store to `owner`, page by page; returns the bytes.
-    async fn push_block(
+    /// Sends the blocks `items` of `work` whole from the local store to `owner`, several small
+    /// blocks (or pages of a large one) per `Store` request, and marks each confirmed by
+    /// `owner` once the request holding its last page was stored.
+    async fn push_blocks(
         &self,
         owner: &Contact,
-        series: SeriesKey,
-        quantum: timeshard_proto::Quantum,
-    ) -> Result<u64, String> {
+        items: &[usize],
+        work: &mut [Displaced],
+        report: &mut HandoffReport,
+    ) -> Result<(), String> {
         let limit = self.limits.max_batch_points.min(self.limits.max_page_points) as usize;
-        let mut after = None;
-        let mut sent = 0u64;
-        loop {
-            let (store, s) = (self.store.clone(), series.clone());
-            let page = tokio::task::spawn_blocking(move || store.read_block(&s, quantum.start, after, limit))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
-            if page.points.is_empty() {
-                break;
+        let mut batch = PushBatch::default();
+        for &i in items {
+            let BlockRef::Points { series, quantum } = work[i].block.clone() else { continue };
+            let mut after = None;
+            loop {
+                let (store, s, room) = (self.store.clone(), series.clone(), limit.saturating_sub(batch.points).max(1));
+                let page = tokio::task::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                if page.points.is_empty() {
+                    break;
+                }
+                after = page.points.last().map(Point::key).or(after);
+                batch.points += page.points.len();
+                batch.blocks.push(BlockPoints { series: series.clone(), quantum, points: page.points });
+                if !page.more {
+                    break;
+                }
+                if batch.points >= limit {
+                    self.flush(owner, &mut batch, work, report).await?;
+                }
             }
-            after = page.points.last().map(Point::key).or(after);
-            let block = BlockPoints { series: series.clone(), quantum, points: page.points };
-            let bytes = block_bytes(&block);
-            for req in requests(vec![HintPayload::Blocks(vec![block])], &self.limits) {
-                self.send(owner, &req).await?;
-            }
-            sent += bytes as u64;
-            Counters::add(&self.state.counters.handoff_bytes_pushed, bytes as u64);
-            let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
-            if !page.more {
-                break;
+            batch.complete.push(i);
+            if batch.points >= limit {
+                self.flush(owner, &mut batch, work, report).await?;
             }
         }
-        Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
-        Ok(sent)
+        self.flush(owner, &mut batch, work, report).await
+    }
+
+    /// Stores `batch` on `owner` (paced), then confirms the blocks it completed.
+    async fn flush(
+        &self,
+        owner: &Contact,
+        batch: &mut PushBatch,
+        work: &mut [Displaced],
+        report: &mut HandoffReport,
+    ) -> Result<(), String> {
+        let PushBatch { blocks, complete, .. } = std::mem::take(batch);
+        let bytes: usize = blocks.iter().map(block_bytes).sum();
+        if !blocks.is_empty() {
+            for req in requests(vec![HintPayload::Blocks(blocks)], &self.limits) {
+                self.send(owner, &req).await?;
+            }
+        }
+        report.bytes += bytes as u64;
+        Counters::add(&self.state.counters.handoff_bytes_pushed, bytes as u64);
+        for i in complete {
+            work[i].handoff.confirmed(&owner.id);
+            report.pushed += 1;
+            Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
+        }
+        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
     }
 
     async fn send(&self, owner: &Contact, req: &Request) -> Result<(), String> {

@@ -11,6 +11,8 @@
 //!   digests) and listings of this node's blocks.
 //! - [`session`]: pulling from one peer: compare trees, list differing leaves, fetch and store
 //!   what differs.
+//! - [`pipeline`]: storing what a session fetched while the next page is on the way, several
+//!   pages per durable write.
 //! - [`driver`]: when to pull from whom (rounds every `anti_entropy_interval`, at once when the
 //!   view changes), and when this node becomes settled again.
 //! - [`handoff`]: pushing blocks this node holds but no longer owns to their owners, dropping
@@ -21,6 +23,7 @@ use std::sync::Mutex;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;
+pub mod pipeline;
 pub mod read_repair;
 pub mod serve;
 pub mod session;

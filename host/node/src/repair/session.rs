@@ -2,7 +2,8 @@
 //! the peer's entries of the leaves that differ, and fetches and stores the blocks it lacks or
 //! holds with another digest ([`timeshard_proto::repair::to_fetch`]). Equal trees cost one
 //! small message each way; otherwise bytes follow what differs. Fetched data is paced by the
-//! node's repair token bucket, and stored as a union (stores are idempotent sets of points).
+//! node's repair token bucket (by bytes), and stored as a union (stores are idempotent sets of
+//! points) by a [`super::pipeline`] storer that runs alongside the fetches.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +14,12 @@ use timeshard_proto::repair::{
 };
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Quantum, SeriesKey};
+use tokio::sync::mpsc;
 
 use super::Counters;
 use super::driver::Repair;
 use super::inventory::Inventory;
+use super::pipeline::{self, Page, STORE_BATCH_POINTS};
 
 /// Why a session stopped before it compared everything.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,27 @@ impl Repair {
         cutoff: i64,
         taken: &Taken,
     ) -> Result<SessionReport, SessionError> {
+        // Fetching and storing overlap: the comparison and the fetches run while the storer
+        // makes earlier pages durable. Either failing stops both.
+        let (pages, queued) = pipeline::queue();
+        let storer = pipeline::store_pages(self.store.clone(), queued, STORE_BATCH_POINTS);
+        let (report, _) = tokio::try_join!(self.compare_and_fetch(inv, peer, cutoff, taken, pages), storer)?;
+        // Counted once the storer returned: every page fetched is durable.
+        Counters::add(&self.state.counters.blocks_fetched, report.blocks_fetched);
+        Counters::add(&self.state.counters.sessions, 1);
+        Ok(report)
+    }
+
+    /// The producing half of [`Repair::pull`]: compares trees, lists differing leaves and
+    /// fetches what differs into `pages`.
+    async fn compare_and_fetch(
+        &self,
+        inv: &Arc<Inventory>,
+        peer: Contact,
+        cutoff: i64,
+        taken: &Taken,
+        pages: mpsc::Sender<Page>,
+    ) -> Result<SessionReport, SessionError> {
         let scope = RepairScope { view: inv.view_digest, cutoff };
         let inv2 = inv.clone();
         let local = tokio::task::spawn_blocking(move || inv2.tree(&peer.id, false, cutoff))
@@ -119,11 +143,10 @@ impl Repair {
                     .map_err(|e| SessionError::Store(e.to_string()))?;
             }
             for chunk in blocks.chunks(MAX_REQUEST_BLOCKS) {
-                report.blocks_fetched += self.fetch(&peer, chunk.to_vec()).await?;
+                report.blocks_fetched += self.fetch(&peer, chunk.to_vec(), &pages).await?;
             }
             rest = &rest[done..];
         }
-        Counters::add(&self.state.counters.sessions, 1);
         Ok(report)
     }
 
@@ -161,9 +184,15 @@ impl Repair {
         (registrations, blocks)
     }
 
-    /// Fetches `blocks` whole from `peer`, page by page, storing each page; returns how many
-    /// blocks were asked for.
-    async fn fetch(&self, peer: &Contact, blocks: Vec<(SeriesKey, Quantum)>) -> Result<u64, SessionError> {
+    /// Fetches `blocks` whole from `peer`, page by page, handing each page to the storer
+    /// behind `pages` (the next page is fetched while it stores); returns how many blocks were
+    /// asked for. Pacing follows the bytes fetched.
+    async fn fetch(
+        &self,
+        peer: &Contact,
+        blocks: Vec<(SeriesKey, Quantum)>,
+        pages: &mpsc::Sender<Page>,
+    ) -> Result<u64, SessionError> {
         let limit = self.limits.max_page_points.min(self.limits.max_batch_points);
         let mut after = None;
         loop {
@@ -174,12 +203,9 @@ impl Repair {
             };
             let bytes = page.iter().map(timeshard_proto::placement::block_bytes).sum::<usize>();
             Counters::add(&self.state.counters.bytes_fetched, bytes as u64);
-            if !page.is_empty() {
-                let store = self.store.clone();
-                tokio::task::spawn_blocking(move || store.write(&page))
-                    .await
-                    .map_err(|e| SessionError::Store(e.to_string()))?
-                    .map_err(|e| SessionError::Store(e.to_string()))?;
+            // A closed queue means the storer failed; `pull` reports its error.
+            if !page.is_empty() && pages.send(page).await.is_err() {
+                return Err(SessionError::Store("the storer stopped".into()));
             }
             self.pace(bytes).await;
             match next {
@@ -187,7 +213,6 @@ impl Repair {
                 None => break,
             }
         }
-        Counters::add(&self.state.counters.blocks_fetched, blocks.len() as u64);
         Ok(blocks.len() as u64)
     }
 }

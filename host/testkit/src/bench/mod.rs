@@ -11,5 +11,6 @@ pub mod paper;
 pub mod policy;
 pub mod policy_host;
 pub mod repair;
+pub mod repair_sim;
 pub mod store;
 pub mod tier;

@@ -11,7 +11,13 @@
 //! 4. hint replay: a node killed while points are written, then restarted; points hinted per
 //!    second of replay until the coordinator holds no hint (`hint_replay_points_per_s`);
 //! 5. one node (RF 1) ingesting live timestamps for `live_secs`: its write-ahead log then
-//!    (`wal_bytes_after_10min_live`).
+//!    (`wal_bytes_after_10min_live`);
+//! 6. simulated, no node processes ([`super::repair_sim`]): idle anti-entropy of 10 nodes at
+//!    1 k to 1 M blocks per node
+//!    (`anti_entropy_idle_bytes_per_s_per_node_at_1m_blocks_simulated`).
+//!
+//! `restore_points` more history before the departure makes the restore move more data
+//! without making the rebalance larger.
 //!
 //! After each cluster scenario every acknowledged point is read back one by one;
 //! `lost_acked_points` counts those missing (it must be 0).
@@ -41,6 +47,9 @@ pub struct RepairOptions {
     pub joining: usize,
     /// Historical `pmu` points loaded before the joins.
     pub points: usize,
+    /// Further historical `pmu` points loaded after the joins, before the departure: a larger
+    /// restore without a larger rebalance.
+    pub restore_points: usize,
     /// Seconds of the idle anti-entropy measurement.
     pub idle_secs: u64,
     /// `[repair] anti_entropy_interval` of the nodes.
@@ -62,6 +71,7 @@ impl Default for RepairOptions {
             nodes: 5,
             joining: 5,
             points: 2_000_000,
+            restore_points: 0,
             idle_secs: 150,
             anti_entropy_interval: Duration::from_secs(60),
             gone_after: Duration::from_secs(30),
@@ -79,6 +89,7 @@ impl RepairOptions {
             nodes: 3,
             joining: 2,
             points: 24_000,
+            restore_points: 8_000,
             idle_secs: 4,
             anti_entropy_interval: Duration::from_secs(2),
             gone_after: Duration::from_secs(8),
@@ -93,6 +104,8 @@ impl RepairOptions {
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(900);
 const BUSES: u32 = 8;
 const HISTORY_BATCH: usize = 5_000;
+/// Blocks per node of the simulated idle anti-entropy rounds; the last is the figure at 1 M.
+const SIMULATED_BLOCKS_PER_NODE: [usize; 4] = [1_000, 10_000, 100_000, 1_000_000];
 
 fn classes() -> Vec<ClassConfig> {
     vec![
@@ -227,6 +240,13 @@ async fn measure(binary: &Path, dir: &Path, args: &RepairOptions) -> Result<serd
     report["wal_bytes_after_10min_live"] = json!(wal);
     report["live_secs"] = json!(args.live_secs);
     report["live_points_per_s"] = json!(rate.round() as u64);
+    // The node-process run reaches a few thousand blocks per node; the sans-IO trees show
+    // idle comparison at up to a million.
+    let interval_s = args.anti_entropy_interval.as_secs_f64();
+    let simulated = super::repair_sim::idle_figures(args.nodes + args.joining, &SIMULATED_BLOCKS_PER_NODE, interval_s);
+    report["anti_entropy_idle_bytes_per_s_per_node_at_1m_blocks_simulated"] =
+        simulated["rounds"][SIMULATED_BLOCKS_PER_NODE.len() - 1]["bytes_per_s_per_node"].clone();
+    report["anti_entropy_idle_simulated"] = simulated;
     Ok(report)
 }
 
@@ -280,7 +300,21 @@ async fn scenarios(cluster: &mut LocalCluster, classes: &Classes, args: &RepairO
         args.anti_entropy_interval
     );
 
-    // 3. Departure: a node killed for good.
+    // 3. Departure: a node killed for good, after more history if asked.
+    let extra_per_bus = args.restore_points / BUSES as usize;
+    if extra_per_bus > 0 {
+        let t = Instant::now();
+        let mut extra = Ledger::default();
+        load(&writer, per_bus, extra_per_bus, &mut extra).await?;
+        let load_s = t.elapsed().as_secs_f64();
+        println!(
+            "{} more history points on {nodes} nodes before the departure ({load_s:.1} s, {:.0} points/s)",
+            extra.points(),
+            extra.points() as f64 / load_s
+        );
+        acked.merge(extra);
+        wait_exact(cluster, classes).await?;
+    }
     let departed = 1;
     let (before, _) = totals(cluster).await?;
     cluster.kill(departed).await?;
@@ -309,7 +343,7 @@ async fn scenarios(cluster: &mut LocalCluster, classes: &Classes, args: &RepairO
     tokio::time::sleep(Duration::from_secs(4)).await;
     let mut hinted = Ledger::default();
     let t = Instant::now();
-    let mut first = per_bus;
+    let mut first = per_bus + extra_per_bus;
     while t.elapsed() < Duration::from_secs(args.hint_secs) {
         load(&writer, first, HISTORY_BATCH, &mut hinted).await?;
         first += HISTORY_BATCH;
@@ -359,6 +393,7 @@ async fn scenarios(cluster: &mut LocalCluster, classes: &Classes, args: &RepairO
         "lost_acked_points": lost_points,
         "nodes": args.nodes + args.joining - 1,
         "history_points": args.points,
+        "restore_history_points": args.restore_points,
         "rebalance": {"nodes": args.nodes, "joining": args.joining, "seconds": round3(rebalance_s), "bytes": moved,
                       "blocks": blocks},
         "anti_entropy_idle": {"seconds": args.idle_secs, "interval_s": args.anti_entropy_interval.as_secs_f64(),
