@@ -11,11 +11,15 @@
 //! A part's streamed points stand when R settled answers agree on count and digest
 //! ([`accepts`]); otherwise (a replica down, catching up or disagreeing) the part is read
 //! again the careful way, [`Coordinator::fetch_block`]: R settled replicas, further candidates,
-//! exact merge, read repair.
+//! exact merge, read repair. Those re-reads run side by side (up to `read_parallelism` parts in
+//! line), their results still leaving in time order.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use futures::future::{self, BoxFuture};
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::read;
 use timeshard_proto::stream::{FetchPart, PartAnswer, PartChunk, PartEnd, accepts, owner_fetches};
@@ -258,6 +262,12 @@ impl Coordinator {
             let source = Source { rx, index, pending: VecDeque::new(), settled: false, ended: false, failed: false };
             sources.insert(node.id, source);
         }
+        // Parts leave in time order. A part that does not stand is read again the careful way
+        // while the parts after it go on: up to `read_parallelism` parts wait in line, so a
+        // window read while replicas are unsettled (after a restart or a membership change)
+        // costs a few round trips, not one per quantum.
+        let ahead = self.limits().read_parallelism.max(1);
+        let mut in_line: FuturesOrdered<BoxFuture<'static, Result<Vec<Point>, ErrorReply>>> = FuturesOrdered::new();
         for (i, part) in parts.iter().enumerate() {
             let mut answers = Vec::with_capacity(r);
             let mut points = Vec::new();
@@ -276,17 +286,34 @@ impl Coordinator {
                 }
             }
             let stands = accepts(&answers, r) && answers[0].is_some_and(|a| well_formed(&points, &part.range, &a.end));
-            if !stands {
-                points =
-                    self.fetch_block(series, class, &targets[i], part.quantum, part.range, after, usize::MAX).await?;
-            } else if let Some(a) = after
-                && part.range.start() <= a.ts
-            {
-                points.retain(|p| p.key() > a);
+            if stands {
+                if let Some(a) = after
+                    && part.range.start() <= a.ts
+                {
+                    points.retain(|p| p.key() > a);
+                }
+                in_line.push_back(future::ready(Ok(points)).boxed());
+            } else {
+                let (me, series, class, target) = (self.clone(), series.clone(), class.clone(), targets[i].clone());
+                let (quantum, range) = (part.quantum, part.range);
+                in_line.push_back(
+                    async move { me.fetch_block(&series, &class, &target, quantum, range, after, usize::MAX).await }
+                        .boxed(),
+                );
             }
-            if !points.is_empty() {
-                out.push(points).await?;
+            // A full line waits for its head; parts ready at the head leave at once.
+            while in_line.len() >= ahead {
+                match in_line.next().await {
+                    Some(points) => out.push(points?).await?,
+                    None => break,
+                }
             }
+            while let Some(Some(points)) = in_line.next().now_or_never() {
+                out.push(points?).await?;
+            }
+        }
+        while let Some(points) = in_line.next().await {
+            out.push(points?).await?;
         }
         Ok(())
     }
