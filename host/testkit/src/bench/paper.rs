@@ -214,6 +214,11 @@ async fn read_day(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_j
     eprintln!("read_day: wrote {} points in {:.1} s", points.len(), started.elapsed().as_secs_f64());
     let range = TimeRange::new(T0, points.last().map_or(T0, |p| p.ts) + 1)?;
     drop(points);
+    // Steady state: a node reads the careful way until anti-entropy says its replicas agree
+    // (`catch_up_delay` after it starts), which a cluster started seconds ago has not reached.
+    let settling = Instant::now();
+    cluster.wait_settled(Duration::from_secs(120)).await?;
+    eprintln!("read_day: replicas settled after {:.1} s more", settling.elapsed().as_secs_f64());
     let reader = cluster.client(cluster.len() - 1).await?;
     let mut lat = Latencies::default();
     for _ in 0..args.day_reps.max(1) {
