@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 use quinn::{Connection, Endpoint};
 use timeshard_proto::geo::GeoPoint;
 use timeshard_proto::repair::LeaveProgress;
-use timeshard_proto::stream::ColumnBatch;
+use timeshard_proto::stream::{ColumnBatch, ReadRun};
 use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
@@ -188,10 +188,12 @@ impl Client {
     }
 
     /// Every point of `series` in `range` as a stream of column batches (timestamps, values,
-    /// events) in identity order, at most `page_points` points each, so a caller can consume a
+    /// events) in identity order, about `page_points` points each, so a caller can consume a
     /// long range without holding it. The node streams the range over one QUIC stream; each
-    /// batch is awaited at most the request timeout. The stream ends after the last batch, or
-    /// with the first error.
+    /// batch is awaited at most the request timeout. Blocks the range covers whole arrive as
+    /// their stores' compressed columns, decoded here off the network task, a few frames side
+    /// by side, and checked against the count and digest the replicas agreed on. The stream
+    /// ends after the last batch, or with the first error.
     pub fn read_stream(
         &self,
         series: &SeriesKey,
@@ -205,9 +207,8 @@ impl Client {
             batch_points: self.options.page_points,
         };
         let req = req.located(self.location);
-        let client = self.clone();
-        let state = ReadState::Start(client, req);
-        futures::stream::unfold(state, |state| async move {
+        let addr = self.addr;
+        let frames = futures::stream::unfold(ReadState::Start(self.clone(), req), |state| async move {
             let (client, mut frames) = match state {
                 ReadState::Done => return None,
                 ReadState::Start(client, req) => {
@@ -223,19 +224,15 @@ impl Client {
             };
             loop {
                 match frames.next().await {
-                    Ok(Some(Response::Batch { columns, more })) => {
-                        if !columns.is_consistent() {
-                            let e = Error::Protocol { addr: client.addr, what: "a batch with uneven columns".into() };
-                            return Some((Err(e), ReadState::Done));
-                        }
-                        if columns.is_empty() {
+                    Ok(Some(Response::Batch { runs, more })) => {
+                        if runs.is_empty() {
                             if more {
                                 continue;
                             }
                             return None;
                         }
                         let next = if more { ReadState::Reading(client, frames) } else { ReadState::Done };
-                        return Some((Ok(columns), next));
+                        return Some((Ok(runs), next));
                     }
                     Ok(Some(other)) => return Some((Err(client.unexpected(&other)), ReadState::Done)),
                     Ok(None) => {
@@ -246,7 +243,28 @@ impl Client {
                     Err(e) => return Some((Err(client.transport_error(e)), ReadState::Done)),
                 }
             }
-        })
+        });
+        frames
+            .map(move |runs| async move {
+                let runs = runs?;
+                let packed = runs_packed(&runs);
+                let decode =
+                    move || ColumnBatch::from_runs(&runs).map_err(|e| Error::Protocol { addr, what: e.to_string() });
+                if packed {
+                    tokio::task::spawn_blocking(decode)
+                        .await
+                        .map_err(|e| Error::Protocol { addr, what: format!("decoding a batch failed: {e}") })?
+                } else {
+                    decode()
+                }
+            })
+            .buffered(DECODE_AHEAD)
+            // Nothing after the first error.
+            .scan(false, |failed, batch| {
+                let out = (!*failed).then_some(batch);
+                *failed = out.as_ref().is_none_or(Result::is_err);
+                futures::future::ready(out)
+            })
     }
 
     /// One page of a read: points strictly after `after`, and the cursor to continue from if the
@@ -404,6 +422,14 @@ impl Client {
 }
 
 /// Where a streamed read is.
+/// Frames of a streamed read decoded side by side (each holds about `page_points` points).
+const DECODE_AHEAD: usize = 3;
+
+/// Whether `runs` hold packed columns, worth decoding off the network task.
+fn runs_packed(runs: &[ReadRun]) -> bool {
+    runs.iter().any(|r| matches!(r, ReadRun::Packed(_)))
+}
+
 enum ReadState {
     Start(Client, Request),
     Reading(Client, transport::FrameStream),

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use quinn::SendStream;
-use timeshard_proto::stream::{ColumnBatch, FetchPart, PartChunk, PartEnd};
+use timeshard_proto::packed::PackedColumns;
+use timeshard_proto::stream::{FetchPart, PartChunk, PartEnd};
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Point, SeriesKey};
 use timeshard_sdk::transport;
@@ -66,6 +67,25 @@ pub fn produce_parts(
     let mut frame: Vec<PartChunk> = Vec::new();
     let mut in_frame = 0usize;
     for (i, fp) in parts.iter().enumerate() {
+        let whole = match whole_block(store, series, fp) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(store_error(e)));
+                return;
+            }
+        };
+        if let Some((end, packed)) = whole {
+            if in_frame > 0 && in_frame + end.count as usize > page_points {
+                if tx.blocking_send(Ok(PartPages { chunks: std::mem::take(&mut frame), settled, more: true })).is_err()
+                {
+                    return;
+                }
+                in_frame = 0;
+            }
+            in_frame += (end.count as usize).max(1);
+            frame.push(PartChunk { part: i as u32, points: Vec::new(), packed, end: Some(end) });
+            continue;
+        }
         let mut after = None;
         let mut end = PartEnd { count: 0, digest: 0 };
         loop {
@@ -90,7 +110,7 @@ pub fn produce_parts(
             // A digest-only chunk costs about as much as a point on the wire.
             in_frame += points.len().max(1);
             if !points.is_empty() || last {
-                frame.push(PartChunk { part: i as u32, points, end: last.then_some(end) });
+                frame.push(PartChunk { part: i as u32, points, packed: None, end: last.then_some(end) });
             }
             if last {
                 break;
@@ -98,6 +118,29 @@ pub fn produce_parts(
         }
     }
     let _ = tx.blocking_send(Ok(PartPages { chunks: frame, settled, more: false }));
+}
+
+/// A part that covers its block's quantum whole, answered without decoding a point: the
+/// block's sealed columns when the part's points are asked for (if it is held as one sealed
+/// frame), or only its count and digest from memory. `None`: read the part's points.
+fn whole_block(
+    store: &Arc<dyn Store>,
+    series: &SeriesKey,
+    fp: &FetchPart,
+) -> Result<Option<(PartEnd, Option<PackedColumns>)>, StoreError> {
+    let FetchPart { part, points } = fp;
+    if part.range != part.quantum.range() {
+        return Ok(None);
+    }
+    if *points {
+        return Ok(store
+            .read_packed(series, part.quantum.start)?
+            .map(|b| (PartEnd { count: b.count, digest: b.digest }, Some(b.columns))));
+    }
+    // An empty block is not held; a count or digest that is briefly off (see
+    // `Store::list_blocks`) only sends the part the careful way.
+    let info = store.block_info(series, part.quantum.start)?;
+    Ok(Some((info.map_or(PartEnd { count: 0, digest: 0 }, |b| PartEnd { count: b.count, digest: b.digest }), None)))
 }
 
 /// Answers a streamed request on `send`, after the checks every request gets.
@@ -149,12 +192,12 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
             let mut reading = Some(tokio::spawn(crate::coordinator::client_at::scope(client_at, read)));
             loop {
                 let resp = match rx.recv().await {
-                    Some(Ok(points)) => Response::Batch { columns: ColumnBatch::from_points(&points), more: true },
+                    Some(Ok(runs)) => Response::Batch { runs, more: true },
                     Some(Err(e)) => Response::Error(e),
                     // The read ended: completely, unless its task failed.
                     None => match reading.take() {
                         Some(t) => match t.await {
-                            Ok(()) => Response::Batch { columns: ColumnBatch::default(), more: false },
+                            Ok(()) => Response::Batch { runs: Vec::new(), more: false },
                             Err(e) => {
                                 Response::Error(ErrorReply::new(ErrorCode::Internal, format!("read failed: {e}")))
                             }

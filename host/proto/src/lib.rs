@@ -21,6 +21,7 @@ pub mod id;
 pub mod key;
 pub mod lookup;
 pub mod membership;
+pub mod packed;
 pub mod placement;
 pub mod point;
 pub mod quantum_index;

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
+use crate::packed::{MAX_PACKED_POINTS, PackedColumns, PackedError, PackedPart};
 use crate::point::{Point, PointKey, set_digest};
 use crate::routing::Contact;
 use crate::wire::BlockPart;
@@ -50,12 +51,32 @@ impl PartEnd {
 }
 
 /// Points of the part at index `part` of a request (in the order asked); `end` is set on the
-/// part's last chunk.
+/// part's last chunk. A part covering a sealed block whole may come as that block's columns
+/// instead (`packed`, in one chunk with its `end` and no `points`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PartChunk {
     pub part: u32,
     pub points: Vec<Point>,
+    pub packed: Option<PackedColumns>,
     pub end: Option<PartEnd>,
+}
+
+/// A run of a streamed read's answer to a client, in order: points, or a part's packed
+/// columns (which the client decodes and checks, [`PackedPart::decode_into`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ReadRun {
+    Points(Vec<Point>),
+    Packed(PackedPart),
+}
+
+impl ReadRun {
+    /// Points the run holds (or claims, packed).
+    pub fn count(&self) -> u64 {
+        match self {
+            ReadRun::Points(p) => p.len() as u64,
+            ReadRun::Packed(p) => p.count(),
+        }
+    }
 }
 
 /// Points as columns, the way a client consumes a streamed read.
@@ -75,6 +96,30 @@ impl ColumnBatch {
             values: points.iter().map(|p| p.value).collect(),
             events: points.iter().map(|p| p.event).collect(),
         }
+    }
+
+    /// The points of `runs`, in order, packed parts decoded and checked
+    /// ([`PackedPart::decode_into`]).
+    pub fn from_runs(runs: &[ReadRun]) -> Result<ColumnBatch, PackedError> {
+        // Claimed counts come from a peer: reserve no more than a few blocks' worth up front.
+        let claimed: u64 = runs.iter().map(ReadRun::count).sum();
+        let n = claimed.min(MAX_PACKED_POINTS) as usize;
+        let mut out = ColumnBatch {
+            timestamps: Vec::with_capacity(n),
+            values: Vec::with_capacity(n),
+            events: Vec::with_capacity(n),
+        };
+        for run in runs {
+            match run {
+                ReadRun::Points(points) => {
+                    out.timestamps.extend(points.iter().map(|p| p.ts));
+                    out.values.extend(points.iter().map(|p| p.value));
+                    out.events.extend(points.iter().map(|p| p.event));
+                }
+                ReadRun::Packed(part) => part.decode_into(&mut out)?,
+            }
+        }
+        Ok(out)
     }
 
     /// Points in the batch.
@@ -182,6 +227,28 @@ mod tests {
         let mut summed = PartEnd::of(&pts[..1]);
         summed.add(&pts[1..]);
         assert_eq!(summed, end, "digests add up across chunks");
+    }
+
+    #[test]
+    fn runs_of_points_and_packed_parts_make_one_batch_in_order() {
+        let pts: Vec<Point> = (0..300).map(|i| Point::new(i * 10, i as f64)).collect();
+        let packed = |p: &[Point]| {
+            ReadRun::Packed(PackedPart {
+                range: crate::time::TimeRange::new(0, 10_000).unwrap(),
+                end: PartEnd::of(p),
+                columns: PackedColumns::of(p),
+            })
+        };
+        let runs =
+            vec![ReadRun::Points(pts[..50].to_vec()), packed(&pts[50..200]), ReadRun::Points(pts[200..].to_vec())];
+        assert_eq!(runs.iter().map(ReadRun::count).sum::<u64>(), 300);
+        assert_eq!(ColumnBatch::from_runs(&runs).unwrap().points().collect::<Vec<_>>(), pts);
+        // One bad packed part fails the batch.
+        let mut bad = packed(&pts[50..200]);
+        if let ReadRun::Packed(p) = &mut bad {
+            p.end.digest ^= 1;
+        }
+        assert!(ColumnBatch::from_runs(&[ReadRun::Points(pts[..50].to_vec()), bad]).is_err());
     }
 
     #[test]

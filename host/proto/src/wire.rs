@@ -21,12 +21,12 @@ use crate::repair::{
 };
 use crate::routing::Contact;
 use crate::series::{SeriesKey, SeriesKeyError};
-use crate::stream::{ColumnBatch, FetchPart, PartChunk};
+use crate::stream::{FetchPart, PartChunk, ReadRun};
 use crate::time::{Quantum, TimeError, TimeRange, check_timestamp};
 use crate::window::WindowStats;
 
 /// ALPN protocol id; the trailing number is the wire protocol version.
-pub const ALPN: &[u8] = b"timeshard/1";
+pub const ALPN: &[u8] = b"timeshard/2";
 
 /// DNS name in every node certificate; clients and peers verify a node against it. The SDK,
 /// the node and the control plane's CA all take it from here.
@@ -235,7 +235,7 @@ pub enum Response {
     },
     /// One frame of the answer to a [`Request::ReadStream`]; `more` until the last.
     Batch {
-        columns: ColumnBatch,
+        runs: Vec<ReadRun>,
         more: bool,
     },
     /// A write was acknowledged by at least W replicas of every block it touched.

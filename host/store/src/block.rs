@@ -6,6 +6,8 @@
 //! and values. Columns are compressed with [`Codec::Pco`] (the default) or [`Codec::Xor`]
 //! (Gorilla-style delta-of-delta timestamps and XOR values); every reader decodes both.
 
+use serde_bytes::ByteBuf;
+use timeshard_proto::packed::PackedColumns;
 use timeshard_proto::{Point, Quantum, QuantumLen};
 
 use crate::agg::Summary;
@@ -240,6 +242,19 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<Point>) -> Result<Header, Malform
         return Err(Malformed("decoded points disagree with the block's summary or quantum".into()));
     }
     Ok(h)
+}
+
+/// The header and pco columns of the block frame `bytes` (checksum verified), as stored:
+/// `None` for a block of another codec.
+pub fn packed_columns(bytes: &[u8]) -> Result<Option<(Header, PackedColumns)>, Malformed> {
+    let (h, flags, mut r) = parse_header(unframe(bytes)?)?;
+    if h.codec != Codec::Pco {
+        return Ok(None);
+    }
+    let timestamps = r.bytes_varint()?.to_vec();
+    let events = if flags & FLAG_NO_EVENTS == 0 { Some(ByteBuf::from(r.bytes_varint()?.to_vec())) } else { None };
+    let values = r.bytes_varint()?.to_vec();
+    Ok(Some((h, PackedColumns { timestamps, events, values })))
 }
 
 /// Gorilla-style columns (Pelkonen et al., VLDB 2015), adapted to nanosecond timestamps: the

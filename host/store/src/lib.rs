@@ -67,6 +67,7 @@
 
 use std::fmt;
 
+use timeshard_proto::packed::PackedColumns;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
@@ -160,6 +161,15 @@ pub struct ReadPage {
     pub points: Vec<Point>,
     /// Whether the range holds more points after the last one returned.
     pub more: bool,
+}
+
+/// A block as its sealed columns ([`Store::read_packed`]): its count and digest (the frame's
+/// summary) and the columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedBlock {
+    pub count: u64,
+    pub digest: u64,
+    pub columns: PackedColumns,
 }
 
 /// What a write changed.
@@ -306,6 +316,14 @@ pub trait Store: Send + Sync + fmt::Debug {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<ReadPage, StoreError>;
+
+    /// Block (`series`, `quantum_start`) as the columns its store compressed, when it is held
+    /// as exactly one sealed pco frame with nothing open or overlapping; `None` otherwise (read
+    /// its points instead). No point is decoded: a streamed read sends the columns on.
+    fn read_packed(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<PackedBlock>, StoreError> {
+        let _ = (series, quantum_start);
+        Ok(None)
+    }
 
     /// Removes block (`series`, `quantum_start`) if its digest is `expected_digest` (what the
     /// new owners confirmed they hold), durably: a restart does not bring it back. Returns

@@ -17,6 +17,7 @@ use timeshard_sdk::{Client, SeriesPoints};
 use tokio::task::JoinHandle;
 
 use crate::cluster::LocalCluster;
+use crate::datasets::now_ns;
 use crate::inspect::Inspector;
 
 /// Acknowledged points per series.
@@ -160,10 +161,6 @@ pub struct LiveWriter {
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
     task: JoinHandle<(u64, u64)>,
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl LiveWriter {

@@ -20,9 +20,10 @@ use std::sync::Arc;
 use futures::future::{self, BoxFuture};
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
+use timeshard_proto::packed::{PackedColumns, PackedPart};
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::read;
-use timeshard_proto::stream::{FetchPart, PartAnswer, PartChunk, PartEnd, accepts, owner_fetches};
+use timeshard_proto::stream::{FetchPart, PartAnswer, PartChunk, PartEnd, ReadRun, accepts, owner_fetches};
 use timeshard_proto::wire::{BlockPart, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesClass, SeriesKey, TimeRange};
 use tokio::sync::mpsc;
@@ -34,48 +35,84 @@ use crate::streams::{FRAMES_AHEAD, PartFrame, PartPages, produce_parts};
 /// per owner node stay a few megabytes, large enough to amortise the framing.
 pub const STREAM_PAGE_POINTS: u32 = 16_384;
 
-/// What a streamed read sends its consumer: batches of points in order, or why it stopped.
-pub type BatchSender = mpsc::Sender<Result<Vec<Point>, ErrorReply>>;
+/// What a streamed read sends its consumer: runs in order (points, or parts packed as their
+/// blocks' sealed columns, counted as the points they claim), or why it stopped.
+pub type BatchSender = mpsc::Sender<Result<Vec<ReadRun>, ErrorReply>>;
 
 /// The consumer went away; nothing more to do.
 fn consumer_gone() -> ErrorReply {
     ErrorReply::new(ErrorCode::Unavailable, "the reader went away")
 }
 
-/// Collects merged points into batches of `size` for the consumer.
+/// Collects merged runs into batches of about `size` points for the consumer.
 struct Batches<'a> {
     tx: &'a BatchSender,
-    buf: Vec<Point>,
+    buf: Vec<ReadRun>,
+    /// Points in `buf`.
+    held: usize,
     size: usize,
     sent: u64,
 }
 
 impl Batches<'_> {
+    /// Adds points, in batches of at most `size` points.
     async fn push(&mut self, points: Vec<Point>) -> Result<(), ErrorReply> {
-        self.sent += points.len() as u64;
-        if self.buf.is_empty() && points.len() == self.size {
-            return self.tx.send(Ok(points)).await.map_err(|_| consumer_gone());
-        }
         let mut rest = points.as_slice();
         while !rest.is_empty() {
-            let take = (self.size - self.buf.len()).min(rest.len());
-            self.buf.extend_from_slice(&rest[..take]);
+            let take = (self.size - self.held).min(rest.len());
+            match self.buf.last_mut() {
+                Some(ReadRun::Points(p)) => p.extend_from_slice(&rest[..take]),
+                _ => self.buf.push(ReadRun::Points(rest[..take].to_vec())),
+            }
+            self.held += take;
+            self.sent += take as u64;
             rest = &rest[take..];
-            if self.buf.len() >= self.size {
-                let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.size));
-                self.tx.send(Ok(full)).await.map_err(|_| consumer_gone())?;
+            if self.held >= self.size {
+                self.send().await?;
             }
         }
         Ok(())
     }
 
-    async fn flush(&mut self) -> Result<(), ErrorReply> {
-        if !self.buf.is_empty() {
-            let rest = std::mem::take(&mut self.buf);
-            self.tx.send(Ok(rest)).await.map_err(|_| consumer_gone())?;
+    /// Adds a packed part whole; a batch holding it may pass `size` by less than one block.
+    async fn push_packed(&mut self, part: PackedPart) -> Result<(), ErrorReply> {
+        let n = part.count() as usize;
+        if self.held > 0 && self.held + n > self.size {
+            self.send().await?;
+        }
+        self.held += n;
+        self.sent += n as u64;
+        self.buf.push(ReadRun::Packed(part));
+        if self.held >= self.size {
+            self.send().await?;
         }
         Ok(())
     }
+
+    async fn send(&mut self) -> Result<(), ErrorReply> {
+        let runs = std::mem::take(&mut self.buf);
+        self.held = 0;
+        self.tx.send(Ok(runs)).await.map_err(|_| consumer_gone())
+    }
+
+    async fn flush(&mut self) -> Result<(), ErrorReply> {
+        if !self.buf.is_empty() {
+            self.send().await?;
+        }
+        Ok(())
+    }
+}
+
+/// What the point sender of a part sent for it.
+enum Content {
+    Points(Vec<Point>),
+    Packed(PackedColumns),
+}
+
+/// A part ready to leave, in time order.
+enum Ready {
+    Points(Vec<Point>),
+    Packed(PackedPart),
 }
 
 /// One owner node's streamed answer, as the merge consumes it.
@@ -92,7 +129,7 @@ struct Source {
 impl Source {
     /// The node's answer to window part `part`: its points (if it sends them) and its count,
     /// digest and settledness; `None` if the node failed or did not answer the part.
-    async fn answer_for(&mut self, part: usize) -> Option<(Vec<Point>, PartAnswer)> {
+    async fn answer_for(&mut self, part: usize) -> Option<(Content, PartAnswer)> {
         let mut points = Vec::new();
         loop {
             if self.failed {
@@ -110,9 +147,22 @@ impl Source {
                 if at < part {
                     continue;
                 }
-                points.extend(chunk.points);
-                if let Some(end) = chunk.end {
-                    return Some((points, PartAnswer { end, settled: self.settled }));
+                let answer = |end| PartAnswer { end, settled: self.settled };
+                match (chunk.packed, chunk.end) {
+                    // A packed part comes whole, in one chunk.
+                    (Some(packed), Some(end)) if points.is_empty() && chunk.points.is_empty() => {
+                        return Some((Content::Packed(packed), answer(end)));
+                    }
+                    (Some(_), _) => {
+                        self.failed = true;
+                        return None;
+                    }
+                    (None, end) => {
+                        points.extend(chunk.points);
+                        if let Some(end) = end {
+                            return Some((Content::Points(points), answer(end)));
+                        }
+                    }
                 }
             }
             if self.ended {
@@ -150,7 +200,7 @@ impl Coordinator {
         batch: usize,
         tx: BatchSender,
     ) {
-        let mut out = Batches { tx: &tx, buf: Vec::new(), size: batch.max(1), sent: 0 };
+        let mut out = Batches { tx: &tx, buf: Vec::new(), held: 0, size: batch.max(1), sent: 0 };
         if let Err(e) = self.stream_range(&series, range, after, &mut out).await {
             let _ = tx.send(Err(e)).await;
         }
@@ -267,59 +317,158 @@ impl Coordinator {
         // window read while replicas are unsettled (after a restart or a membership change)
         // costs a few round trips, not one per quantum.
         let ahead = self.limits().read_parallelism.max(1);
-        let mut in_line: FuturesOrdered<BoxFuture<'static, Result<Vec<Point>, ErrorReply>>> = FuturesOrdered::new();
+        let mut in_line: FuturesOrdered<BoxFuture<'static, Result<Ready, ErrorReply>>> = FuturesOrdered::new();
         for (i, part) in parts.iter().enumerate() {
             let mut answers = Vec::with_capacity(r);
-            let mut points = Vec::new();
+            let mut content = None;
             for (k, c) in candidates[i].iter().take(r).enumerate() {
                 let answer = match sources.get_mut(&c.id) {
                     Some(source) => source.answer_for(i).await,
                     None => None,
                 };
-                if let Some((p, a)) = answer {
+                if let Some((got, a)) = answer {
                     if k == 0 {
-                        points = p;
+                        content = Some(got);
                     }
                     answers.push(Some(a));
                 } else {
                     answers.push(None);
                 }
             }
-            let stands = accepts(&answers, r) && answers[0].is_some_and(|a| well_formed(&points, &part.range, &a.end));
-            if stands {
-                if let Some(a) = after
-                    && part.range.start() <= a.ts
-                {
-                    points.retain(|p| p.key() > a);
-                }
-                in_line.push_back(future::ready(Ok(points)).boxed());
-            } else {
-                let (me, series, class, target) = (self.clone(), series.clone(), class.clone(), targets[i].clone());
-                let (quantum, range) = (part.quantum, part.range);
-                in_line.push_back(
-                    async move { me.fetch_block(&series, &class, &target, quantum, range, after, usize::MAX).await }
+            let ready = match (accepts(&answers, r), content, answers[0]) {
+                (true, Some(content), Some(first)) => standing(content, part, first.end, after),
+                _ => None,
+            };
+            match ready {
+                Some(ready) => in_line.push_back(future::ready(Ok(ready)).boxed()),
+                None => {
+                    let (me, series, class, target) = (self.clone(), series.clone(), class.clone(), targets[i].clone());
+                    let (quantum, range) = (part.quantum, part.range);
+                    in_line.push_back(
+                        async move {
+                            me.fetch_block(&series, &class, &target, quantum, range, after, usize::MAX)
+                                .await
+                                .map(Ready::Points)
+                        }
                         .boxed(),
-                );
+                    );
+                }
             }
             // A full line waits for its head; parts ready at the head leave at once.
             while in_line.len() >= ahead {
                 match in_line.next().await {
-                    Some(points) => out.push(points?).await?,
+                    Some(ready) => out.take(ready?).await?,
                     None => break,
                 }
             }
-            while let Some(Some(points)) = in_line.next().now_or_never() {
-                out.push(points?).await?;
+            while let Some(Some(ready)) = in_line.next().now_or_never() {
+                out.take(ready?).await?;
             }
         }
-        while let Some(points) = in_line.next().await {
-            out.push(points?).await?;
+        while let Some(ready) = in_line.next().await {
+            out.take(ready?).await?;
         }
         Ok(())
     }
 }
 
+impl Batches<'_> {
+    async fn take(&mut self, ready: Ready) -> Result<(), ErrorReply> {
+        match ready {
+            Ready::Points(points) => self.push(points).await,
+            Ready::Packed(part) => self.push_packed(part).await,
+        }
+    }
+}
+
+/// What a part whose answers agree ([`accepts`]) sends on: its packed columns as they came
+/// (the client checks them against `end`), or its points, checked here and trimmed to the
+/// read's cursor. `None` when the sender's points are not what it claimed (read the part again).
+fn standing(content: Content, part: &BlockPart, end: PartEnd, after: Option<PointKey>) -> Option<Ready> {
+    let cut = after.is_some_and(|a| part.range.start() <= a.ts);
+    match content {
+        Content::Packed(columns) if !cut => Some(Ready::Packed(PackedPart { range: part.range, end, columns })),
+        // Only the first part of a resumed read: decode it (checked) to trim it.
+        Content::Packed(columns) => {
+            let points = PackedPart { range: part.range, end, columns }.points().ok()?;
+            Some(Ready::Points(trimmed(points, after)))
+        }
+        Content::Points(points) => {
+            well_formed(&points, &part.range, &end).then(|| Ready::Points(trimmed(points, after.filter(|_| cut))))
+        }
+    }
+}
+
+/// `points` strictly after `after`.
+fn trimmed(mut points: Vec<Point>, after: Option<PointKey>) -> Vec<Point> {
+    if let Some(a) = after {
+        points.retain(|p| p.key() > a);
+    }
+    points
+}
+
 fn other_kind(resp: &Response) -> String {
     let text = format!("{resp:?}");
     text.chars().take(60).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use timeshard_proto::QuantumLen;
+
+    use super::*;
+
+    const SEC: i64 = 1_000_000_000;
+
+    fn part() -> (BlockPart, Vec<Point>) {
+        let quantum = QuantumLen::DEFAULT.quantum_of(100 * SEC);
+        let points = (0..100).map(|i| Point::new(quantum.start + i * (SEC / 20), i as f64)).collect();
+        (BlockPart { quantum, range: quantum.range() }, points)
+    }
+
+    fn points_of(ready: Option<Ready>) -> Vec<Point> {
+        match ready {
+            Some(Ready::Points(p)) => p,
+            Some(Ready::Packed(p)) => panic!("packed: {p:?}"),
+            None => panic!("refused"),
+        }
+    }
+
+    #[test]
+    fn agreed_packed_parts_go_on_undecoded_unless_the_cursor_cuts_them() {
+        let (part, points) = part();
+        let end = PartEnd::of(&points);
+        let packed = || Content::Packed(PackedColumns::of(&points));
+        match standing(packed(), &part, end, None) {
+            Some(Ready::Packed(p)) => {
+                assert_eq!((p.range, p.end), (part.range, end));
+                assert_eq!(p.points().unwrap(), points);
+            }
+            _ => panic!("an uncut packed part goes on packed"),
+        }
+        // A cursor before the part does not cut it.
+        let before = Point::new(part.range.start() - 1, 0.0).key();
+        assert!(matches!(standing(packed(), &part, end, Some(before)), Some(Ready::Packed(_))));
+        // A cursor inside it: decoded, checked and trimmed.
+        let cursor = points[39].key();
+        assert_eq!(points_of(standing(packed(), &part, end, Some(cursor))), points[40..]);
+        // Packed columns that are not what the replicas agreed on are read again.
+        let wrong = PartEnd { digest: end.digest ^ 1, ..end };
+        assert!(standing(packed(), &part, wrong, Some(cursor)).is_none());
+    }
+
+    #[test]
+    fn points_stand_only_when_well_formed() {
+        let (part, points) = part();
+        let end = PartEnd::of(&points);
+        assert_eq!(points_of(standing(Content::Points(points.clone()), &part, end, None)), points);
+        assert_eq!(
+            points_of(standing(Content::Points(points.clone()), &part, end, Some(points[9].key()))),
+            points[10..]
+        );
+        let mut reversed = points.clone();
+        reversed.reverse();
+        assert!(standing(Content::Points(reversed), &part, end, None).is_none());
+        assert!(standing(Content::Points(points[1..].to_vec()), &part, end, None).is_none());
+    }
 }

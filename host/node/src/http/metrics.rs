@@ -250,6 +250,11 @@ pub fn render(node: &Node) -> String {
         e.gauge("timeshard_store_block_segments", "Block segment files.", st.block_segments as f64);
         e.counter("timeshard_store_blocks_decoded_total", "Sealed blocks read and decoded.", st.blocks_decoded as f64);
         e.counter(
+            "timeshard_store_blocks_sent_packed_total",
+            "Sealed blocks whose compressed columns a streamed read sent on undecoded.",
+            st.blocks_sent_packed as f64,
+        );
+        e.counter(
             "timeshard_store_summaries_used_total",
             "Block summaries that answered aggregates without decoding.",
             st.summaries_used as f64,

@@ -58,6 +58,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
+use crate::PackedBlock;
 use crate::agg::WindowAggregate;
 use crate::backend::{Backend, FileBackend};
 use crate::block::{self, Codec};
@@ -156,6 +157,8 @@ impl Default for DiskConfig {
 pub struct DiskStats {
     /// Sealed blocks read and decoded since open.
     pub blocks_decoded: u64,
+    /// Sealed blocks whose columns were read for a streamed read, not decoded.
+    pub blocks_sent_packed: u64,
     /// Open (not yet sealed) points copied out by reads since open.
     pub open_points_copied: u64,
     /// Dictionary entries visited by maintenance (retention and checkpoints) since open.
@@ -409,6 +412,7 @@ pub struct DiskStore {
     /// before report it as their last write.
     opened_at: AtomicI64,
     decoded: AtomicU64,
+    packed_sent: AtomicU64,
     open_copied: AtomicU64,
     series_walked: AtomicU64,
     summaries_used: AtomicU64,
@@ -507,6 +511,7 @@ impl DiskStore {
             clock: AtomicI64::new(0),
             opened_at: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
+            packed_sent: AtomicU64::new(0),
             open_copied: AtomicU64::new(0),
             series_walked: AtomicU64::new(0),
             summaries_used: AtomicU64::new(0),
@@ -533,6 +538,7 @@ impl DiskStore {
         let st = self.read_state();
         DiskStats {
             blocks_decoded: self.decoded.load(Ordering::Relaxed),
+            blocks_sent_packed: self.packed_sent.load(Ordering::Relaxed),
             open_points_copied: self.open_copied.load(Ordering::Relaxed),
             series_walked: self.series_walked.load(Ordering::Relaxed),
             summaries_used: self.summaries_used.load(Ordering::Relaxed),
@@ -621,6 +627,10 @@ impl Store for DiskStore {
 
     fn block_info(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<BlockInfo>, StoreError> {
         Ok(self.block_info_of(series, quantum_start))
+    }
+
+    fn read_packed(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<PackedBlock>, StoreError> {
+        self.read_packed_block(series, quantum_start)
     }
 
     fn read_block(

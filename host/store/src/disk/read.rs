@@ -14,7 +14,7 @@ use crate::agg::{Aggregator, Summary, WindowAggregate};
 use crate::backend::io_error;
 use crate::block;
 use crate::index::Loc;
-use crate::{ReadPage, StoreError, page_start};
+use crate::{PackedBlock, ReadPage, StoreError, page_start};
 
 /// Why reading a sealed block failed.
 pub(super) enum Load {
@@ -285,35 +285,82 @@ impl DiskStore {
 
     /// Reads and decodes a sealed block, appending its points to `out`.
     fn load_into(&self, id: u32, start: i64, loc: &Loc, out: &mut Vec<Point>) -> Result<(), Load> {
-        let path = seg_path(loc.seg);
-        let bytes = match self.backend.read_at(&path, loc.offset, loc.len as usize) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Load::Gone),
-            Err(e) => {
-                return Err(Load::Err(io_error(
-                    format!("reading the block of series id {id} at quantum {start} from {path}"),
-                    e,
-                )));
-            }
-        };
+        let bytes = self.read_frame(id, start, loc)?;
         self.decoded.fetch_add(1, Ordering::Relaxed);
-        let corrupt = |why: String| {
-            let key = self.read_state().series.get(&id).map_or_else(|| format!("id {id}"), |s| s.key.to_string());
-            Load::Err(StoreError::Corrupt(format!(
-                "the block of {key} at quantum {start} ({path}, offset {}, {} bytes) is damaged: {why}; \
-                 other blocks are still served; re-replicate this one from a replica",
-                loc.offset, loc.len
-            )))
-        };
         let base = out.len();
         match block::decode_into(&bytes, out) {
             Ok(h) if h.series == id && h.quantum.start == start => Ok(()),
             Ok(h) => {
                 out.truncate(base);
-                Err(corrupt(format!("it holds series id {} quantum {} instead", h.series, h.quantum.start)))
+                Err(self.corrupt(
+                    id,
+                    start,
+                    loc,
+                    format!("it holds series id {} quantum {} instead", h.series, h.quantum.start),
+                ))
             }
-            Err(e) => Err(corrupt(e.0)),
+            Err(e) => Err(self.corrupt(id, start, loc, e.0)),
         }
+    }
+
+    /// The bytes of the sealed frame at `loc` (of block `start` of series `id`).
+    fn read_frame(&self, id: u32, start: i64, loc: &Loc) -> Result<Vec<u8>, Load> {
+        let path = seg_path(loc.seg);
+        match self.backend.read_at(&path, loc.offset, loc.len as usize) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Load::Gone),
+            Err(e) => Err(Load::Err(io_error(
+                format!("reading the block of series id {id} at quantum {start} from {path}"),
+                e,
+            ))),
+        }
+    }
+
+    /// The error for a damaged frame at `loc`, saying which block and what to do.
+    fn corrupt(&self, id: u32, start: i64, loc: &Loc, why: String) -> Load {
+        let key = self.read_state().series.get(&id).map_or_else(|| format!("id {id}"), |s| s.key.to_string());
+        Load::Err(StoreError::Corrupt(format!(
+            "the block of {key} at quantum {start} ({}, offset {}, {} bytes) is damaged: {why}; \
+             other blocks are still served; re-replicate this one from a replica",
+            seg_path(loc.seg),
+            loc.offset,
+            loc.len
+        )))
+    }
+
+    /// [`crate::Store::read_packed`]: the block's one sealed pco frame, its columns cut out
+    /// (checksum verified) without decoding a point.
+    pub(super) fn read_packed_block(
+        &self,
+        series: &SeriesKey,
+        start: Timestamp,
+    ) -> Result<Option<PackedBlock>, StoreError> {
+        retry_moved(|| {
+            let (id, loc) = {
+                let st = self.read_state();
+                let Some(&id) = st.ids.get(series) else { return Ok(None) };
+                let Some(b) = st.series[&id].blocks.get(&start) else { return Ok(None) };
+                match (b.frames.as_slice(), b.open.is_empty() && !b.overlap && !b.open_overlap) {
+                    ([loc], true) => (id, *loc),
+                    _ => return Ok(None),
+                }
+            };
+            let bytes = self.read_frame(id, start, &loc)?;
+            match block::packed_columns(&bytes) {
+                Ok(Some((h, columns))) if h.series == id && h.quantum.start == start => {
+                    self.packed_sent.fetch_add(1, Ordering::Relaxed);
+                    Ok(Some(PackedBlock { count: h.summary.count, digest: h.summary.digest, columns }))
+                }
+                Ok(Some((h, _))) => Err(self.corrupt(
+                    id,
+                    start,
+                    &loc,
+                    format!("it holds series id {} quantum {} instead", h.series, h.quantum.start),
+                )),
+                Ok(None) => Ok(None),
+                Err(e) => Err(self.corrupt(id, start, &loc, e.0)),
+            }
+        })
     }
 
     pub(super) fn lookup(&self, series: &SeriesKey) -> Option<(u32, QuantumLen)> {
