@@ -67,7 +67,7 @@ pub fn produce_parts(
     let mut frame: Vec<PartChunk> = Vec::new();
     let mut in_frame = 0usize;
     for (i, fp) in parts.iter().enumerate() {
-        let whole = match whole_block(store, series, fp) {
+        let whole = match whole_block(store, series, fp, page_points) {
             Ok(w) => w,
             Err(e) => {
                 let _ = tx.blocking_send(Err(store_error(e)));
@@ -122,11 +122,13 @@ pub fn produce_parts(
 
 /// A part that covers its block's quantum whole, answered without decoding a point: the
 /// block's sealed columns when the part's points are asked for (if it is held as one sealed
-/// frame), or only its count and digest from memory. `None`: read the part's points.
+/// frame of at most a page, so a frame stays within the message limit), or only its count and
+/// digest from memory. `None`: read the part's points.
 fn whole_block(
     store: &Arc<dyn Store>,
     series: &SeriesKey,
     fp: &FetchPart,
+    page_points: usize,
 ) -> Result<Option<(PartEnd, Option<PackedColumns>)>, StoreError> {
     let FetchPart { part, points } = fp;
     if part.range != part.quantum.range() {
@@ -134,7 +136,7 @@ fn whole_block(
     }
     if *points {
         return Ok(store
-            .read_packed(series, part.quantum.start)?
+            .read_packed(series, part.quantum.start, page_points as u64)?
             .map(|b| (PartEnd { count: b.count, digest: b.digest }, Some(b.columns))));
     }
     // An empty block is not held; a count or digest that is briefly off (see

@@ -318,10 +318,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<ReadPage, StoreError>;
 
     /// Block (`series`, `quantum_start`) as the columns its store compressed, when it is held
-    /// as exactly one sealed pco frame with nothing open or overlapping; `None` otherwise (read
-    /// its points instead). No point is decoded: a streamed read sends the columns on.
-    fn read_packed(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<PackedBlock>, StoreError> {
-        let _ = (series, quantum_start);
+    /// as exactly one sealed pco frame of at most `max_points` points with nothing open or
+    /// overlapping; `None` otherwise (read its points instead, in pages). No point is decoded:
+    /// a streamed read sends the columns on.
+    fn read_packed(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        max_points: u64,
+    ) -> Result<Option<PackedBlock>, StoreError> {
+        let _ = (series, quantum_start, max_points);
         Ok(None)
     }
 

@@ -1,8 +1,8 @@
 //! Sealed blocks read as their compressed columns ([`Store::read_packed`]): only a block held
-//! as one sealed pco frame with nothing open comes packed, with its frame's count and digest,
-//! and its columns decode to exactly the points a read returns; any other block (open, late
-//! points on top of a frame, another codec, not held) is read as points. A damaged frame is an
-//! error that names the block, not a wrong answer.
+//! as one sealed pco frame, no larger than asked, with nothing open, comes packed, with its
+//! frame's count and digest, and its columns decode to exactly the points a read returns; any
+//! other block (open, late points on top of a frame, another codec, too large, not held) is
+//! read as points. A damaged frame is an error that names the block, not a wrong answer.
 
 mod common;
 
@@ -32,7 +32,7 @@ fn quantum_points(pts: &[Point], start: i64) -> Vec<Point> {
 
 /// The points of a packed block, decoded and checked against its count and digest.
 fn unpacked(store: &dyn Store, start: i64) -> Option<Vec<Point>> {
-    let b = store.read_packed(&series(), start).unwrap()?;
+    let b = store.read_packed(&series(), start, 10_000).unwrap()?;
     let info = store.block_info(&series(), start).unwrap().expect("a packed block is held");
     assert_eq!((b.count, b.digest), (info.count, info.digest), "the frame's count and digest are the block's");
     let part = PackedPart {
@@ -50,18 +50,22 @@ fn only_whole_sealed_pco_blocks_come_packed_and_they_hold_the_blocks_points() {
     let pts = points();
     store.write(&blocks(&series(), qlen(), &pts)).unwrap();
     // Open: nothing packed.
-    assert_eq!(store.read_packed(&series(), 0).unwrap(), None);
+    assert_eq!(store.read_packed(&series(), 0, 10_000).unwrap(), None);
     settle(&store, 1_000_000_000);
     for q in 0..4 {
         let start = q * qlen().ns();
         assert_eq!(unpacked(&store, start), Some(quantum_points(&pts, start)), "quantum {q}");
     }
     // Not held, and an unknown series.
-    assert_eq!(store.read_packed(&series(), 40 * qlen().ns()).unwrap(), None);
-    assert_eq!(store.read_packed(&"packed.other{dev=2}".parse().unwrap(), 0).unwrap(), None);
+    assert_eq!(store.read_packed(&series(), 40 * qlen().ns(), 10_000).unwrap(), None);
+    assert_eq!(store.read_packed(&"packed.other{dev=2}".parse().unwrap(), 0, 10_000).unwrap(), None);
+    // A block larger than the caller's page comes as points.
+    let first = quantum_points(&pts, 0).len() as u64;
+    assert_eq!(store.read_packed(&series(), 0, first - 1).unwrap(), None);
+    assert!(store.read_packed(&series(), 0, first).unwrap().is_some());
     // A late point on top of the sealed frame: points until maintenance seals it in.
     store.write(&blocks(&series(), qlen(), &[Point::new(5, -1.0)])).unwrap();
-    assert_eq!(store.read_packed(&series(), 0).unwrap(), None);
+    assert_eq!(store.read_packed(&series(), 0, 10_000).unwrap(), None);
     settle(&store, 2_000_000_000);
     let mut with_late = quantum_points(&pts, 0);
     with_late.insert(0, Point::new(5, -1.0));
@@ -77,7 +81,7 @@ fn blocks_of_another_codec_come_as_points() {
     store.write(&blocks(&series(), qlen(), &points())).unwrap();
     settle(&store, 1_000_000_000);
     assert!(store.block_info(&series(), 0).unwrap().is_some());
-    assert_eq!(store.read_packed(&series(), 0).unwrap(), None);
+    assert_eq!(store.read_packed(&series(), 0, 10_000).unwrap(), None);
 }
 
 #[test]
@@ -93,7 +97,7 @@ fn a_damaged_frame_is_an_error_naming_the_block() {
     let mut damaged = 0;
     for q in 0..4 {
         let start = q * qlen().ns();
-        match store.read_packed(&series(), start) {
+        match store.read_packed(&series(), start, 10_000) {
             Err(StoreError::Corrupt(why)) => {
                 assert!(why.contains("packed.m") && why.contains("damaged"), "{why}");
                 damaged += 1;

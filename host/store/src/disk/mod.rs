@@ -629,8 +629,13 @@ impl Store for DiskStore {
         Ok(self.block_info_of(series, quantum_start))
     }
 
-    fn read_packed(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<Option<PackedBlock>, StoreError> {
-        self.read_packed_block(series, quantum_start)
+    fn read_packed(
+        &self,
+        series: &SeriesKey,
+        quantum_start: Timestamp,
+        max_points: u64,
+    ) -> Result<Option<PackedBlock>, StoreError> {
+        self.read_packed_block(series, quantum_start, max_points)
     }
 
     fn read_block(

@@ -334,6 +334,7 @@ impl DiskStore {
         &self,
         series: &SeriesKey,
         start: Timestamp,
+        max_points: u64,
     ) -> Result<Option<PackedBlock>, StoreError> {
         retry_moved(|| {
             let (id, loc) = {
@@ -341,7 +342,7 @@ impl DiskStore {
                 let Some(&id) = st.ids.get(series) else { return Ok(None) };
                 let Some(b) = st.series[&id].blocks.get(&start) else { return Ok(None) };
                 match (b.frames.as_slice(), b.open.is_empty() && !b.overlap && !b.open_overlap) {
-                    ([loc], true) => (id, *loc),
+                    ([loc], true) if loc.summary.count <= max_points => (id, *loc),
                     _ => return Ok(None),
                 }
             };
