@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use timeshard_node::control::digest_prefix;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::datasets::now_ns;
 use timeshard_testkit::fleet::{Backend, ControlPlane};
 use timeshard_testkit::inspect::Inspector;
 
@@ -26,10 +27,6 @@ const MOVES: [(usize, &str); 4] =
 const ATLANTA: [usize; 2] = [0, 1];
 const FAR: [usize; 2] = [2, 3];
 const CHICAGO: usize = 4;
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64
-}
 
 /// The series node `i` holds points of.
 async fn held(cluster: &LocalCluster, i: usize) -> anyhow::Result<BTreeSet<SeriesKey>> {
@@ -92,8 +89,12 @@ async fn coi_classes_and_locations_from_the_control_plane() -> anyhow::Result<()
 
     let series: Vec<SeriesKey> =
         (0..6).map(|i| format!("traffic.speed{{geohash=dn5bpsb,seg={i}}}").parse()).collect::<Result<_, _>>()?;
+    // Live points, all in the last ended 2 s quantum: points spanning two quanta would make
+    // two blocks of a series, placed apart, and the count of far copies below is per series.
     let now = now_ns();
-    let points: Vec<Point> = (0..50).map(|i| Point::new(now - 1_000_000_000 + i * 10_000_000, i as f64)).collect();
+    let quantum = 2_000_000_000;
+    let base = (now / quantum - 1) * quantum;
+    let points: Vec<Point> = (0..50).map(|i| Point::new(base + i * 10_000_000, i as f64)).collect();
     let chicago = cluster.client(CHICAGO).await?;
     for s in &series {
         chicago.write(s, &points).await?;
@@ -117,7 +118,7 @@ async fn coi_classes_and_locations_from_the_control_plane() -> anyhow::Result<()
         assert_eq!(held(&cluster, i).await?, everything, "Atlanta node {i} holds an in-CoI replica of every series");
     }
     assert!(held(&cluster, CHICAGO).await?.is_empty(), "Chicago is neither in the CoI nor 1,000 km away");
-    let range = TimeRange::new(now - 2_000_000_000, now)?;
+    let range = TimeRange::new(base, now)?;
     let seattle = cluster.client(FAR[1]).await?;
     assert_eq!(seattle.read(&series[0], range).await?, points);
 
