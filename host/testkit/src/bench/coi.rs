@@ -323,7 +323,10 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
     cluster.shutdown().await?;
 
     let sim = super::coi_sim::simulate(7, args.quick_simulation);
-    println!("out-of-CoI replica distance p50: {} km", sim["out_coi_km_p50"]);
+    println!(
+        "out-of-CoI replica distance p50: {} km (by out_coi_dist: {})",
+        sim["out_coi_km_p50"], sim["out_coi_km_p50_by_out_coi_dist"]
+    );
     Ok(json!({
         "nodes": LOCATIONS.len(),
         "clients": args.clients,
@@ -334,6 +337,7 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
         "region_failure": {"readable_pct": readable_pct, "series": last.len()},
         "load_balance": sim["load_balance"],
         "out_coi_km_p50": sim["out_coi_km_p50"],
+        "out_coi_km_p50_by_out_coi_dist": sim["out_coi_km_p50_by_out_coi_dist"],
         "floor": floor,
     }))
 }

@@ -8,7 +8,8 @@
 //!   and geo-prefixed node ids (FogStore: ids `geohash(5p bits) ++ hash`, owners the XOR
 //!   closest to the series' `geohash ++ hash`).
 //! - `out_coi_km_p50` (FogStore Fig 13): one node per US state capital, series at random
-//!   points of the contiguous US; the median distance from a series to its out-of-CoI replica.
+//!   points of the contiguous US; the median distance from a series to its out-of-CoI replica,
+//!   at the benchmark class's out_coi_dist (1,000 km) and swept over 500-2,000 km.
 
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -158,10 +159,14 @@ pub fn load_balance(seed: u64, series: usize) -> Value {
     json!({ "nodes": NODES, "series": series, "n_in": 2, "rows": rows })
 }
 
+/// The out-of-CoI distance of the benchmark's class, and the others the sweep reports.
+pub const OUT_COI_KM: u32 = 1_000;
+const OUT_COI_SWEEP_KM: [u32; 4] = [500, 1_000, 1_500, 2_000];
+
 /// The median distance in km from a series to its out-of-CoI replica (n_in 2, n_out 1,
-/// out_coi_dist 1,000 km), one node per state capital, series at random points of the
+/// out_coi_dist `out_coi_km`), one node per state capital, series at random points of the
 /// contiguous US.
-pub fn out_coi_km_p50(seed: u64, series: usize) -> f64 {
+pub fn out_coi_km_p50(seed: u64, series: usize, out_coi_km: u32) -> f64 {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let nodes: Vec<Located> = CAPITALS
         .iter()
@@ -172,7 +177,7 @@ pub fn out_coi_km_p50(seed: u64, series: usize) -> f64 {
         n_in: 2,
         n_out: 1,
         in_coi_m: 100_000,
-        out_coi_m: 1_000_000,
+        out_coi_m: out_coi_km * 1_000,
         coi_size_m: 50_000,
         precision: 5,
         location: None,
@@ -194,7 +199,13 @@ pub fn simulate(seed: u64, quick: bool) -> Value {
     let series = if quick { 2_000 } else { SERIES };
     json!({
         "load_balance": load_balance(seed, series),
-        "out_coi_km_p50": out_coi_km_p50(seed, series),
+        "out_coi_km_p50": out_coi_km_p50(seed, series, OUT_COI_KM),
+        // FogStore's Fig 13 is a function of its distance threshold too ("a maximum encoding
+        // distance threshold of 34 can allow a median separation of at least 2500 km").
+        "out_coi_km_p50_by_out_coi_dist": OUT_COI_SWEEP_KM
+            .iter()
+            .map(|&km| json!({"out_coi_dist_km": km, "p50_km": out_coi_km_p50(seed, series, km)}))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -210,6 +221,14 @@ mod tests {
         assert!(rows.iter().all(|r| r["geo_view_std_dev"].as_f64().unwrap() >= 0.0));
         let km = doc["out_coi_km_p50"].as_f64().unwrap();
         assert!(km >= 1_000.0, "out-of-CoI replicas are at least out_coi_dist away: {km}");
+        let sweep = doc["out_coi_km_p50_by_out_coi_dist"].as_array().unwrap();
+        assert_eq!(sweep.len(), OUT_COI_SWEEP_KM.len());
+        for row in sweep {
+            let (dist, p50) = (row["out_coi_dist_km"].as_f64().unwrap(), row["p50_km"].as_f64().unwrap());
+            assert!(p50 >= dist, "a median of {p50} km at out_coi_dist {dist} km");
+        }
+        let p50s: Vec<f64> = sweep.iter().map(|r| r["p50_km"].as_f64().unwrap()).collect();
+        assert!(p50s.windows(2).all(|w| w[0] <= w[1]), "farther thresholds, farther replicas: {p50s:?}");
     }
 
     #[test]
