@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use timeshard_node::config::{ClassConfig, CoiConfig, WanEmulation};
+use timeshard_node::config::{ClassConfig, WanEmulation};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::Client;
-use timeshard_testkit::bench::coi::{ATLANTA, LOCATIONS};
+use timeshard_testkit::bench::coi::{ATLANTA, LOCATIONS, city_coi};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::inspect::Inspector;
 
@@ -37,15 +37,7 @@ fn coi_class(n_in: u8) -> ClassConfig {
         name: "traffic".into(),
         metric_prefix: "traffic.".into(),
         quantum: Duration::from_secs(2),
-        coi: Some(CoiConfig {
-            n_in,
-            n_out: 1,
-            in_coi_dist: "50km".into(),
-            out_coi_dist: "1000km".into(),
-            coi_size: "50km".into(),
-            precision: 5,
-            location: None,
-        }),
+        coi: Some(city_coi(n_in)),
         ..ClassConfig::default()
     }
 }

@@ -75,6 +75,20 @@ impl CoiOptions {
     }
 }
 
+/// The context of interest of the benchmark and the CoI tests: `n_in` replicas within 50 km
+/// (a city region, in cells of 50 km), one far copy at least 1,000 km away.
+pub fn city_coi(n_in: u8) -> CoiConfig {
+    CoiConfig {
+        n_in,
+        n_out: 1,
+        in_coi_dist: "50km".into(),
+        out_coi_dist: "1000km".into(),
+        coi_size: "50km".into(),
+        precision: 5,
+        location: None,
+    }
+}
+
 fn classes() -> Vec<ClassConfig> {
     let quantum = Duration::from_secs(10);
     vec![
@@ -82,15 +96,7 @@ fn classes() -> Vec<ClassConfig> {
             name: "coi".into(),
             metric_prefix: "coi.".into(),
             quantum,
-            coi: Some(CoiConfig {
-                n_in: 2,
-                n_out: 1,
-                in_coi_dist: "50km".into(),
-                out_coi_dist: "1000km".into(),
-                coi_size: "50km".into(),
-                precision: 5,
-                location: None,
-            }),
+            coi: Some(city_coi(2)),
             ..ClassConfig::default()
         },
         ClassConfig { name: "quorum".into(), metric_prefix: "quorum.".into(), quantum, ..ClassConfig::default() },
