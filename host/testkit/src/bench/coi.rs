@@ -23,6 +23,7 @@ use timeshard_node::config::{ClassConfig, CoiConfig, WanEmulation};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::Client;
 
+use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::stats::{Latencies, round3};
@@ -237,15 +238,8 @@ pub async fn run(binary: &Path, args: &CoiOptions) -> Result<serde_json::Value> 
     if args.clients == 0 || args.series == 0 || args.ops == 0 {
         bail!("clients, series and ops must be positive");
     }
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("timeshard-bench-coi-{}", std::process::id())), true),
-    };
-    let result = measure(binary, &dir, args).await;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    result
+    let dir = WorkDir::new("coi", args.dir.as_deref());
+    measure(binary, dir.path(), args).await
 }
 
 async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_json::Value> {

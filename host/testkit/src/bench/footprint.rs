@@ -27,6 +27,7 @@ use timeshard_policy::{Backend, Binding, Bindings, Kind, Limits, Module, PolicyR
 use timeshard_proto::Point;
 use timeshard_sdk::SeriesPoints;
 
+use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{T0, pmu_point, pmu_series};
@@ -277,15 +278,8 @@ pub async fn run(binary: &Path, o: &FootprintOptions) -> Result<serde_json::Valu
     if o.secs == 0 || o.rate == 0 {
         bail!("secs and rate must be positive");
     }
-    let (dir, temporary) = match &o.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("timeshard-bench-footprint-{}", std::process::id())), true),
-    };
-    let result = measure(binary, &dir, o).await;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    result
+    let dir = WorkDir::new("footprint", o.dir.as_deref());
+    measure(binary, dir.path(), o).await
 }
 
 async fn measure(binary: &Path, dir: &Path, o: &FootprintOptions) -> Result<serde_json::Value> {

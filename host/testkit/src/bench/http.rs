@@ -22,6 +22,7 @@ use serde_json::json;
 use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
 use timeshard_node::config::ClassConfig;
 
+use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{T0, pmu_point, pmu_ts};
@@ -252,15 +253,8 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
 
 /// Runs the benchmark with node processes of `binary` and returns its JSON document.
 pub async fn run(binary: &Path, o: &HttpBenchOptions) -> Result<serde_json::Value> {
-    let (dir, temporary) = match &o.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("timeshard-bench-http-{}", std::process::id())), true),
-    };
-    let result = measure(binary, &dir, o).await;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    result
+    let dir = WorkDir::new("http", o.dir.as_deref());
+    measure(binary, dir.path(), o).await
 }
 
 async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serde_json::Value> {

@@ -13,6 +13,7 @@ use timeshard_node::config::ClassConfig;
 use timeshard_proto::{KeyFormat, Point, SeriesKey, TimeRange};
 use timeshard_sdk::SeriesPoints;
 
+use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{self, T0};
@@ -105,20 +106,15 @@ pub async fn run(binary: &Path, args: &PaperOptions) -> Result<serde_json::Value
     if args.nodes < 7 {
         bail!("--nodes must be at least 7 (the largest replication factor measured)");
     }
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("timeshard-bench-paper-{}", std::process::id())), true),
-    };
-    let mut options = ClusterOptions::new(args.nodes, &dir, binary);
+    let dir = WorkDir::new("paper", args.dir.as_deref());
+    let mut options = ClusterOptions::new(args.nodes, dir.path(), binary);
     options.classes = classes();
     options.log = "warn".into();
-    eprintln!("starting {} node processes in {}", args.nodes, dir.display());
+    eprintln!("starting {} node processes in {}", args.nodes, dir.path().display());
     let cluster = LocalCluster::start(options).await?;
     let result = measure(&cluster, args).await;
     let clean = cluster.shutdown().await?;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    drop(dir);
     let report = result?;
     if clean != args.nodes {
         eprintln!("warning: only {clean} of {} nodes exited cleanly", args.nodes);

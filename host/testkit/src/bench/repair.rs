@@ -32,6 +32,7 @@ use timeshard_proto::placement::{owners, placement_id};
 use timeshard_proto::{Classes, Point, QuantumLen, SeriesKey};
 use timeshard_sdk::{Client, NodeStatus, SeriesPoints};
 
+use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets;
@@ -120,15 +121,8 @@ pub async fn run(binary: &Path, args: &RepairOptions) -> Result<serde_json::Valu
     if args.nodes < 3 || args.joining == 0 {
         bail!("the benchmark needs at least 3 nodes (RF 3) and 1 joining");
     }
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("timeshard-bench-repair-{}", std::process::id())), true),
-    };
-    let result = measure(binary, &dir, args).await;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    result
+    let dir = WorkDir::new("repair", args.dir.as_deref());
+    measure(binary, dir.path(), args).await
 }
 
 fn cluster_options(binary: &Path, dir: PathBuf, nodes: usize, args: &RepairOptions) -> ClusterOptions {
