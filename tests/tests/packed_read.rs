@@ -2,9 +2,9 @@
 //! processes at RF 3, R 2. A historical day-part (ended quanta, sealed by maintenance, several
 //! events at some timestamps) and a live series (quanta still open) are read back through the
 //! SDK and compared point by point with what was written; so are they after late points land
-//! in sealed blocks (those blocks go back to points) and after a replica was SIGKILLed and
-//! restarted. The nodes' `/metrics` must show packed blocks were sent, so the test knows it
-//! tried the packed path and not only the fallback.
+//! in sealed blocks (those blocks go back to points), after a replica was SIGKILLed and
+//! restarted, and while and after a fourth node joins. The nodes' `/metrics` must show packed
+//! blocks were sent, so the test knows it tried the packed path and not only the fallback.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -123,6 +123,16 @@ async fn sealed_blocks_travel_packed_and_read_back_exactly() -> anyhow::Result<(
     cluster.wait_settled(Duration::from_secs(60)).await?;
     same(&read_all(&reader, &hist, hist_range).await?, &hist_points, "settled again");
     same(&read_all(&reader, &live, live_range).await?, &live_points, "live, settled again");
+
+    // A node joins: blocks move to it while reads go on, through it and through an old node.
+    let joined = cluster.add_nodes(1).await?[0];
+    let newcomer = cluster.client(joined).await?;
+    same(&read_all(&newcomer, &hist, hist_range).await?, &hist_points, "through the new node, joining");
+    same(&read_all(&reader, &hist, hist_range).await?, &hist_points, "while a node joins");
+    cluster.wait_settled(Duration::from_secs(60)).await?;
+    same(&read_all(&newcomer, &hist, hist_range).await?, &hist_points, "through the new node, settled");
+    same(&read_all(&newcomer, &live, live_range).await?, &live_points, "live, through the new node");
+    newcomer.close().await;
 
     reader.close().await;
     writer.close().await;
