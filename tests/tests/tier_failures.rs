@@ -21,10 +21,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 /// Old data past the hot window and recent data, 5 s apart, for `n` series.
 fn dataset(n: u64, now: i64) -> (Vec<SeriesKey>, Vec<Vec<Point>>, i64) {
     let old_end = now - 36 * HOUR;
+    // The old part always spans two UTC days, so every exporter has more than one day's file
+    // to write (and to be throttled over) whatever the time of day: just after midnight UTC,
+    // `now - 2 days .. now - 36 h` lay within one day and node 0 finished before the kill.
+    let old_start = (now - 2 * DAY).min(old_end - old_end.rem_euclid(DAY) - 6 * HOUR);
     let series = (0..n).map(|i| format!("pmu.freq{{bus={i}}}").parse().unwrap()).collect();
     let data = (0..n)
         .map(|i| {
-            let mut p = points(i, now - 2 * DAY, old_end, 5 * SEC);
+            let mut p = points(i, old_start, old_end, 5 * SEC);
             p.extend(points(i, now - 3 * HOUR, now - MIN, 5 * SEC));
             p
         })
@@ -101,7 +105,7 @@ async fn an_unreachable_archive_keeps_hot_data_then_takes_it_when_back() -> Resu
     let t = Instant::now();
     check_reads(&client, &series, &data, TimeRange::new(now - 3 * HOUR, now)?).await?;
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
-    let err = client.read(&series[0], TimeRange::new(now - 2 * DAY, old_end)?).await.unwrap_err();
+    let err = client.read(&series[0], TimeRange::new(now - 3 * DAY, old_end)?).await.unwrap_err();
     assert!(err.to_string().contains("archive"), "{err}");
 
     client.close().await;
