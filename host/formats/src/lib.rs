@@ -4,7 +4,8 @@
 //! Owns the mapping of foreign names to series keys ([`names`]), InfluxDB line protocol
 //! ([`line_protocol`]), Prometheus remote write ([`remote_write`]), bounded decompression of
 //! request bodies ([`compression`]), the Prometheus text exposition format ([`exposition`]),
-//! and the InfluxQL subset with its answers ([`influxql`]). The node's HTTP server
+//! the InfluxQL subset with its answers ([`influxql`]), and PromQL with Prometheus' query API
+//! ([`promql`]). The node's HTTP server
 //! (`timeshard_node::http`) runs them against the coordinator.
 
 pub mod compression;
@@ -12,4 +13,5 @@ pub mod exposition;
 pub mod influxql;
 pub mod line_protocol;
 pub mod names;
+pub mod promql;
 pub mod remote_write;
