@@ -75,9 +75,10 @@ impl BinOp {
         matches!(self, BinOp::And | BinOp::Or | BinOp::Unless)
     }
 
-    /// Arithmetic drops the metric name from its results; comparisons and set operators keep it.
+    /// Arithmetic drops the metric name from its results; comparisons, set operators and (as
+    /// in Prometheus 2.x) `atan2` keep it.
     pub fn drops_name(self) -> bool {
-        matches!(self, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod | BinOp::Pow | BinOp::Atan2)
+        matches!(self, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod | BinOp::Pow)
     }
 
     /// Binding strength: `or` < `and unless` < comparisons < `+ -` < `* / % atan2` < `^`.

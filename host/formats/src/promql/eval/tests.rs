@@ -67,6 +67,9 @@ fn functions_drop_the_name_except_last_over_time() {
     assert_eq!(r, vec![(labels(&[("job", "b")]), 1.0)]);
     let r = instant("-up{job=\"b\"}", 600_000);
     assert_eq!(r, vec![(labels(&[("job", "b")]), -140.0)]);
+    // Found by the oracle: Prometheus 2.x keeps the name through atan2.
+    let r = instant("up{job=\"b\"} atan2 2", 600_000);
+    assert_eq!(r[0].0.name(), Some("up"));
     let r = instant("1 < up{job=\"b\"}", 600_000);
     assert_eq!(r[0].1, 140.0, "the vector's value, though on the right");
 }
