@@ -8,7 +8,8 @@
 //! or `1111` with 64. A value is `0` when equal to the previous one, else `1` then either `0`
 //! and the XOR's meaningful bits within the previous leading/trailing zero window, or `1`, 5
 //! bits of leading zeros (at most 31), 6 bits of meaningful-bit count (0 meaning 64) and
-//! those bits.
+//! those bits. The bit stream is written as Prometheus' `bstream` writes it, so our chunks are
+//! Prometheus' byte for byte (the PromQL oracle checks it on chunks Prometheus streams).
 
 use crate::promql::source::Sample;
 
@@ -28,10 +29,13 @@ pub enum ChunkError {
     Varint(usize),
 }
 
+/// A bit stream written as Prometheus' `bstream` writes it, so chunks come out byte for byte
+/// the same: whole bytes (`byte`) always leave a fresh trailing byte behind them, which is why
+/// a chunk can end in a zero byte.
 #[derive(Debug, Default)]
 struct BitWriter {
     buf: Vec<u8>,
-    /// Free bits in the last byte (0: start a new byte).
+    /// Free bits in the last byte (0: the next write starts a new byte).
     free: u8,
 }
 
@@ -48,15 +52,26 @@ impl BitWriter {
         }
     }
 
-    /// The low `n` bits of `v`, most significant first.
+    fn byte(&mut self, b: u8) {
+        if self.free == 0 {
+            self.buf.push(0);
+            self.free = 8;
+        }
+        let last = self.buf.len() - 1;
+        self.buf[last] |= b >> (8 - self.free);
+        self.buf.push((u16::from(b) << self.free) as u8);
+    }
+
+    /// The low `n` bits of `v`, most significant first: whole bytes, then single bits.
     fn bits(&mut self, v: u64, n: u32) {
+        let mut n = n;
+        while n >= 8 {
+            self.byte((v >> (n - 8)) as u8);
+            n -= 8;
+        }
         for i in (0..n).rev() {
             self.bit(v >> i & 1 == 1);
         }
-    }
-
-    fn byte(&mut self, b: u8) {
-        self.bits(u64::from(b), 8);
     }
 }
 
@@ -318,6 +333,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn whole_bytes_leave_a_trailing_byte_as_prometheus_bstream_does() {
+        // Found by the oracle: 2 of 276 chunks streamed by Prometheus ended in a zero byte that
+        // ours lacked. A 64-bit value written at a byte boundary is the simplest such chunk.
+        let bytes = encode_xor(&[Sample { t: 0, v: 1.0 }]);
+        assert_eq!(bytes, [0x00, 0x01, 0x00, 0x3F, 0xF0, 0, 0, 0, 0, 0, 0, 0x00]);
+        assert_eq!(decode_xor(&bytes, 1).unwrap(), [Sample { t: 0, v: 1.0 }]);
+    }
 
     #[test]
     fn encodes_the_bytes_the_format_prescribes() {

@@ -2,7 +2,9 @@
 //! `MemorySource`; then hand-written dashboard queries and seeded generated ones run as instant
 //! and range queries through Prometheus' HTTP API and through `promql::api`, and the answers
 //! must match sample for sample (same label sets, same timestamps, values within 1e-9
-//! relative), errors by type.
+//! relative), errors by type. Remote read is checked both ways: Prometheus' streamed XOR
+//! chunks decode to the data and re-encode byte for byte, and a second Prometheus reading our
+//! sampled answers through `remote_read` answers as the first.
 //!
 //! Needs Debian's `prometheus` binary (`apt-get install -y prometheus`), or `PROMETHEUS_BIN`.
 //! It is started on a free loopback port with a temporary TSDB; the system service is not used.
@@ -12,13 +14,16 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use timeshard_formats::promql::eval::Options;
 use timeshard_formats::promql::source::{STALE_NAN_BITS, Sample};
-use timeshard_formats::promql::{Labels, Limits, MemorySource, api};
+use timeshard_formats::promql::{Labels, Limits, MemorySource, Source, api};
 use timeshard_formats::remote_write::{self, Label, TimeSeries, WriteRequest};
+use timeshard_formats::{chunkenc, compression, remote_read};
 
 /// 2023-11-14T22:13:20Z: fixed, so a failure replays exactly.
 const T0: i64 = 1_700_000_000_000;
@@ -75,11 +80,12 @@ fn prometheus_binary() -> PathBuf {
     })
 }
 
-fn start_prometheus() -> Prometheus {
+/// A Prometheus with `extra` appended to its configuration.
+fn start_prometheus(extra: &str) -> Prometheus {
     let bin = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 1h\n").unwrap();
+    std::fs::write(&config, format!("global:\n  scrape_interval: 1h\n{extra}")).unwrap();
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(&bin)
         .arg(format!("--config.file={}", config.display()))
@@ -260,6 +266,14 @@ fn generate(rng: &mut Rng) -> Vec<(Labels, Vec<Sample>)> {
 /// remote-write receiver: the source gets what Prometheus got.
 fn as_received(v: f64) -> f64 {
     if v == 0.0 { 0.0 } else { v }
+}
+
+fn memory(data: &[(Labels, Vec<Sample>)]) -> MemorySource {
+    let mut source = MemorySource::new();
+    for (l, s) in data {
+        source.insert(l.clone(), s.iter().map(|x| Sample { t: x.t, v: as_received(x.v) }));
+    }
+    source
 }
 
 fn remote_write(port: u16, data: &[(Labels, Vec<Sample>)]) {
@@ -606,16 +620,13 @@ fn secs(ms: i64) -> String {
 
 #[test]
 fn promql_answers_match_a_real_prometheus() {
-    let prom = start_prometheus();
+    let prom = start_prometheus("");
     // ORACLE_SEED explores other data and expressions; the default is the one CI runs.
     let seed = std::env::var("ORACLE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(SEED);
     let mut rng = Rng(seed);
     let data = generate(&mut rng);
     remote_write(prom.port, &data);
-    let mut source = MemorySource::new();
-    for (l, s) in &data {
-        source.insert(l.clone(), s.iter().map(|x| Sample { t: x.t, v: as_received(x.v) }));
-    }
+    let source = memory(&data);
     let limits = Limits::default();
     let form = "Content-Type: application/x-www-form-urlencoded\r\n";
 
@@ -680,4 +691,169 @@ fn promql_answers_match_a_real_prometheus() {
             tally.mismatches.iter().take(12).cloned().collect::<Vec<_>>().join("\n")
         );
     }
+}
+
+/// Serves remote read (sampled answers) from a source, one connection at a time.
+struct ReadServer {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReadServer {
+    fn start(source: MemorySource) -> ReadServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, served) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let (stop2, served2) = (stop.clone(), served.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                if let Some(body) = read_request(&mut conn) {
+                    let (status, answer) = match remote_read::decode_request(&body, &remote_read::ReadLimits::default())
+                    {
+                        Ok(req) => {
+                            served2.fetch_add(1, Ordering::Relaxed);
+                            let mut results = Vec::new();
+                            for q in &req.queries {
+                                let mut series = Vec::new();
+                                for s in source.select(&q.matchers, q.start_ms, q.end_ms, 100_000).unwrap() {
+                                    let mut buf = Vec::new();
+                                    source.samples(&s, q.start_ms, q.end_ms, &mut buf).unwrap();
+                                    series.push((s.labels, buf));
+                                }
+                                results.push(series);
+                            }
+                            let body = remote_read::sampled_response(
+                                results.iter().map(|r| r.iter().map(|(l, s)| (l, s.as_slice())).collect::<Vec<_>>()),
+                            );
+                            ("200 OK", body)
+                        }
+                        Err(e) => ("400 Bad Request", e.to_string().into_bytes()),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Encoding: snappy\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        remote_read::SAMPLED_CONTENT_TYPE,
+                        answer.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(&answer));
+                }
+            }
+        });
+        ReadServer { port, stop, served, thread: Some(thread) }
+    }
+}
+
+impl Drop for ReadServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The body of one HTTP/1.1 request (Content-Length framed).
+fn read_request(conn: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize =
+                head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok())?;
+            while buf.len() < end + 4 + len {
+                let n = conn.read(&mut chunk).ok().filter(|&n| n > 0)?;
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some(buf[end + 4..end + 4 + len].to_vec());
+        }
+        let n = conn.read(&mut chunk).ok().filter(|&n| n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Remote read both ways: Prometheus' streamed XOR chunks decoded (and re-encoded byte for byte)
+/// by `chunkenc`, and a second Prometheus whose `remote_read` points at our sampled answers
+/// evaluating `rate` and `histogram_quantile` as the first does over its own copy.
+#[test]
+fn remote_read_interoperates_with_a_real_prometheus() {
+    let prom = start_prometheus("");
+    let data = generate(&mut Rng(SEED));
+    remote_write(prom.port, &data);
+    let source = memory(&data);
+
+    let request = remote_read::ReadRequest {
+        queries: vec![remote_read::Query {
+            start_timestamp_ms: T0 - 60_000,
+            end_timestamp_ms: T0 + SPAN_MS + 60_000,
+            matchers: vec![remote_read::LabelMatcher { r#type: 2, name: "__name__".into(), value: ".+".into() }],
+            hints: None,
+        }],
+        accepted_response_types: vec![remote_read::ResponseType::StreamedXorChunks as i32],
+    };
+    let headers = "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Read-Version: 0.1.0\r\n";
+    let body = compression::snappy(&prost::Message::encode_to_vec(&request));
+    let (status, stream) = http(prom.port, "POST", "/api/v1/read", headers, &body).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&stream));
+    let mut reader = remote_read::FrameReader::new(&stream, remote_read::DEFAULT_FRAME_BYTES);
+    let (mut series, mut chunks, mut identical) = (0, 0, 0);
+    let expected: BTreeMap<&Labels, &Vec<Sample>> = data.iter().map(|(l, s)| (l, s)).collect();
+    while let Some(frame) = reader.next_message() {
+        for cs in frame.unwrap().chunked_series {
+            let labels = Labels::from_pairs(cs.labels.iter().map(|l| (l.name.clone(), l.value.clone())));
+            let got = remote_read::series_samples(&cs, 65_535).unwrap();
+            let want =
+                expected.get(&labels).unwrap_or_else(|| panic!("Prometheus streamed an unknown series {labels}"));
+            let bits = |s: &[Sample]| s.iter().map(|x| (x.t, as_received(x.v).to_bits())).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(want), "{labels}: the samples decoded from Prometheus' chunks");
+            for c in &cs.chunks {
+                chunks += 1;
+                let samples = chunkenc::decode_xor(&c.data, 65_535).unwrap();
+                identical += usize::from(chunkenc::encode_xor(&samples) == c.data);
+            }
+            series += 1;
+        }
+    }
+    assert_eq!(series, data.len());
+    assert_eq!(identical, chunks, "our encoder reproduces {identical} of Prometheus' {chunks} chunks byte for byte");
+
+    let server = ReadServer::start(source);
+    let reading = start_prometheus(&format!(
+        "remote_read:\n  - url: http://127.0.0.1:{}/api/v1/read\n    read_recent: true\n",
+        server.port
+    ));
+    let mut tally = Tally::default();
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+    for q in [
+        "rate(http_requests_total[5m])",
+        "sum by (job) (increase(http_requests_total[10m]))",
+        "histogram_quantile(0.9, sum by (le) (rate(request_duration_seconds_bucket[5m])))",
+        "node_memory_bytes",
+    ] {
+        for (path, p) in [
+            ("/api/v1/query", params(&[("query", q.into()), ("time", secs(T0 + 65 * 60_000))])),
+            (
+                "/api/v1/query_range",
+                params(&[("query", q.into()), ("start", secs(T0)), ("end", secs(T0 + SPAN_MS)), ("step", "60".into())]),
+            ),
+        ] {
+            let through_us = http(reading.port, "POST", path, form, form_encode(&p).as_bytes()).unwrap();
+            let direct = http(prom.port, "POST", path, form, form_encode(&p).as_bytes()).unwrap();
+            let ours = api::Answer { status: through_us.0, body: String::from_utf8_lossy(&through_us.1).into_owned() };
+            compare(&mut tally, &format!("remote read {path} {q:?}"), &ours, direct);
+        }
+    }
+    assert!(server.served.load(Ordering::Relaxed) > 0, "the reading Prometheus never called our remote read");
+    println!(
+        "remote read: {series} series and {chunks} chunks streamed by Prometheus decoded, {identical} re-encoded identically; {} of {} answers through our sampled remote read match",
+        tally.matched, tally.compared
+    );
+    assert!(tally.mismatches.is_empty(), "{}", tally.mismatches.join("\n"));
 }
