@@ -29,7 +29,7 @@ pub mod window;
 use std::fmt;
 
 pub use ast::{Expr, ValueType};
-pub use eval::{EvalError, QueryValue, Range, Sample, Series, evaluate};
+pub use eval::{EvalError, QueryValue, Range, Sample, Series, data_needed, evaluate};
 pub use labels::{Labels, METRIC_NAME};
 pub use matcher::{MatchOp, Matcher};
 pub use parser::parse;

@@ -337,6 +337,42 @@ mod tests {
         assert!(quantile(0.5, &mut []).is_nan());
     }
 
+    proptest::proptest! {
+        /// The sliding evaluation equals computing each window from scratch.
+        #[test]
+        fn sliding_windows_equal_fresh_ones(
+            gaps in proptest::collection::vec((1i64..40_000, -50i32..50, proptest::bool::weighted(0.05)), 0..120),
+            first in 0i64..100_000, step in 1i64..90_000, steps in 1usize..40, range in 1i64..300_000, offset in -60_000i64..60_000,
+            f in 0usize..15,
+        ) {
+            let stale = f64::from_bits(super::super::source::STALE_NAN_BITS);
+            let mut t = 0;
+            let s: Vec<Sample> = gaps.iter().map(|&(dt, v, st)| { t += dt; Sample { t, v: if st { stale } else { f64::from(v) } } }).collect();
+            let fs = [RangeFunction::Rate, RangeFunction::Irate, RangeFunction::Increase, RangeFunction::Delta, RangeFunction::Deriv,
+                RangeFunction::AvgOverTime, RangeFunction::MinOverTime, RangeFunction::MaxOverTime, RangeFunction::SumOverTime,
+                RangeFunction::CountOverTime, RangeFunction::LastOverTime, RangeFunction::StddevOverTime, RangeFunction::StdvarOverTime,
+                RangeFunction::PresentOverTime, RangeFunction::QuantileOverTime];
+            let w = Windows { first_ms: first, step_ms: step, steps, range_ms: range, offset_ms: offset };
+            let params: Vec<f64> = (0..steps).map(|i| i as f64 / steps as f64).collect();
+            let mut got = Vec::new();
+            evaluate(fs[f], &s, &w, &params, &mut got);
+            let mut want = Vec::new();
+            for (i, &param) in params.iter().enumerate() {
+                let (a, b) = w.window(i);
+                let win: Vec<Sample> = s.iter().copied().filter(|x| x.t >= a && x.t <= b && !is_stale(x.v)).collect();
+                if !win.is_empty()
+                    && let Some(v) = apply(fs[f], &win, a, b, param, &mut Vec::new())
+                {
+                    want.push(Sample { t: w.at(i), v });
+                }
+            }
+            proptest::prop_assert_eq!(got.len(), want.len());
+            for (g, x) in got.iter().zip(&want) {
+                proptest::prop_assert!(g.t == x.t && (g.v == x.v || (g.v.is_nan() && x.v.is_nan())), "{:?} vs {:?}", g, x);
+            }
+        }
+    }
+
     #[test]
     fn windows_slide_over_closed_intervals_and_skip_staleness() {
         let stale = f64::from_bits(super::super::source::STALE_NAN_BITS);

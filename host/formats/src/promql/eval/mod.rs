@@ -165,6 +165,23 @@ pub fn evaluate(
     Ok(out)
 }
 
+/// What evaluating `expr` over `range` will read: each selector's matchers and the time span
+/// of samples it needs, both ends included. A node that fetches asynchronously can read these
+/// into a [`MemorySource`](super::MemorySource) first and evaluate against it.
+pub fn data_needed(expr: &Expr, range: Range, lookback_ms: i64) -> Vec<(&Selector, i64, i64)> {
+    expr.selectors()
+        .into_iter()
+        .map(|(s, window)| {
+            let end = range.end_ms - s.offset_ms;
+            let start = match window {
+                Some(w) => range.start_ms - s.offset_ms - w,
+                None => range.start_ms - s.offset_ms - lookback_ms,
+            };
+            (s, start, end)
+        })
+        .collect()
+}
+
 /// A value over the grid of steps.
 #[derive(Debug, Clone)]
 enum Val {
