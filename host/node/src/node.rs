@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::wire::Limits;
 use timeshard_proto::{Contact, Id};
 use timeshard_sdk::tls::Identity;
@@ -235,10 +236,6 @@ fn open_store(config: &NodeConfig) -> Result<Stores, StartError> {
             (store.clone(), Some(store))
         }
     })
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Runs the store's maintenance (sealing, late data, retention, log checkpoints) in bounded

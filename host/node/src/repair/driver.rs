@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use timeshard_clock::now_ns;
 use timeshard_proto::repair::{self, Pace, Settle};
 use timeshard_proto::wire::Limits;
 use timeshard_proto::{Classes, Contact, Id, SeriesKey};
@@ -48,10 +49,6 @@ const VIEW_CHANGE_PAUSE: Duration = Duration::from_secs(1);
 const CATCH_UP_RETRY: Duration = Duration::from_secs(2);
 /// Sessions a round runs at once.
 const SESSIONS_AT_ONCE: usize = 2;
-
-pub(super) fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// The repair driver of one node.
 #[derive(Debug)]

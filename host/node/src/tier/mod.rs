@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::class::AgeBy;
 use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
 use timeshard_store::{BlockInfo, Store, StoreError};
@@ -152,10 +153,6 @@ impl Policy {
             .values()
             .any(|t| t.archive || t.write_retention_ns().is_some() || (archive && t.retention_ns.is_some()))
     }
-}
-
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// What the export loop has done, for `timeshard archive status`.

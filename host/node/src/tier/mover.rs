@@ -29,6 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::tier::{RoundPicker, due_at, expired, export_rank, exports_now};
 use timeshard_proto::{AgeBy, Quantum, SeriesClass, SeriesKey, Timestamp};
@@ -62,10 +63,6 @@ struct Due {
     digest: u64,
     due: Timestamp,
     last_write: Timestamp,
-}
-
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Runs export rounds until the node shuts down.
