@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timeshard_clock::now_ns;
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::config::{ConfigError, Fsync, NodeConfig, StoreEngine};
+use crate::config::{ConfigError, Fsync, Live, NodeConfig, StoreEngine};
 use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::Dht;
 use crate::faults::Faults;
@@ -40,7 +40,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Node {
     /// The configuration in force; replaced whole by [`Node::reconfigure`].
-    pub(crate) config: RwLock<Arc<NodeConfig>>,
+    pub(crate) config: Live,
     /// Wire limits: the same on every node, fixed while it runs.
     limits: Limits,
     dht: Arc<Dht>,
@@ -72,7 +72,7 @@ pub struct Node {
 impl Node {
     /// The configuration in force now.
     pub fn config(&self) -> Arc<NodeConfig> {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config.get()
     }
     /// Generation of the control plane's desired state this node runs (0: configured by hand).
     pub fn config_generation(&self) -> u64 {
@@ -386,7 +386,7 @@ impl RunningNode {
                 Arc::new(tokens)
             },
             request_capacity: Mutex::new(config.limits.max_concurrent_requests),
-            config: RwLock::new(Arc::new(config)),
+            config: Live::new(config),
             dht,
             view,
             faults,

@@ -201,7 +201,7 @@ impl Node {
         if rejoin {
             changed.push(format!("bootstrap peers ({})", config.bootstrap.join(", ")));
         }
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        self.config.set(config);
         self.set_applied(generation, digest);
         if rejoin {
             let node = self.clone();

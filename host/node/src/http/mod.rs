@@ -15,7 +15,6 @@
 
 pub mod api;
 pub mod auth;
-mod config;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
@@ -41,8 +40,8 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
+pub use crate::config::HttpConfig;
 pub use auth::Tokens;
-pub use config::HttpConfig;
 use error::ApiError;
 
 use crate::node::Node;
