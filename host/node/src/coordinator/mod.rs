@@ -42,7 +42,7 @@ use timeshard_store::Store;
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
 use crate::membership::View;
-use crate::repair::RepairState;
+use crate::repair::state::RepairState;
 use crate::server::serve_replica;
 
 pub use replicas::ReplicaWrites;

@@ -24,9 +24,9 @@ use timeshard_proto::{Contact, Id, Point, SeriesKey};
 use timeshard_store::StoreError;
 use tracing::{debug, info};
 
-use super::Counters;
-use super::driver::Repair;
+use super::Repair;
 use super::inventory::Inventory;
+use super::state::Counters;
 use crate::hints::HintPayload;
 use crate::hints::replay::requests;
 
