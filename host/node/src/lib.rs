@@ -34,6 +34,7 @@ pub mod policies;
 pub mod process;
 pub mod reconfigure;
 pub mod repair;
+pub mod replica;
 pub mod server;
 pub mod streams;
 pub mod tier;

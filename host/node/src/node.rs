@@ -29,6 +29,7 @@ use crate::membership::View;
 use crate::metrics::Metrics;
 use crate::net::{BindError, Net};
 use crate::repair::{Repair, RepairState};
+use crate::replica::Replica;
 use crate::server;
 
 /// How often the node checks whether buckets need refreshing or it must rejoin.
@@ -49,6 +50,8 @@ pub struct Node {
     store: Arc<dyn Store>,
     /// The same store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
+    /// This node's side of replica requests.
+    replica: Replica,
     coordinator: Arc<Coordinator>,
     repair: Arc<Repair>,
     /// The cold tier (idle without an archive or write-time retention).
@@ -128,6 +131,10 @@ impl Node {
     /// The cold tier.
     pub fn tier(&self) -> &Arc<crate::tier::Tier> {
         &self.tier
+    }
+    /// This node as a replica: what it answers to the coordinators of writes and reads.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
     }
     pub fn coordinator(&self) -> &Arc<Coordinator> {
         &self.coordinator
@@ -354,12 +361,13 @@ impl RunningNode {
         };
         let repair = Arc::new(RepairState::new(config.repair.read_repair_queue));
         let budget = Arc::new(crate::budget::Ledger::new(crate::budget::Shares::of(config.memory.budget.0)));
+        let replica = Replica::new(store.clone(), repair.clone(), policies.clone());
         let coordinator = Arc::new(
             Coordinator::new(
                 dht.clone(),
                 view.clone(),
                 replica_writes,
-                store.clone(),
+                replica.clone(),
                 classes,
                 config.limits.clone(),
                 policies,
@@ -392,6 +400,7 @@ impl RunningNode {
             faults,
             store,
             disk,
+            replica,
             coordinator,
             repair,
             tier,

@@ -122,6 +122,16 @@ pub fn usage(registry: Option<&Registry>) -> Vec<PolicyUsage> {
         .collect()
 }
 
+/// The registry, or the error a request that needs policies gets on a node that runs none.
+pub fn required(registry: Option<&Arc<Registry>>) -> Result<Arc<Registry>, ErrorReply> {
+    registry.cloned().ok_or_else(|| {
+        ErrorReply::new(
+            ErrorCode::Policy,
+            "this node runs no policies: configure [policy] with trusted keys, modules and bindings",
+        )
+    })
+}
+
 fn policy_error(code: ErrorCode, e: &PolicyError) -> ErrorReply {
     ErrorReply::new(code, e.to_string())
 }
