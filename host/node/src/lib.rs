@@ -36,8 +36,11 @@ pub mod reconfigure;
 pub mod repair;
 pub mod replica;
 pub mod server;
+pub mod start;
+pub mod storage;
 pub mod streams;
 pub mod tier;
 
 pub use config::NodeConfig;
-pub use node::{Node, RunningNode, StartError};
+pub use node::Node;
+pub use start::{RunningNode, StartError};

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
-use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus, Request, Response};
+use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
 use tracing::{debug, info};
@@ -260,7 +260,7 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Err(e) => Response::Error(e),
             }
         }
-        Request::Status => Response::Status(Box::new(status(node))),
+        Request::Status => Response::Status(Box::new(node.status())),
         req @ (Request::RepairTree { .. }
         | Request::RepairLeaves { .. }
         | Request::ReadBlocks { .. }
@@ -324,32 +324,4 @@ fn handle_gossip(
     let dht = node.dht();
     let known = |id: &timeshard_proto::Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
     node.view().on_gossip(from, digest, entries, known)
-}
-
-/// What this node reports about itself.
-pub fn status(node: &Node) -> NodeStatus {
-    let members = node.view().counts();
-    let (hints_pending, hints_pending_bytes) = node.hints().pending();
-    NodeStatus {
-        id: node.dht().me().id,
-        addr: node.dht().me().addr,
-        peers: node.dht().peer_count() as u32,
-        bytes_sent: node.net().traffic().totals().0,
-        bytes_received: node.net().traffic().totals().1,
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        config_generation: node.config_generation(),
-        config_digest: node.config_digest(),
-        members_up: members.up,
-        members_down: members.down,
-        members_gone: members.gone,
-        view_generation: node.view().generation(),
-        hints_pending,
-        hints_pending_bytes,
-        hints_replayed: node.hints().replayed(),
-        hints_dropped: node.hints().dropped(),
-        replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
-        repair: node.repair().state().status(),
-        wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
-        policies: crate::policies::usage(node.coordinator().policies().map(|r| &**r)),
-    }
 }

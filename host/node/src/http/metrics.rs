@@ -119,7 +119,7 @@ pub fn render(node: &Node) -> String {
         quic_slots.saturating_sub(node.request_slots().available_permits()) as f64,
     );
     // Replication and membership, as the node's status reports them.
-    let st = crate::server::status(node);
+    let st = node.status();
     e.counter(
         "timeshard_net_sent_bytes_total",
         "Message bytes sent to peers and clients (replication included).",

@@ -17,9 +17,9 @@
 //!   lost at a restart); [`store::TieredStore`] records them before each write.
 //! - `report` answers `timeshard archive status`.
 //!
-//! The coordinator never sees the archive; the hooks are the store the node hands out
-//! ([`crate::node`]), the export task it spawns, the class settings a reconfiguration passes on
-//! ([`crate::reconfigure`]), and the status request ([`crate::server`]).
+//! The coordinator never sees the archive; the hooks are the store the node serves from (set up
+//! as the node starts), the export task it spawns, the class settings a reconfiguration passes
+//! on ([`Tier::set_config`]), and the status request (`timeshard archive status`).
 
 mod mover;
 mod report;
@@ -301,8 +301,8 @@ impl Tier {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Applies the classes of a new configuration (checked already: see
-    /// [`crate::reconfigure`]).
+    /// Applies the classes of a new configuration (checked already, by the node's
+    /// reconfiguration).
     pub fn set_config(&self, config: &NodeConfig) {
         match Policy::of(config) {
             Ok(p) => {
