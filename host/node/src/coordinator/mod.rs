@@ -11,11 +11,12 @@
 //! holds the location a client declared for the request being served.
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
-//! locally when it is this node), ordering and asking R replicas of a block, and fetching one
-//! block's points. The replicas of a block are its owners in the membership view
-//! ([`crate::membership::View::owners`]), computed locally: no network lookups on the data path. The decisions themselves (placement and quorum, replica agreement, paging,
-//! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
-//! quantum_index}`; the coordinator runs them over the network.
+//! by [`crate::replica`] without the network when it is this node), ordering and asking R
+//! replicas of a block, and fetching one block's points. The replicas of a block are its owners
+//! in the membership view ([`crate::membership::View::owners`]), computed locally: no network
+//! lookups on the data path. The decisions themselves (placement and quorum, replica
+//! agreement, paging, the quantum index) live sans I/O in `timeshard_proto::{placement,
+//! agreement, read, quantum_index}`; the coordinator runs them over the network.
 
 pub mod client_at;
 mod latest;
