@@ -2,10 +2,10 @@
 //! valid configuration; `timeshard node --print-config` prints them all.
 //!
 //! A leaf: it imports nothing of the node, so every part of the node may read it. One file per
-//! concern: [`net`] (TLS files, DHT, limits), [`store`], [`cluster`] (membership, hints,
-//! repair), [`tier`], [`class`], [`memory`] (the one memory budget), [`http`] and [`testing`];
-//! this module holds [`NodeConfig`], which gathers them, loading, paths and validation, and
-//! [`Live`], the configuration in force while the node runs.
+//! concern: `net` (TLS files, DHT, limits), `store`, `cluster` (membership, hints, repair),
+//! `tier`, `class`, `memory` (the one memory budget), `http` and `testing`; this module holds
+//! [`NodeConfig`], which gathers them, loading, paths and validation, and [`Live`], the
+//! configuration in force while the node runs.
 
 mod class;
 mod cluster;

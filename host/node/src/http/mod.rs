@@ -2,7 +2,7 @@
 //!
 //! - Writes, through the same coordinator, quorum and ingest policies as the SDK: InfluxDB line
 //!   protocol at `/write` (v1) and `/api/v2/write` (v2), Prometheus remote write at
-//!   `/api/v1/write` ([`write`]).
+//!   `/api/v1/write` ([`write`](mod@write)).
 //! - Queries: a JSON API under `/v1/` (raw ranges, windows, latest, series, policy queries;
 //!   [`api`]) and the InfluxQL subset at `/query` ([`influxql`]).
 //! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.

@@ -7,7 +7,7 @@
 //! round at once (after a short pause that lets a burst of changes pass), then a handoff pass
 //! ([`super::handoff`]).
 //!
-//! Settledness ([`Settle`]): the node starts unsettled, and becomes unsettled whenever the view
+//! Settledness ([`repair::Settle`]): the node starts unsettled, and becomes unsettled whenever the view
 //! drops a member (gone, left, leaving, revoked: its blocks may now be this node's). Once
 //! `catch_up_delay` has passed since, it runs **catch-up** rounds that include recently
 //! written blocks, retried every few seconds until one has pulled from every neighbour that is

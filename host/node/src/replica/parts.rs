@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 /// Frames a producer may run ahead of the writer.
 pub const FRAMES_AHEAD: usize = 2;
 
-/// One frame of a replica's answer to a [`Request::FetchParts`]: its chunks, whether the
-/// replica is settled, and whether frames follow.
+/// One frame of a replica's answer to a `FetchParts` request: its chunks, whether the replica
+/// is settled, and whether frames follow.
 #[derive(Debug)]
 pub struct PartPages {
     pub chunks: Vec<PartChunk>,
