@@ -20,7 +20,6 @@ use crate::config::{Live, NodeConfig};
 use crate::control::policies::Applied as AppliedPolicies;
 use crate::coordinator::Coordinator;
 use crate::dht::Dht;
-use crate::faults::Faults;
 use crate::hints::Hints;
 use crate::http::auth::Tokens;
 use crate::membership::View;
@@ -40,11 +39,9 @@ pub struct Node {
     pub(crate) limits: Limits,
     pub(crate) dht: Arc<Dht>,
     pub(crate) view: Arc<View>,
-    pub(crate) faults: Option<Arc<Faults>>,
-    pub(crate) store: Arc<dyn Store>,
-    /// The same store when it is the disk engine, for what only it has (its health).
+    /// The store when it is the disk engine, for what only it has (its health).
     pub(crate) disk: Option<Arc<DiskStore>>,
-    /// This node's side of replica requests.
+    /// This node's side of replica requests, and the store they are served from.
     pub(crate) replica: Replica,
     pub(crate) coordinator: Arc<Coordinator>,
     pub(crate) repair: Arc<Repair>,
@@ -120,11 +117,11 @@ impl Node {
     }
     /// Whether a test cut this node off from the node `id` at `addr` (`[testing] fault_file`).
     pub fn is_cut_off(&self, id: Option<&timeshard_proto::Id>, addr: SocketAddr) -> bool {
-        self.faults.as_ref().is_some_and(|f| f.blocks(id, addr))
+        self.net().is_cut_off(id, addr)
     }
     /// The store replica requests are served from (with an archive: hot and cold merged).
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        self.replica.store()
     }
     /// The cold tier.
     pub fn tier(&self) -> &Arc<Tier> {

@@ -145,8 +145,6 @@ impl RunningNode {
             config: Live::new(config),
             dht,
             view,
-            faults,
-            store,
             disk,
             replica: data.replica,
             coordinator: data.coordinator,
@@ -160,7 +158,7 @@ impl RunningNode {
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
-        let http_addr = serve(&node, http_listener)?;
+        let http_addr = serve(&node, faults, http_listener)?;
         info!(id = %me.id, addr = %me.addr, generation = applied.generation, "node listening");
         join_and_run(&node, data.hints).await;
         Ok(RunningNode { node, http_addr })
@@ -343,11 +341,15 @@ fn data_path(
     Ok(DataPath { hints, replica, coordinator, repair, control_policies })
 }
 
-/// Phase 6: starts serving: the fault file's watcher, the HTTP side on `http_listener` (if
-/// any; returns its address), the QUIC accept loop, and requests peers send on connections this
-/// node dialed.
-fn serve(node: &Arc<Node>, http_listener: Option<(TcpListener, SocketAddr)>) -> Result<Option<SocketAddr>, StartError> {
-    if let Some(f) = node.faults.clone() {
+/// Phase 6: starts serving: the fault file's watcher (`faults`), the HTTP side on
+/// `http_listener` (if any; returns its address), the QUIC accept loop, and requests peers send
+/// on connections this node dialed.
+fn serve(
+    node: &Arc<Node>,
+    faults: Option<Arc<Faults>>,
+    http_listener: Option<(TcpListener, SocketAddr)>,
+) -> Result<Option<SocketAddr>, StartError> {
+    if let Some(f) = faults {
         let stop = node.shutdown.clone();
         node.tasks.spawn(async move { f.watch(stop).await });
     }
@@ -381,11 +383,11 @@ async fn join_and_run(node: &Arc<Node>, hints: Arc<Hints>) {
     view.join(dht).await;
     node.tasks.spawn(dht.clone().maintain(node.config.clone(), stop.clone()));
     let interval = node.config().store.maintenance_interval;
-    node.tasks.spawn(storage::maintain(node.store.clone(), interval, stop.clone()));
+    node.tasks.spawn(storage::maintain(node.store().clone(), interval, stop.clone()));
     node.tasks.spawn(view.clone().run(dht.clone(), stop.clone()));
     node.tasks.spawn(node.repair.clone().run(stop.clone()));
     let state = node.repair.state().clone();
-    node.tasks.spawn(read_repair::run(state, dht.clone(), node.store.clone(), node.limits, stop.clone()));
+    node.tasks.spawn(read_repair::run(state, dht.clone(), node.store().clone(), node.limits, stop.clone()));
     let replayer = replay::Replayer {
         hints: hints.clone(),
         view: view.clone(),
