@@ -71,7 +71,7 @@ pub struct Coordinator {
     /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
     policies: Option<Arc<Registry>>,
-    /// The read repair queue, and whether this node is settled.
+    /// What this node shares with repair: the read repair queue.
     repair: Arc<RepairState>,
     /// The memory budget client writes are admitted against, and the caches' share of it.
     budget: Option<Arc<crate::budget::Ledger>>,
