@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use timeshard_proto::class::{AgeBy, Classes, Replication, SeriesClass};
 use timeshard_proto::{KeyFormat, QuantumLen};
 
-use super::{ConfigError, NodeConfig};
+use super::error::ConfigError;
 
 /// One series class as written in the config file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,66 +80,59 @@ impl Default for ClassConfig {
     }
 }
 
-impl NodeConfig {
-    /// The class table.
-    pub fn class_table(&self) -> Result<Classes, ConfigError> {
-        let mut classes = Vec::with_capacity(self.classes.len());
-        for c in &self.classes {
-            let invalid = |message: String| ConfigError::Invalid { setting: format!("class {:?}", c.name), message };
-            let ns = i64::try_from(c.quantum.as_nanos()).map_err(|_| invalid("quantum too long".into()))?;
-            let quantum = QuantumLen::new(ns).map_err(|e| invalid(e.to_string()))?;
-            let coi = c.coi.as_ref().map(|c| c.coi()).transpose().map_err(invalid)?;
-            let replication = match &coi {
-                Some(coi) => coi.replication(),
-                None => Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?,
-            };
-            classes.push(SeriesClass {
-                name: c.name.clone(),
-                metric_prefix: c.metric_prefix.clone(),
-                format: c.format,
-                quantum,
-                replication,
-                coi,
-            });
-        }
-        Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
+/// The class table of `configs` (see `NodeConfig::class_table`).
+pub fn table(configs: &[ClassConfig]) -> Result<Classes, ConfigError> {
+    let mut classes = Vec::with_capacity(configs.len());
+    for c in configs {
+        let invalid = |message: String| ConfigError::Invalid { setting: format!("class {:?}", c.name), message };
+        let ns = i64::try_from(c.quantum.as_nanos()).map_err(|_| invalid("quantum too long".into()))?;
+        let quantum = QuantumLen::new(ns).map_err(|e| invalid(e.to_string()))?;
+        let coi = c.coi.as_ref().map(|c| c.coi()).transpose().map_err(invalid)?;
+        let replication = match &coi {
+            Some(coi) => coi.replication(),
+            None => Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?,
+        };
+        classes.push(SeriesClass {
+            name: c.name.clone(),
+            metric_prefix: c.metric_prefix.clone(),
+            format: c.format,
+            quantum,
+            replication,
+            coi,
+        });
     }
+    Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
+}
 
-    /// Retention rules of the store: one per class, the catch-all class (prefix `""`, added
-    /// with no retention when the file has none) and classes that keep forever included, so
-    /// the class that owns a series decides (the store takes the longest matching prefix).
-    /// Timeshard's own series (`_timeshard.`, e.g. the quantum index of every class) are kept
-    /// as long as the longest-lived class, forever if any class keeps forever.
-    pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
-        use timeshard_store::RetentionRule;
-        let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
-        // The store measures event time; write-time retention is the cold tier's.
-        let store_keep = |c: &ClassConfig| if c.age_by == AgeBy::Write { None } else { keep(c) };
-        let mut rules: Vec<RetentionRule> = self
-            .classes
-            .iter()
-            .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: store_keep(c) })
-            .collect();
-        if !self.classes.iter().any(|c| c.metric_prefix.is_empty()) {
-            rules.push(RetentionRule::forever(""));
-        }
-        let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
-        if !rules.iter().any(|r| r.metric_prefix == reserved) {
-            // Any rule that keeps forever (the implicit catch-all too) makes this forever, and
-            // so do classes whose data outlives their event-time age: archived ones (the index
-            // finds cold quanta too) and those aged by write time.
-            let outlived = self.classes.iter().any(|c| c.archive || c.age_by == AgeBy::Write);
-            let longest =
-                rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k))).filter(|_| !outlived);
-            rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
-        }
-        rules
+/// The store's retention rules for `classes` (see `NodeConfig::retention_rules`).
+pub fn retention_rules(classes: &[ClassConfig]) -> Vec<timeshard_store::RetentionRule> {
+    use timeshard_store::RetentionRule;
+    let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+    // The store measures event time; write-time retention is the cold tier's.
+    let store_keep = |c: &ClassConfig| if c.age_by == AgeBy::Write { None } else { keep(c) };
+    let mut rules: Vec<RetentionRule> = classes
+        .iter()
+        .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: store_keep(c) })
+        .collect();
+    if !classes.iter().any(|c| c.metric_prefix.is_empty()) {
+        rules.push(RetentionRule::forever(""));
     }
+    let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
+    if !rules.iter().any(|r| r.metric_prefix == reserved) {
+        // Any rule that keeps forever (the implicit catch-all too) makes this forever, and
+        // so do classes whose data outlives their event-time age: archived ones (the index
+        // finds cold quanta too) and those aged by write time.
+        let outlived = classes.iter().any(|c| c.archive || c.age_by == AgeBy::Write);
+        let longest =
+            rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k))).filter(|_| !outlived);
+        rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
+    }
+    rules
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::NodeConfig;
 
     #[test]
     fn coi_settings_are_checked() {

@@ -5,12 +5,13 @@
 //! concern: `net` (TLS files, DHT, limits), `store`, `cluster` (membership, hints, repair),
 //! `tier`, `class`, `memory` (the one memory budget), `http` and `testing`; this module holds
 //! [`NodeConfig`], which gathers them, loading, paths and validation, and [`Live`], the
-//! configuration in force while the node runs.
+//! configuration in force while the node runs. The files import one another only for
+//! [`ConfigError`] (`error`).
 
 mod class;
 mod cluster;
+mod error;
 mod http;
-mod live;
 mod memory;
 mod net;
 mod store;
@@ -19,14 +20,16 @@ mod tier;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
+use timeshard_proto::class::Classes;
 use timeshard_sdk::tls::TlsFiles;
 
 pub use class::{ClassConfig, CoiConfig};
 pub use cluster::{HintsConfig, MembershipConfig, RepairConfig};
+pub use error::ConfigError;
 pub use http::{HttpConfig, MIN_TOKEN_CHARS};
-pub use live::Live;
 pub use memory::{ByteSize, MIN_BUDGET, MemoryConfig};
 pub use net::{DhtConfig, LimitsConfig, TlsConfig};
 pub use store::{Fsync, StoreConfig, StoreEngine};
@@ -99,17 +102,6 @@ impl Default for NodeConfig {
     }
 }
 
-/// A configuration that cannot work.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("invalid setting {setting}: {message}")]
-    Invalid { setting: String, message: String },
-}
-
 impl NodeConfig {
     /// Reads `path`, resolving relative paths in it against the file's directory.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
@@ -148,6 +140,20 @@ impl NodeConfig {
     /// The certificate files.
     pub fn tls_files(&self) -> TlsFiles {
         TlsFiles { ca: self.tls.ca.clone(), cert: self.tls.cert.clone(), key: self.tls.key.clone() }
+    }
+
+    /// The class table.
+    pub fn class_table(&self) -> Result<Classes, ConfigError> {
+        class::table(&self.classes)
+    }
+
+    /// Retention rules of the store: one per class, the catch-all class (prefix `""`, added
+    /// with no retention when the file has none) and classes that keep forever included, so
+    /// the class that owns a series decides (the store takes the longest matching prefix).
+    /// Timeshard's own series (`_timeshard.`, e.g. the quantum index of every class) are kept
+    /// as long as the longest-lived class, forever if any class keeps forever.
+    pub fn retention_rules(&self) -> Vec<timeshard_store::RetentionRule> {
+        class::retention_rules(&self.classes)
     }
 
     /// Checks settings that have no valid default when given badly.
@@ -241,6 +247,27 @@ impl NodeConfig {
                 })
             })
             .transpose()
+    }
+}
+
+/// The configuration in force: replaced whole by a reconfiguration, so a reader takes one
+/// snapshot ([`Live::get`]) and uses it throughout. Clones share it.
+#[derive(Clone, Debug)]
+pub struct Live(Arc<RwLock<Arc<NodeConfig>>>);
+
+impl Live {
+    pub fn new(config: NodeConfig) -> Live {
+        Live(Arc::new(RwLock::new(Arc::new(config))))
+    }
+
+    /// The configuration in force now.
+    pub fn get(&self) -> Arc<NodeConfig> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `config` in force for every holder.
+    pub fn set(&self, config: NodeConfig) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
     }
 }
 

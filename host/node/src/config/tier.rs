@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// The cold tier: the archive that classes with `archive = true` export their history to (see
 /// `host/tier/FORMAT.md`), and how the node exports.
