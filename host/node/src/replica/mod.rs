@@ -94,12 +94,8 @@ impl Replica {
 }
 
 fn storage_error(e: StoreError) -> Response {
-    let code = match e {
-        StoreError::Full(_) | StoreError::Unavailable(_) => ErrorCode::Unavailable,
-        _ => ErrorCode::Storage,
-    };
     warn!(error = %e, "store failed");
-    Response::Error(ErrorReply::new(code, format!("this node's store failed: {e}")))
+    Response::Error(parts::store_error(e))
 }
 
 /// Serves a store request from `store` on a blocking thread; read answers carry `settled`.

@@ -30,7 +30,9 @@ pub struct PartPages {
 /// A frame of a replica's answer, or why the answer stopped.
 pub type PartFrame = Result<PartPages, ErrorReply>;
 
-fn store_error(e: StoreError) -> ErrorReply {
+/// The error a replica answers when its store failed: unavailable when it is full or cannot be
+/// reached (another replica may do), a storage error otherwise.
+pub(super) fn store_error(e: StoreError) -> ErrorReply {
     let code = match e {
         StoreError::Full(_) | StoreError::Unavailable(_) => ErrorCode::Unavailable,
         _ => ErrorCode::Storage,
