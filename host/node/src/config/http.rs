@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use super::error::ConfigError;
 
 /// Shortest accepted token: long enough that guessing is hopeless.
 pub const MIN_TOKEN_CHARS: usize = 16;
