@@ -28,13 +28,11 @@ pub mod tls;
 pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
+pub use timeshard_proto::point::{ColumnBatch, SeriesPoints};
 pub use timeshard_proto::repair::{LeaveProgress, RepairStatus};
-pub use timeshard_proto::stream::ColumnBatch;
 pub use timeshard_proto::tier::{ArchiveClassReport, ArchiveReport};
 pub use timeshard_proto::window::WindowStats;
-pub use timeshard_proto::wire::{
-    ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter, SeriesPoints,
-};
+pub use timeshard_proto::wire::{ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter};
 pub use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
 use std::net::SocketAddr;
