@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod archive;
 mod bench;
 mod conn;
+mod csv_points;
 mod demo;
 mod export;
 mod get;
