@@ -20,6 +20,10 @@
 //! # }
 //! ```
 //!
+//! [`Client::write_batch`] splits a batch into requests within the node's limits of points and
+//! of series ([`ClientOptions`]), with the splitter the node's HTTP side uses too
+//! (`timeshard_proto::batch`).
+//!
 //! It does not retry failed writes itself: writes are idempotent, so retrying a failed batch
 //! is always safe and left to the caller, who knows how long to keep trying.
 
