@@ -62,7 +62,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let req = Request::Write {
-            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 2.5), Point::new(3, -1.0)] }],
+            batch: vec![WriteSeries { series: series(), points: vec![Point::new(1, 2.5), Point::new(3, -1.0)] }],
         };
         let frame = encode(&req, 1024).unwrap();
         let len = body_len(frame[..4].try_into().unwrap(), 1024).unwrap();
@@ -72,9 +72,8 @@ mod tests {
 
     #[test]
     fn oversize_frames_are_refused_both_ways() {
-        let req = Request::Write {
-            batch: vec![WriteSeries { series: series().into(), points: vec![Point::new(1, 0.0); 100] }],
-        };
+        let req =
+            Request::Write { batch: vec![WriteSeries { series: series(), points: vec![Point::new(1, 0.0); 100] }] };
         assert!(matches!(encode(&req, 64), Err(FrameError::TooLarge { .. })));
         assert!(matches!(body_len(1000u32.to_be_bytes(), 999), Err(FrameError::TooLarge { len: 1000, limit: 999 })));
     }
