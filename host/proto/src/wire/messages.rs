@@ -52,14 +52,14 @@ pub enum Request {
     FindSeries { filter: SeriesFilter, limit: u32 },
 
     /// Client: write points, coordinated by the receiver; answered with [`Response::Written`].
-    /// Checked with [`check_write`].
+    /// Checked with [`super::check_write`].
     Write { batch: Vec<WriteSeries> },
     /// Client: read `[start, end)` of one series, strictly after `after`, at most `limit`
-    /// points; answered with [`Response::Page`]. Checked with [`check_read`].
+    /// points; answered with [`Response::Page`]. Checked with [`super::check_read`].
     Read { series: String, start: i64, end: i64, after: Option<PointKey>, limit: u32 },
     /// Client: every point of `[start, end)` of one series strictly after `after`, streamed:
     /// answered with [`Response::Batch`] frames of at most `batch_points` points in order, the
-    /// last with `more: false`, or an error frame. Checked with [`check_read`].
+    /// last with `more: false`, or an error frame. Checked with [`super::check_read`].
     ReadStream { series: String, start: i64, end: i64, after: Option<PointKey>, batch_points: u32 },
     /// Client: what the receiver knows of itself and the cluster; answered with
     /// [`Response::Status`].
