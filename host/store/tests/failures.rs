@@ -4,7 +4,7 @@
 
 mod common;
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk};
 use timeshard_store::{DiskConfig, DiskStore, RetentionRule, SeriesFilter, Store, StoreError};

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use timeshard_clock::now_ns;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey};
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk, SplitMix64};
 use timeshard_store::{DiskConfig, DiskStore, MaintenanceReport, Store};
@@ -19,10 +20,6 @@ use common::*;
 
 const SEC: i64 = 1_000_000_000;
 const DAY: i64 = 86_400 * SEC;
-
-fn wall_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64
-}
 
 fn year() -> QuantumLen {
     timeshard_proto::key::index_quantum()
@@ -111,7 +108,7 @@ fn sustained_live_ingest_keeps_the_log_bounded_by_age_and_by_size() {
     for (bound, cfg) in cases {
         let disk = FaultyDisk::new();
         let store = open(&disk, cfg.clone());
-        let run = ingest(&store, wall_now(), 3_000); // 30 s simulated, 300,000 points
+        let run = ingest(&store, now_ns(), 3_000); // 30 s simulated, 300,000 points
         let logged = disk.bytes_appended();
         println!(
             "bounded by {bound}: log peak {} bytes in {} segments; {logged} bytes appended in all; \
@@ -150,7 +147,7 @@ fn points_far_in_the_future_do_not_pin_the_log() {
     let cfg = DiskConfig { max_wal_bytes: u64::MAX, ..live_config() };
     let disk = FaultyDisk::new();
     let store = open(&disk, cfg.clone());
-    let t0 = wall_now();
+    let t0 = now_ns();
     let future: SeriesKey = "live.future".parse().unwrap();
     let far: SeriesKey = "live.future.year".parse().unwrap();
     // A sensor with a broken clock: 300 days ahead in a 10 s quantum, and two years ahead in a
@@ -193,7 +190,7 @@ fn a_crash_during_live_ingest_replays_a_bounded_log_and_loses_nothing() {
         let mut rng = SplitMix64(seed);
         let budget = 350_000 + rng.below(300_000);
         disk.fail_writes_after(budget, FailKind::Crashed);
-        let t0 = wall_now();
+        let t0 = now_ns();
         let clock = AtomicI64::new(t0);
         let dead = AtomicBool::new(false);
         let acked: Vec<Mutex<BTreeSet<PointKey>>> = keys.iter().map(|_| Mutex::new(BTreeSet::new())).collect();

@@ -7,7 +7,7 @@
 mod common;
 
 use timeshard_proto::packed::PackedPart;
-use timeshard_proto::stream::PartEnd;
+use timeshard_proto::point::PartEnd;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_store::faulty_disk::FaultyDisk;
 use timeshard_store::{Codec, DiskConfig, Store, StoreError};

@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_clock::now_ns;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::{DiskConfig, DiskStore, Store};
 
@@ -72,10 +73,6 @@ impl Mode {
     }
 }
 
-fn wall_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64
-}
-
 fn key(mode: Mode, writer: u32) -> SeriesKey {
     format!("kill.{}{{w={writer}}}", mode.name()).parse().unwrap()
 }
@@ -110,7 +107,7 @@ fn child(dir: &Path, mode: Mode, base: i64, round: u32) {
             while !stop.load(Ordering::Relaxed) {
                 let now = match mode {
                     Mode::Old => clock.load(Ordering::Relaxed),
-                    Mode::Live => wall_now(),
+                    Mode::Live => now_ns(),
                 };
                 store.maintain(now).expect("maintenance");
                 std::thread::sleep(Duration::from_millis(5));
@@ -157,7 +154,7 @@ fn main() {
     let mut acked: Vec<(Mode, i64, u32, u32, i64)> = Vec::new();
     for (mode, round, after_ms) in rounds {
         let dir = if mode == Mode::Old { old_dir.path() } else { live_dir.path() };
-        let base = if mode == Mode::Old { 0 } else { wall_now() };
+        let base = if mode == Mode::Old { 0 } else { now_ns() };
         let mut proc = Command::new(std::env::current_exe().unwrap())
             .env(CHILD_ENV, dir)
             .env("TIMESHARD_SIGKILL_MODE", mode.name())

@@ -5,19 +5,16 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use support::*;
+use timeshard_clock::now_ns;
 use timeshard_proto::{AgeBy, Point, TimeRange};
 use timeshard_store::Store;
 use timeshard_tier::faulty::{Fault, FaultyStore};
 use timeshard_tier::{Archive, Retention};
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
-}
 
 async fn objects(store: &dyn ObjectStore) -> Vec<String> {
     use futures::TryStreamExt;

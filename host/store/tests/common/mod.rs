@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::faulty_disk::FaultyDisk;
 use timeshard_store::{DiskConfig, DiskStore, Store};

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use timeshard_proto::class::{Replication, SeriesClass};
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{KeyFormat, Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::{MemStore, Store};
 use timeshard_tier::{Archive, Config, RetryPolicy};
