@@ -3,7 +3,7 @@
 //! Owns local clusters of separate node processes on loopback ([`cluster`]) with partition fault
 //! injection, a peer's look at each replica of a block ([`inspect`]), what a
 //! test writer had acknowledged and where blocks live against their owners ([`ledger`]), a control plane of
-//! `timeshard-control` processes for them to enroll with (`fleet`, with the `fleet` feature),
+//! `timeshard-control` processes for them to enroll with ([`fleet`], [`control`]),
 //! the deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
 //! an HTTP client for the nodes' HTTP side ([`http_client`]), the demo behind `timeshard demo`
 //! ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The command line
@@ -11,9 +11,9 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod control;
 pub mod datasets;
 pub mod demo;
-#[cfg(feature = "fleet")]
 pub mod fleet;
 pub mod http_client;
 pub mod inspect;

@@ -120,10 +120,6 @@ fn series_of(mode: &str, i: usize) -> SeriesKey {
     format!("{mode}.traffic{{lat={lat:.5},lon={lon:.5},seg={i}}}").parse().expect("valid series key")
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// Picks series indices by FogStore's key distributions.
 struct Keys {
     n: usize,
@@ -211,7 +207,7 @@ async fn run_one(
                         stale += 1;
                     }
                 } else {
-                    let ts = now_ns();
+                    let ts = timeshard_clock::now_ns();
                     client.write(&series, &[Point::new(ts, ts as f64)]).await?;
                     updates.push(t.elapsed());
                     let mut last = acked.last.lock().expect("lock");
@@ -262,7 +258,7 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
     // Every series gets a first point, so reads of `latest` find one.
     for mode in MODES {
         for i in 0..args.series {
-            let ts = now_ns();
+            let ts = timeshard_clock::now_ns();
             clients[i % clients.len()].write(&series_of(mode, i), &[Point::new(ts, ts as f64)]).await?;
         }
     }
