@@ -78,7 +78,7 @@ fn bench_paper_small_writes_its_document() {
 
 #[test]
 fn bench_policy_quick_writes_its_document() {
-    let guest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guest");
+    let guest_dir = crate::guest_dir();
     let dir = tempfile::tempdir().unwrap();
     let args = ["policy", "--quick", "--nodes", "3", "--pushdown-seconds", "120", "--reps", "1"];
     let doc = bench(dir.path(), &[&args[..], &["--guest-dir", guest_dir.to_str().unwrap()]].concat());
@@ -156,7 +156,7 @@ fn bench_repair_quick_writes_its_document() {
 
 #[test]
 fn bench_footprint_quick_writes_its_document() {
-    let guest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guest");
+    let guest_dir = crate::guest_dir();
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let sizes = dir.path().join("no-sizes.json");

@@ -3,29 +3,17 @@
 //! stored), `/v1/query` runs a query policy pushed down to the owners, and `/metrics` counts
 //! every policy's calls. Needs the guest components (`guest/build.sh`).
 
-use std::path::{Path, PathBuf};
-
 use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
-use timeshard_policy::{Kind, PolicyRef, signing};
+use timeshard_policy::Kind;
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::http_client::{HttpClient, encode};
+use timeshard_testkit::policies::PolicySection;
 
 use crate::NODE;
 
 const TOKEN: &str = "policy-token-0123456789abcdef";
 const T: i64 = 1_700_000_000; // seconds
 const SEC: i64 = 1_000_000_000;
-
-/// Copies a built guest into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
-fn signed_guest(dir: &Path, key: &Path, name: &str, kind: Kind) -> PathBuf {
-    let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    let built = timeshard_policy::guest_artifact(&guests, name).expect("guest built by guest/build.sh");
-    let copy = dir.join(built.file_name().unwrap());
-    std::fs::copy(&built, &copy).unwrap();
-    let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0").unwrap(), kind);
-    signing::sign_file(key, &copy, &identity).unwrap();
-    copy
-}
 
 /// The value of the sample of `name` whose labels include every one of `labels`.
 fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
@@ -42,37 +30,11 @@ async fn http_writes_pass_ingest_policies_and_query_policies_answer_over_http() 
     options.classes =
         vec![timeshard_node::config::ClassConfig { name: "all".into(), rf: 3, w: 2, r: 2, ..Default::default() }];
     options.http.tokens = vec![TOKEN.into()];
-    let key_file = dir.path().join("policy.key");
-    let key = signing::generate_keypair()?;
-    key.write(&key_file)?;
-    let validate = signed_guest(dir.path(), &key_file, "pmu-validate", Kind::Ingest);
-    let rms = signed_guest(dir.path(), &key_file, "rms", Kind::Query);
-    options.policy = toml::from_str(&format!(
-        r#"
-        trusted_keys = ["{public}"]
-
-        [[modules]]
-        name = "pmu-validate"
-        version = "1.0.0"
-        kind = "ingest"
-        wasm = "{validate}"
-        config = {{ min = "-60", max = "60" }}
-
-        [[modules]]
-        name = "rms"
-        version = "1.0.0"
-        kind = "query"
-        wasm = "{rms}"
-
-        [[bindings]]
-        select = {{ metric_prefix = "pmu" }}
-        ingest = "pmu-validate"
-        query = ["rms"]
-        "#,
-        public = key.public().to_text().trim(),
-        validate = validate.display(),
-        rms = rms.display(),
-    ))?;
+    let mut section = PolicySection::new(dir.path(), &crate::guest_dir())?;
+    section.module("pmu-validate", "pmu-validate", Kind::Ingest, &[("min", "-60"), ("max", "60")])?;
+    section.module("rms", "rms", Kind::Query, &[])?;
+    section.bind("pmu", Some("pmu-validate"), &["rms"]);
+    options.policy = section.config()?;
     let cluster = LocalCluster::start_converged(options).await?;
     let mut writer = HttpClient::connect(cluster.http_addr(0).unwrap(), Some(TOKEN)).await?;
     let mut reader = HttpClient::connect(cluster.http_addr(1).unwrap(), Some(TOKEN)).await?;

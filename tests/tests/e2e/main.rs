@@ -12,6 +12,11 @@ pub const NODE: &str = env!("CARGO_BIN_EXE_timeshard-e2e");
 /// The `timeshard-control` command line built in this package, for control plane processes.
 pub const CONTROL: &str = env!("CARGO_BIN_EXE_timeshard-control-e2e");
 
+/// The guest workspace, whose components `guest/build.sh` builds.
+pub fn guest_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest")
+}
+
 mod archive_duckdb;
 mod archive_s3;
 mod bad_input;

@@ -2,43 +2,24 @@
 //! receives a write, before replication; query policies run on the owners of each quantum and
 //! their partial results are merged. Needs the guest components (`guest/build.sh`).
 
-use std::path::{Path, PathBuf};
-
-use timeshard_policy::{Kind, PolicyRef, signing};
+use timeshard_policy::{Kind, signing};
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, TimeRange};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::datasets::{self, T0};
+use timeshard_testkit::policies::{PolicySection, TEST_DEADLINE_MS};
 
 use crate::NODE;
-
-/// Copies built guest `name` into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
-fn signed_guest(dir: &Path, key: &Path, name: &str, kind: Kind) -> PathBuf {
-    signed_guest_as(dir, key, name, name, kind)
-}
-
-/// Copies built guest `guest` into `dir` and signs it with `key` as `name@1.0.0` of `kind`.
-fn signed_guest_as(dir: &Path, key: &Path, guest: &str, name: &str, kind: Kind) -> PathBuf {
-    let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    let built = timeshard_policy::guest_artifact(&guests, guest).expect("guest built by guest/build.sh");
-    let copy = dir.join(built.file_name().unwrap());
-    std::fs::copy(&built, &copy).unwrap();
-    let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0").unwrap(), kind);
-    signing::sign_file(key, &copy, &identity).unwrap();
-    copy
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()> {
     let (mut options, dir) = ClusterOptions::for_tests(4, NODE);
-    let key_file = dir.path().join("policy.key");
-    let key = signing::generate_keypair()?;
-    key.write(&key_file)?;
     let modules = dir.path().join("modules");
     std::fs::create_dir_all(&modules)?;
-    let validate = signed_guest(&modules, &key_file, "pmu-validate", Kind::Ingest);
-    let rms = signed_guest(&modules, &key_file, "rms", Kind::Query);
-    let crossings = signed_guest(&modules, &key_file, "threshold-crossings", Kind::Query);
+    let mut section = PolicySection::new(&modules, &crate::guest_dir())?;
+    section.module("pmu-validate", "pmu-validate", Kind::Ingest, &[("min", "-60"), ("max", "60")])?;
+    let rms = section.module("rms", "rms", Kind::Query, &[])?;
+    section.module("threshold-crossings", "threshold-crossings", Kind::Query, &[])?;
     // A module whose signature does not match its bytes: refused, the rest still load.
     let tampered = modules.join("tampered.wasm");
     std::fs::copy(&rms, &tampered)?;
@@ -46,47 +27,9 @@ async fn ingest_and_query_policies_run_across_the_cluster() -> anyhow::Result<()
     let mut bytes = std::fs::read(&tampered)?;
     *bytes.last_mut().unwrap() ^= 1;
     std::fs::write(&tampered, bytes)?;
-
-    options.policy = toml::from_str(&format!(
-        r#"
-        trusted_keys = ["{public}"]
-
-        [[modules]]
-        name = "pmu-validate"
-        version = "1.0.0"
-        kind = "ingest"
-        wasm = "{validate}"
-        config = {{ min = "-60", max = "60" }}
-
-        [[modules]]
-        name = "rms"
-        version = "1.0.0"
-        kind = "query"
-        wasm = "{rms}"
-
-        [[modules]]
-        name = "threshold-crossings"
-        version = "1.0.0"
-        kind = "query"
-        wasm = "{crossings}"
-
-        [[modules]]
-        name = "tampered"
-        version = "1.0.0"
-        kind = "query"
-        wasm = "{tampered}"
-
-        [[bindings]]
-        select = {{ metric_prefix = "pmu." }}
-        ingest = "pmu-validate"
-        query = ["rms", "threshold-crossings"]
-        "#,
-        public = key.public().to_text().trim(),
-        validate = validate.display(),
-        rms = rms.display(),
-        crossings = crossings.display(),
-        tampered = tampered.display(),
-    ))?;
+    section.load("tampered", Kind::Query, &tampered, &[], Some(TEST_DEADLINE_MS));
+    section.bind("pmu.", Some("pmu-validate"), &["rms", "threshold-crossings"]);
+    options.policy = section.config()?;
     let cluster = LocalCluster::start_converged(options).await?;
     let log = std::fs::read_to_string(cluster.log(0))?;
     assert!(log.contains("tampered") && log.contains("not loaded"), "the tampered module is reported:\n{log}");
@@ -152,26 +95,15 @@ async fn a_looping_policy_is_stopped_while_the_node_keeps_serving() -> anyhow::R
     let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
     options.classes =
         vec![timeshard_node::config::ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
-    let key_file = dir.path().join("policy.key");
-    let key = signing::generate_keypair()?;
-    key.write(&key_file)?;
-    let looping = signed_guest_as(dir.path(), &key_file, "hostile-loop", "spin", Kind::Ingest);
-    options.policy = toml::from_str(&format!(
-        r#"
-        trusted_keys = ["{}"]
-        deadline_ms = 50
-        [[modules]]
-        name = "spin"
-        version = "1.0.0"
-        kind = "ingest"
-        wasm = "{}"
-        [[bindings]]
-        select = {{ metric_prefix = "hostile." }}
-        ingest = "spin"
-        "#,
-        key.public().to_text().trim(),
-        looping.display()
-    ))?;
+    // The section's deadline (no module of its own): the one the loop must be stopped at.
+    let mut section = PolicySection::new(dir.path(), &crate::guest_dir())?;
+    let looping = section.sign("hostile-loop", "spin", Kind::Ingest)?;
+    section.setting("deadline_ms = 50").load("spin", Kind::Ingest, &looping, &[], None).bind(
+        "hostile.",
+        Some("spin"),
+        &[],
+    );
+    options.policy = section.config()?;
     let cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
     let hostile = "hostile.loop".parse()?;

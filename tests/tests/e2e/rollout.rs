@@ -36,8 +36,10 @@ fn series() -> SeriesKey {
 
 /// A built guest component's path.
 fn guest(name: &str) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    timeshard_policy::guest_artifact(&dir, name).expect("guests built by guest/build.sh").display().to_string()
+    timeshard_policy::guest_artifact(&crate::guest_dir(), name)
+        .expect("guests built by guest/build.sh")
+        .display()
+        .to_string()
 }
 
 async fn status(cluster: &LocalCluster, i: usize) -> anyhow::Result<NodeStatus> {

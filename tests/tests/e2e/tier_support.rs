@@ -15,6 +15,7 @@ use timeshard_node::config::{ClassConfig, TierConfig};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::{ArchiveReport, Client, WindowStats};
 use timeshard_testkit::cluster::LocalCluster;
+use timeshard_testkit::policies::PolicySection;
 
 pub const SEC: i64 = 1_000_000_000;
 pub const MIN: i64 = 60 * SEC;
@@ -157,35 +158,10 @@ pub async fn wait_reports(
 /// Policies with the `rms` query policy (guest/build.sh builds it) bound to `prefix`, signed
 /// with a key made in `dir`.
 pub fn rms_policy(dir: &Path, prefix: &str) -> Result<timeshard_policy::Config> {
-    use timeshard_policy::signing;
-    let key_file = dir.join("policy.key");
-    let key = signing::generate_keypair()?;
-    key.write(&key_file)?;
-    let guests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    let built = timeshard_policy::guest_artifact(&guests, "rms").context("run guest/build.sh first")?;
-    let wasm = dir.join(built.file_name().context("a file")?);
-    std::fs::copy(&built, &wasm)?;
-    let identity =
-        signing::Identity::new(timeshard_policy::PolicyRef::new("rms", "1.0.0")?, timeshard_policy::Kind::Query);
-    signing::sign_file(&key_file, &wasm, &identity)?;
-    Ok(toml::from_str(&format!(
-        r#"
-        trusted_keys = ["{public}"]
-        [[modules]]
-        name = "rms"
-        version = "1.0.0"
-        kind = "query"
-        wasm = "{wasm}"
-        # Merging a few thousand quanta's partials takes longer than the default 10 ms on a busy
-        # debug build.
-        deadline_ms = 2000
-        [[bindings]]
-        select = {{ metric_prefix = "{prefix}" }}
-        query = ["rms"]
-        "#,
-        public = key.public().to_text().trim(),
-        wasm = wasm.display(),
-    ))?)
+    let mut section = PolicySection::new(dir, &crate::guest_dir())?;
+    section.module("rms", "rms", timeshard_policy::Kind::Query, &[])?;
+    section.bind(prefix, None, &["rms"]);
+    section.config()
 }
 
 /// RMS and count of the finite values of `points` in `range`.

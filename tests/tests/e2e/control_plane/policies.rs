@@ -21,8 +21,8 @@ use super::{TestFleet, client_code, eventually};
 pub const ABORT_BOUND: Duration = Duration::from_secs(5);
 
 fn guest(name: &str) -> Vec<u8> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
-    let path = timeshard_policy::guest_artifact(&dir, name).expect("the guests, built by guest/build.sh");
+    let path =
+        timeshard_policy::guest_artifact(&crate::guest_dir(), name).expect("the guests, built by guest/build.sh");
     std::fs::read(path).unwrap()
 }
 
