@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn tagged_modules_differ_and_stay_components() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guest");
         let noop = std::fs::read(timeshard_policy::guest_artifact(&dir, "noop").unwrap()).unwrap();
         let (a, b) = (tagged(&noop, "1.0.0"), tagged(&noop, "2.0.0"));
         assert_ne!(a, b);
