@@ -1,7 +1,7 @@
 //! `timeshard bench ...` end to end at tiny sizes (the figures mean nothing here): each writes
 //! one JSON document with the keys of BENCHMARKS.md, the `floor` object included.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::NODE;

@@ -34,6 +34,11 @@ fn series() -> SeriesKey {
     "pmu.phase{bus=1,site=e2e}".parse().unwrap()
 }
 
+/// The per-call deadline the rollouts give the policies: a call of microseconds in a release
+/// build can outlast the nodes' default 10 ms in a debug build on a busy machine, and a write it
+/// refused would fail the "none refused" checks (the testkit's `TEST_DEADLINE_MS`).
+const DEADLINE_MS: &str = "2000";
+
 /// A built guest component's path.
 fn guest(name: &str) -> String {
     timeshard_policy::guest_artifact(&crate::guest_dir(), name)
@@ -206,7 +211,19 @@ async fn staged_rollout(backend: Backend) -> anyhow::Result<()> {
         .await?;
     // Version 1 everywhere (one stage).
     control
-        .cli(&["rollout", "start", "pmu-validate@1.0.0", "--series", "pmu.", "--canary", "0", "--waves", "100%"])
+        .cli(&[
+            "rollout",
+            "start",
+            "pmu-validate@1.0.0",
+            "--series",
+            "pmu.",
+            "--canary",
+            "0",
+            "--waves",
+            "100%",
+            "--deadline-ms",
+            DEADLINE_MS,
+        ])
         .await?;
     runs(&cluster, &[0, 1, 2, 3, 4, 5], "pmu-validate", "1.0.0").await?;
 
@@ -227,6 +244,8 @@ async fn staged_rollout(backend: Backend) -> anyhow::Result<()> {
                 "100%",
                 "--abort-above",
                 "5%",
+                "--deadline-ms",
+                DEADLINE_MS,
                 "--json",
             ])
             .await?,
@@ -372,7 +391,21 @@ async fn queries_across_versions(backend: Backend) -> anyhow::Result<()> {
     for v in ["1.0.0", "2.0.0"] {
         control.cli(&["policy", "upload", "--name", "rms", "--version", v, "--kind", "query", &guest("rms")]).await?;
     }
-    control.cli(&["rollout", "start", "rms@1.0.0", "--series", "pmu.", "--canary", "0", "--waves", "100%"]).await?;
+    control
+        .cli(&[
+            "rollout",
+            "start",
+            "rms@1.0.0",
+            "--series",
+            "pmu.",
+            "--canary",
+            "0",
+            "--waves",
+            "100%",
+            "--deadline-ms",
+            DEADLINE_MS,
+        ])
+        .await?;
     runs(&cluster, &[0, 1, 2, 3, 4, 5], "rms", "1.0.0").await?;
     let t0 = now_ns() - 120_000_000_000;
     let points: Vec<Point> = (0..1200).map(|i| Point::new(t0 + i * 100_000_000, 3.0)).collect();
@@ -381,7 +414,20 @@ async fn queries_across_versions(backend: Backend) -> anyhow::Result<()> {
 
     let s: RolloutStatus = serde_json::from_str(
         &control
-            .cli(&["rollout", "start", "rms@2.0.0", "--series", "pmu.", "--canary", "1", "--waves", "100%", "--json"])
+            .cli(&[
+                "rollout",
+                "start",
+                "rms@2.0.0",
+                "--series",
+                "pmu.",
+                "--canary",
+                "1",
+                "--waves",
+                "100%",
+                "--deadline-ms",
+                DEADLINE_MS,
+                "--json",
+            ])
             .await?,
     )?;
     let canary = index(&cluster, &s.nodes.iter().find(|n| n.stage == Some(0)).unwrap().node_id);
