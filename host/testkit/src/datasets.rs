@@ -36,10 +36,6 @@ pub fn pmu_series(bus: u32) -> SeriesKey {
     SeriesKey::new("pmu.phase", [("bus", bus.to_string().as_str()), ("site", "atl")]).expect("valid key")
 }
 
-/// The wall clock in ns since the epoch, for live data (open quanta behave differently from
-/// ended ones): [`timeshard_clock::now_ns`], here too for the tests that name it by this path.
-pub use timeshard_clock::now_ns;
-
 /// Series key of `counter` meter `id`: `meter.energy{id=<id>}`.
 pub fn counter_series(id: u32) -> SeriesKey {
     SeriesKey::new("meter.energy", [("id", id.to_string().as_str())]).expect("valid key")
