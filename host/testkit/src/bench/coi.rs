@@ -208,7 +208,7 @@ async fn run_one(
                         stale += 1;
                     }
                 } else {
-                    let ts = timeshard_clock::now_ns();
+                    let ts = now_ns();
                     client.write(&series, &[Point::new(ts, ts as f64)]).await?;
                     updates.push(t.elapsed());
                     let mut last = acked.last.lock().expect("lock");
@@ -259,7 +259,7 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
     // Every series gets a first point, so reads of `latest` find one.
     for mode in MODES {
         for i in 0..args.series {
-            let ts = timeshard_clock::now_ns();
+            let ts = now_ns();
             clients[i % clients.len()].write(&series_of(mode, i), &[Point::new(ts, ts as f64)]).await?;
         }
     }
