@@ -1,15 +1,20 @@
-//! The formats other tools speak to a node, sans I/O: bytes in, validated batches or parsed
-//! queries out, and answers back in the shapes those tools expect.
+//! Sans-IO codecs of what other tools speak: bytes in, validated batches or parsed queries
+//! out, and answers back in the shapes those tools expect.
 //!
 //! Owns the mapping of foreign names to series keys ([`names`]), InfluxDB line protocol
-//! ([`line_protocol`]), Prometheus remote write ([`remote_write`]), bounded decompression of
+//! ([`line_protocol`]), Prometheus remote write ([`remote_write`]) and remote read
+//! ([`remote_read`], with the XOR chunks of [`chunkenc`]), bounded decompression of
 //! request bodies ([`compression`]), the Prometheus text exposition format ([`exposition`]),
-//! and the InfluxQL subset with its answers ([`influxql`]). The node's HTTP server
+//! the InfluxQL subset with its answers ([`influxql`]), and PromQL with Prometheus' query API
+//! ([`promql`]). The node's HTTP server
 //! (`timeshard_node::http`) runs them against the coordinator.
 
+pub mod chunkenc;
 pub mod compression;
 pub mod exposition;
 pub mod influxql;
 pub mod line_protocol;
 pub mod names;
+pub mod promql;
+pub mod remote_read;
 pub mod remote_write;

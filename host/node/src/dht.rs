@@ -1,7 +1,7 @@
 //! The DHT as the node runs it: drives the sans-IO routing table and lookups from
-//! `timeshard_proto` with real requests. It serves discovery (bootstrap, bucket refresh) and
-//! calls to peers; where blocks live comes from the membership view
-//! ([`crate::membership::View::owners`]), not from lookups.
+//! `timeshard_proto` with real requests. It serves discovery (joining through the bootstrap
+//! peers, rejoining, bucket refresh: [`Dht::join`], [`Dht::maintain`]) and calls to peers;
+//! where blocks live comes from the membership view (its owners), not from lookups.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,13 +14,16 @@ use timeshard_proto::routing::Observed;
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Id, Lookup, RoutingTable};
 use timeshard_sdk::tls::PeerIdentity;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::DhtConfig;
+use crate::config::{DhtConfig, Live};
 use crate::net::{Net, NetError};
 
 /// How long a peer that failed a request is tried after its healthy siblings.
 const SUSPECT_FOR: Duration = Duration::from_secs(30);
+/// How often the node checks whether buckets need refreshing or it must rejoin.
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(10);
 
 /// The node's view of the DHT.
 #[derive(Debug)]
@@ -221,4 +224,47 @@ impl Dht {
             })
             .await;
     }
+
+    /// Joins the network through the `bootstrap` peers (`host:port`, resolved now); returns
+    /// the peers known.
+    pub async fn join(self: &Arc<Self>, bootstrap: &[String]) -> usize {
+        let seeds = resolve(bootstrap).await;
+        if seeds.is_empty() {
+            return self.peer_count();
+        }
+        let peers = self.bootstrap(&seeds).await;
+        if peers > 0 {
+            info!(peers, "joined the network");
+        }
+        peers
+    }
+
+    /// Until `stop` fires: rejoins through the bootstrap peers in force (`config`: they may
+    /// change while the node runs) when the node lost every peer, and refreshes stale buckets.
+    pub async fn maintain(self: Arc<Self>, config: Live, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(MAINTENANCE_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if self.peer_count() == 0 {
+                self.join(&config.get().bootstrap).await;
+            } else {
+                self.refresh(8).await;
+            }
+        }
+    }
+}
+
+async fn resolve(seeds: &[String]) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    for s in seeds {
+        match tokio::net::lookup_host(s.as_str()).await {
+            Ok(addrs) => out.extend(addrs),
+            Err(e) => warn!(seed = %s, error = %e, "cannot resolve bootstrap address"),
+        }
+    }
+    out
 }

@@ -3,8 +3,9 @@
 //!
 //! The file holds one node id (40 hex digits) or `ip:port` address per line (`#` starts a
 //! comment). The node re-reads it every [`RELOAD_EVERY`]; a missing file means no fault.
-//! Requests to a named node fail as unreachable ([`crate::net::Net`]), and requests from one
-//! are dropped unanswered ([`crate::server`]).
+//! Requests to a named node fail as unreachable (the endpoint, `net`, asks [`Faults::blocks`]),
+//! and requests from one are dropped unanswered (the request server asks too). A leaf: the
+//! endpoint and the server use it, it uses neither.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -3,19 +3,32 @@
 //! QUIC (quinn + rustls) together. The `timeshard` command line is `timeshard-cli`; local
 //! clusters, the demo and the benchmarks are `timeshard-testkit`.
 //!
-//! Module map: [`config`] (TOML settings), [`pki`] (development CA), [`net`] (endpoint and peer
-//! connections), [`dht`] (routing table and lookups over the network: discovery),
-//! [`membership`] (the gossiped membership view and the owners of blocks computed from it),
-//! [`coordinator`] (client writes, reads, aggregates, policy queries and series listings across
-//! replicas, one submodule per path), [`hints`] (hinted handoff: writes replicas missed, kept on
-//! disk and replayed), [`repair`] (anti-entropy, handoff of blocks
-//! this node no longer owns, read repair, leaving), [`server`] (accepting and answering requests), [`streams`] (requests answered with a stream of frames), [`node`] (start and
-//! shutdown), [`reconfigure`] (what may change while the node runs, applied whole or not at
-//! all), [`control`] (enrolled nodes: following the control plane's desired state, renewal,
-//! revocation), [`policies`] (ingest and query policies on the node), [`process`] (ready file
-//! and stop signals of a node process), [`faults`] (partition fault injection for tests), [`http`]
-//! (InfluxDB and Prometheus endpoints, the JSON API and `/metrics`), [`metrics`] (what the node
-//! counts), [`tier`] (the cold tier: export to the archive, and reads that span both tiers).
+//! Module map, grouped from the leaves up (no module imports one that imports it back):
+//! - Leaves: [`config`] (TOML settings, the configuration in force; imports nothing of the
+//!   node), [`metrics`] (what the node counts), [`budget`] (the one memory budget),
+//!   [`faults`] (partition fault injection for tests), [`pki`] (development CA),
+//!   [`repair::state`] (what the read path shares with repair: settled, counters, the read
+//!   repair queue).
+//! - The network: [`net`] (endpoint and peer connections), [`dht`] (routing table and lookups
+//!   over the network: discovery, joining), [`membership`] (the gossiped membership view and
+//!   the owners of blocks computed from it).
+//! - Data on this node: [`storage`] (opening the store, its maintenance), [`hints`] (hinted
+//!   handoff: writes replicas missed, kept on disk and replayed), [`policies`] (ingest and
+//!   query policies on the node), [`replica`] (the local replica's side of every request a
+//!   coordinator sends to a replica), [`tier`] (the cold tier: export to the archive, and
+//!   reads that span both tiers).
+//! - Across replicas: [`coordinator`] (client writes, reads, aggregates, policy queries and
+//!   series listings, one submodule per path; it serves this node's share through
+//!   [`replica`]), [`repair`] (anti-entropy, handoff of blocks this node no longer owns, read
+//!   repair, leaving).
+//! - The node: [`node`] (the [`Node`] handle the front doors share, and its status),
+//!   [`reconfigure`] (what may change while the node runs, applied whole or not at all),
+//!   [`start`] (wiring a node phase by phase, the tasks it runs with the narrow handles each
+//!   uses, shutdown).
+//! - Front doors: [`server`] (accepting and answering QUIC requests), [`streams`] (requests
+//!   answered with a stream of frames), [`http`] (InfluxDB and Prometheus endpoints, the JSON
+//!   API and `/metrics`), [`control`] (enrolled nodes: following the control plane's desired
+//!   state, renewal, revocation), [`process`] (ready file and stop signals of a node process).
 
 pub mod budget;
 pub mod config;
@@ -34,9 +47,13 @@ pub mod policies;
 pub mod process;
 pub mod reconfigure;
 pub mod repair;
+pub mod replica;
 pub mod server;
+pub mod start;
+pub mod storage;
 pub mod streams;
 pub mod tier;
 
 pub use config::NodeConfig;
-pub use node::{Node, RunningNode, StartError};
+pub use node::Node;
+pub use start::{RunningNode, StartError};

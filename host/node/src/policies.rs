@@ -71,20 +71,9 @@ fn budgeted(config: &NodeConfig) -> timeshard_policy::Config {
 }
 
 /// Re-applies the `[policy]` section (hot reload): new versions swap in atomically, and a
-/// module that fails to load leaves the last good version running. On an enrolled node, with
-/// the control plane's modules.
-pub fn reload(node: &crate::node::Node, registry: &Registry, config: &NodeConfig) {
-    if node.is_enrolled() {
-        let mut applied = node.control_policies.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = crate::control::policies::cache_dir(&config.data_dir);
-        let control = applied.control.clone();
-        applied.errors =
-            crate::control::policies::apply(registry, &config.policy, &config.base_dir, &control, &dir, Vec::new());
-        // Later changes from the control plane apply with this section.
-        applied.file = Some(config.policy.clone());
-        tracing::info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
-        return;
-    }
+/// module that fails to load leaves the last good version running. (An enrolled node reloads
+/// with the control plane's modules: `control::policies::reload`.)
+pub fn reload(registry: &Registry, config: &NodeConfig) {
     let report = registry.apply(&config.policy, &config.base_dir);
     for (policy, error) in &report.failed {
         warn!(%policy, %error, "policy not reloaded; the last good version keeps running");
@@ -120,6 +109,16 @@ pub fn usage(registry: Option<&Registry>) -> Vec<PolicyUsage> {
             }
         })
         .collect()
+}
+
+/// The registry, or the error a request that needs policies gets on a node that runs none.
+pub fn required(registry: Option<&Arc<Registry>>) -> Result<Arc<Registry>, ErrorReply> {
+    registry.cloned().ok_or_else(|| {
+        ErrorReply::new(
+            ErrorCode::Policy,
+            "this node runs no policies: configure [policy] with trusted keys, modules and bindings",
+        )
+    })
 }
 
 fn policy_error(code: ErrorCode, e: &PolicyError) -> ErrorReply {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use timeshard_proto::Id;
 
 use crate::config::NodeConfig;
-use crate::node::RunningNode;
+use crate::start::RunningNode;
 
 /// What `timeshard node --ready-file` writes once the node serves.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -81,7 +81,10 @@ fn reload(node: &RunningNode, cfg: &NodeConfig) {
         }
     }
     match node.node().coordinator().policies() {
-        Some(registry) => crate::policies::reload(node_ref, registry, cfg),
+        Some(registry) if node_ref.is_enrolled() => {
+            crate::control::policies::reload(&mut node_ref.control_policies(), registry, cfg)
+        }
+        Some(registry) => crate::policies::reload(registry, cfg),
         None if !cfg.policy.modules.is_empty() => {
             tracing::warn!("SIGHUP: [policy] not applied: the node started without policies; restart it to load them")
         }

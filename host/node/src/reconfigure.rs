@@ -16,6 +16,7 @@ use timeshard_proto::{Classes, Id};
 use tracing::info;
 
 use crate::config::{ClassConfig, ConfigError, LimitsConfig, NodeConfig};
+use crate::control::apply::config_digest_u64;
 use crate::net::BindError;
 use crate::node::Node;
 
@@ -154,7 +155,7 @@ impl Node {
         let classes = config.class_table()?;
         let server = self.net().server_config_for(&config)?;
         let revoked = parse_revoked(revoked)?;
-        let digest = crate::control::config_digest_u64(&config.classes, &revoked);
+        let digest = config_digest_u64(&config.classes, &revoked);
         Ok(Prepared { config, classes, server, revoked, generation, digest })
     }
 
@@ -201,14 +202,15 @@ impl Node {
         if rejoin {
             changed.push(format!("bootstrap peers ({})", config.bootstrap.join(", ")));
         }
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        self.config.set(config);
         self.set_applied(generation, digest);
         if rejoin {
             let node = self.clone();
             self.tasks().spawn(async move {
+                let config = node.config();
                 tokio::select! {
                     _ = node.shutdown_signal().cancelled() => {}
-                    _ = crate::node::join(&node) => {}
+                    _ = node.dht().join(&config.bootstrap) => {}
                 }
             });
         }

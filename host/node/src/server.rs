@@ -1,15 +1,15 @@
 //! Serving requests: the accept loop, one task per connection and per stream, bounded by a
-//! semaphore, and the dispatch of each request to the DHT, the store or the coordinator.
+//! semaphore, and the dispatch of each request to the DHT, the local replica
+//! ([`crate::replica`]), the coordinator or repair.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
-use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, NodeStatus, Request, Response};
+use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
-use timeshard_store::{Store, StoreError};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
@@ -209,7 +209,8 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
         | Request::RegisterSeries { .. }
         | Request::HasSeries { .. }
         | Request::FetchWindows { .. }
-        | Request::FindSeries { .. }) => serve_replica(node.store(), req, node.repair().state().is_settled()).await,
+        | Request::FindSeries { .. }
+        | Request::Summarize { .. }) => node.replica().serve(req).await,
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,
@@ -235,7 +236,6 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Err(e) => Response::Error(e),
             }
         }
-        req @ Request::Summarize { .. } => node.coordinator().summarize_local(req).await,
         Request::Aggregate { series, start, end, width_ns } => {
             let (series, range) = match wire::check_aggregate(&series, start, end, width_ns) {
                 Ok(r) => r,
@@ -260,7 +260,7 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Err(e) => Response::Error(e),
             }
         }
-        Request::Status => Response::Status(Box::new(status(node))),
+        Request::Status => Response::Status(Box::new(node.status())),
         req @ (Request::RepairTree { .. }
         | Request::RepairLeaves { .. }
         | Request::ReadBlocks { .. }
@@ -324,85 +324,4 @@ fn handle_gossip(
     let dht = node.dht();
     let known = |id: &timeshard_proto::Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
     node.view().on_gossip(from, digest, entries, known)
-}
-
-/// What this node reports about itself.
-pub fn status(node: &Node) -> NodeStatus {
-    let members = node.view().counts();
-    let (hints_pending, hints_pending_bytes) = node.hints().pending();
-    NodeStatus {
-        id: node.dht().me().id,
-        addr: node.dht().me().addr,
-        peers: node.dht().peer_count() as u32,
-        bytes_sent: node.net().traffic().totals().0,
-        bytes_received: node.net().traffic().totals().1,
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        config_generation: node.config_generation(),
-        config_digest: node.config_digest(),
-        members_up: members.up,
-        members_down: members.down,
-        members_gone: members.gone,
-        view_generation: node.view().generation(),
-        hints_pending,
-        hints_pending_bytes,
-        hints_replayed: node.hints().replayed(),
-        hints_dropped: node.hints().dropped(),
-        replica_writes_in_flight: node.coordinator().replica_writes().detached() as u32,
-        repair: node.repair().state().status(),
-        wal_bytes: node.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
-        policies: crate::policies::usage(node.coordinator().policies().map(|r| &**r)),
-    }
-}
-
-fn storage_error(e: StoreError) -> Response {
-    let code = match e {
-        StoreError::Full(_) | StoreError::Unavailable(_) => ErrorCode::Unavailable,
-        _ => ErrorCode::Storage,
-    };
-    warn!(error = %e, "store failed");
-    Response::Error(ErrorReply::new(code, format!("this node's store failed: {e}")))
-}
-
-/// Serves a replica request (store, fetch, register, has) from the local store, off the async
-/// threads since stores may block on disk. Read answers carry `settled`: whether this node
-/// holds every block it owns.
-pub async fn serve_replica(store: &Arc<dyn Store>, req: Request, settled: bool) -> Response {
-    let store = store.clone();
-    let work = tokio::task::spawn_blocking(move || match req {
-        Request::Store { blocks } => match store.write(&blocks) {
-            Ok(_) => Response::Stored { points: blocks.iter().map(|b| b.points.len() as u64).sum() },
-            Err(e) => storage_error(e),
-        },
-        Request::Fetch { series, range, after, limit, .. } => match store.read(&series, range, after, limit as usize) {
-            Ok(page) => Response::Points { points: page.points, more: page.more, settled },
-            Err(e) => storage_error(e),
-        },
-        Request::FetchWindows { series, parts, width_ns } => {
-            match parts.iter().map(|p| store.aggregate(&series, p.range, width_ns)).collect() {
-                Ok(parts) => Response::BlockWindows { parts, settled },
-                Err(e) => storage_error(e),
-            }
-        }
-        Request::FindSeries { filter, limit } => match store.find_series(&filter) {
-            Ok(mut series) => {
-                let more = series.len() > limit as usize;
-                series.truncate(limit as usize);
-                Response::SeriesList { series, more }
-            }
-            Err(e) => storage_error(e),
-        },
-        Request::RegisterSeries { series } => match store.register_series(&series) {
-            Ok(()) => Response::Stored { points: 0 },
-            Err(e) => storage_error(e),
-        },
-        Request::HasSeries { series } => match store.has_series(&series) {
-            Ok(known) => Response::SeriesKnown { known },
-            Err(e) => storage_error(e),
-        },
-        other => {
-            Response::Error(ErrorReply::new(ErrorCode::Internal, format!("{} is not a replica request", other.kind())))
-        }
-    });
-    work.await
-        .unwrap_or_else(|e| Response::Error(ErrorReply::new(ErrorCode::Internal, format!("store task failed: {e}"))))
 }

@@ -78,7 +78,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             warn!(error = %e, "cannot renew the node certificate yet; will retry");
             renew_after = Instant::now() + RETRY_MAX;
         }
-        if reachable && node.control_policies.lock().unwrap_or_else(|e| e.into_inner()).unavailable {
+        if reachable && node.control_policies().unavailable {
             let state = agent.applied().clone();
             sync_policies(&node, &agent, &state).await;
         }
@@ -209,7 +209,7 @@ async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
     let Some(registry) = node.coordinator().policies().cloned() else { return };
     let control = ControlPolicies { key: state.policy_key.clone(), assignments: state.policies.clone() };
     let file = {
-        let applied = node.control_policies.lock().unwrap_or_else(|e| e.into_inner());
+        let applied = node.control_policies();
         if applied.synced && applied.control == control && !applied.unavailable {
             return;
         }
@@ -231,8 +231,7 @@ async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
     });
     let running: Vec<String> = state.policies.iter().map(|a| a.label()).collect();
     info!(assigned = %running.join(", "), not_loaded = errors.len(), "applied the control plane's policy modules");
-    *node.control_policies.lock().unwrap_or_else(|e| e.into_inner()) =
-        policies::Applied { control, file, errors, unavailable: retry, synced: true };
+    *node.control_policies() = policies::Applied { control, file, errors, unavailable: retry, synced: true };
 }
 
 /// Renews the certificate (same key) and presents it in every new handshake.

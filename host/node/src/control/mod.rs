@@ -8,7 +8,7 @@
 //! policy modules fetched, cached and swapped in ([`policies`]), reports, certificate renewal,
 //! and revocation.
 
-mod apply;
+pub(crate) mod apply;
 mod follow;
 pub mod policies;
 pub mod report;
@@ -19,8 +19,8 @@ use timeshard_control_api::Agent;
 use tracing::{info, warn};
 
 use crate::config::NodeConfig;
-use crate::node::{Applied, RunningNode, StartError};
 use crate::reconfigure::parse_revoked;
+use crate::start::{Applied, RunningNode, StartError};
 
 /// Starts the node enrolled in `agent`'s directory from the desired state it applied last (no
 /// network needed), over `base` (the node's file and flags), and follows the control plane

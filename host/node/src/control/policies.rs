@@ -107,6 +107,18 @@ fn settings(a: &PolicyAssignment) -> Settings {
     }
 }
 
+/// Re-applies the node's own `[policy]` section (SIGHUP) on an enrolled node, with the control
+/// plane's modules `applied` holds: new versions swap in atomically, and a module that fails to
+/// load leaves the last good version running.
+pub fn reload(applied: &mut Applied, registry: &Registry, config: &crate::config::NodeConfig) {
+    let dir = cache_dir(&config.data_dir);
+    let control = applied.control.clone();
+    applied.errors = apply(registry, &config.policy, &config.base_dir, &control, &dir, Vec::new());
+    // Later changes from the control plane apply with this section.
+    applied.file = Some(config.policy.clone());
+    info!(running = ?registry.running().iter().map(|r| r.policy.to_string()).collect::<Vec<_>>(), "policies reloaded");
+}
+
 /// Installs `control`'s modules from the cache (with the node's own), as a node starts: no
 /// network needed. Modules the cache lacks are left to the follower to fetch.
 pub fn from_cache(registry: &Registry, config: &crate::config::NodeConfig, control: &ControlPolicies) -> Applied {

@@ -47,11 +47,11 @@ pub fn policy_runs(registry: &timeshard_policy::Registry) -> Vec<PolicyRun> {
 pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Report {
     let config = node.config();
     let revoked = node.net().revocations().borrow().clone();
-    let mut problems: Vec<String> = node.disk.as_ref().map(|d| d.health()).unwrap_or_default();
+    let mut problems: Vec<String> = node.disk_store().map(|d| d.health()).unwrap_or_default();
     if node.dht().peer_count() == 0 && !config.bootstrap.is_empty() {
         problems.push(format!("no peers: none of the bootstrap peers ({}) answers", config.bootstrap.join(", ")));
     }
-    let policy_errors = node.control_policies.lock().unwrap_or_else(|e| e.into_inner()).errors.clone();
+    let policy_errors = node.control_policies().errors.clone();
     if !policy_errors.is_empty() {
         problems.push(format!("{} policy module(s) not loaded", policy_errors.len()));
     }
@@ -83,7 +83,7 @@ pub struct Marks {
 impl Marks {
     /// The marks of what the node runs now.
     pub fn of(node: &Node) -> Marks {
-        let errors = node.control_policies.lock().unwrap_or_else(|e| e.into_inner()).errors.len() as u64;
+        let errors = node.control_policies().errors.len() as u64;
         let stats = node.coordinator().policies().map(|r| r.call_stats()).unwrap_or_default();
         Marks {
             failures: errors + stats.iter().map(|s| s.traps + s.timeouts + s.failures).sum::<u64>(),

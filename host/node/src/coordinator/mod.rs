@@ -11,11 +11,12 @@
 //! holds the location a client declared for the request being served.
 //!
 //! This module holds the [`Coordinator`] and what the paths share: calling one replica (served
-//! locally when it is this node), ordering and asking R replicas of a block, and fetching one
-//! block's points. The replicas of a block are its owners in the membership view
-//! ([`crate::membership::View::owners`]), computed locally: no network lookups on the data path. The decisions themselves (placement and quorum, replica agreement, paging,
-//! the quantum index) live sans I/O in `timeshard_proto::{placement, agreement, read,
-//! quantum_index}`; the coordinator runs them over the network.
+//! by [`crate::replica`] without the network when it is this node), ordering and asking R
+//! replicas of a block, and fetching one block's points. The replicas of a block are its owners
+//! in the membership view ([`crate::membership::View::owners`]), computed locally: no network
+//! lookups on the data path. The decisions themselves (placement and quorum, replica
+//! agreement, paging, the quantum index) live sans I/O in `timeshard_proto::{placement,
+//! agreement, read, quantum_index}`; the coordinator runs them over the network.
 
 pub mod client_at;
 mod latest;
@@ -37,13 +38,12 @@ use timeshard_proto::placement::{self, Target};
 use timeshard_proto::repair::missing_from;
 use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange};
-use timeshard_store::Store;
 
 use crate::config::LimitsConfig;
 use crate::dht::Dht;
 use crate::membership::View;
-use crate::repair::RepairState;
-use crate::server::serve_replica;
+use crate::repair::state::RepairState;
+use crate::replica::Replica;
 
 pub use replicas::ReplicaWrites;
 pub use stream::{BatchSender, STREAM_PAGE_POINTS};
@@ -58,7 +58,8 @@ pub struct Coordinator {
     dht: Arc<Dht>,
     view: Arc<View>,
     replica_writes: Arc<ReplicaWrites>,
-    store: Arc<dyn Store>,
+    /// This node as a replica: requests to it are served here, not sent.
+    replica: Replica,
     /// Swapped whole when the control plane changes the classes: a request takes one table
     /// and uses it throughout. Prefix, format and quantum of a class never change (the control
     /// plane and the node refuse that), so where stored blocks live stays valid.
@@ -70,7 +71,7 @@ pub struct Coordinator {
     /// (series, index span start) pairs this node has seen indexed, to skip writing them again.
     indexed: Mutex<HashSet<(SeriesKey, i64)>>,
     policies: Option<Arc<Registry>>,
-    /// Whether this node is settled (its replica answers say so).
+    /// What this node shares with repair: the read repair queue.
     repair: Arc<RepairState>,
     /// The memory budget client writes are admitted against, and the caches' share of it.
     budget: Option<Arc<crate::budget::Ledger>>,
@@ -103,13 +104,13 @@ async fn bounded_in_order<F: std::future::Future>(futures: Vec<F>, limit: usize)
 
 impl Coordinator {
     /// A coordinator placing data on its owners in `view`, talking to them through `dht`,
-    /// storing this node's share in `store`, and running replica writes as `replica_writes`.
+    /// serving this node's share as `replica`, and running replica writes as `replica_writes`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         dht: Arc<Dht>,
         view: Arc<View>,
         replica_writes: Arc<ReplicaWrites>,
-        store: Arc<dyn Store>,
+        replica: Replica,
         classes: Classes,
         limits: LimitsConfig,
         policies: Option<Arc<Registry>>,
@@ -119,7 +120,7 @@ impl Coordinator {
             dht,
             view,
             replica_writes,
-            store,
+            replica,
             classes: RwLock::new(Arc::new(classes)),
             limits: RwLock::new(Arc::new(limits)),
             registered: Mutex::new(HashSet::new()),
@@ -143,12 +144,7 @@ impl Coordinator {
     }
 
     fn registry(&self) -> Result<Arc<Registry>, ErrorReply> {
-        self.policies.clone().ok_or_else(|| {
-            ErrorReply::new(
-                ErrorCode::Policy,
-                "this node runs no policies: configure [policy] with trusted keys, modules and bindings",
-            )
-        })
+        crate::policies::required(self.policies.as_ref())
     }
 
     /// The class table in force now.
@@ -189,11 +185,7 @@ impl Coordinator {
     /// Sends `req` to `contact`, or serves it locally if that is this node.
     async fn replica_call(&self, contact: &Contact, req: Request) -> Result<Response, ErrorReply> {
         if contact.id == self.dht.me().id {
-            let local = match req {
-                Request::Summarize { .. } => self.summarize_local(req).await,
-                req => serve_replica(&self.store, req, self.repair.is_settled()).await,
-            };
-            return match local {
+            return match self.replica.serve(req).await {
                 Response::Error(e) => Err(e),
                 r => Ok(r),
             };

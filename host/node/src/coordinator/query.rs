@@ -130,22 +130,6 @@ impl PushDown for Summaries {
 }
 
 impl Coordinator {
-    /// Answers a peer's request to run a query policy over this node's parts of some blocks.
-    pub async fn summarize_local(&self, req: Request) -> Response {
-        let Request::Summarize { series, parts, policy, params } = req else {
-            return Response::Error(ErrorReply::new(ErrorCode::Internal, "not a summarize request"));
-        };
-        let registry = match self.registry() {
-            Ok(r) => r,
-            Err(e) => return Response::Error(e),
-        };
-        let params = params.into_iter().collect();
-        match policies::summarize(self.store.clone(), registry, series, parts, policy, params).await {
-            Ok(parts) => Response::Partials { parts, settled: self.repair.is_settled() },
-            Err(e) => Response::Error(e),
-        }
-    }
-
     /// Runs query policy `policy` over `range` of `series`: pushed down to the owners of each
     /// quantum, merged here.
     pub async fn query(

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::Id;
 use timeshard_proto::wire::{ErrorReply, Request};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -43,10 +44,6 @@ pub struct ReplicaWrites {
     tasks: TaskTracker,
     running: std::sync::Mutex<HashMap<u64, Running>>,
     next: AtomicU64,
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// What a hint keeps of a replica request.

@@ -29,7 +29,7 @@ use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesClass, Series
 use tokio::sync::mpsc;
 
 use super::Coordinator;
-use crate::streams::{FRAMES_AHEAD, PartFrame, PartPages, produce_parts};
+use crate::replica::{FRAMES_AHEAD, PartFrame, PartPages};
 
 /// Most points in one frame of a replica's streamed answer: small enough that a few frames
 /// per owner node stay a few megabytes, large enough to amortise the framing.
@@ -247,16 +247,12 @@ impl Coordinator {
         series: &SeriesKey,
         parts: Vec<FetchPart>,
     ) -> mpsc::Receiver<PartFrame> {
-        let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
         let series = series.clone();
         if node.id == self.dht.me().id {
-            let store = self.store.clone();
-            let settled = self.repair.is_settled();
-            tokio::task::spawn_blocking(move || {
-                produce_parts(&store, &series, &parts, STREAM_PAGE_POINTS as usize, settled, &tx);
-            });
+            let (rx, _producer) = self.replica.fetch_parts(series, parts, STREAM_PAGE_POINTS as usize);
             return rx;
         }
+        let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
         let net = self.dht.net().clone();
         tokio::spawn(async move {
             let req = Request::FetchParts { series, parts, page_points: STREAM_PAGE_POINTS };

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::placement::{block_bytes, pack, split_block};
 use timeshard_proto::wire::{BlockPoints, Limits, Request, Response};
 use timeshard_proto::{Contact, Id, SeriesKey};
@@ -35,10 +36,6 @@ impl Pace {
         let secs = bytes as f64 / self.bytes_per_sec.max(1) as f64;
         tokio::time::sleep(Duration::from_secs_f64(secs.min(10.0))).await;
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// The requests that deliver `payloads` within `limits`.

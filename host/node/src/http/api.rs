@@ -10,6 +10,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use serde_json::{Value, json};
+use timeshard_clock::now_ns;
 use timeshard_formats::influxql::time::{parse_duration, parse_rfc3339};
 use timeshard_proto::time::MAX_TIMESTAMP;
 use timeshard_proto::wire::{self, SeriesFilter};
@@ -23,10 +24,6 @@ use crate::metrics::Query;
 const DEFAULT_READ_LIMIT: usize = 10_000;
 /// Series a listing answers when it does not say.
 const DEFAULT_SERIES_LIMIT: u32 = 1_000;
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// Parses a time as the API accepts it.
 pub fn parse_time(s: &str) -> Result<i64, ApiError> {

@@ -15,6 +15,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, Method, header};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use timeshard_clock::now_ns;
 use timeshard_formats::influxql::answer::{self, Data, SeriesData};
 use timeshard_formats::influxql::time::Epoch;
 use timeshard_formats::influxql::{self, Select, Statement};
@@ -29,10 +30,6 @@ use crate::metrics::Query;
 
 /// Series read at once by one statement.
 const SERIES_PARALLELISM: usize = 16;
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// `GET|POST /query?q=...[&db=...][&epoch=ns|u|ms|s|m|h]` (a POST may carry the parameters as
 /// a form body, as the InfluxDB clients send them).

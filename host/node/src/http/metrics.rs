@@ -11,10 +11,14 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use timeshard_formats::exposition::{CONTENT_TYPE, Exposition};
+use timeshard_policy::Registry;
+use timeshard_proto::repair::RepairStatus;
+use timeshard_proto::wire::NodeStatus;
+use timeshard_store::DiskStore;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::metrics::{Ingest, Query, get};
+use crate::metrics::{Ingest, Metrics, Query, get};
 use crate::node::Node;
 
 /// `GET /metrics`.
@@ -40,7 +44,9 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// The whole exposition.
+/// The whole exposition, in this order: the build, then what the node counts (ingest, queries,
+/// HTTP), the QUIC endpoint, what the node's status reports (traffic, membership, hints,
+/// replica writes, repair, the desired state in force), the disk store, and the policies.
 pub fn render(node: &Node) -> String {
     let mut e = Exposition::new();
     let m = node.metrics();
@@ -49,7 +55,30 @@ pub fn render(node: &Node) -> String {
         "Version of this node; always 1.",
         [(&[("version", env!("CARGO_PKG_VERSION"))][..], 1.0)],
     );
+    ingest(&mut e, m);
+    queries(&mut e, m);
+    http(&mut e, m);
+    quic(&mut e, node);
+    // Replication and membership, as the node's status reports them.
+    let st = node.status();
+    status(&mut e, &st);
+    repair(&mut e, &st.repair);
+    e.gauge(
+        "timeshard_config_generation",
+        "Generation of the control plane's desired state in force (0: configured by hand).",
+        st.config_generation as f64,
+    );
+    if let Some(disk) = node.disk_store() {
+        store(&mut e, disk, &node.config().data_dir.join("store"));
+    }
+    if let Some(registry) = node.coordinator().policies() {
+        policies(&mut e, registry);
+    }
+    e.finish()
+}
 
+/// Write requests by protocol.
+fn ingest(e: &mut Exposition, m: &Metrics) {
     let labels: Vec<[(&str, &str); 1]> = Ingest::ALL.iter().map(|p| [("protocol", p.label())]).collect();
     let per_protocol =
         |f: &dyn Fn(Ingest) -> f64| Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], f(*p))).collect::<Vec<_>>();
@@ -78,7 +107,10 @@ pub fn render(node: &Node) -> String {
         "Time to answer a write request, by protocol.",
         Ingest::ALL.iter().zip(&labels).map(|(p, l)| (&l[..], m.ingest(*p).latency.snapshot())),
     );
+}
 
+/// Queries by kind.
+fn queries(e: &mut Exposition, m: &Metrics) {
     let labels: Vec<[(&str, &str); 1]> = Query::ALL.iter().map(|k| [("kind", k.label())]).collect();
     let per_kind =
         |f: &dyn Fn(Query) -> f64| Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], f(*k))).collect::<Vec<_>>();
@@ -97,7 +129,10 @@ pub fn render(node: &Node) -> String {
         "Time to answer a query, by kind.",
         Query::ALL.iter().zip(&labels).map(|(k, l)| (&l[..], m.query(*k).latency.snapshot())),
     );
+}
 
+/// HTTP answers and requests in flight.
+fn http(e: &mut Exposition, m: &Metrics) {
     let statuses = m.http_statuses();
     let labels: Vec<[(&str, &str); 1]> = statuses.iter().map(|(c, _)| [("code", *c)]).collect();
     e.counters(
@@ -106,7 +141,10 @@ pub fn render(node: &Node) -> String {
         labels.iter().zip(&statuses).map(|(l, (_, n))| (&l[..], *n as f64)),
     );
     e.gauge("timeshard_http_requests_in_flight", "HTTP requests being served.", m.http_in_flight() as f64);
+}
 
+/// The QUIC endpoint: connections and requests in flight.
+fn quic(e: &mut Exposition, node: &Node) {
     let quic_slots = node.config().limits.max_concurrent_requests;
     e.gauge(
         "timeshard_quic_connections",
@@ -118,8 +156,10 @@ pub fn render(node: &Node) -> String {
         "QUIC requests being served.",
         quic_slots.saturating_sub(node.request_slots().available_permits()) as f64,
     );
-    // Replication and membership, as the node's status reports them.
-    let st = crate::server::status(node);
+}
+
+/// Traffic, the routing table, membership, hints and replica writes, from the node's status.
+fn status(e: &mut Exposition, st: &NodeStatus) {
     e.counter(
         "timeshard_net_sent_bytes_total",
         "Message bytes sent to peers and clients (replication included).",
@@ -160,7 +200,10 @@ pub fn render(node: &Node) -> String {
         "Writes to replicas still running after their write was answered.",
         f64::from(st.replica_writes_in_flight),
     );
-    let rp = &st.repair;
+}
+
+/// Anti-entropy, handoff and read repair.
+fn repair(e: &mut Exposition, rp: &RepairStatus) {
     e.gauge("timeshard_repair_settled", "1 when this node holds every block it owns, else 0.", flag(rp.settled));
     e.gauge("timeshard_repair_leaving", "1 while this node hands its blocks off to leave, else 0.", flag(rp.leaving));
     e.counter("timeshard_repair_rounds_total", "Anti-entropy rounds completed.", rp.rounds as f64);
@@ -215,82 +258,73 @@ pub fn render(node: &Node) -> String {
         "Read repairs dropped because the queue was full.",
         rp.read_repairs_dropped as f64,
     );
+}
+
+/// The disk store in `store_dir`: its files, open points and blocks, and how reads used them.
+fn store(e: &mut Exposition, disk: &DiskStore, store_dir: &Path) {
+    let st = disk.stats();
     e.gauge(
-        "timeshard_config_generation",
-        "Generation of the control plane's desired state in force (0: configured by hand).",
-        st.config_generation as f64,
+        "timeshard_store_size_bytes",
+        "Bytes of sealed blocks and the index on disk.",
+        (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
     );
+    e.gauge(
+        "timeshard_store_log_size_bytes",
+        "Bytes of the write-ahead log on disk.",
+        dir_bytes(&store_dir.join("wal")) as f64,
+    );
+    e.gauge(
+        "timeshard_store_open_points",
+        "Points held in memory and the log, not yet sealed into blocks.",
+        st.open_points as f64,
+    );
+    e.gauge(
+        "timeshard_store_open_blocks",
+        "Blocks holding points not yet sealed: the seal backlog.",
+        st.open_blocks as f64,
+    );
+    e.gauge("timeshard_store_sealed_blocks", "Sealed blocks.", st.sealed_blocks as f64);
+    e.gauge("timeshard_store_series", "Series in the store's dictionary.", st.series as f64);
+    e.gauge("timeshard_store_log_segments", "Write-ahead log segment files.", st.wal_segments as f64);
+    e.gauge("timeshard_store_block_segments", "Block segment files.", st.block_segments as f64);
+    e.counter("timeshard_store_blocks_decoded_total", "Sealed blocks read and decoded.", st.blocks_decoded as f64);
+    e.counter(
+        "timeshard_store_blocks_sent_packed_total",
+        "Sealed blocks whose compressed columns a streamed read sent on undecoded.",
+        st.blocks_sent_packed as f64,
+    );
+    e.counter(
+        "timeshard_store_summaries_used_total",
+        "Block summaries that answered aggregates without decoding.",
+        st.summaries_used as f64,
+    );
+}
 
-    let store_dir = node.config().data_dir.join("store");
-    if let Some(disk) = node.disk_store() {
-        let st = disk.stats();
-        e.gauge(
-            "timeshard_store_size_bytes",
-            "Bytes of sealed blocks and the index on disk.",
-            (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
-        );
-        e.gauge(
-            "timeshard_store_log_size_bytes",
-            "Bytes of the write-ahead log on disk.",
-            dir_bytes(&store_dir.join("wal")) as f64,
-        );
-        e.gauge(
-            "timeshard_store_open_points",
-            "Points held in memory and the log, not yet sealed into blocks.",
-            st.open_points as f64,
-        );
-        e.gauge(
-            "timeshard_store_open_blocks",
-            "Blocks holding points not yet sealed: the seal backlog.",
-            st.open_blocks as f64,
-        );
-        e.gauge("timeshard_store_sealed_blocks", "Sealed blocks.", st.sealed_blocks as f64);
-        e.gauge("timeshard_store_series", "Series in the store's dictionary.", st.series as f64);
-        e.gauge("timeshard_store_log_segments", "Write-ahead log segment files.", st.wal_segments as f64);
-        e.gauge("timeshard_store_block_segments", "Block segment files.", st.block_segments as f64);
-        e.counter("timeshard_store_blocks_decoded_total", "Sealed blocks read and decoded.", st.blocks_decoded as f64);
-        e.counter(
-            "timeshard_store_blocks_sent_packed_total",
-            "Sealed blocks whose compressed columns a streamed read sent on undecoded.",
-            st.blocks_sent_packed as f64,
-        );
-        e.counter(
-            "timeshard_store_summaries_used_total",
-            "Block summaries that answered aggregates without decoding.",
-            st.summaries_used as f64,
-        );
-    }
-
-    if let Some(registry) = node.coordinator().policies() {
-        let stats = registry.call_stats();
-        let labels: Vec<[(&str, &str); 3]> = stats
-            .iter()
-            .map(|s| {
-                [
-                    ("policy", s.policy.name.as_str()),
-                    ("version", s.policy.version.as_str()),
-                    ("kind", kind_label(s.kind)),
-                ]
-            })
-            .collect();
-        let rows = |f: &dyn Fn(&timeshard_policy::CallStats) -> f64| {
-            stats.iter().zip(&labels).map(|(s, l)| (&l[..], f(s))).collect::<Vec<_>>()
-        };
-        e.counters("timeshard_policy_calls_total", "Calls into a policy.", rows(&|s| s.calls as f64));
-        e.counters("timeshard_policy_call_seconds_total", "Time spent in calls into a policy.", rows(&|s| s.seconds));
-        e.counters("timeshard_policy_traps_total", "Calls into a policy that trapped.", rows(&|s| s.traps as f64));
-        e.counters(
-            "timeshard_policy_timeouts_total",
-            "Calls into a policy stopped at their deadline.",
-            rows(&|s| s.timeouts as f64),
-        );
-        e.counters(
-            "timeshard_policy_failures_total",
-            "Calls into a policy that failed otherwise (limits, errors).",
-            rows(&|s| s.failures as f64),
-        );
-    }
-    e.finish()
+/// Calls into each policy: their count, time and failures.
+fn policies(e: &mut Exposition, registry: &Registry) {
+    let stats = registry.call_stats();
+    let labels: Vec<[(&str, &str); 3]> = stats
+        .iter()
+        .map(|s| {
+            [("policy", s.policy.name.as_str()), ("version", s.policy.version.as_str()), ("kind", kind_label(s.kind))]
+        })
+        .collect();
+    let rows = |f: &dyn Fn(&timeshard_policy::CallStats) -> f64| {
+        stats.iter().zip(&labels).map(|(s, l)| (&l[..], f(s))).collect::<Vec<_>>()
+    };
+    e.counters("timeshard_policy_calls_total", "Calls into a policy.", rows(&|s| s.calls as f64));
+    e.counters("timeshard_policy_call_seconds_total", "Time spent in calls into a policy.", rows(&|s| s.seconds));
+    e.counters("timeshard_policy_traps_total", "Calls into a policy that trapped.", rows(&|s| s.traps as f64));
+    e.counters(
+        "timeshard_policy_timeouts_total",
+        "Calls into a policy stopped at their deadline.",
+        rows(&|s| s.timeouts as f64),
+    );
+    e.counters(
+        "timeshard_policy_failures_total",
+        "Calls into a policy that failed otherwise (limits, errors).",
+        rows(&|s| s.failures as f64),
+    );
 }
 
 fn flag(on: bool) -> f64 {

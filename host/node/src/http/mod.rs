@@ -2,7 +2,7 @@
 //!
 //! - Writes, through the same coordinator, quorum and ingest policies as the SDK: InfluxDB line
 //!   protocol at `/write` (v1) and `/api/v2/write` (v2), Prometheus remote write at
-//!   `/api/v1/write` ([`write`]).
+//!   `/api/v1/write` ([`write`](mod@write)).
 //! - Queries: a JSON API under `/v1/` (raw ranges, windows, latest, series, policy queries;
 //!   [`api`]) and the InfluxQL subset at `/query` ([`influxql`]).
 //! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.
@@ -15,7 +15,6 @@
 
 pub mod api;
 pub mod auth;
-mod config;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
@@ -41,8 +40,8 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
+pub use crate::config::HttpConfig;
 pub use auth::Tokens;
-pub use config::HttpConfig;
 use error::ApiError;
 
 use crate::node::Node;

@@ -7,7 +7,7 @@
 //! round at once (after a short pause that lets a burst of changes pass), then a handoff pass
 //! ([`super::handoff`]).
 //!
-//! Settledness ([`Settle`]): the node starts unsettled, and becomes unsettled whenever the view
+//! Settledness ([`repair::Settle`]): the node starts unsettled, and becomes unsettled whenever the view
 //! drops a member (gone, left, leaving, revoked: its blocks may now be this node's). Once
 //! `catch_up_delay` has passed since, it runs **catch-up** rounds that include recently
 //! written blocks, retried every few seconds until one has pulled from every neighbour that is
@@ -17,30 +17,22 @@
 //! rounds, the handoff passes and the sessions this node answers. A round builds a fresh one;
 //! an answered session reuses one built after its cutoff (it holds every block last written
 //! before), so the peers of a regular round share one; otherwise it is rebuilt when the view
-//! changed or it is older than [`INVENTORY_MAX_AGE`].
+//! changed or it is older than [`super::INVENTORY_MAX_AGE`].
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use timeshard_proto::repair::{self, Pace, Settle};
-use timeshard_proto::wire::Limits;
-use timeshard_proto::{Classes, Contact, Id, SeriesKey};
-use timeshard_store::{Store, StoreError};
-use tokio::sync::Notify;
+use timeshard_clock::now_ns;
+use timeshard_proto::repair;
+use timeshard_proto::{Contact, Id};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::inventory::Inventory;
-use super::{Counters, RepairState};
-use crate::config::RepairConfig;
-use crate::coordinator::Coordinator;
-use crate::dht::Dht;
-use crate::membership::View;
+use super::Repair;
+use super::session::Taken;
+use super::state::Counters;
 
-/// How old an inventory may be before a session rebuilds it.
-pub const INVENTORY_MAX_AGE: Duration = Duration::from_secs(2);
 /// How long the driver waits after a view change before its round, so a burst of changes
 /// (several nodes joining) makes one round.
 const VIEW_CHANGE_PAUSE: Duration = Duration::from_secs(1);
@@ -49,125 +41,7 @@ const CATCH_UP_RETRY: Duration = Duration::from_secs(2);
 /// Sessions a round runs at once.
 const SESSIONS_AT_ONCE: usize = 2;
 
-pub(super) fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
-/// The repair driver of one node.
-#[derive(Debug)]
-pub struct Repair {
-    pub(super) me: Contact,
-    pub(super) dht: Arc<Dht>,
-    pub(super) view: Arc<View>,
-    pub(super) store: Arc<dyn Store>,
-    coordinator: Arc<Coordinator>,
-    pub(super) state: Arc<RepairState>,
-    pub(super) cfg: RepairConfig,
-    pub(super) limits: Limits,
-    inventory: tokio::sync::Mutex<Option<Arc<Inventory>>>,
-    fetch_pace: Mutex<Pace>,
-    pub(super) push_pace: Mutex<Pace>,
-    settle: Mutex<Settle>,
-    /// Registrations every owner confirmed, in the view of this generation.
-    pub(super) handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
-    /// Asks the driver for a round now.
-    pub(super) wake: Notify,
-}
-
 impl Repair {
-    /// The repair driver of the node `me` that has just started.
-    pub fn new(
-        me: Contact,
-        dht: Arc<Dht>,
-        view: Arc<View>,
-        store: Arc<dyn Store>,
-        coordinator: Arc<Coordinator>,
-        cfg: RepairConfig,
-        limits: Limits,
-    ) -> Repair {
-        let now = Instant::now();
-        let state = coordinator.repair().clone();
-        Repair {
-            me,
-            dht,
-            view,
-            store,
-            state,
-            limits,
-            inventory: tokio::sync::Mutex::new(None),
-            fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
-            push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
-            settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
-            handed_off: Mutex::new((0, HashSet::new())),
-            wake: Notify::new(),
-            cfg,
-            coordinator,
-        }
-    }
-
-    /// What the read path shares with repair.
-    pub fn state(&self) -> &Arc<RepairState> {
-        &self.state
-    }
-
-    pub(super) fn classes(&self) -> Arc<Classes> {
-        self.coordinator.classes()
-    }
-
-    fn settle(&self) -> std::sync::MutexGuard<'_, Settle> {
-        self.settle.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits as long as `bytes` fetched take at the configured rate.
-    pub(super) async fn pace(&self, bytes: usize) {
-        let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// The inventory of this node's blocks, at most [`INVENTORY_MAX_AGE`] old.
-    pub async fn inventory(&self) -> Result<Arc<Inventory>, StoreError> {
-        self.inventory_since(Instant::now().checked_sub(INVENTORY_MAX_AGE).unwrap_or_else(Instant::now)).await
-    }
-
-    /// The inventory a peer's session with `cutoff` compares: one built after the cutoff holds
-    /// every block last written before it, so a regular round's sessions share an inventory
-    /// for up to `settle_for`; a catch-up (nothing left out) needs a fresh one.
-    pub async fn inventory_for(&self, cutoff: i64) -> Result<Arc<Inventory>, StoreError> {
-        {
-            let slot = self.inventory.lock().await;
-            if let Some(inv) = slot.as_ref()
-                && inv.generation == self.view.generation()
-                && inv.built_at_ns > cutoff
-            {
-                return Ok(inv.clone());
-            }
-        }
-        self.inventory().await
-    }
-
-    /// The inventory of this node's blocks, built at `fresh_after` or later, placed by the
-    /// current view.
-    pub async fn inventory_since(&self, fresh_after: Instant) -> Result<Arc<Inventory>, StoreError> {
-        let mut slot = self.inventory.lock().await;
-        let (generation, eligible, located) = self.view.placement();
-        if let Some(inv) = slot.as_ref()
-            && inv.generation == generation
-            && inv.built_at >= fresh_after
-        {
-            return Ok(inv.clone());
-        }
-        let (store, classes, me) = (self.store.clone(), self.classes(), self.me.id);
-        let built =
-            tokio::task::spawn_blocking(move || Inventory::build(&*store, &classes, eligible, located, me, generation))
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
-        let inv = Arc::new(built);
-        *slot = Some(inv.clone());
-        Ok(inv)
-    }
-
     /// Runs rounds until `stop` fires.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut changes = self.view.subscribe();
@@ -232,7 +106,7 @@ impl Repair {
             .collect();
         // A Vec, not an iterator adapter: a closure held across the awaits trips rustc's `Send`
         // inference for the spawned driver task.
-        let taken = super::session::Taken::default();
+        let taken = Taken::default();
         let mut sessions = Vec::with_capacity(neighbours.len());
         for &peer in &neighbours {
             let (inv, taken) = (inv.clone(), &taken);

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::placement::block_bytes;
 use timeshard_proto::repair::{BlockRef, Handoff, MAX_REQUEST_BLOCKS, OwnerCopy};
 use timeshard_proto::wire::{BlockPoints, Request, Response};
@@ -23,9 +24,9 @@ use timeshard_proto::{Contact, Id, Point, SeriesKey};
 use timeshard_store::StoreError;
 use tracing::{debug, info};
 
-use super::Counters;
-use super::driver::{Repair, now_ns};
+use super::Repair;
 use super::inventory::Inventory;
+use super::state::Counters;
 use crate::hints::HintPayload;
 use crate::hints::replay::requests;
 

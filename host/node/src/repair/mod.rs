@@ -3,9 +3,11 @@
 //! what to fetch, settledness, pacing, when a copy may be dropped) are sans I/O in
 //! `timeshard_proto::repair`; this module runs them against the store and the network.
 //!
-//! - [`RepairState`]: what the read path shares with repair: whether this node is settled
-//!   (holds every block it owns), the counters `timeshard status` shows, and the queue of read
-//!   repairs ([`read_repair`]).
+//! - [`state`]: what the read path shares with repair ([`RepairState`]): whether this node is
+//!   settled (holds every block it owns), the counters `timeshard status` shows, and the queue
+//!   of read repairs. A leaf, apart from the tasks below (which use the coordinator).
+//! - [`Repair`] (here): one node's repair: the handles its tasks use, the inventory of the
+//!   store they share, the pacing of what it fetches and pushes.
 //! - [`inventory`]: one pass over the store, every block placed by one view.
 //! - [`serve`]: answering a peer's pull session (trees, leaf listings, bulk block reads,
 //!   digests) and listings of this node's blocks.
@@ -18,8 +20,8 @@
 //! - [`handoff`]: pushing blocks this node holds but no longer owns to their owners, dropping
 //!   a copy once every owner confirmed it by digest; a graceful leave is a handoff of
 //!   everything.
+//! - [`read_repair`]: the task that sends the queued read repairs.
 
-use std::sync::Mutex;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;
@@ -27,121 +29,141 @@ pub mod pipeline;
 pub mod read_repair;
 pub mod serve;
 pub mod session;
+pub mod state;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use timeshard_proto::repair::{LeaveProgress, RepairStatus};
+use timeshard_proto::repair::{Pace, Settle};
+use timeshard_proto::wire::Limits;
+use timeshard_proto::{Classes, Contact, SeriesKey};
+use timeshard_store::{Store, StoreError};
+use tokio::sync::Notify;
 
-pub use driver::Repair;
-pub use read_repair::ReadRepairs;
+use crate::config::RepairConfig;
+use crate::coordinator::Coordinator;
+use crate::dht::Dht;
+use crate::membership::View;
+use inventory::Inventory;
+pub use state::{Counters, ReadRepairs, RepairState};
 
-/// Counters of repair work since the node started.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub rounds: AtomicU64,
-    pub sessions: AtomicU64,
-    pub sessions_served: AtomicU64,
-    pub compare_bytes: AtomicU64,
-    pub blocks_fetched: AtomicU64,
-    pub bytes_fetched: AtomicU64,
-    pub handoff_pending: AtomicU64,
-    pub handoff_blocks_pushed: AtomicU64,
-    pub handoff_bytes_pushed: AtomicU64,
-    pub handoff_blocks_dropped: AtomicU64,
-    pub read_repairs_sent: AtomicU64,
-    pub read_repairs_dropped: AtomicU64,
-}
+/// How old an inventory may be before a session rebuilds it.
+pub const INVENTORY_MAX_AGE: Duration = Duration::from_secs(2);
 
-impl Counters {
-    /// Adds `n` to `counter`.
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Sets a gauge.
-    pub fn set(gauge: &AtomicU64, n: u64) {
-        gauge.store(n, Ordering::Relaxed);
-    }
-}
-
-/// What the read path and the repair tasks share.
+/// The repair of one node: the handles its tasks use, the inventory they share, their pacing
+/// and settledness.
 #[derive(Debug)]
-pub struct RepairState {
-    settled: AtomicBool,
-    leaving: AtomicBool,
-    leave: Mutex<LeaveProgress>,
-    pub counters: Counters,
-    read_repairs: ReadRepairs,
+pub struct Repair {
+    me: Contact,
+    dht: Arc<Dht>,
+    view: Arc<View>,
+    store: Arc<dyn Store>,
+    coordinator: Arc<Coordinator>,
+    state: Arc<RepairState>,
+    cfg: RepairConfig,
+    limits: Limits,
+    inventory: tokio::sync::Mutex<Option<Arc<Inventory>>>,
+    fetch_pace: Mutex<Pace>,
+    push_pace: Mutex<Pace>,
+    settle: Mutex<Settle>,
+    /// Registrations every owner confirmed, in the view of this generation.
+    handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
+    /// Asks the driver for a round now.
+    wake: Notify,
 }
 
-impl RepairState {
-    /// The repair state of a node that has just started: unsettled (it may have missed writes
-    /// while it was away, or own blocks it never held) until its first catch-up round, with
-    /// room for `read_repair_queue` read repairs.
-    pub fn new(read_repair_queue: usize) -> RepairState {
-        RepairState {
-            settled: AtomicBool::new(false),
-            leaving: AtomicBool::new(false),
-            leave: Mutex::new(LeaveProgress::default()),
-            counters: Counters::default(),
-            read_repairs: ReadRepairs::new(read_repair_queue),
+impl Repair {
+    /// The repair driver of the node `me` that has just started.
+    pub fn new(
+        me: Contact,
+        dht: Arc<Dht>,
+        view: Arc<View>,
+        store: Arc<dyn Store>,
+        coordinator: Arc<Coordinator>,
+        cfg: RepairConfig,
+        limits: Limits,
+    ) -> Repair {
+        let now = Instant::now();
+        let state = coordinator.repair().clone();
+        Repair {
+            me,
+            dht,
+            view,
+            store,
+            state,
+            limits,
+            inventory: tokio::sync::Mutex::new(None),
+            fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
+            push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
+            settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
+            handed_off: Mutex::new((0, HashSet::new())),
+            wake: Notify::new(),
+            cfg,
+            coordinator,
         }
     }
 
-    /// Whether this node holds every block it owns: its replica answers say so, and reads
-    /// count only such answers towards R.
-    pub fn is_settled(&self) -> bool {
-        self.settled.load(Ordering::Acquire)
+    /// What the read path shares with repair.
+    pub fn state(&self) -> &Arc<RepairState> {
+        &self.state
     }
 
-    pub fn set_settled(&self, settled: bool) {
-        self.settled.store(settled, Ordering::Release);
+    fn classes(&self) -> Arc<Classes> {
+        self.coordinator.classes()
     }
 
-    /// Whether this node is leaving the cluster.
-    pub fn is_leaving(&self) -> bool {
-        self.leaving.load(Ordering::Acquire)
+    fn settle(&self) -> std::sync::MutexGuard<'_, Settle> {
+        self.settle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Marks the node as leaving; returns whether it was not already.
-    pub fn start_leaving(&self) -> bool {
-        !self.leaving.swap(true, Ordering::AcqRel)
-    }
-
-    /// Where a graceful leave stands.
-    pub fn leave_progress(&self) -> LeaveProgress {
-        *self.leave.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn update_leave(&self, f: impl FnOnce(&mut LeaveProgress)) {
-        f(&mut self.leave.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-
-    /// The read repairs waiting to be sent.
-    pub fn read_repairs(&self) -> &ReadRepairs {
-        &self.read_repairs
-    }
-
-    /// What `timeshard status` shows of repair.
-    pub fn status(&self) -> RepairStatus {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        RepairStatus {
-            settled: self.is_settled(),
-            leaving: self.is_leaving(),
-            rounds: get(&c.rounds),
-            sessions: get(&c.sessions),
-            sessions_served: get(&c.sessions_served),
-            compare_bytes: get(&c.compare_bytes),
-            blocks_fetched: get(&c.blocks_fetched),
-            bytes_fetched: get(&c.bytes_fetched),
-            handoff_pending: get(&c.handoff_pending),
-            handoff_blocks_pushed: get(&c.handoff_blocks_pushed),
-            handoff_bytes_pushed: get(&c.handoff_bytes_pushed),
-            handoff_blocks_dropped: get(&c.handoff_blocks_dropped),
-            read_repairs_sent: get(&c.read_repairs_sent),
-            read_repairs_dropped: get(&c.read_repairs_dropped),
-            leave: self.leave_progress(),
+    /// Waits as long as `bytes` fetched take at the configured rate.
+    async fn pace(&self, bytes: usize) {
+        let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
+    }
+
+    /// The inventory of this node's blocks, at most [`INVENTORY_MAX_AGE`] old.
+    pub async fn inventory(&self) -> Result<Arc<Inventory>, StoreError> {
+        self.inventory_since(Instant::now().checked_sub(INVENTORY_MAX_AGE).unwrap_or_else(Instant::now)).await
+    }
+
+    /// The inventory a peer's session with `cutoff` compares: one built after the cutoff holds
+    /// every block last written before it, so a regular round's sessions share an inventory
+    /// for up to `settle_for`; a catch-up (nothing left out) needs a fresh one.
+    pub async fn inventory_for(&self, cutoff: i64) -> Result<Arc<Inventory>, StoreError> {
+        {
+            let slot = self.inventory.lock().await;
+            if let Some(inv) = slot.as_ref()
+                && inv.generation == self.view.generation()
+                && inv.built_at_ns > cutoff
+            {
+                return Ok(inv.clone());
+            }
+        }
+        self.inventory().await
+    }
+
+    /// The inventory of this node's blocks, built at `fresh_after` or later, placed by the
+    /// current view.
+    pub async fn inventory_since(&self, fresh_after: Instant) -> Result<Arc<Inventory>, StoreError> {
+        let mut slot = self.inventory.lock().await;
+        let (generation, eligible, located) = self.view.placement();
+        if let Some(inv) = slot.as_ref()
+            && inv.generation == generation
+            && inv.built_at >= fresh_after
+        {
+            return Ok(inv.clone());
+        }
+        let (store, classes, me) = (self.store.clone(), self.classes(), self.me.id);
+        let built =
+            tokio::task::spawn_blocking(move || Inventory::build(&*store, &classes, eligible, located, me, generation))
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
+        let inv = Arc::new(built);
+        *slot = Some(inv.clone());
+        Ok(inv)
     }
 }

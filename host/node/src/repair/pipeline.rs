@@ -10,7 +10,10 @@ use timeshard_proto::wire::BlockPoints;
 use timeshard_store::Store;
 use tokio::sync::mpsc;
 
-use super::session::SessionError;
+/// The storer could not store a page: the store's error, or its task's.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreFailed(pub String);
 
 /// Fetched pages waiting to be stored.
 pub const PAGES_QUEUED: usize = 3;
@@ -36,7 +39,7 @@ pub async fn store_pages(
     store: Arc<dyn Store>,
     mut pages: mpsc::Receiver<Page>,
     max_points: usize,
-) -> Result<u64, SessionError> {
+) -> Result<u64, StoreFailed> {
     let mut stored = 0u64;
     let mut held: Option<Page> = None;
     loop {
@@ -64,8 +67,8 @@ pub async fn store_pages(
         let store = store.clone();
         tokio::task::spawn_blocking(move || store.write(&batch))
             .await
-            .map_err(|e| SessionError::Store(e.to_string()))?
-            .map_err(|e| SessionError::Store(e.to_string()))?;
+            .map_err(|e| StoreFailed(e.to_string()))?
+            .map_err(|e| StoreFailed(e.to_string()))?;
         stored += n as u64;
     }
 }
@@ -111,7 +114,7 @@ mod tests {
         let (tx, rx) = queue();
         let storer = tokio::spawn(store_pages(store, rx, 1_000));
         tx.send(page(&series, 0, 10)).await.unwrap();
-        assert!(matches!(storer.await.unwrap(), Err(SessionError::Store(_))));
+        assert!(matches!(storer.await.unwrap(), Err(StoreFailed(_))));
         assert!(tx.send(page(&series, 0, 1)).await.is_err(), "nothing is left to store pages");
     }
 }

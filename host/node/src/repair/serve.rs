@@ -10,8 +10,8 @@ use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Respons
 use timeshard_proto::{Id, Point};
 use timeshard_store::{ListCursor as StoreCursor, Store, StoreError};
 
-use super::Counters;
-use super::driver::Repair;
+use super::Repair;
+use super::state::Counters;
 
 fn store_error(e: StoreError) -> Response {
     Response::Error(ErrorReply::new(ErrorCode::Storage, format!("this node's store failed: {e}")))

@@ -16,10 +16,10 @@ use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Quantum, SeriesKey};
 use tokio::sync::mpsc;
 
-use super::Counters;
-use super::driver::Repair;
+use super::Repair;
 use super::inventory::Inventory;
 use super::pipeline::{self, Page, STORE_BATCH_POINTS};
+use super::state::Counters;
 
 /// Why a session stopped before it compared everything.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +75,11 @@ impl Repair {
         // Fetching and storing overlap: the comparison and the fetches run while the storer
         // makes earlier pages durable. Either failing stops both.
         let (pages, queued) = pipeline::queue();
-        let storer = pipeline::store_pages(self.store.clone(), queued, STORE_BATCH_POINTS);
+        let storer = async {
+            pipeline::store_pages(self.store.clone(), queued, STORE_BATCH_POINTS)
+                .await
+                .map_err(|e| SessionError::Store(e.0))
+        };
         let (report, _) = tokio::try_join!(self.compare_and_fetch(inv, peer, cutoff, taken, pages), storer)?;
         // Counted once the storer returned: every page fetched is durable.
         Counters::add(&self.state.counters.blocks_fetched, report.blocks_fetched);

@@ -17,9 +17,9 @@
 //!   lost at a restart); [`store::TieredStore`] records them before each write.
 //! - `report` answers `timeshard archive status`.
 //!
-//! The coordinator never sees the archive; the hooks are the store the node hands out
-//! ([`crate::node`]), the export task it spawns, the class settings a reconfiguration passes on
-//! ([`crate::reconfigure`]), and the status request ([`crate::server`]).
+//! The coordinator never sees the archive; the hooks are the store the node serves from (set up
+//! as the node starts), the export task it spawns, the class settings a reconfiguration passes
+//! on ([`Tier::set_config`]), and the status request (`timeshard archive status`).
 
 mod mover;
 mod report;
@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::class::AgeBy;
 use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
 use timeshard_store::{BlockInfo, Store, StoreError};
@@ -152,10 +153,6 @@ impl Policy {
             .values()
             .any(|t| t.archive || t.write_retention_ns().is_some() || (archive && t.retention_ns.is_some()))
     }
-}
-
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// What the export loop has done, for `timeshard archive status`.
@@ -304,8 +301,8 @@ impl Tier {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Applies the classes of a new configuration (checked already: see
-    /// [`crate::reconfigure`]).
+    /// Applies the classes of a new configuration (checked already, by the node's
+    /// reconfiguration).
     pub fn set_config(&self, config: &NodeConfig) {
         match Policy::of(config) {
             Ok(p) => {

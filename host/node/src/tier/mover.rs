@@ -29,14 +29,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::tier::{RoundPicker, due_at, expired, export_rank, exports_now};
-use timeshard_proto::{AgeBy, Quantum, SeriesClass, SeriesKey, Timestamp};
+use timeshard_proto::{AgeBy, Id, Quantum, SeriesClass, SeriesKey, Timestamp};
 use timeshard_store::{BlockInfo, StoreError};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Tier;
-use crate::node::Node;
+use crate::membership::View;
 
 /// Blocks listed per call (the store holds its lock for about this much work).
 const LIST_PAGE: usize = 10_000;
@@ -64,13 +66,8 @@ struct Due {
     last_write: Timestamp,
 }
 
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
-/// Runs export rounds until the node shuts down.
-pub async fn run(tier: Arc<Tier>, node: Arc<Node>) {
-    let stop = node.shutdown_signal().clone();
+/// Runs export rounds until `stop` fires, as node `me`, which owns blocks as `view` says.
+pub async fn run(tier: Arc<Tier>, me: Id, view: Arc<View>, stop: CancellationToken) {
     let interval = tier.config.interval;
     let mut last_cleanup: Option<tokio::time::Instant> = None;
     // Learn what the archive holds, so reads know which ranges are cold: of every class, as
@@ -91,7 +88,7 @@ pub async fn run(tier: Arc<Tier>, node: Arc<Node>) {
         }
         let result = tokio::select! {
             _ = stop.cancelled() => return,
-            r = round(&tier, &node) => r,
+            r = round(&tier, me, &view) => r,
         };
         {
             let mut progress = tier.progress();
@@ -190,7 +187,7 @@ async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>)
 }
 
 /// One round (see the module docs).
-async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
+async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> {
     if !tier.policy().has_work(tier.archive.is_some()) {
         return Ok(());
     }
@@ -222,12 +219,12 @@ async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
     for (name, (class, picker)) in found.due {
         let offered = picker.offered();
         let due = picker.finish();
-        if let Err(e) = move_class(tier, node, &class, due, offered, now).await {
+        if let Err(e) = move_class(tier, me, view, &class, due, offered, now).await {
             warn!(class = %name, error = %e, "archiving failed; hot data is kept");
             first_error.get_or_insert(e);
         }
     }
-    if let Err(e) = expire_archive(tier, node, now).await {
+    if let Err(e) = expire_archive(tier, me, view, now).await {
         warn!(error = %e, "expiring archive files past retention failed");
         first_error.get_or_insert(e);
     }
@@ -238,17 +235,16 @@ async fn round(tier: &Arc<Tier>, node: &Arc<Node>) -> Result<(), RoundError> {
 /// points from queries already). One node does it per class, elected like exporters: the first
 /// owner of the class's expiry id at once, each later one `takeover_after` later than the one
 /// before it (it finds nothing left if the first one is up).
-async fn expire_archive(tier: &Arc<Tier>, node: &Arc<Node>, now: Timestamp) -> Result<(), RoundError> {
+async fn expire_archive(tier: &Arc<Tier>, me: Id, view: &View, now: Timestamp) -> Result<(), RoundError> {
     let Some(archive) = tier.archive() else { return Ok(()) };
     let policy = tier.policy();
-    let me = node.dht().me().id;
     let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
     // Readers with a listing up to a TTL old must never open a removed file.
     let ttl = i64::try_from(tier.config.listing_ttl.as_nanos()).unwrap_or(i64::MAX);
     let mut first_error = None;
     for class in policy.classes.iter() {
         let Some(retention) = policy.tier(class).archive_retention() else { continue };
-        let owners = node.view().owners(expiry_id(&class.name), usize::from(class.replication.rf));
+        let owners = view.owners(expiry_id(&class.name), usize::from(class.replication.rf));
         let rank = i64::try_from(export_rank(&owners, me)).unwrap_or(i64::MAX);
         let wait = takeover.saturating_mul(rank);
         // A later owner waits from when it learnt the retention too: a new retention expires
@@ -280,8 +276,8 @@ async fn expire_archive(tier: &Arc<Tier>, node: &Arc<Node>, now: Timestamp) -> R
 }
 
 /// The id whose owners expire the archive files of class `class`.
-fn expiry_id(class: &str) -> timeshard_proto::Id {
-    timeshard_proto::Id::sha1(format!("timeshard archive expiry of class {class}").as_bytes())
+fn expiry_id(class: &str) -> Id {
+    Id::sha1(format!("timeshard archive expiry of class {class}").as_bytes())
 }
 
 /// The blocks this node exports now, and those another owner is to export first.
@@ -289,13 +285,12 @@ fn expiry_id(class: &str) -> timeshard_proto::Id {
 // inference for the spawned task.
 fn split_by_turn(
     tier: &Tier,
-    node: &Node,
+    me: Id,
+    view: &View,
     class: &SeriesClass,
     blocks: Vec<Due>,
     now: Timestamp,
 ) -> (Vec<Due>, Vec<Due>) {
-    let me = node.dht().me().id;
-    let view = node.view();
     let policy = tier.policy();
     let rf = usize::from(class.replication.rf);
     let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
@@ -313,7 +308,8 @@ fn split_by_turn(
 /// Steps 2 and 3 of a round for one class's due blocks (`offered` were due in all).
 async fn move_class(
     tier: &Arc<Tier>,
-    node: &Arc<Node>,
+    me: Id,
+    view: &View,
     class: &SeriesClass,
     due: Vec<Due>,
     offered: u64,
@@ -337,7 +333,7 @@ async fn move_class(
     }
     let covered = covered.into_iter().map(|d| (d.series, d.quantum.start, d.digest)).collect();
     let dropped = drop_blocks(tier, covered).await?.into_iter().filter(|&d| d).count() as u64;
-    let (mine, waiting) = split_by_turn(tier, node, class, rest, now);
+    let (mine, waiting) = split_by_turn(tier, me, view, class, rest, now);
     {
         let mut progress = tier.progress();
         let c = progress.classes.entry(class.name.clone()).or_default();

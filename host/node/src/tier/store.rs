@@ -28,6 +28,7 @@
 
 use std::sync::Arc;
 
+use timeshard_clock::now_ns;
 use timeshard_proto::point::sort_dedup;
 use timeshard_proto::window::{check_windows, merge_windows};
 use timeshard_proto::{Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
@@ -39,10 +40,6 @@ use timeshard_store::{
 use timeshard_tier::ArchivedBlock;
 
 use super::Tier;
-
-fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// Points per page when a quantum's points are gathered whole.
 const GATHER_PAGE: usize = 65_536;

@@ -1,0 +1,179 @@
+//! `[[class]]`: the series classes as the file writes them, the class table built from them,
+//! and the store's retention rules derived from them.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use timeshard_proto::class::{AgeBy, Classes, Replication, SeriesClass};
+use timeshard_proto::{KeyFormat, QuantumLen};
+
+use super::error::ConfigError;
+
+/// One series class as written in the config file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassConfig {
+    pub name: String,
+    /// Series whose metric starts with this belong to the class (longest prefix wins).
+    pub metric_prefix: String,
+    /// `qfi` (quanta-first: history spread over the network) or `kfi` (key-first: history on
+    /// the same few nodes).
+    pub format: KeyFormat,
+    /// Quantum length, e.g. `10s`.
+    #[serde(with = "humantime_serde")]
+    pub quantum: Duration,
+    /// Replicas per block.
+    pub rf: u8,
+    /// Acknowledgements a write waits for.
+    pub w: u8,
+    /// Replicas a read asks.
+    pub r: u8,
+    /// How long points are kept, by `age_by` (e.g. `30days`); unset keeps them forever. With
+    /// `archive = true` it applies to the archive too, and must be longer than `hot`.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Duration>,
+    /// With `archive = true`: sealed blocks older than this, by `age_by`, are exported to the
+    /// archive (`[tier] url`) and dropped from the hot store once the archive holds them
+    /// (default 30 days).
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub hot: Option<Duration>,
+    /// Export this class's history to the archive; reads span both tiers.
+    pub archive: bool,
+    /// What the hot window and retention measure: `event` time (default) or `write` time.
+    pub age_by: AgeBy,
+    /// Context-of-interest replication (placement by the series' location); `rf`, `w` and `r`
+    /// are then derived from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coi: Option<CoiConfig>,
+}
+
+/// A class's context-of-interest parameters as written in the config file:
+/// `coi = { n_in = 2, n_out = 1, in_coi_dist = "50km", out_coi_dist = "1000km", coi_size = "50km",
+/// precision = 5 }`. The control plane's class spec carries the same type, checked the same way.
+pub type CoiConfig = timeshard_control_api::class::CoiSpec;
+
+impl ClassConfig {
+    /// The hot window in force: `hot`, or 30 days for an archived class without one; `None`
+    /// for a class that is not archived.
+    pub fn hot_window(&self) -> Option<Duration> {
+        self.archive.then(|| self.hot.unwrap_or(timeshard_control_api::class::DEFAULT_HOT))
+    }
+}
+
+impl Default for ClassConfig {
+    fn default() -> Self {
+        let d = SeriesClass::default();
+        ClassConfig {
+            name: d.name,
+            metric_prefix: d.metric_prefix,
+            format: d.format,
+            quantum: Duration::from_nanos(d.quantum.ns() as u64),
+            rf: d.replication.rf,
+            w: d.replication.w,
+            r: d.replication.r,
+            retention: None,
+            hot: None,
+            archive: false,
+            age_by: AgeBy::Event,
+            coi: None,
+        }
+    }
+}
+
+/// The class table of `configs` (see `NodeConfig::class_table`).
+pub fn table(configs: &[ClassConfig]) -> Result<Classes, ConfigError> {
+    let mut classes = Vec::with_capacity(configs.len());
+    for c in configs {
+        let invalid = |message: String| ConfigError::Invalid { setting: format!("class {:?}", c.name), message };
+        let ns = i64::try_from(c.quantum.as_nanos()).map_err(|_| invalid("quantum too long".into()))?;
+        let quantum = QuantumLen::new(ns).map_err(|e| invalid(e.to_string()))?;
+        let coi = c.coi.as_ref().map(|c| c.coi()).transpose().map_err(invalid)?;
+        let replication = match &coi {
+            Some(coi) => coi.replication(),
+            None => Replication { rf: c.rf, w: c.w, r: c.r }.validate().map_err(|e| invalid(e.to_string()))?,
+        };
+        classes.push(SeriesClass {
+            name: c.name.clone(),
+            metric_prefix: c.metric_prefix.clone(),
+            format: c.format,
+            quantum,
+            replication,
+            coi,
+        });
+    }
+    Classes::new(classes).map_err(|e| ConfigError::Invalid { setting: "class".into(), message: e.to_string() })
+}
+
+/// The store's retention rules for `classes` (see `NodeConfig::retention_rules`).
+pub fn retention_rules(classes: &[ClassConfig]) -> Vec<timeshard_store::RetentionRule> {
+    use timeshard_store::RetentionRule;
+    let keep = |c: &ClassConfig| c.retention.map(|r| i64::try_from(r.as_nanos()).unwrap_or(i64::MAX));
+    // The store measures event time; write-time retention is the cold tier's.
+    let store_keep = |c: &ClassConfig| if c.age_by == AgeBy::Write { None } else { keep(c) };
+    let mut rules: Vec<RetentionRule> = classes
+        .iter()
+        .map(|c| RetentionRule { metric_prefix: c.metric_prefix.clone(), keep_ns: store_keep(c) })
+        .collect();
+    if !classes.iter().any(|c| c.metric_prefix.is_empty()) {
+        rules.push(RetentionRule::forever(""));
+    }
+    let reserved = timeshard_proto::key::RESERVED_METRIC_PREFIX;
+    if !rules.iter().any(|r| r.metric_prefix == reserved) {
+        // Any rule that keeps forever (the implicit catch-all too) makes this forever, and
+        // so do classes whose data outlives their event-time age: archived ones (the index
+        // finds cold quanta too) and those aged by write time.
+        let outlived = classes.iter().any(|c| c.archive || c.age_by == AgeBy::Write);
+        let longest =
+            rules.iter().map(|r| r.keep_ns).try_fold(0i64, |acc, k| k.map(|k| acc.max(k))).filter(|_| !outlived);
+        rules.push(RetentionRule { metric_prefix: reserved.to_string(), keep_ns: longest });
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::NodeConfig;
+
+    #[test]
+    fn coi_settings_are_checked() {
+        let class = |coi: &str| {
+            format!(
+                "location = \"33.75,-84.39\"\n[[class]]\nname = \"t\"\nmetric_prefix = \"traffic.\"\ncoi = {{ {coi} }}\n"
+            )
+        };
+        let good = "n_in = 3, n_out = 1, in_coi_dist = \"50km\", out_coi_dist = \"1000km\", coi_size = \"20km\", precision = 5";
+        let cfg: NodeConfig = toml::from_str(&class(good)).unwrap();
+        cfg.validate().unwrap();
+        let table = cfg.class_table().unwrap();
+        let t = table.of(&"traffic.speed".parse().unwrap());
+        assert_eq!((t.replication.rf, t.replication.w, t.replication.r), (4, 2, 2), "W = n_in/2+1, R + W > n_in");
+        assert_eq!(t.coi.as_ref().unwrap().in_coi_m, 50_000);
+        assert_eq!(cfg.location().unwrap().unwrap().lat, 33.75);
+        for (bad, says) in [
+            ("n_in = 0, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5", "n_in"),
+            (
+                "n_in = 2, in_coi_dist = \"5parsecs\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5",
+                "5parsecs",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"50km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5",
+                "out_coi_dist",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 13",
+                "precision",
+            ),
+            (
+                "n_in = 2, in_coi_dist = \"5km\", out_coi_dist = \"5km\", coi_size = \"5km\", precision = 5, location = \"dn5a\"",
+                "dn5a",
+            ),
+        ] {
+            let cfg: NodeConfig = toml::from_str(&class(bad)).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("class \"t\"") && err.contains(says), "{bad}: {err}");
+        }
+        let cfg: NodeConfig = toml::from_str("location = \"95,0\"").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("location") && err.contains("latitude"), "{err}");
+    }
+}

@@ -1,0 +1,118 @@
+//! How the node talks: its certificate files, the DHT's parameters and timeouts, and the hard
+//! limits on what peers and clients may send and on concurrent work.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use timeshard_proto::wire::Limits;
+
+/// Certificate files; relative paths are relative to the config file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The fleet CA certificate: peers and clients must present certificates it signed.
+    pub ca: PathBuf,
+    /// This node's certificate (must name `node.timeshard`).
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig { ca: "pki/ca.pem".into(), cert: "pki/node.pem".into(), key: "pki/node.key".into() }
+    }
+}
+
+/// The DHT: Kademlia parameters and timeouts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DhtConfig {
+    /// Contacts per k-bucket and per lookup answer.
+    pub k: usize,
+    /// Requests a lookup keeps in flight.
+    pub alpha: usize,
+    /// Consecutive failed requests after which a peer is evicted (doubled if no replacement waits).
+    pub max_failures: u32,
+    /// How often a bucket no lookup touched is refreshed.
+    #[serde(with = "humantime_serde")]
+    pub refresh_interval: Duration,
+    /// How long a request to a peer may take.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// How long a QUIC handshake with a peer may take.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A connection with no traffic for this long is closed (keep-alives are sent at a third of it).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for DhtConfig {
+    fn default() -> Self {
+        DhtConfig {
+            k: timeshard_proto::K,
+            alpha: timeshard_proto::ALPHA,
+            max_failures: 2,
+            refresh_interval: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(6),
+        }
+    }
+}
+
+/// Hard limits on what peers and clients may send, and on concurrent work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest message accepted, in bytes.
+    pub max_message_bytes: u32,
+    /// Most points in one write.
+    pub max_batch_points: u32,
+    /// Most series in one write.
+    pub max_batch_series: u32,
+    /// Most points in one page of a read.
+    pub max_page_points: u32,
+    /// Requests served at once; beyond it requests are refused as overloaded.
+    pub max_concurrent_requests: usize,
+    /// Streams (requests) one connection may have open at once.
+    pub max_streams_per_connection: u32,
+    /// Connections accepted at once.
+    pub max_connections: usize,
+    /// Quanta a read fetches in parallel.
+    pub read_parallelism: usize,
+    /// Quanta one page of a read scans at most; a longer range continues on the next page.
+    pub max_quanta_per_page: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let l = Limits::default();
+        LimitsConfig {
+            max_message_bytes: l.max_message_bytes,
+            max_batch_points: l.max_batch_points,
+            max_batch_series: l.max_batch_series,
+            max_page_points: l.max_page_points,
+            max_concurrent_requests: 1024,
+            max_streams_per_connection: 256,
+            max_connections: 4096,
+            read_parallelism: 64,
+            max_quanta_per_page: 4096,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The wire limits.
+    pub fn wire(&self) -> Limits {
+        Limits {
+            max_message_bytes: self.max_message_bytes,
+            max_batch_points: self.max_batch_points,
+            max_batch_series: self.max_batch_series,
+            max_page_points: self.max_page_points,
+            max_contacts: Limits::default().max_contacts,
+        }
+    }
+}
