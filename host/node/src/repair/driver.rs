@@ -20,7 +20,10 @@
 //! changed or it is older than [`super::INVENTORY_MAX_AGE`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use rand::Rng;
+use timeshard_clock::instant;
 
 use futures::StreamExt;
 use timeshard_clock::now_ns;
@@ -46,8 +49,8 @@ impl Repair {
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut changes = self.view.subscribe();
         let mut owners: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
-        let jitter = |d: Duration| d + d.mul_f64(rand::random_range(0.0..0.1));
-        let mut next_round = Instant::now() + jitter(self.cfg.anti_entropy_interval);
+        let jitter = |d: Duration| d + d.mul_f64(timeshard_clock::rng().random_range(0.0..0.1));
+        let mut next_round = instant() + jitter(self.cfg.anti_entropy_interval);
         loop {
             let due = match self.settle().catch_up_at() {
                 Some(at) => next_round.min(at),
@@ -59,7 +62,7 @@ impl Repair {
                     if changed.is_err() {
                         return;
                     }
-                    let now = Instant::now();
+                    let now = instant();
                     let after: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
                     if self.settle().on_view_change(&owners, &after, now) {
                         self.state.set_settled(false);
@@ -73,7 +76,7 @@ impl Repair {
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
             let complete = self.round(&stop).await;
-            let now = Instant::now();
+            let now = instant();
             next_round = match self.settle().catch_up_at() {
                 Some(_) if !complete => now + CATCH_UP_RETRY,
                 _ => now + jitter(self.cfg.anti_entropy_interval),
@@ -90,7 +93,7 @@ impl Repair {
 
     /// One round: a pull from every neighbour that is up. Returns whether every pull completed.
     async fn round(&self, stop: &CancellationToken) -> bool {
-        let started = Instant::now();
+        let started = instant();
         let catching = self.settle().catch_up_at().is_some_and(|at| at <= started);
         let cutoff = if catching { i64::MAX } else { now_ns().saturating_sub(self.cfg.settle_for.as_nanos() as i64) };
         let inv = match self.inventory_since(started).await {

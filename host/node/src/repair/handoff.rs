@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use timeshard_clock::now_ns;
 use timeshard_proto::placement::block_bytes;
@@ -129,7 +128,7 @@ impl Repair {
                     let store = self.store.clone();
                     let digest = d.handoff.digest;
                     let dropped =
-                        tokio::task::spawn_blocking(move || store.drop_block(&series, quantum.start, digest)).await;
+                        timeshard_clock::spawn_blocking(move || store.drop_block(&series, quantum.start, digest)).await;
                     match dropped {
                         Ok(Ok(true)) => report.dropped += 1,
                         // Written since: its new points go on the next pass.
@@ -202,7 +201,7 @@ impl Repair {
             let mut after = None;
             loop {
                 let (store, s, room) = (self.store.clone(), series.clone(), limit.saturating_sub(batch.points).max(1));
-                let page = tokio::task::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
+                let page = timeshard_clock::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
@@ -249,7 +248,7 @@ impl Repair {
             report.pushed += 1;
             Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
         }
-        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
+        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }

@@ -39,7 +39,7 @@ pub async fn run(
         let ok = if repair.target.id == me {
             let store = store.clone();
             let block = repair.block;
-            matches!(tokio::task::spawn_blocking(move || store.write(&[block])).await, Ok(Ok(_)))
+            matches!(timeshard_clock::spawn_blocking(move || store.write(&[block])).await, Ok(Ok(_)))
         } else {
             let mut ok = true;
             for req in requests(vec![HintPayload::Blocks(vec![repair.block])], &limits) {
