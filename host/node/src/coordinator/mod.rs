@@ -234,20 +234,29 @@ impl Coordinator {
             _ => u64::MAX,
         };
         let mut owners = placed.owners.clone();
-        let r = if inside {
+        let mut fallback = placed.fallback;
+        let bound = 2 * target.rf + 2;
+        if inside {
+            // A write counts stand-ins towards W for in-CoI owners it sees down (write.rs), so
+            // an owner only marked down may lack an acknowledged write while it counts itself
+            // settled: R of the n_in owners would not meet the write. Every in-CoI owner is
+            // asked (R = n_in), and for one that is down the stand-ins a write would have
+            // used, in the order it picks them (located members, then out-of-CoI owners).
             let (near, rest) = owners.split_at_mut(placed.synchronous);
             near.sort_by_key(rank);
             rest.sort_by_key(|c| (rank(c), far(c)));
-            usize::from(class.replication.r)
-        } else {
-            owners.sort_by_key(|c| (rank(c), far(c)));
-            1
-        };
-        let mut fallback = placed.fallback;
+            fallback.sort_by_key(rank);
+            let near = near.to_vec();
+            let rest: Vec<Contact> = rest.to_vec();
+            let candidates =
+                near.iter().chain(&fallback).chain(&rest).take(bound.max(owners.len())).copied().collect();
+            let r = usize::from(class.replication.r).max(placed.synchronous);
+            return ReadPlan { owners, candidates, r };
+        }
+        owners.sort_by_key(|c| (rank(c), far(c)));
         fallback.sort_by_key(|c| (rank(c), far(c)));
-        let bound = 2 * target.rf + 2;
         let candidates = owners.iter().chain(&fallback).take(bound.max(owners.len())).copied().collect();
-        ReadPlan { owners, candidates, r }
+        ReadPlan { owners, candidates, r: 1 }
     }
 
     /// Asks the `candidates` of a block in order with `ask` until `r` settled replicas answered

@@ -51,10 +51,13 @@ impl Repair {
         let mut owners: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
         let jitter = |d: Duration| d + d.mul_f64(timeshard_clock::rng().random_range(0.0..0.1));
         let mut next_round = instant() + jitter(self.cfg.anti_entropy_interval);
+        let mut last_round = instant();
         loop {
             let due = match self.settle().catch_up_at() {
-                Some(at) => next_round.min(at),
-                None => next_round,
+                // The catch-up round starts at `at`; once one ran and did not complete (no
+                // neighbour answered), the next waits for `next_round` instead of spinning.
+                Some(at) if at > last_round => next_round.min(at),
+                _ => next_round,
             };
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -75,6 +78,7 @@ impl Repair {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
+            last_round = instant();
             let complete = self.round(&stop).await;
             let now = instant();
             next_round = match self.settle().catch_up_at() {
@@ -120,7 +124,7 @@ impl Repair {
             .take_until(stop.cancelled())
             .collect()
             .await;
-        let mut complete = results.len() == neighbours.len();
+        let mut complete = timeshard_proto::repair::Settle::round_complete(neighbours.len(), results.len());
         let mut fetched = 0;
         for (peer, result) in results {
             match result {

@@ -46,6 +46,9 @@ struct Args {
     /// Writes a JSON report here: seeds_per_hour, sim_seconds_per_wall_second, failures.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The simulator's window in microseconds: the network's shortest one-way latency.
+    #[arg(long, default_value_t = 2000)]
+    window_us: u64,
     /// Prints the node logs (tracing, filtered by RUST_LOG; default warn).
     #[arg(long)]
     log: bool,
