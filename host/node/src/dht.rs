@@ -252,6 +252,7 @@ impl Dht {
         tick.tick().await;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }

@@ -83,6 +83,7 @@ pub async fn maintain(store: Arc<dyn Store>, interval: Duration, stop: Cancellat
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }

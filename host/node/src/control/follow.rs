@@ -48,6 +48,7 @@ pub(crate) async fn follow(node: Arc<Node>, agent: Agent, base: NodeConfig) {
     // the configuration recorded and swapped in with no await point: shutting down between
     // the two leaves the recorded state, which the node starts from next time.
     tokio::select! {
+        biased;
         _ = shutdown.cancelled() => {}
         _ = run(node, agent, base) => {}
     }
@@ -101,6 +102,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             let mut tick = tokio::time::interval(REPORT_CHECK);
             loop {
                 tokio::select! {
+                    biased;
                     answer = &mut watch => break answer,
                     _ = tick.tick() => {}
                 }

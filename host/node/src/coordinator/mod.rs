@@ -239,18 +239,16 @@ impl Coordinator {
         if inside {
             // A write counts stand-ins towards W for in-CoI owners it sees down (write.rs), so
             // an owner only marked down may lack an acknowledged write while it counts itself
-            // settled: R of the n_in owners would not meet the write. Every in-CoI owner is
-            // asked (R = n_in), and for one that is down the stand-ins a write would have
-            // used, in the order it picks them (located members, then out-of-CoI owners).
+            // settled: R of the n_in owners would not meet the write, and a stand-in on this
+            // side of a partition need not be the one the write used. Every in-CoI owner must
+            // answer (R = n_in) and only they are asked: with one unreachable the read fails
+            // (retryable) rather than answer stale. (Open: a write whose in-CoI owners were
+            // both down, read after they are back, before its hints arrive.)
             let (near, rest) = owners.split_at_mut(placed.synchronous);
             near.sort_by_key(rank);
             rest.sort_by_key(|c| (rank(c), far(c)));
-            fallback.sort_by_key(rank);
-            let near = near.to_vec();
-            let rest: Vec<Contact> = rest.to_vec();
-            let candidates =
-                near.iter().chain(&fallback).chain(&rest).take(bound.max(owners.len())).copied().collect();
-            let r = usize::from(class.replication.r).max(placed.synchronous);
+            let candidates = near.to_vec();
+            let r = placed.synchronous.max(1);
             return ReadPlan { owners, candidates, r };
         }
         owners.sort_by_key(|c| (rank(c), far(c)));

@@ -80,6 +80,7 @@ impl Replayer {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
@@ -162,6 +163,7 @@ pub async fn sync_loop(hints: Arc<Hints>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(SYNC_EVERY);
     loop {
         let stopping = tokio::select! {
+            biased;
             _ = stop.cancelled() => true,
             _ = tick.tick() => false,
         };

@@ -60,6 +60,7 @@ impl Repair {
                 _ => next_round,
             };
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 changed = changes.changed() => {
                     if changed.is_err() {

@@ -12,7 +12,7 @@
 //! Blocks written within `settle_for` are left for a later pass (coordinators may still be
 //! writing them by a previous view), except while leaving.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use timeshard_clock::now_ns;
@@ -102,7 +102,8 @@ impl Repair {
             work.push(Displaced { block: item.block.clone(), count: item.count, owners, handoff });
         }
         report.blocks = work.iter().filter(|d| matches!(d.block, BlockRef::Points { .. })).count() as u64;
-        let mut by_owner: HashMap<Id, (Contact, Vec<usize>)> = HashMap::new();
+        // Ordered by owner, so a pass runs the same way every time (a seed replays).
+        let mut by_owner: std::collections::BTreeMap<Id, (Contact, Vec<usize>)> = Default::default();
         for (i, d) in work.iter().enumerate() {
             for o in &d.owners {
                 by_owner.entry(o.id).or_insert_with(|| (*o, Vec::new())).1.push(i);

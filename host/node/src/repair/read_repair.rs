@@ -30,6 +30,7 @@ pub async fn run(
     let me = dht.me().id;
     loop {
         let repair = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             r = rx.recv() => match r {
                 Some(r) => r,

@@ -83,10 +83,12 @@ pub async fn run(tier: Arc<Tier>, me: Id, view: Arc<View>, stop: CancellationTok
         let failed = tier.progress().failed_rounds;
         let wait = interval.saturating_mul(1 << failed.min(16)).min(tier.config.max_backoff.max(interval));
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
         let result = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             r = round(&tier, me, &view) => r,
         };
