@@ -13,7 +13,7 @@ pub enum Rng {
     /// Outside a simulation: the thread's generator.
     Thread(rand::rngs::ThreadRng),
     /// Under simulation: seeded from the host's stream.
-    Seeded(rand::rngs::StdRng),
+    Seeded(Box<rand::rngs::StdRng>),
 }
 
 impl RngCore for Rng {
@@ -130,7 +130,8 @@ pub fn rng() -> Option<Rng> {
     if !active() {
         return None;
     }
-    CURRENT.with(|c| c.borrow().as_ref().map(|h| Rng::Seeded(rand::rngs::StdRng::seed_from_u64(h.next_seed()))))
+    CURRENT
+        .with(|c| c.borrow().as_ref().map(|h| Rng::Seeded(Box::new(rand::rngs::StdRng::seed_from_u64(h.next_seed())))))
 }
 
 #[cfg(test)]

@@ -479,8 +479,7 @@ impl World {
 fn read_all(store: &dyn timeshard_store::Store, series: &SeriesKey, range: TimeRange) -> Vec<timeshard_proto::Point> {
     let mut out = Vec::new();
     let mut after = None;
-    loop {
-        let Ok(page) = store.read(series, range, after, 10_000) else { break };
+    while let Ok(page) = store.read(series, range, after, 10_000) {
         out.extend(page.points.iter().copied());
         match (page.more, page.points.last()) {
             (true, Some(last)) => after = Some(last.key()),
