@@ -1,6 +1,6 @@
 //! The fleet CA: makes the CA once, signs node certificates from CSRs, and issues the control
-//! plane's own server certificate. No I/O: the key is stored by [`crate::db`] and used here in
-//! memory only.
+//! plane's own server certificate. No I/O: the key is stored in the database (the fleet row) and
+//! used here in memory only.
 //!
 //! A node certificate takes nothing from the CSR but its public key: names, usages and
 //! lifetime are the CA's choice, the same as `timeshard pki issue --role node` gives (SAN

@@ -1,6 +1,7 @@
 //! The database: one `sqlx::Any` pool over SQLite or PostgreSQL, the same SQL on both (`$N`
 //! parameters, BIGINT and TEXT columns), versioned migrations embedded from `migrations/`, write
-//! transactions, and the fleet row (CA and generation).
+//! transactions, and the fleet row (CA and generation). What the tables mean is the `fleet`
+//! module's business; nothing here reads them.
 //!
 //! Changes of desired state go through [`Write::bump_generation`], which raises the fleet's
 //! generation inside the transaction. On PostgreSQL that also takes the fleet row's lock, so
@@ -16,8 +17,6 @@ use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, Row};
-use timeshard_control_api::FleetState;
-use timeshard_control_api::state::NodeConfigEntry;
 use timeshard_control_api::token::random_hex;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -189,42 +188,6 @@ impl Db {
         let g: i64 =
             sqlx::query("SELECT generation FROM fleet WHERE id = 1").fetch_one(&self.pool).await?.try_get(0)?;
         Ok(g as u64)
-    }
-
-    /// The fleet-wide desired state at the current generation. Reads the generation before
-    /// and after: every change raises it, so equal values mean the reads in between saw one
-    /// committed state (on either backend, without a snapshot isolation level).
-    pub async fn load_fleet_state(&self) -> Result<FleetState> {
-        loop {
-            let row =
-                sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(&self.pool).await?;
-            let generation: i64 = row.try_get("generation")?;
-            let changed_at: i64 = row.try_get("changed_at_ms")?;
-            let mut classes = Vec::new();
-            for row in sqlx::query("SELECT spec_json FROM classes").fetch_all(&self.pool).await? {
-                classes.push(from_json(&row, "spec_json")?);
-            }
-            let mut configs: Vec<NodeConfigEntry> = Vec::new();
-            for row in sqlx::query("SELECT entry_json FROM node_configs").fetch_all(&self.pool).await? {
-                configs.push(from_json(&row, "entry_json")?);
-            }
-            // Certificates expired when this generation was made need no revocation.
-            let revoked =
-                sqlx::query("SELECT node_id FROM devices WHERE revoked_at_ms IS NOT NULL AND cert_not_after_ms > $1")
-                    .bind(changed_at)
-                    .fetch_all(&self.pool)
-                    .await?
-                    .iter()
-                    .map(|r| r.try_get::<String, _>("node_id"))
-                    .collect::<Result<Vec<_>, _>>()?;
-            let policies = crate::fleet::store::load_table(&self.pool).await?;
-            let http_tokens = crate::fleet::http_tokens::load_entries(&self.pool, changed_at).await?;
-            if self.generation().await? == generation as u64 {
-                return Ok(FleetState::new(generation as u64, classes, configs, revoked)
-                    .with_policies(policies)
-                    .with_http_tokens(http_tokens));
-            }
-        }
     }
 }
 

@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use quinn::{Connection, Endpoint};
+use timeshard_proto::batch;
 use timeshard_proto::geo::GeoPoint;
+use timeshard_proto::point::ColumnBatch;
+use timeshard_proto::point::SeriesPoints;
 use timeshard_proto::repair::LeaveProgress;
-use timeshard_proto::stream::{ColumnBatch, ReadRun};
+use timeshard_proto::stream::ReadRun;
 use timeshard_proto::tier::ArchiveReport;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{
     Limits, MAX_REPORTED_REJECTIONS, NodeStatus, QueryOutput, RejectedPoint, Request, Response, SeriesFilter,
-    SeriesPoints,
 };
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
@@ -36,6 +38,9 @@ pub struct ClientOptions {
     /// Points per write request; larger writes are split. Must not exceed the node's
     /// `max_batch_points`.
     pub max_batch_points: usize,
+    /// Series per write request; writes of more series are split. Must not exceed the node's
+    /// `max_batch_series`.
+    pub max_batch_series: usize,
     /// Points per page of a read.
     pub page_points: u32,
     /// Largest message accepted.
@@ -49,6 +54,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             max_batch_points: limits.max_batch_points as usize,
+            max_batch_series: limits.max_batch_series as usize,
             page_points: limits.max_page_points,
             max_message_bytes: limits.max_message_bytes,
         }
@@ -168,11 +174,12 @@ impl Client {
         self.write_batch(vec![SeriesPoints { series: series.clone(), points: points.to_vec() }]).await
     }
 
-    /// Writes points of several series; split into requests of at most `max_batch_points`.
+    /// Writes points of several series; split into requests of at most `max_batch_points`
+    /// points and `max_batch_series` series ([`ClientOptions`]), sent one after the other.
     pub async fn write_batch(&self, batch: Vec<SeriesPoints>) -> Result<WriteAck, Error> {
         let mut ack = WriteAck::default();
-        for chunk in split_batch(batch, self.options.max_batch_points.max(1)) {
-            match self.call(Request::Write { batch: chunk.into_iter().map(Into::into).collect() }).await? {
+        for request in write_requests(batch, &self.options) {
+            match self.call(request).await? {
                 Response::Written { points, blocks, rejected, rejections } => {
                     ack.points += points;
                     ack.blocks += blocks;
@@ -446,45 +453,49 @@ enum ReadState {
     Done,
 }
 
-/// Splits a batch into chunks of at most `max` points, keeping series together where they fit.
-fn split_batch(batch: Vec<SeriesPoints>, max: usize) -> Vec<Vec<SeriesPoints>> {
-    let mut chunks = vec![Vec::new()];
-    let mut room = max;
-    for SeriesPoints { series, points } in batch {
-        let mut rest = points.as_slice();
-        while !rest.is_empty() {
-            if room == 0 {
-                chunks.push(Vec::new());
-                room = max;
-            }
-            let take = rest.len().min(room);
-            chunks
-                .last_mut()
-                .expect("never empty")
-                .push(SeriesPoints { series: series.clone(), points: rest[..take].to_vec() });
-            rest = &rest[take..];
-            room -= take;
-        }
-    }
-    chunks.retain(|c| !c.is_empty());
-    chunks
+/// The write requests of `batch` within `options`' points and series per request.
+fn write_requests(batch: Vec<SeriesPoints>, options: &ClientOptions) -> Vec<Request> {
+    batch::split(batch, options.max_batch_points, options.max_batch_series)
+        .into_iter()
+        .map(|chunk| Request::Write { batch: chunk.into_iter().map(Into::into).collect() })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn series(name: &str, n: usize) -> SeriesPoints {
+        SeriesPoints { series: name.parse().unwrap(), points: vec![Point::new(1_700_000_000_000_000_000, 0.0); n] }
+    }
+
+    fn points(requests: &[Request]) -> Vec<usize> {
+        requests
+            .iter()
+            .map(|r| match r {
+                Request::Write { batch } => batch.iter().map(|s| s.points.len()).sum(),
+                other => panic!("not a write: {other:?}"),
+            })
+            .collect()
+    }
+
     #[test]
-    fn batches_split_at_the_limit() {
-        let s: SeriesKey = "m".parse().unwrap();
-        let t: SeriesKey = "n".parse().unwrap();
-        let batch = vec![
-            SeriesPoints { series: s.clone(), points: vec![Point::new(1, 0.0); 7] },
-            SeriesPoints { series: t, points: vec![Point::new(1, 0.0); 4] },
-        ];
-        let chunks = split_batch(batch, 5);
-        let sizes: Vec<usize> = chunks.iter().map(|c| c.iter().map(|s| s.points.len()).sum()).collect();
-        assert_eq!(sizes, vec![5, 5, 1]);
-        assert!(split_batch(vec![], 5).is_empty());
+    fn batches_split_at_the_point_limit() {
+        let options = ClientOptions { max_batch_points: 5, ..ClientOptions::default() };
+        let requests = write_requests(vec![series("m", 7), series("n", 4)], &options);
+        assert_eq!(points(&requests), vec![5, 5, 1]);
+        assert!(write_requests(vec![], &options).is_empty());
+    }
+
+    /// `timeshard put` of a CSV of 10,001 series with one point each went out as one write,
+    /// which the node refused: "batch holds 10001 series; the limit is 10000 (BatchTooLarge)".
+    #[test]
+    fn a_write_of_more_series_than_the_node_takes_is_split() {
+        let batch: Vec<SeriesPoints> = (0..10_001).map(|i| series(&format!("m{{id={i}}}"), 1)).collect();
+        let requests = write_requests(batch, &ClientOptions::default());
+        assert_eq!(points(&requests), vec![10_000, 1]);
+        for r in &requests {
+            r.validate(&Limits::default()).unwrap();
+        }
     }
 }

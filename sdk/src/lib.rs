@@ -20,6 +20,10 @@
 //! # }
 //! ```
 //!
+//! [`Client::write_batch`] splits a batch into requests within the node's limits of points and
+//! of series ([`ClientOptions`]), with the splitter the node's HTTP side uses too
+//! (`timeshard_proto::batch`).
+//!
 //! It does not retry failed writes itself: writes are idempotent, so retrying a failed batch
 //! is always safe and left to the caller, who knows how long to keep trying.
 
@@ -28,13 +32,11 @@ pub mod tls;
 pub mod transport;
 
 pub use client::{Client, ClientOptions, WriteAck};
+pub use timeshard_proto::point::{ColumnBatch, SeriesPoints};
 pub use timeshard_proto::repair::{LeaveProgress, RepairStatus};
-pub use timeshard_proto::stream::ColumnBatch;
 pub use timeshard_proto::tier::{ArchiveClassReport, ArchiveReport};
 pub use timeshard_proto::window::WindowStats;
-pub use timeshard_proto::wire::{
-    ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter, SeriesPoints,
-};
+pub use timeshard_proto::wire::{ErrorCode, ErrorReply, NodeStatus, QueryOutput, RejectedPoint, SeriesFilter};
 pub use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange, Timestamp};
 
 use std::net::SocketAddr;

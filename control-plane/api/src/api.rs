@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::class::ClassSpec;
 use crate::geo::Location;
-use crate::state::{DesiredState, NodeConfigEntry, NodeSettings, Selector};
+use crate::selector::Selector;
+use crate::state::{DesiredState, NodeConfigEntry, NodeSettings};
 
 /// Request paths.
 pub mod paths {

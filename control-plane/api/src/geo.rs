@@ -1,14 +1,14 @@
 //! Where a device is: latitude and longitude, and the geohash that selectors match by prefix.
+//! Geohashes are `timeshard_proto::geo`'s (the one encoder the nodes place data by too).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use timeshard_proto::geo::{Cell, GeoPoint};
 
 /// Characters of a geohash stored for a device: 9 is about 5 m by 5 m.
 pub const GEOHASH_LEN: usize = 9;
-
-const BASE32: &[u8; 32] = b"0123456789bcdefghjkmnpqrstuvwxyz";
 
 /// A device's position.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,7 +40,7 @@ impl Location {
         if !(-180.0..=180.0).contains(&lon) {
             return Err(err("longitude must be between -180 and 180"));
         }
-        Ok(Location { lat, lon, geohash: geohash(lat, lon, GEOHASH_LEN) })
+        Ok(Location { lat, lon, geohash: GeoPoint { lat, lon }.geohash(GEOHASH_LEN as u8) })
     }
 
     /// Checks a location that arrived from outside (its geohash must match its position).
@@ -73,35 +73,10 @@ impl FromStr for Location {
     }
 }
 
-/// The geohash of `lat`, `lon` with `len` characters.
-pub fn geohash(lat: f64, lon: f64, len: usize) -> String {
-    let (mut lat_lo, mut lat_hi, mut lon_lo, mut lon_hi) = (-90.0f64, 90.0f64, -180.0f64, 180.0f64);
-    let mut out = String::with_capacity(len);
-    let (mut bits, mut value, mut even) = (0, 0usize, true);
-    while out.len() < len {
-        // Bits alternate longitude, latitude, starting with longitude.
-        let (lo, hi, x) = if even { (&mut lon_lo, &mut lon_hi, lon) } else { (&mut lat_lo, &mut lat_hi, lat) };
-        let mid = (*lo + *hi) / 2.0;
-        value <<= 1;
-        if x >= mid {
-            value |= 1;
-            *lo = mid;
-        } else {
-            *hi = mid;
-        }
-        even = !even;
-        bits += 1;
-        if bits == 5 {
-            out.push(BASE32[value] as char);
-            (bits, value) = (0, 0);
-        }
-    }
-    out
-}
-
-/// Whether `s` consists of geohash characters only (a valid prefix for a selector).
+/// Whether `s` is a prefix of a device's geohash (a valid prefix for a selector): 1 to
+/// [`GEOHASH_LEN`] lowercase geohash characters.
 pub fn is_geohash_prefix(s: &str) -> bool {
-    !s.is_empty() && s.len() <= GEOHASH_LEN && s.bytes().all(|b| BASE32.contains(&b))
+    s.len() <= GEOHASH_LEN && !s.bytes().any(|b| b.is_ascii_uppercase()) && s.parse::<Cell>().is_ok()
 }
 
 #[cfg(test)]
@@ -111,10 +86,16 @@ mod tests {
     #[test]
     fn known_geohashes() {
         // Reference values from the geohash algorithm's description.
-        assert_eq!(geohash(57.64911, 10.40744, 11), "u4pruydqqvj");
-        assert_eq!(geohash(33.75, -84.39, 5), "dn5bp"); // Atlanta
+        assert_eq!(GeoPoint { lat: 57.64911, lon: 10.40744 }.geohash(11), "u4pruydqqvj");
+        assert_eq!(Location::new(33.75, -84.39).unwrap().geohash, "dn5bp8j04"); // Atlanta
+        assert_eq!(Location::new(-90.0, -180.0).unwrap().geohash, "000000000");
+        assert_eq!(Location::new(90.0, 180.0).unwrap().geohash, "zzzzzzzzz");
         assert!(is_geohash_prefix("dn5"));
+        assert!(is_geohash_prefix("dn5bp8j04"));
+        assert!(!is_geohash_prefix("dn5bp8j04b")); // longer than a device's geohash
         assert!(!is_geohash_prefix("dna")); // 'a' is not in the alphabet
+        assert!(!is_geohash_prefix("DN5")); // stored geohashes are lowercase
+        assert!(!is_geohash_prefix(""));
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! What the timeshard control plane and its clients share, and nothing that needs a database or
-//! a server: the HTTP API's JSON types ([`api`]), desired state and how it is computed from
-//! classes and node configurations ([`state`], [`class`]), enrollment and API tokens
+//! What devices share with the control plane: API types, tokens, desired state, the node's
+//! agent. Nothing here needs a database or a server: the HTTP API's JSON types ([`api`]),
+//! desired state and how it is computed from classes and node configurations ([`state`],
+//! [`class`]), which devices a configuration, token or rollout selects ([`selector`], a leaf)
+//! and where a device is ([`geo`], with `timeshard_proto`'s geohash), enrollment and API tokens
 //! ([`token`]), TLS to the control plane with CA pinning ([`tls`]), a small HTTPS client
 //! ([`http`]), and the device-side agent a node uses to enroll, renew its certificate, watch
 //! its desired state and report what it runs ([`agent`], [`files`]). Policy modules and their
@@ -16,6 +18,7 @@ pub mod geo;
 pub mod http;
 pub mod policy;
 pub mod rollout;
+pub mod selector;
 pub mod state;
 pub mod tls;
 pub mod token;
@@ -24,5 +27,6 @@ pub use agent::{Agent, AgentError, Credentials, Enrolled, NodeClient, enroll, re
 pub use api::Role;
 pub use class::ClassSpec;
 pub use geo::Location;
-pub use state::{DesiredState, FleetState, HttpTokenEntry, HttpTokenGrant, NodeConfigEntry, NodeSettings, Selector};
+pub use selector::Selector;
+pub use state::{DesiredState, FleetState, HttpTokenEntry, HttpTokenGrant, NodeConfigEntry, NodeSettings};
 pub use token::{Fingerprint, Token, TokenKind};

@@ -1,7 +1,7 @@
 //! Policy modules and their rollouts as the HTTP API and desired state carry them: what a node
 //! is told to run ([`PolicyAssignment`]), what it reports back ([`PolicyRun`], [`PolicyLoadError`]),
 //! and the requests and answers of `policy upload|list|show` and `rollout start|status|...`.
-//! Which node runs which version when is decided in [`crate::rollout`].
+//! Which node runs which version when is decided in `rollout`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 pub use timeshard_policy::Kind;
 
-use crate::state::Selector;
+use crate::selector::Selector;
 
 /// Largest module the control plane accepts (and a node fetches).
 pub const MAX_MODULE_BYTES: usize = 4 << 20;

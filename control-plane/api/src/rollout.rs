@@ -39,7 +39,7 @@ use crate::policy::{
     Kind, MAX_STAGES, PolicyAssignment, PolicyLoadError, PolicyRun, PolicySettings, RolloutSpec, SeriesSelector,
     StageInfo,
 };
-use crate::state::Selector;
+use crate::selector::Selector;
 use crate::token::{hex, sha256};
 
 /// Calls of the new version, over its reached nodes, before a failure ratio counts: one slow
@@ -286,7 +286,7 @@ pub fn evaluate(rollout: &ActiveRollout, reports: &[NodeReport<'_>]) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::parse_labels;
+    use crate::selector::parse_labels;
 
     fn spec(version: &str, selector: &str, canary: u32, waves: &[u32]) -> RolloutSpec {
         RolloutSpec {

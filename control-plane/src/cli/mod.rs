@@ -1,5 +1,5 @@
 //! The `timeshard-control` command line: `serve` runs the service; the other commands talk to a
-//! running service over its API with an API token; `bench` measures a fleet.
+//! running service over its API with an API token.
 
 pub mod admin;
 pub mod client;
@@ -90,8 +90,6 @@ pub enum Command {
     Audit(admin::AuditArgs),
     /// The fleet: CA fingerprint, generation and digest.
     Fleet(admin::FleetArgs),
-    /// Measure enrollment and propagation at fleet scale (SQLite and PostgreSQL).
-    Bench(crate::bench::BenchArgs),
 }
 
 /// Runs the command line.
@@ -109,7 +107,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rollout(c) => policy::rollout(c).await,
         Command::Audit(a) => admin::audit(a).await,
         Command::Fleet(a) => admin::fleet(a).await,
-        Command::Bench(a) => crate::bench::run(a).await,
     }
 }
 

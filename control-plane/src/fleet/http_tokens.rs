@@ -111,7 +111,7 @@ impl Fleet {
     }
 }
 
-/// The unrevoked HTTP tokens not expired at `at_ms` (read by [`crate::db::Db::load_fleet_state`]
+/// The unrevoked HTTP tokens not expired at `at_ms` (read by [`super::load_state`]
 /// between its two reads of the generation). Nodes check expiry themselves as well.
 pub async fn load_entries(pool: &AnyPool, at_ms: i64) -> Result<Vec<HttpTokenEntry>> {
     let rows = sqlx::query(

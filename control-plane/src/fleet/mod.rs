@@ -1,8 +1,11 @@
 //! What the service does, apart from HTTP: each operation checks its input, writes in one
 //! transaction with its audit record (or refuses and writes nothing), and announces changes of
 //! desired state. Split by concern: tokens and callers ([`tokens`]), enrollment and the device
-//! endpoints ([`devices`]), desired state ([`desired`]), tokens for the nodes' HTTP side ([`http_tokens`]), reads ([`queries`]), and following the
-//! generation across instances ([`follow`]).
+//! endpoints ([`devices`]), desired state ([`desired`]), tokens for the nodes' HTTP side
+//! ([`http_tokens`]), policy modules ([`policies`]) and their rollouts ([`rollouts`], watched by
+//! [`monitor`]) over their rows ([`store`]), reads ([`queries`]), and following the generation
+//! across instances ([`follow`]). This module loads the fleet-wide desired state from those
+//! tables; the database layer below (`crate::db`) knows none of them.
 
 pub mod desired;
 pub mod devices;
@@ -18,11 +21,13 @@ pub mod tokens;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::Row;
 use timeshard_control_api::FleetState;
+use timeshard_control_api::state::NodeConfigEntry;
 use tokio::sync::{Notify, watch};
 
 use crate::ca::FleetCa;
-use crate::db::Db;
+use crate::db::{Db, from_json};
 use crate::error::Result;
 
 /// Settings of the service's behaviour (not of its transport).
@@ -56,7 +61,7 @@ impl Fleet {
     /// Opens the fleet in `db`, creating its CA on first use.
     pub async fn open(db: Db, policy: Policy) -> Result<Arc<Fleet>> {
         let ca = db.fleet_ca(crate::time::now_ms()).await?;
-        let state = db.load_fleet_state().await?;
+        let state = load_state(&db).await?;
         let (tx, _) = watch::channel(Arc::new(state));
         Ok(Arc::new(Fleet { db, ca, policy, state: tx, refresh: Notify::new(), reported: Notify::new() }))
     }
@@ -81,7 +86,7 @@ impl Fleet {
         if self.db.generation().await? == self.current().generation {
             return Ok(());
         }
-        let state = self.db.load_fleet_state().await?;
+        let state = load_state(&self.db).await?;
         self.state.send_if_modified(|current| {
             if state.generation > current.generation {
                 *current = Arc::new(state);
@@ -91,5 +96,40 @@ impl Fleet {
             }
         });
         Ok(())
+    }
+}
+
+/// The fleet-wide desired state at the current generation. Reads the generation before
+/// and after: every change raises it, so equal values mean the reads in between saw one
+/// committed state (on either backend, without a snapshot isolation level).
+async fn load_state(db: &Db) -> Result<FleetState> {
+    loop {
+        let row = sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(db.pool()).await?;
+        let generation: i64 = row.try_get("generation")?;
+        let changed_at: i64 = row.try_get("changed_at_ms")?;
+        let mut classes = Vec::new();
+        for row in sqlx::query("SELECT spec_json FROM classes").fetch_all(db.pool()).await? {
+            classes.push(from_json(&row, "spec_json")?);
+        }
+        let mut configs: Vec<NodeConfigEntry> = Vec::new();
+        for row in sqlx::query("SELECT entry_json FROM node_configs").fetch_all(db.pool()).await? {
+            configs.push(from_json(&row, "entry_json")?);
+        }
+        // Certificates expired when this generation was made need no revocation.
+        let revoked =
+            sqlx::query("SELECT node_id FROM devices WHERE revoked_at_ms IS NOT NULL AND cert_not_after_ms > $1")
+                .bind(changed_at)
+                .fetch_all(db.pool())
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>("node_id"))
+                .collect::<Result<Vec<_>, _>>()?;
+        let policies = store::load_table(db.pool()).await?;
+        let http_tokens = http_tokens::load_entries(db.pool(), changed_at).await?;
+        if db.generation().await? == generation as u64 {
+            return Ok(FleetState::new(generation as u64, classes, configs, revoked)
+                .with_policies(policies)
+                .with_http_tokens(http_tokens));
+        }
     }
 }

@@ -224,7 +224,7 @@ pub async fn public_key<'e, E: Executor<'e, Database = Any>>(db: E) -> Result<Op
     Ok(row.map(|r| r.try_get::<String, _>("public_text")).transpose()?)
 }
 
-/// The policy table at `generation` (read by [`crate::db::Db::load_fleet_state`] between its
+/// The policy table at `generation` (read by [`super::load_state`] between its
 /// two reads of the generation).
 pub async fn load_table(pool: &AnyPool) -> Result<PolicyTable> {
     let mut modules = BTreeMap::new();

@@ -1,10 +1,11 @@
 //! `timeshard archive status`: the cold tier as one node sees it: what the archive holds per
 //! class, what this node exported and still has pending, and its last error.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use timeshard_clock::now_ns;
 use timeshard_sdk::ArchiveReport;
 
 use crate::conn::ConnArgs;
@@ -46,10 +47,6 @@ pub(crate) async fn run(cmd: ArchiveCommand) -> Result<()> {
         print!("{}", render(&report, now_ns()));
     }
     Ok(())
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 fn duration(ns: i64) -> String {

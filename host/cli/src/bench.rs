@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use timeshard_testkit::bench::coi::{self, CoiOptions};
+use timeshard_testkit::bench::fleet::{self, Backends, FleetOptions};
 use timeshard_testkit::bench::footprint::{self, FootprintOptions};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
@@ -43,6 +44,60 @@ pub(crate) enum BenchCommand {
     /// latency: latest reads and updates per mode (coi, quorum, eventual), read ratio and key
     /// distribution; a region down; simulated load balance and out-of-CoI distances.
     Coi(CoiArgs),
+    /// The control plane at fleet scale, on SQLite and on PostgreSQL: simulated devices
+    /// enrolling, class changes reaching every watcher, a policy rollout to all of them, and
+    /// the service's memory. Runs `timeshard-control serve` processes.
+    #[command(after_help = FLEET_EXAMPLES)]
+    Fleet(FleetArgs),
+}
+
+const FLEET_EXAMPLES: &str = "\
+Examples:
+  timeshard bench fleet --json fleet.json
+  timeshard bench fleet --json fleet.json --backend sqlite --devices 200 --rounds 3
+  timeshard bench fleet --json fleet.json --backend postgres --database postgres://bench@db.example/bench
+
+Without --database the PostgreSQL figures come from a throwaway server started in a temporary
+directory (Debian's `postgresql` package must be installed). Build both programs with --release
+for figures worth comparing: cargo build --release --bin timeshard --bin timeshard-control.";
+
+/// Which backends `bench fleet` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FleetBackend {
+    Sqlite,
+    Postgres,
+    Both,
+}
+
+/// Options of `bench fleet`.
+#[derive(Debug, Args)]
+pub(crate) struct FleetArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// The `timeshard-control` program to measure (default: the one beside this binary).
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Simulated devices that enroll, then watch.
+    #[arg(long, default_value_t = FleetOptions::default().devices)]
+    devices: usize,
+    /// Enrollments in flight at once.
+    #[arg(long, default_value_t = FleetOptions::default().concurrency)]
+    concurrency: usize,
+    /// Class changes whose propagation to every watcher is timed.
+    #[arg(long, default_value_t = FleetOptions::default().rounds)]
+    rounds: usize,
+    #[arg(long, value_enum, default_value_t = FleetBackend::Both)]
+    backend: FleetBackend,
+    /// An existing, empty PostgreSQL database to use instead of a throwaway server.
+    #[arg(long, env = "TIMESHARD_BENCH_DATABASE", hide_env_values = true)]
+    database: Option<String>,
+    /// PostgreSQL runs this many `serve` instances on the one database (watchers spread over them).
+    #[arg(long, default_value_t = FleetOptions::default().postgres_instances)]
+    postgres_instances: usize,
+    /// The policy component the rollout figure rolls out (an ingest policy).
+    #[arg(long, default_value_os_t = FleetOptions::default().policy_module)]
+    policy_module: PathBuf,
 }
 
 /// Options of `bench footprint`.
@@ -316,6 +371,28 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 CoiOptions { clients: a.clients, ops: a.ops, dir: a.dir, ..CoiOptions::default() }
             };
             (a.json, coi::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Fleet(a) => {
+            let control = match a.control {
+                Some(path) => path,
+                None => binary()?.with_file_name("timeshard-control"),
+            };
+            let backend = match a.backend {
+                FleetBackend::Sqlite => Backends::Sqlite,
+                FleetBackend::Postgres => Backends::Postgres,
+                FleetBackend::Both => Backends::Both,
+            };
+            let options = FleetOptions {
+                control,
+                devices: a.devices,
+                concurrency: a.concurrency,
+                rounds: a.rounds,
+                backend,
+                database: a.database,
+                postgres_instances: a.postgres_instances,
+                policy_module: a.policy_module,
+            };
+            (a.json, fleet::run(&options).await?)
         }
     };
     write_json(&json, &report)?;

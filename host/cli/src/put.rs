@@ -1,13 +1,12 @@
 //! `timeshard put`: points as arguments or CSV on standard input, written through one node.
 
-use std::io::Read;
-
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use timeshard_proto::point::SeriesPoints;
 use timeshard_proto::{Point, SeriesKey};
-use timeshard_sdk::SeriesPoints;
 
 use crate::conn::{ConnArgs, LocationArg};
+use crate::csv_points::CsvPoints;
 use crate::time::parse_time;
 
 #[derive(Debug, Args)]
@@ -48,56 +47,10 @@ fn parse_point_arg(s: &str) -> Result<Point> {
     Ok(Point { ts: parse_time(ts)?, value, event })
 }
 
-/// Reads CSV points from `input`. With `series`, rows are `ts,value[,event]`; without, they
-/// are `series,ts,value[,event]`.
-fn read_csv(input: impl Read, series: Option<&SeriesKey>) -> Result<Vec<SeriesPoints>> {
-    let mut reader =
-        csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(input);
-    let mut out: Vec<SeriesPoints> = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let line = i + 1;
-        let record = record.with_context(|| format!("CSV line {line} is malformed"))?;
-        let fields: Vec<&str> = record.iter().collect();
-        let (key, rest) = match series {
-            Some(s) => (s.clone(), &fields[..]),
-            None => {
-                let Some((first, rest)) = fields.split_first() else { continue };
-                if line == 1 && *first == "series" {
-                    continue;
-                }
-                let key: SeriesKey = first.parse().with_context(|| format!("CSV line {line}: bad series key"))?;
-                (key, rest)
-            }
-        };
-        if line == 1 && rest.first().is_some_and(|f| *f == "ts" || *f == "time") {
-            continue;
-        }
-        if rest.len() < 2 || rest.len() > 3 {
-            bail!(
-                "CSV line {line} has {} fields; expected {}ts,value[,event]",
-                fields.len(),
-                if series.is_some() { "" } else { "series," }
-            );
-        }
-        let ts = parse_time(rest[0]).with_context(|| format!("CSV line {line}"))?;
-        let value: f64 = rest[1].parse().with_context(|| format!("CSV line {line}: bad value {:?}", rest[1]))?;
-        let event = match rest.get(2) {
-            Some(e) if !e.is_empty() => e.parse().with_context(|| format!("CSV line {line}: bad event id {e:?}"))?,
-            _ => 0,
-        };
-        let point = Point { ts, value, event };
-        match out.last_mut() {
-            Some(last) if last.series == key => last.points.push(point),
-            _ => out.push(SeriesPoints { series: key, points: vec![point] }),
-        }
-    }
-    Ok(out)
-}
-
 pub(crate) async fn run(args: PutArgs) -> Result<()> {
     let series: Option<SeriesKey> = args.series.as_deref().map(str::parse).transpose()?;
     let batch = if args.points.is_empty() {
-        read_csv(std::io::stdin().lock(), series.as_ref())?
+        CsvPoints::new(std::io::stdin().lock(), series).read_all()?
     } else {
         let series = series.ok_or_else(|| anyhow!("give the series before the points"))?;
         let points = args.points.iter().map(|p| parse_point_arg(p)).collect::<Result<Vec<_>>>()?;
@@ -130,18 +83,5 @@ mod tests {
         assert_eq!((p.ts, p.value, p.event), (5, 1.5, 3));
         assert!(parse_point_arg("5").is_err());
         assert!(parse_point_arg("5=x").is_err());
-    }
-
-    #[test]
-    fn csv_reads_both_layouts_and_reports_bad_lines() {
-        let s: SeriesKey = "m".parse().unwrap();
-        let got = read_csv("ts,value\n1,2.5\n2,3.5,7\n".as_bytes(), Some(&s)).unwrap();
-        assert_eq!(got[0].points.len(), 2);
-        assert_eq!(got[0].points[1].event, 7);
-        let got = read_csv("series,ts,value\n\"a{x=1,y=2}\",1,2\nb,2,3\n".as_bytes(), None).unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].series.as_str(), "a{x=1,y=2}");
-        let err = read_csv("1,2\n3,oops\n".as_bytes(), Some(&s)).unwrap_err();
-        assert!(format!("{err:#}").contains("line 2"), "{err:#}");
     }
 }

@@ -1,9 +1,10 @@
 //! Times as the command line reads and prints them.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use anyhow::{Context, Result, anyhow};
 use clap::ValueEnum;
+use timeshard_clock::now_ns;
 use timeshard_proto::Timestamp;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -17,19 +18,15 @@ pub(crate) enum TimeFormat {
 /// Parses a time: nanoseconds, RFC 3339, `now`, or `now-DURATION`.
 pub(crate) fn parse_time(s: &str) -> Result<Timestamp> {
     let s = s.trim();
-    let now = || -> Result<i64> {
-        let d = SystemTime::now().duration_since(UNIX_EPOCH).context("the clock is before 1970")?;
-        Ok(i64::try_from(d.as_nanos())?)
-    };
     if let Ok(ns) = s.parse::<i64>() {
         return Ok(ns);
     }
     if s == "now" {
-        return now();
+        return Ok(now_ns());
     }
     if let Some(ago) = s.strip_prefix("now-") {
         let d = humantime::parse_duration(ago).with_context(|| format!("bad duration in {s:?}"))?;
-        return Ok(now()? - i64::try_from(d.as_nanos())?);
+        return Ok(now_ns() - i64::try_from(d.as_nanos())?);
     }
     let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
         anyhow!(

@@ -1,5 +1,5 @@
-//! The formats other tools speak to a node, sans I/O: bytes in, validated batches or parsed
-//! queries out, and answers back in the shapes those tools expect.
+//! Sans-IO codecs of what other tools speak: bytes in, validated batches or parsed queries
+//! out, and answers back in the shapes those tools expect.
 //!
 //! Owns the mapping of foreign names to series keys ([`names`]), InfluxDB line protocol
 //! ([`line_protocol`]), Prometheus remote write ([`remote_write`]) and remote read

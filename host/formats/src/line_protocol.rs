@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use timeshard_proto::point::SeriesPoints;
 use timeshard_proto::time::check_timestamp;
-use timeshard_proto::wire::SeriesPoints;
 use timeshard_proto::{Point, SeriesKey};
 
 use crate::names;

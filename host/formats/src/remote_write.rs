@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use prost::Message;
 use timeshard_proto::Point;
+use timeshard_proto::point::SeriesPoints;
 use timeshard_proto::time::check_timestamp;
-use timeshard_proto::wire::SeriesPoints;
 
 use crate::compression::{self, DecompressError};
 use crate::line_protocol::{LineError, MAX_REPORTED_ERRORS};

@@ -253,6 +253,12 @@ pub(crate) struct CallState {
     pub(crate) log: GuestLog,
 }
 
+impl bindings::host::Host for CallState {
+    fn log(&mut self, level: bindings::host::Level, message: String) {
+        self.log.write(&self.policy, level, message);
+    }
+}
+
 /// A compiled, type-checked policy, ready to instantiate.
 #[derive(Clone)]
 pub(crate) enum Pre {
@@ -340,7 +346,7 @@ impl Runtime {
         if limits.epoch_tick.is_zero() || limits.deadline.is_zero() {
             return Err(PolicyError::Config("deadline and epoch_tick must be longer than zero".into()));
         }
-        let layout = slot_layout(&limits)?;
+        let layout = slot_layout(limits.memory_bytes, limits.max_instances, limits.reservation_bytes, limits.backend)?;
         let mut pool = PoolingAllocationConfig::new();
         let n = limits.max_instances.max(1);
         pool.total_component_instances(n)

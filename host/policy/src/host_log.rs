@@ -1,9 +1,9 @@
 //! The `host` interface granted to guests: logging, bounded per call. Each line goes to
 //! `tracing` tagged with the policy; the last line is kept so that a trap's error can show it
-//! (a guest's panic message arrives this way).
+//! (a guest's panic message arrives this way). The engine's per-call state implements the
+//! interface by writing here.
 
-use crate::bindings::host::{Host, Level};
-use crate::engine::CallState;
+use crate::bindings::host::Level;
 
 /// The log of one call.
 #[derive(Debug)]
@@ -38,25 +38,24 @@ pub(crate) fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-impl Host for CallState {
-    fn log(&mut self, level: Level, message: String) {
-        let log = &mut self.log;
-        log.lines += 1;
-        if log.lines > log.max_lines {
+impl GuestLog {
+    /// Logs a line of `policy` at `level`, within the call's bounds.
+    pub(crate) fn write(&mut self, policy: &str, level: Level, message: String) {
+        self.lines += 1;
+        if self.lines > self.max_lines {
             // Dropped: a guest must not flood the node's log. The last line is still kept for
             // a trap's error, since a panic message comes last.
-            log.last = Some(truncate(message, log.max_bytes));
+            self.last = Some(truncate(message, self.max_bytes));
             return;
         }
-        let message = truncate(message, log.max_bytes);
-        let policy = &*self.policy;
+        let message = truncate(message, self.max_bytes);
         match level {
             Level::Debug => tracing::debug!(policy, "{message}"),
             Level::Info => tracing::info!(policy, "{message}"),
             Level::Warn => tracing::warn!(policy, "{message}"),
             Level::Error => tracing::error!(policy, "{message}"),
         }
-        log.last = Some(message);
+        self.last = Some(message);
     }
 }
 

@@ -3,13 +3,13 @@
 //! everything) can start, while a 64-bit node keeps the guard regions that let compiled code skip
 //! bounds checks.
 //!
-//! Sans-IO: [`slot_layout`] turns [`Limits`] into the per-slot reservation and guard that the
-//! engine configures; nothing here maps memory.
+//! Sans-IO: [`slot_layout`] turns the memory cap, the instance count and the reservation (of
+//! the engine's `Limits`) into the per-slot reservation and guard that the engine configures;
+//! nothing here maps memory.
 
 use serde::{Deserialize, Serialize};
 
 use crate::PolicyError;
-use crate::engine::Limits;
 
 /// Which code runs policies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,31 +88,37 @@ impl SlotLayout {
     }
 }
 
-/// Splits `limits.reservation_bytes` over the pool's slots, or explains why it cannot be.
-pub(crate) fn slot_layout(limits: &Limits) -> Result<SlotLayout, PolicyError> {
-    let slots = u64::from(limits.max_instances.max(1));
-    let per_slot = limits.reservation_bytes / slots / WASM_PAGE * WASM_PAGE;
+/// Splits `reservation_bytes` over the pool's `max_instances` slots of at most `memory_bytes`
+/// each, run by `backend`, or explains why it cannot be.
+pub(crate) fn slot_layout(
+    memory_bytes: u64,
+    max_instances: u32,
+    reservation_bytes: u64,
+    backend: Backend,
+) -> Result<SlotLayout, PolicyError> {
+    let slots = u64::from(max_instances.max(1));
+    let per_slot = reservation_bytes / slots / WASM_PAGE * WASM_PAGE;
     let mib = |b: u64| b >> 20;
-    if per_slot < limits.memory_bytes {
+    if per_slot < memory_bytes {
         return Err(PolicyError::Config(format!(
             "reservation_mib = {} gives each of the {slots} instances (max_instances) {} MiB of address space, less \
              than its memory cap (memory_mib = {}); raise reservation_mib or lower max_instances or memory_mib",
-            mib(limits.reservation_bytes),
+            mib(reservation_bytes),
             mib(per_slot),
-            mib(limits.memory_bytes)
+            mib(memory_bytes)
         )));
     }
-    if HOST_32_BIT && limits.reservation_bytes > MAX_32_BIT_RESERVATION {
+    if HOST_32_BIT && reservation_bytes > MAX_32_BIT_RESERVATION {
         return Err(PolicyError::Config(format!(
             "reservation_mib = {} does not fit a 32-bit process (at most {} MiB for policies); lower reservation_mib, \
              max_instances or memory_mib",
-            mib(limits.reservation_bytes),
+            mib(reservation_bytes),
             mib(MAX_32_BIT_RESERVATION)
         )));
     }
     // Pulley checks bounds itself and cannot use guard pages; native code can when a whole
     // 4 GiB index space fits.
-    let layout = if !limits.backend.is_pulley() && per_slot >= FULL_RESERVATION + FULL_GUARD {
+    let layout = if !backend.is_pulley() && per_slot >= FULL_RESERVATION + FULL_GUARD {
         SlotLayout { reservation: per_slot - FULL_GUARD, guard: FULL_GUARD }
     } else {
         SlotLayout { reservation: per_slot, guard: 0 }
@@ -123,6 +129,7 @@ pub(crate) fn slot_layout(limits: &Limits) -> Result<SlotLayout, PolicyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Limits;
 
     fn limits(memory_mib: u64, instances: u32, reservation_mib: u64, backend: Backend) -> Limits {
         Limits {
@@ -132,6 +139,10 @@ mod tests {
             backend,
             ..Limits::default()
         }
+    }
+
+    fn slot_layout(l: &Limits) -> Result<SlotLayout, PolicyError> {
+        super::slot_layout(l.memory_bytes, l.max_instances, l.reservation_bytes, l.backend)
     }
 
     #[test]

@@ -131,6 +131,11 @@ pub fn hex(bytes: &[u8]) -> String {
 
 fn unhex<const N: usize>(s: &str) -> Result<[u8; N], String> {
     let s = s.trim();
+    // Bytes, not chars: a multi-byte character must be refused, not sliced through (found by
+    // fuzzing: slicing at a byte inside a character panicked).
+    if !s.is_ascii() {
+        return Err(format!("expected {} hex digits, found other characters", 2 * N));
+    }
     if s.len() != 2 * N {
         return Err(format!("expected {} hex digits, found {}", 2 * N, s.len()));
     }
@@ -457,6 +462,23 @@ mod tests {
         let old = sign_v1(&key, b"module bytes");
         assert_eq!(Signature::from_text(&old.to_text()).unwrap(), old);
         assert!(old.to_text().starts_with(SIGNATURE_V1_TAG));
+    }
+
+    /// Found by fuzzing (fuzz/regressions/policy_signature): hex of the right byte length
+    /// holding a multi-byte character was sliced through the character, and the node panicked
+    /// reading a key or signature file.
+    #[test]
+    fn non_ascii_hex_is_an_error_not_a_panic() {
+        let lossy = String::from_utf8_lossy(
+            b"t\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        )
+        .into_owned();
+        assert!(PublicKey::from_text(&lossy).is_err());
+        assert!(Signature::from_text(&lossy).is_err());
+        // 64 bytes of text, 32 characters: a key's length in bytes, not in digits.
+        let wide = "é".repeat(32);
+        let err = PublicKey::from_text(&wide).unwrap_err().to_string();
+        assert!(err.contains("hex"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! 160-bit identifiers and the XOR metric (Kademlia).
 //!
 //! Node ids and data keys share one id space. A node id is the SHA-1 of the node's public key
-//! (see [`Id::of_public_key`]); data keys are time-factored (see [`crate::key`]).
+//! (see [`Id::of_public_key`]); data keys are time-factored (the `key` module).
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,22 +1,29 @@
 //! Sans-IO core of a timeshard node.
 //!
-//! Owns ids and the XOR metric ([`id`]), geohashes and distances ([`geo`]), timestamps, ranges and quanta ([`time`]), series keys
-//! ([`series`]), points ([`point`]), time-factored keys ([`key`]), series classes ([`class`]),
-//! the k-bucket routing table ([`routing`]), iterative lookups ([`lookup`]), the membership view
-//! and its gossip ([`membership`]), placement of blocks on owners and quorum tracking
-//! ([`placement`]), replica agreement and merging on the read side
+//! Owns ids and the XOR metric ([`id`]), stable hashes ([`hash`]), geohashes and distances
+//! ([`geo`]), timestamps, ranges, quanta and block parts ([`time`]), series keys ([`series`]),
+//! points and the batches that carry them ([`point`]) and how a batch is split into requests
+//! within limits ([`batch`]), time-factored keys ([`key`]), series
+//! classes ([`class`]), the k-bucket routing table ([`routing`]), iterative lookups
+//! ([`lookup`]), the membership view and its gossip ([`membership`]), placement of blocks on
+//! owners and quorum tracking ([`placement`]), replica agreement and merging on the read side
 //! ([`agreement`]), the paging of range reads ([`read`]), streamed range reads per owner node
-//! ([`stream`]), repair planning: digest trees, settledness, handoff ([`repair`]), the quantum
-//! index of a series ([`quantum_index`]), window aggregates ([`window`]), the cold tier's
-//! decisions ([`tier`]: when blocks are due, who exports them), and the wire messages with their
-//! framing ([`wire`]).
+//! ([`stream`]) and packed block columns ([`packed`]), repair planning: digest trees,
+//! settledness, handoff ([`repair`]), the quantum index of a series ([`quantum_index`]), window
+//! aggregates ([`window`]), the cold tier's decisions ([`tier`]: when blocks are due, who exports
+//! them), and the wire: messages, framing and validation ([`wire`]).
+//!
+//! Layers: `wire` sits on top and names the domain types of every other module; none of them
+//! imports it back (repair counts frame bytes through the leaf [`wire::framing`]).
 //!
 //! It does no I/O and reads no clock: callers pass `now` and move the bytes. That keeps every
 //! decision testable without sockets (the model is quinn-proto).
 
 pub mod agreement;
+pub mod batch;
 pub mod class;
 pub mod geo;
+pub mod hash;
 pub mod id;
 pub mod key;
 pub mod lookup;

@@ -10,8 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::point::{Point, PointKey};
-use crate::stream::{ColumnBatch, PartEnd};
+use crate::point::{ColumnBatch, PartEnd, Point, PointKey};
 use crate::time::TimeRange;
 
 /// Most points one packed block may claim: a store's largest block. Bounds what a receiver

@@ -13,11 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 use crate::class::{Classes, CoiError, Replication, SeriesClass};
 use crate::id::Id;
 use crate::key::{self, block_id};
-use crate::point::{Point, sort_dedup};
+use crate::point::{BlockPoints, Point, SeriesPoints, sort_dedup};
 use crate::routing::Contact;
 use crate::series::SeriesKey;
 use crate::time::Quantum;
-use crate::wire::{BlockPoints, SeriesPoints};
 
 /// The id whose owners hold the points of `series` in `quantum`: the block id of its class's
 /// key format for data, and the series' metadata id ([`key::series_meta_id`]) for the blocks of
@@ -95,8 +94,8 @@ pub fn owners_of<M: Members + ?Sized>(target: &Target, eligible: &M, located: &[
     }
 }
 
-/// Members that can name the `k` closest to an id (XOR): a plain list, or a sorted
-/// [`crate::repair::Ring`] when placing many blocks.
+/// Members that can name the `k` closest to an id (XOR): a plain list, or a sorted ring
+/// (`repair::Ring`) when placing many blocks.
 pub trait Members {
     /// The `k` closest to `id`, closest first.
     fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact>;
@@ -105,12 +104,6 @@ pub trait Members {
 impl Members for [Contact] {
     fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact> {
         owners(self, id, k)
-    }
-}
-
-impl Members for crate::repair::Ring {
-    fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact> {
-        self.closest(id, k)
     }
 }
 

@@ -1,15 +1,22 @@
-//! Points and their identity.
+//! Points, their identity, and the shapes they travel in.
 //!
 //! A point is `(ts, value, event)`. Its identity is all three: two points at one timestamp with
 //! distinct event ids or distinct values are both kept, and writing the same point again changes
 //! nothing. Stored data is therefore a set of points, so replicas merge by union and every write
 //! is idempotent.
+//!
+//! Points travel grouped by series ([`SeriesPoints`], and [`WriteSeries`] as a client sends
+//! them), by block ([`BlockPoints`], what a replica stores) or as columns ([`ColumnBatch`], what
+//! a client reads); a part's count and digest ([`PartEnd`]) stand for its points where replicas
+//! compare them. The `batch` module splits batches into requests within limits.
 
 use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::{TimeRange, Timestamp};
+use crate::hash::mix;
+use crate::series::SeriesKey;
+use crate::time::{Quantum, TimeRange, Timestamp};
 
 /// One measurement.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -61,13 +68,6 @@ impl Ord for Point {
     }
 }
 
-/// SplitMix64's finalizer: a cheap, well-mixed 64-bit hash step.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 impl Point {
     /// A 64-bit hash of the point's identity.
     pub fn identity_hash(&self) -> u64 {
@@ -100,6 +100,104 @@ pub fn page_start(range: &TimeRange, after: Option<PointKey>) -> PointKey {
             },
         },
         _ => range_start,
+    }
+}
+
+/// Points of one series, validated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoints {
+    pub series: SeriesKey,
+    pub points: Vec<Point>,
+}
+
+/// Points of one series as a client sends them. The series key travels as plain text and is
+/// checked by the receiver, so a bad key gets an error that says what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WriteSeries {
+    pub series: String,
+    pub points: Vec<Point>,
+}
+
+impl From<SeriesPoints> for WriteSeries {
+    fn from(s: SeriesPoints) -> WriteSeries {
+        WriteSeries { series: s.series.into(), points: s.points }
+    }
+}
+
+/// Points of one block (series, quantum), as a coordinator sends them to a replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BlockPoints {
+    pub series: SeriesKey,
+    pub quantum: Quantum,
+    pub points: Vec<Point>,
+}
+
+/// The count and digest ([`set_digest`]) of the points a replica holds in a part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartEnd {
+    pub count: u64,
+    pub digest: u64,
+}
+
+impl PartEnd {
+    /// The count and digest of `points`.
+    pub fn of(points: &[Point]) -> PartEnd {
+        PartEnd { count: points.len() as u64, digest: set_digest(points) }
+    }
+
+    /// Adds `points` (disjoint from those already counted).
+    pub fn add(&mut self, points: &[Point]) {
+        self.count += points.len() as u64;
+        self.digest = self.digest.wrapping_add(set_digest(points));
+    }
+}
+
+/// Points as columns, the way a client consumes a streamed read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColumnBatch {
+    /// Nanoseconds since the Unix epoch, ascending.
+    pub timestamps: Vec<i64>,
+    pub values: Vec<f64>,
+    pub events: Vec<u64>,
+}
+
+impl ColumnBatch {
+    /// The columns of `points`.
+    pub fn from_points(points: &[Point]) -> ColumnBatch {
+        ColumnBatch {
+            timestamps: points.iter().map(|p| p.ts).collect(),
+            values: points.iter().map(|p| p.value).collect(),
+            events: points.iter().map(|p| p.event).collect(),
+        }
+    }
+
+    /// Points in the batch.
+    pub fn len(&self) -> usize {
+        self.timestamps.len()
+    }
+
+    /// Whether the batch holds no point.
+    pub fn is_empty(&self) -> bool {
+        self.timestamps.is_empty()
+    }
+
+    /// Whether the three columns have one length (a peer could send them otherwise).
+    pub fn is_consistent(&self) -> bool {
+        self.values.len() == self.timestamps.len() && self.events.len() == self.timestamps.len()
+    }
+
+    /// The batch's points, in order.
+    pub fn points(&self) -> impl Iterator<Item = Point> + '_ {
+        self.timestamps.iter().zip(&self.values).zip(&self.events).map(|((&ts, &value), &event)| Point {
+            ts,
+            value,
+            event,
+        })
+    }
+
+    /// The key of the last point, where a read resumed after this batch continues.
+    pub fn last_key(&self) -> Option<PointKey> {
+        self.points().last().map(|p| p.key())
     }
 }
 

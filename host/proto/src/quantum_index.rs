@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 
 use crate::key;
+use crate::point::BlockPoints;
 use crate::point::Point;
 use crate::series::SeriesKey;
 use crate::time::{self, Quantum, QuantumLen, TimeRange, Timestamp};
-use crate::wire::BlockPoints;
 
 /// Quanta one index entry stands for. One entry per quantum cost a write to the index
 /// replicas every few batches of live data (a third of all batches with 4 in flight, whose

@@ -13,8 +13,7 @@
 //! parts are taken in time order and each part's points are sorted.
 
 use crate::point::{Point, PointKey, page_start};
-use crate::time::{self, Quantum, QuantumLen, TimeRange};
-use crate::wire::BlockPart;
+use crate::time::{self, BlockPart, Quantum, QuantumLen, TimeRange};
 
 /// Reads, aggregates and queries spanning more quanta than this ask the quantum index first
 /// and then touch only the spans that hold data; shorter ones go straight to the blocks.

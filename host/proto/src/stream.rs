@@ -18,36 +18,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
 use crate::packed::{MAX_PACKED_POINTS, PackedColumns, PackedError, PackedPart};
-use crate::point::{Point, PointKey, set_digest};
+use crate::point::Point;
+pub use crate::point::{ColumnBatch, PartEnd};
 use crate::routing::Contact;
-use crate::wire::BlockPart;
+use crate::time::BlockPart;
 
-/// One part of a [`crate::wire::Request::FetchParts`]: the block part, and whether the
+/// One part of a request for block parts (`Request::FetchParts`): the block part, and whether the
 /// receiver sends its points (or only its count and digest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchPart {
     pub part: BlockPart,
     pub points: bool,
-}
-
-/// The count and digest ([`set_digest`]) of the points a replica holds in a part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartEnd {
-    pub count: u64,
-    pub digest: u64,
-}
-
-impl PartEnd {
-    /// The count and digest of `points`.
-    pub fn of(points: &[Point]) -> PartEnd {
-        PartEnd { count: points.len() as u64, digest: set_digest(points) }
-    }
-
-    /// Adds `points` (disjoint from those already counted).
-    pub fn add(&mut self, points: &[Point]) {
-        self.count += points.len() as u64;
-        self.digest = self.digest.wrapping_add(set_digest(points));
-    }
 }
 
 /// Points of the part at index `part` of a request (in the order asked); `end` is set on the
@@ -79,25 +60,7 @@ impl ReadRun {
     }
 }
 
-/// Points as columns, the way a client consumes a streamed read.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ColumnBatch {
-    /// Nanoseconds since the Unix epoch, ascending.
-    pub timestamps: Vec<i64>,
-    pub values: Vec<f64>,
-    pub events: Vec<u64>,
-}
-
 impl ColumnBatch {
-    /// The columns of `points`.
-    pub fn from_points(points: &[Point]) -> ColumnBatch {
-        ColumnBatch {
-            timestamps: points.iter().map(|p| p.ts).collect(),
-            values: points.iter().map(|p| p.value).collect(),
-            events: points.iter().map(|p| p.event).collect(),
-        }
-    }
-
     /// The points of `runs`, in order, packed parts decoded and checked
     /// ([`PackedPart::decode_into`]).
     pub fn from_runs(runs: &[ReadRun]) -> Result<ColumnBatch, PackedError> {
@@ -120,35 +83,6 @@ impl ColumnBatch {
             }
         }
         Ok(out)
-    }
-
-    /// Points in the batch.
-    pub fn len(&self) -> usize {
-        self.timestamps.len()
-    }
-
-    /// Whether the batch holds no point.
-    pub fn is_empty(&self) -> bool {
-        self.timestamps.is_empty()
-    }
-
-    /// Whether the three columns have one length (a peer could send them otherwise).
-    pub fn is_consistent(&self) -> bool {
-        self.values.len() == self.timestamps.len() && self.events.len() == self.timestamps.len()
-    }
-
-    /// The batch's points, in order.
-    pub fn points(&self) -> impl Iterator<Item = Point> + '_ {
-        self.timestamps.iter().zip(&self.values).zip(&self.events).map(|((&ts, &value), &event)| Point {
-            ts,
-            value,
-            event,
-        })
-    }
-
-    /// The key of the last point, where a read resumed after this batch continues.
-    pub fn last_key(&self) -> Option<PointKey> {
-        self.points().last().map(|p| p.key())
     }
 }
 

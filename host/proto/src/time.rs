@@ -246,6 +246,13 @@ pub fn quanta_count(range: TimeRange, len: QuantumLen) -> u64 {
     ((last - first) / len.ns() + 1) as u64
 }
 
+/// Part of one block: a quantum and the part of a queried range inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockPart {
+    pub quantum: Quantum,
+    pub range: TimeRange,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,15 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_clock::now_ns;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey};
 use timeshard_store::{DiskConfig, DiskStore, Store};
 
 const REOPEN: &str = "--reopen";
-
-fn wall_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 fn rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -95,7 +92,7 @@ fn main() -> anyhow::Result<()> {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     loop {
-                        match store.maintain(wall_now()) {
+                        match store.maintain(now_ns()) {
                             Ok(r) if r.more => continue,
                             Ok(_) => break,
                             Err(e) => {
@@ -120,7 +117,7 @@ fn main() -> anyhow::Result<()> {
                             std::thread::sleep(wait);
                         }
                         // 1,000 points: 10 for each of 100 series, stamped now.
-                        let now = wall_now();
+                        let now = now_ns();
                         let mut batch = Vec::new();
                         for k in 0..100 {
                             let s = (w * 100 + k + (i as usize) * 200) % series.len();

@@ -1,6 +1,6 @@
 //! The storage backend: every byte the disk store reads or writes goes through [`Backend`]
 //! (the idea of redb's `StorageBackend`), so tests can swap the real files ([`FileBackend`]) for
-//! a crash-injecting, failure-injecting memory image ([`crate::faulty_disk::FaultyDisk`]).
+//! a crash-injecting, failure-injecting memory image (`FaultyDisk`, in the `faulty_disk` module).
 //!
 //! Paths are relative, `/`-separated names such as `wal/00000000000000000001.wal`. The engine
 //! only ever appends to files, replaces small files atomically, and removes files.

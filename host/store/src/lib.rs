@@ -68,7 +68,7 @@
 use std::fmt;
 
 use timeshard_proto::packed::PackedColumns;
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;

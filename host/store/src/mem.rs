@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::RwLock;
 
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::window::check_windows;
-use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey, TimeRange};
 
 use crate::agg::{Aggregator, WindowAggregate};

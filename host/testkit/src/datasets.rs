@@ -36,12 +36,6 @@ pub fn pmu_series(bus: u32) -> SeriesKey {
     SeriesKey::new("pmu.phase", [("bus", bus.to_string().as_str()), ("site", "atl")]).expect("valid key")
 }
 
-/// The wall clock in ns since the epoch, for live data (open quanta behave differently from
-/// ended ones).
-pub fn now_ns() -> Timestamp {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// Series key of `counter` meter `id`: `meter.energy{id=<id>}`.
 pub fn counter_series(id: u32) -> SeriesKey {
     SeriesKey::new("meter.energy", [("id", id.to_string().as_str())]).expect("valid key")

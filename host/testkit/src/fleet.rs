@@ -4,20 +4,20 @@
 //! On SQLite it is one `serve` with its data directory; on PostgreSQL two `serve` instances
 //! share a throwaway server, and nodes alternate between them, so every change made through
 //! instance 0 crosses instances to reach half the nodes. The processes and the throwaway
-//! PostgreSQL are the control plane's own helpers (`timeshard_control::bench`).
+//! PostgreSQL are [`crate::control`]'s.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use http::Method;
-use timeshard_control::bench::postgres::ThrowawayPostgres;
-use timeshard_control::bench::process::{ServeProcess, Storage};
-use timeshard_control::cli::client::{Client, Connection};
 use timeshard_control_api::api::{CreateEnrollmentToken, DeviceInfo, FleetInfo, TokenCreated, paths};
 use timeshard_control_api::state::parse_labels;
 
 use crate::cluster::{ClusterOptions, Enrollment, LocalCluster};
+use crate::control::Admin;
+use crate::control::postgres::ThrowawayPostgres;
+use crate::control::process::{ServeProcess, Storage};
 
 /// Where the control plane keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct ControlPlane {
     addrs: Vec<SocketAddr>,
     services: Vec<ServeProcess>,
     admin_token: String,
-    admin: Client,
+    admin: Admin,
     _postgres: Option<ThrowawayPostgres>,
 }
 
@@ -66,7 +66,7 @@ impl ControlPlane {
             services.push(ServeProcess::start(&exe, &storage, false, &[]).await?);
         }
         let addrs = services.iter().map(|s| addr_of(&s.url)).collect::<Result<Vec<_>>>()?;
-        let admin = Client::new(&Connection { url: services[0].url.clone(), api_token: admin_token.clone() })?;
+        let admin = Admin::new(&services[0].url, &admin_token)?;
         Ok(ControlPlane { exe, storage, addrs, services, admin_token, admin, _postgres: postgres })
     }
 

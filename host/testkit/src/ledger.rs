@@ -17,7 +17,6 @@ use timeshard_sdk::{Client, SeriesPoints};
 use tokio::task::JoinHandle;
 
 use crate::cluster::LocalCluster;
-use crate::datasets::now_ns;
 use crate::inspect::Inspector;
 
 /// Acknowledged points per series.
@@ -176,7 +175,7 @@ impl LiveWriter {
             let mut last = 0;
             let mut n = 0u64;
             while !s.load(Ordering::Relaxed) {
-                let base = now_ns().max(last + 1);
+                let base = timeshard_clock::now_ns().max(last + 1);
                 last = base + 39 * 250_000;
                 let batch: Vec<SeriesPoints> = keys
                     .iter()

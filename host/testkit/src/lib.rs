@@ -3,19 +3,21 @@
 //! Owns local clusters of separate node processes on loopback ([`cluster`]) with partition fault
 //! injection, a peer's look at each replica of a block ([`inspect`]), what a
 //! test writer had acknowledged and where blocks live against their owners ([`ledger`]), a control plane of
-//! `timeshard-control` processes for them to enroll with (`fleet`, with the `fleet` feature),
-//! the deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
+//! `timeshard-control` processes for them to enroll with ([`fleet`], [`control`]),
+//! signed policy modules and the `[policy]` section that loads them ([`policies`]), the
+//! deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
 //! an HTTP client for the nodes' HTTP side ([`http_client`]), the demo behind `timeshard demo`
 //! ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The command line
 //! (`timeshard-cli`) parses their options; everything else is here.
 
 pub mod bench;
 pub mod cluster;
+pub mod control;
 pub mod datasets;
 pub mod demo;
-#[cfg(feature = "fleet")]
 pub mod fleet;
 pub mod http_client;
 pub mod inspect;
 pub mod ledger;
+pub mod policies;
 pub mod stats;

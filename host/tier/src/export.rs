@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 use parquet::data_type::{DoubleType, Int64Type};
+use timeshard_clock::now_ns;
 use timeshard_proto::point::{set_digest, sort_dedup};
 use timeshard_proto::{Point, PointKey, Quantum, SeriesClass, SeriesKey};
 use timeshard_store::{Store, Summary};
@@ -119,10 +120,6 @@ struct Encoded {
     consumed: usize,
     rows: u64,
     encoding: &'static str,
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Archive {

@@ -174,26 +174,36 @@ impl ParquetFile {
         let mut ranges: Vec<Range<u64>> = Vec::new();
         let index = self.meta.page_index_for_row_group(span.rg);
         let group = self.meta.row_group(span.rg);
+        // Offsets and sizes come from the file: a damaged footer or page index may hold negative
+        // or overflowing ones, which must be an error, not a panic (found by fuzzing).
+        let bad_location = || Error::corrupt(&self.path, "a page location is negative or overflows");
+        let range = |start: i64, len: i64| -> Result<Range<u64>, Error> {
+            let a = u64::try_from(start).map_err(|_| bad_location())?;
+            let n = u64::try_from(len).map_err(|_| bad_location())?;
+            Ok(a..a.checked_add(n).ok_or_else(bad_location)?)
+        };
         for &col in cols {
             let chunk = group.column(col);
             let (chunk_start, chunk_len) = chunk.byte_range();
             let Some(oi) = index.offset_index(col) else {
-                ranges.push(chunk_start..chunk_start + chunk_len);
+                ranges.push(chunk_start..chunk_start.checked_add(chunk_len).ok_or_else(bad_location)?);
                 continue;
             };
             let locs = oi.page_locations();
-            if let Some(first) = locs.first()
-                && (first.offset as u64) > chunk_start
-                && self.cached_dictionary(span.rg, col).is_none()
-            {
-                ranges.push(chunk_start..first.offset as u64);
+            if let Some(first) = locs.first() {
+                let first_offset = u64::try_from(first.offset).map_err(|_| bad_location())?;
+                if first_offset > chunk_start && self.cached_dictionary(span.rg, col).is_none() {
+                    ranges.push(chunk_start..first_offset);
+                }
             }
             for (i, loc) in locs.iter().enumerate() {
-                let page_start = loc.first_row_index as usize;
-                let page_end = locs.get(i + 1).map_or(usize::MAX, |n| n.first_row_index as usize);
+                let page_start = usize::try_from(loc.first_row_index).map_err(|_| bad_location())?;
+                let page_end = match locs.get(i + 1) {
+                    Some(n) => usize::try_from(n.first_row_index).map_err(|_| bad_location())?,
+                    None => usize::MAX,
+                };
                 if page_end > span.start && page_start < span.end {
-                    let a = loc.offset as u64;
-                    ranges.push(a..a + loc.compressed_page_size as u64);
+                    ranges.push(range(loc.offset, i64::from(loc.compressed_page_size))?);
                 }
             }
         }
@@ -395,5 +405,38 @@ impl ChunkReader for Sparse {
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
         self.slice(start, Some(length))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    /// Found by fuzzing (fuzz/regressions/tier_points): a points file whose page index holds a
+    /// negative page size made `fetch` overflow and panic; a damaged archive file must be an
+    /// error naming it, and the node goes on.
+    #[test]
+    fn a_negative_page_location_is_corrupt_not_a_panic() {
+        let file =
+            include_bytes!("../../../fuzz/regressions/tier_points/crash-4ec479281a14cc2a161a83e8e4af01d903497270");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let store = InMemory::new();
+            let path = Path::from("points/class=pmu/day=2023-11-14/n1-0000000001.parquet");
+            store.put(&path, Bytes::from_static(file).into()).await.unwrap();
+            let file = ParquetFile::open(&store, &path).await.expect("the footer itself parses");
+            let mut errors = 0;
+            for rg in 0..file.meta.num_row_groups() {
+                let span = Span { rg, start: 0, end: file.meta.row_group(rg).num_rows().max(0) as usize };
+                if let Err(e) = file.fetch(&store, &span, &[0, 2, 3]).await {
+                    assert!(e.to_string().contains("page location"), "{e}");
+                    errors += 1;
+                }
+            }
+            assert!(errors > 0, "the damaged page index is found");
+        });
     }
 }

@@ -23,11 +23,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::Serialize;
+use timeshard_clock::now_ns;
 use timeshard_proto::tier::expired;
 use timeshard_proto::{AgeBy, SeriesClass, Timestamp};
 
@@ -86,10 +86,6 @@ impl ArchivedBlock {
             }
         }
     }
-}
-
-fn now_ns() -> Timestamp {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Archive {

@@ -8,13 +8,25 @@ use super::lexer::{Lexer, Tok};
 use super::time::parse_rfc3339;
 use super::{Agg, Column, Fill, GroupTags, QueryError, Select, Statement, TagCond};
 
+/// Deepest nesting of parentheses a WHERE clause may have. The parser descends once per level,
+/// so without a bound a request of 10,000 `(` overflowed the stack and aborted the node.
+pub const MAX_WHERE_DEPTH: usize = 32;
+/// Longest query text accepted (InfluxDB's clients send a few KB; a dashboard's largest, tens).
+pub const MAX_QUERY_BYTES: usize = 256 * 1024;
+
 fn unsupported<T>(what: impl Into<String>) -> Result<T, QueryError> {
     Err(QueryError::Unsupported(what.into()))
 }
 
 /// Parses the statements of `query` (separated by `;`), resolving `now()` to `now_ns`.
 pub fn parse(query: &str, now_ns: i64) -> Result<Vec<Statement>, QueryError> {
-    let mut p = Parser { lexer: Lexer::new(query), peeked: None, now_ns };
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(QueryError::TooLarge(format!(
+            "the query text is {} bytes; the limit is {MAX_QUERY_BYTES}",
+            query.len()
+        )));
+    }
+    let mut p = Parser { lexer: Lexer::new(query), peeked: None, now_ns, depth: 0 };
     let mut out = Vec::new();
     loop {
         while p.eat_sym(";")? {}
@@ -37,6 +49,8 @@ struct Parser<'a> {
     lexer: Lexer<'a>,
     peeked: Option<Tok>,
     now_ns: i64,
+    /// Parentheses open in the WHERE clause being parsed (at most [`MAX_WHERE_DEPTH`]).
+    depth: usize,
 }
 
 /// Bounds on time from a WHERE clause.
@@ -392,7 +406,14 @@ impl Parser<'_> {
     fn conditions(&mut self, tags: &mut Vec<TagCond>, bounds: &mut TimeBounds) -> Result<(), QueryError> {
         loop {
             if self.eat_sym("(")? {
+                if self.depth == MAX_WHERE_DEPTH {
+                    return Err(QueryError::TooLarge(format!(
+                        "WHERE nests parentheses more than {MAX_WHERE_DEPTH} deep"
+                    )));
+                }
+                self.depth += 1;
                 self.conditions(tags, bounds)?;
+                self.depth -= 1;
                 self.expect_sym(")")?;
             } else {
                 self.condition(tags, bounds)?;
@@ -661,6 +682,22 @@ mod tests {
         assert!(err.to_string().contains("at most 100000"), "{err}");
         let q = "SELECT count(v) FROM m WHERE time >= now() - 1d GROUP BY time(1m)";
         assert!(parse(q, NOW).is_ok());
+    }
+
+    /// Found by review: 10,000 nested parentheses in WHERE overflowed the stack and aborted
+    /// the node (`POST /query`). Deep nesting is now an error naming the bound.
+    #[test]
+    fn deeply_nested_where_is_refused_not_a_stack_overflow() {
+        for depth in [MAX_WHERE_DEPTH + 1, 10_000, 200_000] {
+            let q = format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(depth), ")".repeat(depth));
+            let err = parse(&q, 0).unwrap_err().to_string();
+            assert!(err.contains("nests parentheses more than 32 deep"), "{depth}: {err}");
+        }
+        let ok =
+            format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(MAX_WHERE_DEPTH), ")".repeat(MAX_WHERE_DEPTH));
+        assert!(parse(&ok, 0).is_ok());
+        let huge = format!("SELECT value FROM m WHERE a = '{}'", "x".repeat(MAX_QUERY_BYTES));
+        assert!(parse(&huge, 0).unwrap_err().to_string().contains("the limit is 262144"));
     }
 
     #[test]

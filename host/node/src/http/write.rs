@@ -16,7 +16,8 @@ use bytes::Bytes;
 use timeshard_formats::compression;
 use timeshard_formats::line_protocol::{self, LineError, Precision};
 use timeshard_formats::remote_write;
-use timeshard_proto::wire::SeriesPoints;
+use timeshard_proto::batch;
+use timeshard_proto::point::SeriesPoints;
 
 use super::error::{ApiError, V2};
 use super::{AppState, Body};
@@ -29,10 +30,6 @@ const INLINE_BYTES: usize = 256 * 1024;
 pub fn params(query: Option<&str>) -> Result<HashMap<String, String>, ApiError> {
     serde_urlencoded::from_str(query.unwrap_or_default())
         .map_err(|e| ApiError::BadRequest(format!("cannot read the query parameters: {e}")))
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Runs `work` inline for small bodies and on a blocking thread for large ones.
@@ -59,36 +56,13 @@ fn decoded(encoding: Option<&str>, body: Bytes, limit: usize) -> Result<Bytes, A
     }
 }
 
-/// Splits a batch into writes within the node's limits of points and series per write.
-pub fn chunks(batch: Vec<SeriesPoints>, max_points: usize, max_series: usize) -> Vec<Vec<SeriesPoints>> {
-    let (max_points, max_series) = (max_points.max(1), max_series.max(1));
-    let mut out = Vec::new();
-    let mut current: Vec<SeriesPoints> = Vec::new();
-    let mut points = 0;
-    for mut s in batch {
-        while !s.points.is_empty() {
-            if points == max_points || current.len() == max_series {
-                out.push(std::mem::take(&mut current));
-                points = 0;
-            }
-            let take = s.points.len().min(max_points - points);
-            let rest = s.points.split_off(take);
-            points += take;
-            current.push(SeriesPoints { series: s.series.clone(), points: std::mem::replace(&mut s.points, rest) });
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// Writes a decoded batch through the coordinator; returns the points stored and the points
-/// ingest policies refused (with their reasons, as line errors).
+/// Writes a decoded batch through the coordinator, split into writes within the node's limits
+/// of points and series; returns the points stored and the points ingest policies refused
+/// (with their reasons, as line errors).
 async fn store(s: &AppState, batch: Vec<SeriesPoints>) -> Result<(u64, u64, Vec<LineError>), ApiError> {
     let limits = &s.node.config().limits;
     let (mut stored, mut rejected, mut reasons) = (0, 0, Vec::new());
-    for chunk in chunks(batch, limits.max_batch_points as usize, limits.max_batch_series as usize) {
+    for chunk in batch::split(batch, limits.max_batch_points as usize, limits.max_batch_series as usize) {
         let outcome = s.node.coordinator().write(chunk).await?;
         stored += outcome.points;
         rejected += outcome.rejected;
@@ -128,7 +102,7 @@ async fn line_protocol(
     let started = Instant::now();
     let limit = s.config().max_body_bytes;
     let len = body.len();
-    let now = now_ns();
+    let now = timeshard_clock::now_ns();
     let encoding = headers.get(header::CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let parsed = cpu(len, move || {
         let body = decoded(encoding.as_deref(), body, limit)?;
@@ -227,29 +201,5 @@ pub async fn prometheus(State(s): State<AppState>, headers: HeaderMap, Body(body
             metrics.record_ingest(Ingest::RemoteWrite, 0, 0, false, started.elapsed());
             Err(e)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use timeshard_proto::Point;
-
-    use super::*;
-
-    fn series(name: &str, n: usize) -> SeriesPoints {
-        SeriesPoints { series: name.parse().unwrap(), points: (0..n as i64).map(|i| Point::new(i, 0.0)).collect() }
-    }
-
-    #[test]
-    fn chunks_respect_both_limits_and_keep_every_point() {
-        let batch = vec![series("a", 7), series("b", 2), series("c", 1)];
-        let out = chunks(batch, 4, 2);
-        let sizes: Vec<Vec<usize>> = out.iter().map(|c| c.iter().map(|s| s.points.len()).collect()).collect();
-        assert_eq!(sizes, vec![vec![4], vec![3, 1], vec![1, 1]]);
-        assert!(out.iter().all(|c| c.len() <= 2 && c.iter().map(|s| s.points.len()).sum::<usize>() <= 4));
-        let a: Vec<Point> =
-            out.iter().flatten().filter(|s| s.series.as_str() == "a").flat_map(|s| s.points.clone()).collect();
-        assert_eq!(a, series("a", 7).points);
-        assert!(chunks(Vec::new(), 4, 2).is_empty());
     }
 }

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::class::Coi;
 use crate::geo::{Cell, GeoPoint, MAX_DISTANCE_KM};
+use crate::hash::hash_bytes;
 use crate::id::Id;
-use crate::repair::tree::hash_bytes;
 use crate::routing::Contact;
 
 /// A member with its location.

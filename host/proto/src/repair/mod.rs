@@ -26,6 +26,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hash::{hash_bytes, mix};
 use crate::id::Id;
 use crate::point::{Point, PointKey};
 use crate::routing::Contact;
@@ -62,12 +63,10 @@ impl BlockRef {
 
     /// A stable hash of the key (not of the points): what tells two blocks of one leaf apart.
     pub fn key_hash(&self) -> u64 {
-        let series = tree::hash_bytes(self.series().as_str().as_bytes());
+        let series = hash_bytes(self.series().as_str().as_bytes());
         match self {
-            BlockRef::Points { quantum, .. } => {
-                tree::mix(series ^ tree::mix(quantum.start as u64 ^ tree::mix(quantum.len.ns() as u64)))
-            }
-            BlockRef::Registration { .. } => tree::mix(series ^ 0x5245_4749_5354_4552),
+            BlockRef::Points { quantum, .. } => mix(series ^ mix(quantum.start as u64 ^ mix(quantum.len.ns() as u64))),
+            BlockRef::Registration { .. } => mix(series ^ 0x5245_4749_5354_4552),
         }
     }
 }
@@ -115,7 +114,7 @@ pub struct ListCursor {
     pub after: Option<Timestamp>,
 }
 
-/// One block a node holds, as [`crate::wire::Request::ListBlocks`] reports it.
+/// One block a node holds, as a listing of its blocks (`Request::ListBlocks`) reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListedBlock {
     pub series: SeriesKey,
@@ -145,8 +144,8 @@ impl RepairEntry {
     }
 }
 
-/// What a node reports of its anti-entropy, handoff, read repair and leaving (in
-/// [`crate::wire::NodeStatus`]). Counters run since the node started.
+/// What a node reports of its anti-entropy, handoff, read repair and leaving (in its status,
+/// `NodeStatus`). Counters run since the node started.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepairStatus {
     /// Whether the node holds every block it owns: reads count only settled answers towards R.
@@ -181,41 +180,7 @@ pub struct RepairStatus {
 
 /// Bytes of the frame carrying `msg` (header included): what a comparison costs on the wire.
 pub fn message_bytes<T: Serialize>(msg: &T) -> u64 {
-    (crate::wire::HEADER_BYTES + postcard::experimental::serialized_size(msg).unwrap_or(0)) as u64
-}
-
-/// Checks the limits of a repair request that deserialization does not.
-pub fn check(req: &crate::wire::Request, max_page_points: u32) -> Result<(), crate::wire::InvalidRequest> {
-    use crate::wire::{InvalidRequest, Request};
-    let bad = |m: String| Err(InvalidRequest::Repair(m));
-    let page = |limit: u32, max: u32| {
-        if limit == 0 || limit > max { bad(format!("page limit {limit} must be between 1 and {max}")) } else { Ok(()) }
-    };
-    match req {
-        Request::RepairTree { nodes, descend, .. } => {
-            if nodes.len() > LEAVES || *descend > tree::MAX_DESCEND || nodes.iter().any(|(n, _)| !n.is_valid()) {
-                return bad(format!("{} tree nodes, descending {descend}; at most {LEAVES} valid nodes", nodes.len()));
-            }
-            Ok(())
-        }
-        Request::RepairLeaves { leaves, limit, .. } => {
-            if leaves.len() > LEAVES || leaves.iter().any(|&l| usize::from(l) >= LEAVES) {
-                return bad(format!("{} leaves; at most {LEAVES}, each below {LEAVES}", leaves.len()));
-            }
-            page(*limit, MAX_LEAF_ENTRIES)
-        }
-        Request::ReadBlocks { blocks, limit, .. } => {
-            if blocks.len() > MAX_REQUEST_BLOCKS {
-                return bad(format!("{} blocks; at most {MAX_REQUEST_BLOCKS}", blocks.len()));
-            }
-            page(*limit, max_page_points)
-        }
-        Request::BlockDigests { blocks } if blocks.len() > MAX_REQUEST_BLOCKS => {
-            bad(format!("{} blocks; at most {MAX_REQUEST_BLOCKS}", blocks.len()))
-        }
-        Request::ListBlocks { limit, .. } => page(*limit, max_page_points),
-        _ => Ok(()),
-    }
+    (crate::wire::framing::HEADER_BYTES + postcard::experimental::serialized_size(msg).unwrap_or(0)) as u64
 }
 
 /// The blocks to fetch after a comparison: those a peer listed (`theirs`) that this node does

@@ -8,6 +8,7 @@
 //! [`crate::placement::owners`] (a property test checks it).
 
 use crate::id::{ID_BITS, Id};
+use crate::placement::Members;
 use crate::routing::Contact;
 
 /// Members sorted by id.
@@ -76,6 +77,12 @@ fn collect(run: &[Contact], target: &Id, bit_index: usize, k: usize, out: &mut V
     } else {
         collect(near, target, bit_index + 1, near.len(), out);
         collect(far, target, bit_index + 1, k - near.len(), out);
+    }
+}
+
+impl Members for Ring {
+    fn closest_to(&self, id: &Id, k: usize) -> Vec<Contact> {
+        self.closest(id, k)
     }
 }
 

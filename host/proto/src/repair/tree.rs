@@ -15,6 +15,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::hash::hash_bytes;
+use crate::hash::mix;
 use crate::id::Id;
 
 /// Children of every inner node.
@@ -25,23 +27,6 @@ pub const DEPTH: u8 = 3;
 pub const LEAVES: usize = 4_096;
 /// Levels a peer descends below each differing node it is asked about, at most.
 pub const MAX_DESCEND: u8 = 2;
-
-/// SplitMix64's finalizer.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A stable 64-bit hash of `bytes` (FNV-1a, then mixed): the same on every node and build.
-pub fn hash_bytes(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01B3);
-    }
-    mix(h)
-}
 
 /// A 64-bit hash of every byte of an id.
 fn id_hash(id: &Id) -> u64 {

@@ -55,7 +55,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
 use crate::PackedBlock;

@@ -40,8 +40,31 @@ pub(super) struct Recovered {
 pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Recovered, StoreError> {
     let mut problems = Vec::new();
     let format = check_format(backend, &mut problems)?;
+    let (mut img, mut maint) = load_index(backend, format, &mut problems)?;
+    let mut st = State::default();
+    load_dictionary(&img, &mut st, &mut problems);
+    list_segments(backend, &mut st)?;
+    let overlapping = if maint.rewrite_index {
+        recover_lost_frames(backend, &st.segs, &mut img, &mut problems)
+    } else {
+        BTreeSet::new()
+    };
+    load_blocks(&img, &overlapping, config, &mut st, &mut problems);
+    st.drops = img.dropped.iter().filter(|&(_, &seq)| seq > img.first_live_wal).map(|(&k, &v)| (k, v)).collect();
+    drop_orphans(backend, &img, &mut st)?;
+    maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
+    let (last_seq, wal_segs) = replay_log(backend, &img, &mut st, &mut problems)?;
 
-    // The index: dictionary, sealed blocks, watermarks, checkpoint.
+    for p in &problems {
+        tracing::warn!(problem = %p, "store opened with a problem");
+    }
+    Ok(Recovered { state: st, maint, problems, last_wal_seq: last_seq, wal_segments: wal_segs })
+}
+
+/// The index: dictionary, sealed blocks, watermarks, checkpoint. Skips damaged edits (and then
+/// asks for the index to be rewritten), cuts a torn tail, and creates the index when there is
+/// none.
+fn load_index(backend: &dyn Backend, format: u32, problems: &mut Vec<String>) -> Result<(Image, Maint), StoreError> {
     let mut img = Image::default();
     let mut maint = Maint { format, ..Maint::default() };
     match backend.read_all(index::PATH) {
@@ -96,7 +119,11 @@ pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Reco
     problems.append(&mut img.problems);
     maint.first_live_wal = img.first_live_wal;
 
-    let mut st = State::default();
+    Ok((img, maint))
+}
+
+/// The series of the index's dictionary, into `st`.
+fn load_dictionary(img: &Image, st: &mut State, problems: &mut Vec<String>) {
     for (id, s) in &img.series {
         let key: SeriesKey = match s.key.parse() {
             Ok(k) => k,
@@ -120,6 +147,10 @@ pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Reco
         );
         st.next_id = st.next_id.max(id + 1);
     }
+}
+
+/// The block segments on disk, with their sizes, into `st` (nothing live yet).
+fn list_segments(backend: &dyn Backend, st: &mut State) -> Result<(), StoreError> {
     let seg_names = backend.list("blocks").map_err(|e| io_error("listing blocks/".into(), e))?;
     for name in &seg_names {
         if let Some(seg) = parse_seg_name(name) {
@@ -127,11 +158,18 @@ pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Reco
             st.segs.insert(seg, SegStat { bytes, live: 0 });
         }
     }
-    let overlapping = if maint.rewrite_index {
-        recover_lost_frames(backend, &st.segs, &mut img, &mut problems)
-    } else {
-        BTreeSet::new()
-    };
+    Ok(())
+}
+
+/// The sealed blocks of the index, into their series in `st`, with the bytes they keep live
+/// in each segment; `overlapping` blocks (frames found again after damage) are flagged.
+fn load_blocks(
+    img: &Image,
+    overlapping: &BTreeSet<(u32, i64)>,
+    config: &DiskConfig,
+    st: &mut State,
+    problems: &mut Vec<String>,
+) {
     for (&(id, start), locs) in &img.blocks {
         let Some(s) = st.series.get_mut(&id) else {
             continue;
@@ -159,19 +197,30 @@ pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Reco
         st.blocks += 1;
         st.frames += locs.len();
     }
-    st.drops = img.dropped.iter().filter(|&(_, &seq)| seq > img.first_live_wal).map(|(&k, &v)| (k, v)).collect();
-    // Segments nothing points at hold only data that is also in the log (a seal that
-    // crashed before its index edit): drop them.
+}
+
+/// Segments nothing points at hold only data that is also in the log (a seal that crashed
+/// before its index edit): drops them.
+fn drop_orphans(backend: &dyn Backend, img: &Image, st: &mut State) -> Result<(), StoreError> {
     let referenced: BTreeSet<u32> = img.blocks.values().flatten().map(|l| l.seg).collect();
     let orphans: Vec<u32> = st.segs.keys().filter(|k| !referenced.contains(k)).copied().collect();
     for seg in orphans {
         backend.remove(&seg_path(seg)).map_err(|e| io_error(format!("removing unused {}", seg_path(seg)), e))?;
         st.segs.remove(&seg);
     }
-    maint.seg = st.segs.keys().next_back().map_or(1, |s| s + 1);
+    Ok(())
+}
 
-    // Replay the log. New segments are numbered past every drop's boundary (a drop names the
-    // segment writes after it go to, which may never have been created).
+/// Replays the log into `st`, removing segments a checkpoint already covered. New segments
+/// are numbered past every drop's boundary (a drop names the segment writes after it go to,
+/// which may never have been created). Returns the newest segment number and the segments
+/// replayed with their sizes.
+fn replay_log(
+    backend: &dyn Backend,
+    img: &Image,
+    st: &mut State,
+    problems: &mut Vec<String>,
+) -> Result<(u64, BTreeMap<u64, u64>), StoreError> {
     let mut wal_segs = BTreeMap::new();
     let newest_drop = st.drops.values().max().copied().unwrap_or(0);
     let mut last_seq = img.first_live_wal.max(newest_drop).saturating_sub(1);
@@ -189,13 +238,10 @@ pub(super) fn recover(backend: &dyn Backend, config: &DiskConfig) -> Result<Reco
         }
         let bytes = backend.read_all(&path).map_err(|e| io_error(format!("reading log segment {path}"), e))?;
         wal_segs.insert(seq, bytes.len() as u64);
-        replay_segment(&mut st, seq, &path, &bytes, &mut problems)?;
+        replay_segment(st, seq, &path, &bytes, problems)?;
     }
 
-    for p in &problems {
-        tracing::warn!(problem = %p, "store opened with a problem");
-    }
-    Ok(Recovered { state: st, maint, problems, last_wal_seq: last_seq, wal_segments: wal_segs })
+    Ok((last_seq, wal_segs))
 }
 
 impl DiskStore {

@@ -166,7 +166,9 @@ impl DiskStore {
     }
 
     /// Seals due blocks (see [`DiskStore::plan`]), or under memory pressure the oldest blocks
-    /// until `pressure_target` open points remain.
+    /// until `pressure_target` open points remain. Four phases: pick the blocks within the
+    /// step's budget, snapshot their open points and frames, build and write the new frames
+    /// (unlocked), and apply the result to the state.
     pub(super) fn seal_step(
         &self,
         m: &mut Maint,
@@ -174,68 +176,9 @@ impl DiskStore {
         pressure_target: Option<usize>,
         report: &mut MaintenanceReport,
     ) -> Result<(), StoreError> {
-        let grace = self.config.seal_grace_ns;
         let clock = self.clock.load(Ordering::Relaxed).max(now.unwrap_or(i64::MIN));
         let wal_cut = self.wal.cut_for(self.config.max_wal_bytes).unwrap_or(0);
-        let mut picked: Vec<Candidate> = {
-            let st = self.read_state();
-            let mut c = Vec::new();
-            // Open points the memory valve cannot relieve: blocks the last seal left open.
-            let mut stuck = 0;
-            let consider = |id: u32, start: i64, c: &mut Vec<Candidate>| {
-                let s = &st.series[&id];
-                let b = &s.blocks[&start];
-                let len = s.quantum.map_or(0, QuantumLen::ns);
-                let Some((keep, ended)) = self.plan(b, start, len, clock, pressure_target.is_some(), wal_cut) else {
-                    return;
-                };
-                let frames = b.frames.as_slice();
-                let (lo, hi) = (b.open.first(), b.open.last());
-                // Kept frames the open points fall in are read to take duplicates out.
-                let dedup: u64 = match (lo, hi) {
-                    (Some(lo), Some(hi)) => frames[..keep]
-                        .iter()
-                        .filter(|l| l.summary.first <= *hi && *lo <= l.summary.last)
-                        .map(|l| l.summary.count)
-                        .sum(),
-                    _ => 0,
-                };
-                let merged: u64 = frames[keep..].iter().map(|l| l.summary.count).sum();
-                let work = usize::try_from(merged + dedup).unwrap_or(usize::MAX).saturating_add(b.open.len());
-                c.push(Candidate { start, id, open: b.open.len(), work, keep, ended });
-            };
-            for &(id, start) in &st.dirty {
-                let b = &st.series[&id].blocks[&start];
-                if pressure_target.is_some() && b.stuck {
-                    // Retried by regular maintenance, not in the write path at every write.
-                    stuck += b.open.len();
-                    continue;
-                }
-                consider(id, start, &mut c);
-            }
-            if pressure_target.is_none() {
-                // Blocks of several frames without open points, once their quantum ended.
-                for &(_, id, start) in st.merge_due.range(..=(clock, u32::MAX, i64::MAX)) {
-                    if !st.dirty.contains(&(id, start)) {
-                        consider(id, start, &mut c);
-                    }
-                }
-            }
-            if let Some(target) = pressure_target {
-                c.sort_unstable();
-                let mut left = st.open_points - stuck;
-                let n = c
-                    .iter()
-                    .take_while(|c| {
-                        let go = left > target;
-                        left = left.saturating_sub(c.open);
-                        go
-                    })
-                    .count();
-                c.truncate(n);
-            }
-            c
-        };
+        let mut picked = self.pick(clock, wal_cut, pressure_target);
         // A seal holds every point it merges, so the budget counts frames' points too.
         let mut budget = self.config.step_max_points;
         let n = picked
@@ -254,62 +197,146 @@ impl DiskStore {
         if picked.is_empty() {
             return Ok(());
         }
-
-        // Snapshot the open points and frames.
-        let snaps: Vec<Snapshot> = {
-            let mut st = self.write_state();
-            picked
-                .iter()
-                .filter_map(|&Candidate { start, id, keep, ended, .. }| {
-                    let s = st.series.get_mut(&id)?;
-                    let len = s.quantum?;
-                    let b = s.blocks.get_mut(&start)?;
-                    b.snap_min_seg = Some(u64::MAX);
-                    let open_overlap = std::mem::take(&mut b.open_overlap);
-                    Some(Snapshot {
-                        id,
-                        start,
-                        len,
-                        frames: b.frames.as_slice().to_vec(),
-                        keep,
-                        overlap: b.overlap,
-                        open: b.open.clone(),
-                        open_overlap,
-                        at: clock,
-                        ended,
-                    })
-                })
-                .collect()
-        };
-
+        let snaps = self.snapshot(&picked, clock);
         // Build the new frames, unlocked.
         let mut buf = Vec::new();
         let outcome: Vec<Sealed> = snaps.iter().map(|snap| self.build(snap, &mut buf)).collect();
+        let written = self.write_sealed(m, &snaps, &outcome, &buf);
+        self.apply_sealed(&snaps, &outcome, &written, report);
+        written.map(|_| ())
+    }
 
-        let written = if buf.is_empty() { Ok(None) } else { self.segment_append(m, &buf).map(Some) };
-        let written = written.and_then(|w| {
-            let Some(to) = w else {
-                return Ok(None);
+    /// The blocks due for sealing at `clock` (see [`DiskStore::plan`]); under memory pressure,
+    /// the oldest until `pressure_target` open points would remain.
+    fn pick(&self, clock: i64, wal_cut: u64, pressure_target: Option<usize>) -> Vec<Candidate> {
+        let st = self.read_state();
+        let mut c = Vec::new();
+        // Open points the memory valve cannot relieve: blocks the last seal left open.
+        let mut stuck = 0;
+        let consider = |id: u32, start: i64, c: &mut Vec<Candidate>| {
+            let s = &st.series[&id];
+            let b = &s.blocks[&start];
+            let len = s.quantum.map_or(0, QuantumLen::ns);
+            let Some((keep, ended)) = self.plan(b, start, len, clock, pressure_target.is_some(), wal_cut) else {
+                return;
             };
-            // A block's series must be in the index before the block is.
-            let ids: BTreeSet<u32> = snaps.iter().map(|s| s.id).collect();
-            let mut edits = self.unindexed_series(Some(&ids));
-            edits.extend(snaps.iter().zip(&outcome).filter_map(|(snap, o)| match o {
-                Sealed::Put(frames) => {
-                    let locs: Vec<Loc> = frames.iter().map(|&f| placed(to, f)).collect();
-                    Some(frames_edit(snap.id, snap.start, snap.keep, locs))
+            let frames = b.frames.as_slice();
+            let (lo, hi) = (b.open.first(), b.open.last());
+            // Kept frames the open points fall in are read to take duplicates out.
+            let dedup: u64 = match (lo, hi) {
+                (Some(lo), Some(hi)) => frames[..keep]
+                    .iter()
+                    .filter(|l| l.summary.first <= *hi && *lo <= l.summary.last)
+                    .map(|l| l.summary.count)
+                    .sum(),
+                _ => 0,
+            };
+            let merged: u64 = frames[keep..].iter().map(|l| l.summary.count).sum();
+            let work = usize::try_from(merged + dedup).unwrap_or(usize::MAX).saturating_add(b.open.len());
+            c.push(Candidate { start, id, open: b.open.len(), work, keep, ended });
+        };
+        for &(id, start) in &st.dirty {
+            let b = &st.series[&id].blocks[&start];
+            if pressure_target.is_some() && b.stuck {
+                // Retried by regular maintenance, not in the write path at every write.
+                stuck += b.open.len();
+                continue;
+            }
+            consider(id, start, &mut c);
+        }
+        if pressure_target.is_none() {
+            // Blocks of several frames without open points, once their quantum ended.
+            for &(_, id, start) in st.merge_due.range(..=(clock, u32::MAX, i64::MAX)) {
+                if !st.dirty.contains(&(id, start)) {
+                    consider(id, start, &mut c);
                 }
-                _ => None,
-            }));
-            self.index_append(m, &edits)?;
-            self.mark_indexed(&edits);
-            Ok(Some(to))
-        });
+            }
+        }
+        if let Some(target) = pressure_target {
+            c.sort_unstable();
+            let mut left = st.open_points - stuck;
+            let n = c
+                .iter()
+                .take_while(|c| {
+                    let go = left > target;
+                    left = left.saturating_sub(c.open);
+                    go
+                })
+                .count();
+            c.truncate(n);
+        }
+        c
+    }
 
-        // Apply (or, after a failure, just end the snapshots: the points stay open).
+    /// Snapshots the open points and frames of the blocks `picked` (those still there).
+    fn snapshot(&self, picked: &[Candidate], clock: i64) -> Vec<Snapshot> {
+        let mut st = self.write_state();
+        picked
+            .iter()
+            .filter_map(|&Candidate { start, id, keep, ended, .. }| {
+                let s = st.series.get_mut(&id)?;
+                let len = s.quantum?;
+                let b = s.blocks.get_mut(&start)?;
+                b.snap_min_seg = Some(u64::MAX);
+                let open_overlap = std::mem::take(&mut b.open_overlap);
+                Some(Snapshot {
+                    id,
+                    start,
+                    len,
+                    frames: b.frames.as_slice().to_vec(),
+                    keep,
+                    overlap: b.overlap,
+                    open: b.open.clone(),
+                    open_overlap,
+                    at: clock,
+                    ended,
+                })
+            })
+            .collect()
+    }
+
+    /// Appends the frames built into `buf` to a block segment and their edits to the index;
+    /// where they landed, or `None` when nothing was built.
+    fn write_sealed(
+        &self,
+        m: &mut Maint,
+        snaps: &[Snapshot],
+        outcome: &[Sealed],
+        buf: &[u8],
+    ) -> Result<Option<Appended>, StoreError> {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let to = self.segment_append(m, buf)?;
+        // A block's series must be in the index before the block is.
+        let ids: BTreeSet<u32> = snaps.iter().map(|s| s.id).collect();
+        let mut edits = self.unindexed_series(Some(&ids));
+        edits.extend(snaps.iter().zip(outcome).filter_map(|(snap, o)| match o {
+            Sealed::Put(frames) => {
+                let locs: Vec<Loc> = frames.iter().map(|&f| placed(to, f)).collect();
+                Some(frames_edit(snap.id, snap.start, snap.keep, locs))
+            }
+            _ => None,
+        }));
+        self.index_append(m, &edits)?;
+        self.mark_indexed(&edits);
+        Ok(Some(to))
+    }
+
+    /// Applies what was written to the state: the blocks' new frames, and their open points
+    /// minus those sealed. After a failure (`written` is an error) it only ends the
+    /// snapshots: the points stay open.
+    fn apply_sealed(
+        &self,
+        snaps: &[Snapshot],
+        outcome: &[Sealed],
+        written: &Result<Option<Appended>, StoreError>,
+        report: &mut MaintenanceReport,
+    ) {
+        let grace = self.config.seal_grace_ns;
         let mut st = self.write_state();
         let failed = written.is_err();
-        for (snap, o) in snaps.iter().zip(&outcome) {
+        for (snap, o) in snaps.iter().zip(outcome) {
             let st = &mut *st;
             let Some(b) = st.series.get_mut(&snap.id).and_then(|s| s.blocks.get_mut(&snap.start)) else {
                 continue;
@@ -323,7 +350,7 @@ impl DiskStore {
                 continue;
             }
             b.stuck = false;
-            if let (Sealed::Put(frames), Ok(Some(to))) = (o, &written) {
+            if let (Sealed::Put(frames), Ok(Some(to))) = (o, written) {
                 let mut all = b.frames.as_slice().to_vec();
                 for old in all.drain(snap.keep..) {
                     st.frames -= 1;
@@ -370,7 +397,6 @@ impl DiskStore {
                 b.open_since = snap.at;
             }
         }
-        written.map(|_| ())
     }
 
     /// Builds the frames of one snapshot into `buf`: the open points without those the kept

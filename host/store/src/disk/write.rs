@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::time::check_timestamp;
-use timeshard_proto::wire::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey};
 
 use super::{Block, DiskStore, Series, State, digest_of, in_range, union};

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use timeshard_clock::now_ns;
 use timeshard_node::config::{ClassConfig, CoiConfig, WanEmulation};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::Client;
@@ -118,10 +119,6 @@ fn series_of(mode: &str, i: usize) -> SeriesKey {
     let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
     let (lat, lon) = (rng.random_range(33.60..33.95), rng.random_range(-84.55..-84.20));
     format!("{mode}.traffic{{lat={lat:.5},lon={lon:.5},seg={i}}}").parse().expect("valid series key")
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Picks series indices by FogStore's key distributions.

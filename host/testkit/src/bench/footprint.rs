@@ -187,7 +187,7 @@ async fn ingest(binary: &Path, dir: &Path, o: &FootprintOptions) -> Result<Inges
     // 60 Hz series, 6 samples each per 100 ms tick.
     let series = (o.rate / 60).max(1) as u32;
     let keys: Vec<_> = (0..series).map(pmu_series).collect();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as i64;
+    let now = timeshard_clock::now_ns();
     let pids: Vec<u32> = (0..3).map(|i| pid(&cluster, i)).collect::<Result<_>>()?;
     let cpu0: Vec<Duration> = pids.iter().map(|&p| cpu_of(p)).collect::<Result<_>>()?;
     let started = Instant::now();

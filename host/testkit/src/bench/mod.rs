@@ -4,6 +4,7 @@
 
 pub mod coi;
 pub mod coi_sim;
+pub mod fleet;
 pub mod floor;
 pub mod footprint;
 pub mod http;

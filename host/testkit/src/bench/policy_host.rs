@@ -20,7 +20,7 @@
 //!   process (`"scope": "single-process"`): `bytes_*` are the postcard-encoded bytes that would
 //!   cross the network (the partials vs the raw points), `ms_*` the time to encode, decode and
 //!   compute (summarize on each quantum + merge, vs encode the raw points + decode + a native
-//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by [`super::policy`].
+//!   RMS). The cluster figure (QUIC, owner nodes) is filled in by the cluster side of the benchmark (`bench::policy`).
 
 use std::path::Path;
 use std::time::Instant;

@@ -409,7 +409,7 @@ async fn live_wal(binary: &Path, dir: &Path, args: &RepairOptions) -> Result<(u6
     let mut points = 0u64;
     let mut last = 0i64;
     while started.elapsed() < Duration::from_secs(args.live_secs) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as i64;
+        let now = timeshard_clock::now_ns();
         let base = now.max(last + 1);
         last = base + 499 * 20_000;
         let batch: Vec<SeriesPoints> = keys

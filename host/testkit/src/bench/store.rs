@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
-use timeshard_proto::wire::BlockPoints;
+use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::block::xor;
 use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};

@@ -1,0 +1,271 @@
+//! The fuzz targets of timeshard: one function per decoder of outside bytes, each feeding
+//! arbitrary bytes to the project's own public decode path and checking what must hold whatever
+//! the input (no panic, no abort, no allocation of a declared size, round trips where there is
+//! an encoder).
+//!
+//! Two drivers call them: `fuzz/fuzz_targets/<target>.rs` under cargo-fuzz (libFuzzer, nightly;
+//! `scripts/fuzz` runs them all), and `tests/replay.rs` on stable, which replays the committed
+//! seed corpora (`fuzz/corpus/<target>/`) and every crash ever found
+//! (`fuzz/regressions/<target>/`) as part of the test command.
+//!
+//! A target never trusts its input for a size: the decoders take explicit limits, and the limits
+//! used here are the node's defaults.
+
+pub mod seeds;
+
+use std::sync::Arc;
+
+use timeshard_formats::influxql;
+use timeshard_formats::line_protocol::{self, Precision};
+use timeshard_formats::{compression, remote_write};
+use timeshard_proto::wire::{self, Request, Response};
+use timeshard_store::faulty_disk::FaultyDisk;
+use timeshard_store::{DiskConfig, DiskStore, Store};
+
+/// A fuzz target: a name (its corpus directory and binary) and the function.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, in the order `scripts/fuzz` runs them.
+pub const TARGETS: &[Target] = &[
+    ("wire_request", wire_request),
+    ("wire_response", wire_response),
+    ("line_protocol", line_protocol),
+    ("influxql", influxql),
+    ("remote_write", remote_write),
+    ("gzip", gzip),
+    ("snappy", snappy),
+    ("store_block", store_block),
+    ("store_wal_record", store_wal_record),
+    ("store_open", store_open),
+    ("tier_manifest", tier_manifest),
+    ("tier_points", tier_points),
+    ("csr", csr),
+    ("control_json", control_json),
+    ("policy_module", policy_module),
+    ("policy_signature", policy_signature),
+];
+
+/// The node's default limit on one message (16 MiB) and on a request body (32 MiB).
+const MESSAGE_LIMIT: usize = 16 << 20;
+const BODY_LIMIT: usize = 32 << 20;
+/// A fixed "now" (2023-11-14T22:13:20Z), so a crash replays exactly.
+const NOW_NS: i64 = 1_700_000_000_000_000_000;
+
+/// A peer's or client's request frame body: decoded, then checked as the server checks it.
+pub fn wire_request(data: &[u8]) {
+    let Ok(request) = wire::decode::<Request>(data) else { return };
+    // What decodes encodes again within the limit it came in, and that encoding is stable
+    // (bytes, not values: a NaN in a location is not equal to itself).
+    let again = wire::encode(&request, MESSAGE_LIMIT as u32).expect("a decoded request encodes");
+    let decoded = wire::decode::<Request>(&again[wire::HEADER_BYTES..]).expect("its own encoding decodes");
+    assert_eq!(wire::encode(&decoded, MESSAGE_LIMIT as u32).expect("it encodes"), again);
+    if request.validate(&wire::Limits::default()).is_ok() {
+        // What validates is within the limits, and a client request is checked once more.
+        match request {
+            Request::Write { batch } => drop(wire::check_write(batch)),
+            Request::Read { series, start, end, .. } | Request::ReadStream { series, start, end, .. } => {
+                drop(wire::check_read(&series, start, end))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A node's answer as a client or a coordinator decodes it.
+pub fn wire_response(data: &[u8]) {
+    let Ok(response) = wire::decode::<Response>(data) else { return };
+    if let Response::Batch { runs, .. } = &response {
+        let _ = timeshard_proto::stream::ColumnBatch::from_runs(runs);
+    }
+}
+
+/// An InfluxDB line-protocol body; the first byte picks the precision.
+pub fn line_protocol(data: &[u8]) {
+    let Some((&p, body)) = data.split_first() else { return };
+    let precision =
+        [Precision::Ns, Precision::Us, Precision::Ms, Precision::S, Precision::M, Precision::H][usize::from(p) % 6];
+    let parsed = line_protocol::parse(body, precision, NOW_NS);
+    let points: usize = parsed.batch.iter().map(|s| s.points.len()).sum();
+    assert_eq!(points, parsed.points, "the parser counts what it keeps");
+}
+
+/// An InfluxQL query string.
+pub fn influxql(data: &[u8]) {
+    let _ = influxql::parse(&String::from_utf8_lossy(data), NOW_NS);
+}
+
+/// A Prometheus remote-write body (snappy, then protobuf).
+pub fn remote_write(data: &[u8]) {
+    let _ = remote_write::decode(data, BODY_LIMIT);
+}
+
+/// A gzip body, decompressed within the body limit.
+pub fn gzip(data: &[u8]) {
+    if let Ok(out) = compression::gunzip(data, 1 << 20) {
+        assert!(out.len() <= 1 << 20);
+    }
+}
+
+/// A snappy block, decompressed within the body limit.
+pub fn snappy(data: &[u8]) {
+    if let Ok(out) = compression::unsnappy(data, 1 << 20) {
+        assert!(out.len() <= 1 << 20);
+    }
+}
+
+/// A sealed block's bytes as the store reads them from a segment.
+pub fn store_block(data: &[u8]) {
+    let _ = timeshard_store::block::decode_header(data);
+    let _ = timeshard_store::block::decode(data);
+    // A packed part as a node sends it on: the block's columns with its summary's count and
+    // digest, decoded and checked by the receiver.
+    if let Ok(Some((header, columns))) = timeshard_store::block::packed_columns(data) {
+        let range = header.quantum.range();
+        let end = timeshard_proto::stream::PartEnd { count: header.summary.count, digest: header.summary.digest };
+        let _ = timeshard_proto::packed::PackedPart { range, end, columns }.points();
+    }
+}
+
+/// One write-ahead-log record: the first byte is its kind.
+pub fn store_wal_record(data: &[u8]) {
+    let Some((&kind, body)) = data.split_first() else { return };
+    let _ = timeshard_store::wal::decode(kind, body);
+}
+
+/// A whole data directory: the input is cut into files (log segments, block segments, the
+/// index), either as raw bytes or as intact frames with fuzzed bodies (so the fuzzer reaches
+/// the record decoders past the checksums); then the store opens it and reads everything back.
+pub fn store_open(data: &[u8]) {
+    let disk = Arc::new(FaultyDisk::new());
+    for (i, file) in data.split(|&b| b == 0xF5).take(8).enumerate() {
+        let Some((&how, body)) = file.split_first() else { continue };
+        let (path, magic) = match how % 4 {
+            0 => (format!("wal/{:020}.wal", 1 + i), *b"\xA7WAL"),
+            1 => (format!("blocks/{:010}.seg", 1 + i), *b"\xA7BLK"),
+            _ => ("index.log".to_string(), *b"\xA7IDX"),
+        };
+        let bytes = if how & 0x80 == 0 { body.to_vec() } else { frames(magic, body) };
+        let _ = timeshard_store::backend::Backend::append(&*disk, &path, &bytes);
+    }
+    let config = DiskConfig { fsync: timeshard_store::FsyncPolicy::OsBuffered, ..DiskConfig::default() };
+    let Ok(store) = DiskStore::open_with_backend(disk, config) else { return };
+    let mut after = None;
+    for _ in 0..64 {
+        let Ok(page) = store.list_blocks(after, 256) else { return };
+        for block in &page.blocks {
+            let _ = store.read_block(&block.series, block.quantum.start, None, 100_000);
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let _ = store.maintain(NOW_NS);
+}
+
+/// Frames `body` as a sequence of intact frames: each chunk `len u8 | kind u8 | bytes` becomes
+/// one frame with a correct checksum.
+fn frames(magic: [u8; 4], mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let [len, kind, rest @ ..] = body {
+        let n = usize::from(*len).min(rest.len());
+        let (payload, tail) = rest.split_at(n);
+        let mut framed = Vec::with_capacity(1 + n);
+        framed.push(*kind);
+        framed.extend_from_slice(payload);
+        out.extend_from_slice(&magic);
+        out.extend_from_slice(&(framed.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&framed).to_le_bytes());
+        out.extend_from_slice(&framed);
+        body = tail;
+    }
+    out
+}
+
+/// A manifest object in the archive, as a node reads it back.
+pub fn tier_manifest(data: &[u8]) {
+    use timeshard_tier::layout::Kind;
+    let id = archive_file_id();
+    archive(id.path(Kind::Manifest), data, |store| async move {
+        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id).await {
+            let _ = manifest.entries(&*store, None).await;
+        }
+    });
+}
+
+/// A points file in the archive: its footer, page index and every column of every row group.
+pub fn tier_points(data: &[u8]) {
+    use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
+    use timeshard_tier::layout::Kind;
+    use timeshard_tier::read::{ParquetFile, Span};
+    use timeshard_tier::schema::points as col;
+    let path = archive_file_id().path(Kind::Points);
+    archive(path.clone(), data, |store| async move {
+        let Ok(file) = ParquetFile::open(&*store, &path).await else { return };
+        for rg in 0..file.meta.num_row_groups().min(16) {
+            let rows = file.meta.row_group(rg).num_rows().clamp(0, 1 << 20) as usize;
+            let span = Span { rg, start: 0, end: rows };
+            let Ok(pages) = file.fetch(&*store, &span, &[col::SERIES_KEY, col::TIMESTAMP, col::VALUE]).await else {
+                continue;
+            };
+            let _ = file.decode::<ByteArrayType>(&pages, &span, col::SERIES_KEY);
+            let _ = file.decode::<Int64Type>(&pages, &span, col::TIMESTAMP);
+            let _ = file.decode::<DoubleType>(&pages, &span, col::VALUE);
+        }
+    });
+}
+
+pub(crate) fn archive_file_id() -> timeshard_tier::FileId {
+    let day = timeshard_tier::Day::parse("2023-11-14").expect("a valid day");
+    timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1 }
+}
+
+/// Puts `data` at `path` in an in-memory object store and runs `read` over it.
+fn archive<F, Fut>(path: object_store::path::Path, data: &[u8], read: F)
+where
+    F: FnOnce(Arc<dyn object_store::ObjectStore>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+    runtime.block_on(async {
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        object_store::ObjectStoreExt::put(&*store, &path, bytes::Bytes::copy_from_slice(data).into())
+            .await
+            .expect("the memory store takes it");
+        read(store).await;
+    });
+}
+
+/// A certificate signing request as a device sends it at enrollment.
+pub fn csr(data: &[u8]) {
+    let _ = timeshard_control::ca::parse_csr(&String::from_utf8_lossy(data));
+}
+
+/// JSON bodies the control plane and the node decode from each other: the first byte picks the
+/// type.
+pub fn control_json(data: &[u8]) {
+    use timeshard_control_api::api;
+    let Some((&which, body)) = data.split_first() else { return };
+    match which % 6 {
+        0 => drop(serde_json::from_slice::<api::EnrollRequest>(body)),
+        1 => drop(serde_json::from_slice::<api::Report>(body)),
+        2 => drop(serde_json::from_slice::<api::RenewRequest>(body)),
+        3 => drop(serde_json::from_slice::<timeshard_control_api::state::DesiredState>(body)),
+        4 => drop(serde_json::from_slice::<api::PutClasses>(body)),
+        _ => drop(serde_json::from_slice::<api::CreateHttpToken>(body)),
+    }
+}
+
+/// An uploaded policy module, checked as the control plane checks it before signing.
+pub fn policy_module(data: &[u8]) {
+    let Some((&which, module)) = data.split_first() else { return };
+    let kind = if which & 1 == 0 { timeshard_policy::Kind::Ingest } else { timeshard_policy::Kind::Query };
+    let _ = timeshard_policy::component::inspect(module, kind);
+}
+
+/// Signature and key files as a node reads them.
+pub fn policy_signature(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let _ = timeshard_policy::signing::Signature::from_text(&text);
+    let _ = timeshard_policy::signing::PublicKey::from_text(&text);
+}

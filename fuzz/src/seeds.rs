@@ -1,0 +1,127 @@
+//! Seed inputs for each target, made with the project's own encoders so they stay valid as the
+//! formats change: `write-seeds` writes them into `fuzz/corpus/`, and the replay test runs them.
+
+use timeshard_formats::compression;
+use timeshard_formats::remote_write::{self, Label, Sample, TimeSeries, WriteRequest};
+use timeshard_proto::wire::{self, Request, Response, WriteSeries};
+use timeshard_proto::{Point, QuantumLen, SeriesKey};
+
+/// `(target, seed name, bytes)` for every target.
+pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let key = "pmu.phase{bus=7,site=atl}".parse::<SeriesKey>().expect("a valid key");
+    let points: Vec<Point> =
+        (0..50).map(|i| Point::new(1_700_000_000_000_000_000 + i * 16_666_666, 50.0 + i as f64)).collect();
+    let quantum = QuantumLen::new(10_000_000_000).expect("10 s").quantum_of(points[0].ts);
+    let mut out = Vec::new();
+
+    let write =
+        Request::Write { batch: vec![WriteSeries { series: key.as_str().to_string(), points: points[..3].to_vec() }] };
+    let read = Request::Read { series: key.as_str().to_string(), start: 0, end: i64::MAX / 2, after: None, limit: 100 };
+    for (name, request) in [("write", &write), ("read", &read), ("status", &Request::Status)] {
+        out.push(("wire_request", name, frame_body(request)));
+    }
+    out.push((
+        "wire_response",
+        "pong",
+        frame_body(&Response::Pong { id: timeshard_proto::Id::of_public_key(b"seed") }),
+    ));
+
+    let lines = b"pmu.phase,bus=7,site=atl value=49.98 1700000000000000000\n\
+        cpu,host=edge\\ 7 usage_idle=97.5,procs=212i 1700000000\n# comment\n";
+    out.push(("line_protocol", "two-lines", [&[0u8][..], lines].concat()));
+    for (name, q) in [
+        (
+            "grafana",
+            "SELECT mean(value) FROM \"pmu.phase\" WHERE site = 'atl' AND time >= now() - 1h GROUP BY time(1m), bus fill(none)",
+        ),
+        ("nested", "SELECT value FROM m WHERE ((a = 'b') AND (time > 0))"),
+        ("show", "SHOW TAG VALUES FROM \"pmu.phase\" WITH KEY = bus; SHOW MEASUREMENTS"),
+    ] {
+        out.push(("influxql", name, q.as_bytes().to_vec()));
+    }
+    let request = WriteRequest {
+        timeseries: vec![TimeSeries {
+            labels: vec![
+                Label { name: "__name__".into(), value: "up".into() },
+                Label { name: "job".into(), value: "n".into() },
+            ],
+            samples: vec![Sample { value: 1.0, timestamp: 1_700_000_000_000 }],
+        }],
+    };
+    out.push(("remote_write", "one-sample", remote_write::encode(&request)));
+    out.push(("gzip", "lines", compression::gzip(lines)));
+    out.push(("snappy", "lines", compression::snappy(lines)));
+
+    for (name, codec) in [("pco", timeshard_store::block::Codec::Pco), ("xor", timeshard_store::block::Codec::Xor)] {
+        let mut block = Vec::new();
+        timeshard_store::block::encode(&mut block, 1, quantum, &points, codec);
+        out.push(("store_block", name, block));
+    }
+    let mut wal = Vec::new();
+    timeshard_store::wal::put_series(&mut wal, 1, true, &key);
+    timeshard_store::wal::put_points(&mut wal, 1, quantum, &points);
+    // A record for the record decoder is its kind and body: cut the frame header (12 bytes) off.
+    let series_len = 12 + u32::from_le_bytes(wal[4..8].try_into().expect("4 bytes")) as usize;
+    out.push(("store_wal_record", "series", wal[12..series_len].to_vec()));
+    out.push(("store_wal_record", "points", wal[series_len + 12..].to_vec()));
+    let mut segment = Vec::new();
+    timeshard_store::wal::put_header(&mut segment, 1);
+    segment.extend_from_slice(&wal);
+    out.push(("store_open", "one-segment", [&[0u8][..], &segment].concat()));
+
+    let (points_file, manifest) = archive_files(&key, quantum, &points);
+    out.push(("tier_points", "one-block", points_file));
+    out.push(("tier_manifest", "one-block", manifest));
+
+    out.push(("csr", "device", device_csr().into_bytes()));
+    out.push(("control_json", "report", br#"{"generation":3,"digest":"ab","health":"ok"}"#.to_vec()));
+    out.push(("policy_signature", "key", b"timeshard-policy-public-key-v1 00".to_vec()));
+    // The smallest component: the preamble of the component-model binary format.
+    out.push(("policy_module", "empty-component", b"\0\0asm\x0d\0\x01\0".to_vec()));
+    out
+}
+
+/// A frame's body (the header cut off), as the server decodes it.
+fn frame_body<T: serde::Serialize>(msg: &T) -> Vec<u8> {
+    wire::encode(msg, u32::MAX).expect("it encodes")[wire::HEADER_BYTES..].to_vec()
+}
+
+/// A certificate signing request as `timeshard node --enroll` makes one.
+fn device_csr() -> String {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "timeshard node");
+    params.serialize_request(&key).expect("a CSR").pem().expect("PEM")
+}
+
+/// A points file and its manifest as an export writes them, for one block.
+fn archive_files(key: &SeriesKey, quantum: timeshard_proto::Quantum, points: &[Point]) -> (Vec<u8>, Vec<u8>) {
+    use timeshard_tier::layout::Kind;
+    use timeshard_tier::manifest::{Entry, FORMAT_VERSION, Header};
+    let mut writer = timeshard_tier::write::PointsWriter::new(1 << 20);
+    let series = writer.begin_series(key);
+    writer.push(series, points).expect("the writer takes sorted points");
+    writer.finish().expect("the footer");
+    let mut file = writer.take_output().to_vec();
+    let rest = writer.take_output();
+    file.extend_from_slice(&rest);
+    let id = crate::archive_file_id();
+    let summary = timeshard_store::Summary::of(points).expect("non-empty");
+    let header = Header {
+        format: FORMAT_VERSION,
+        class: id.class.clone(),
+        day: id.day.to_string(),
+        node: id.node.clone(),
+        seq: id.seq,
+        points_file: id.path(Kind::Points).to_string(),
+        points_bytes: file.len() as u64,
+        points_rows: points.len() as u64,
+        blocks: 1,
+        created_ns: crate::NOW_NS,
+        value_encoding: "dictionary".into(),
+        written_ns: None,
+    };
+    let entry = Entry { series: key.clone(), quantum, row_start: 0, summary, covers: summary.digest, base: 0 };
+    let manifest = timeshard_tier::write::encode_manifest(&header, &[entry]).expect("a manifest");
+    (file, manifest.to_vec())
+}
