@@ -97,8 +97,18 @@ impl Client {
     pub async fn connect_with(addr: SocketAddr, identity: &Identity, options: ClientOptions) -> Result<Client, Error> {
         let bind: SocketAddr =
             if addr.is_ipv6() { "[::]:0".parse() } else { "0.0.0.0:0".parse() }.expect("a literal address parses");
-        let mut endpoint = Endpoint::client(bind)
+        let endpoint = Endpoint::client(bind)
             .map_err(|e| Error::Connect { addr, reason: format!("cannot open a UDP socket: {e}") })?;
+        Client::connect_on(endpoint, addr, identity, options).await
+    }
+
+    /// Connects through an endpoint made elsewhere (one on a simulated socket).
+    pub async fn connect_on(
+        mut endpoint: Endpoint,
+        addr: SocketAddr,
+        identity: &Identity,
+        options: ClientOptions,
+    ) -> Result<Client, Error> {
         endpoint.set_default_client_config(tls::client_config(identity)?);
         let connecting =
             endpoint.connect(addr, NODE_NAME).map_err(|e| Error::Connect { addr, reason: e.to_string() })?;

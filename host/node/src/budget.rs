@@ -165,6 +165,10 @@ const RESIDENT_SAMPLE_MS: u64 = 50;
 /// [`resident_bytes`], read at most once every 50 ms however many writes ask: reading
 /// `/proc/self/statm` costs a few system calls, too many for every small write.
 pub fn recent_resident_bytes() -> u64 {
+    // A simulated fleet shares one process: its resident memory is no one node's.
+    if timeshard_clock::sim::active() {
+        return 0;
+    }
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     static SAMPLED_AT_MS: AtomicU64 = AtomicU64::new(0);
     static SAMPLE: AtomicU64 = AtomicU64::new(0);

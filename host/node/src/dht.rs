@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use timeshard_clock::instant;
+
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use timeshard_proto::routing::Observed;
@@ -95,7 +97,7 @@ impl Dht {
 
     /// Records that `contact` is alive; pings the oldest entry of a full bucket if asked to.
     pub fn observe(self: &Arc<Self>, contact: Contact) {
-        let outcome = self.table.lock().expect("table lock").observe(contact, Instant::now());
+        let outcome = self.table.lock().expect("table lock").observe(contact, instant());
         self.suspects.lock().expect("suspects lock").remove(&contact.id);
         if let Observed::Pending { ping: Some(oldest) } = outcome {
             let dht = self.clone();
@@ -120,15 +122,19 @@ impl Dht {
     }
 
     fn failed(&self, id: &Id) {
-        self.suspects.lock().expect("suspects lock").insert(*id, Instant::now());
-        if let Some(gone) = self.table.lock().expect("table lock").failed(id, Instant::now()) {
+        self.suspects.lock().expect("suspects lock").insert(*id, instant());
+        if let Some(gone) = self.table.lock().expect("table lock").failed(id, instant()) {
             info!(peer = %gone.id.short(), addr = %gone.addr, "evicted unresponsive peer");
         }
     }
 
     /// Whether `id` failed a request recently.
     pub fn is_suspect(&self, id: &Id) -> bool {
-        self.suspects.lock().expect("suspects lock").get(id).is_some_and(|t| t.elapsed() < SUSPECT_FOR)
+        self.suspects
+            .lock()
+            .expect("suspects lock")
+            .get(id)
+            .is_some_and(|t| instant().saturating_duration_since(*t) < SUSPECT_FOR)
     }
 
     /// Sends `req` to `contact`, keeping the routing table up to date with the outcome.
@@ -167,7 +173,7 @@ impl Dht {
     pub async fn lookup(self: &Arc<Self>, target: Id, want: usize) -> Vec<Contact> {
         let seeds = {
             let mut table = self.table.lock().expect("table lock");
-            table.touch(&target, Instant::now());
+            table.touch(&target, instant());
             table.closest(&target, self.cfg.k)
         };
         let mut lookup = Lookup::new(target, Some(self.me), seeds, want.max(1), self.cfg.alpha);
@@ -212,10 +218,10 @@ impl Dht {
     pub async fn refresh(self: &Arc<Self>, max: usize) {
         let due = {
             let table = self.table.lock().expect("table lock");
-            table.buckets_to_refresh(Instant::now(), self.cfg.refresh_interval)
+            table.buckets_to_refresh(instant(), self.cfg.refresh_interval)
         };
         let targets: Vec<Id> = {
-            let mut rng = rand::rng();
+            let mut rng = timeshard_clock::rng();
             due.into_iter().rev().take(max).map(|b| self.me.id.random_in_bucket(b, &mut rng)).collect()
         };
         futures::stream::iter(targets)
@@ -246,6 +252,7 @@ impl Dht {
         tick.tick().await;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }

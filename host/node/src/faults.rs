@@ -97,6 +97,7 @@ impl Faults {
         let mut tick = tokio::time::interval(RELOAD_EVERY);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => self.reload(),
             }

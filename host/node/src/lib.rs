@@ -22,6 +22,7 @@
 //!   [`replica`]), [`repair`] (anti-entropy, handoff of blocks this node no longer owns, read
 //!   repair, leaving).
 //! - The node: [`node`] (the [`Node`] handle the front doors share, and its status),
+//!   [`seams`] (the socket and disk a simulator replaces),
 //!   [`reconfigure`] (what may change while the node runs, applied whole or not at all),
 //!   [`start`] (wiring a node phase by phase, the tasks it runs with the narrow handles each
 //!   uses, shutdown).
@@ -48,6 +49,7 @@ pub mod process;
 pub mod reconfigure;
 pub mod repair;
 pub mod replica;
+pub mod seams;
 pub mod server;
 pub mod start;
 pub mod storage;

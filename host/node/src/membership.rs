@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rand::seq::IndexedRandom;
 use timeshard_proto::geo::GeoPoint;
@@ -58,7 +57,7 @@ pub struct View {
 
 /// Nanoseconds since the Unix epoch: a node's incarnation.
 fn wall_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    u64::try_from(timeshard_clock::now_ns()).unwrap_or(0)
 }
 
 impl View {
@@ -67,7 +66,7 @@ impl View {
     pub fn new(me: Contact, cfg: &MembershipConfig, config_digest: Arc<AtomicU64>) -> View {
         let mut member = Member::new(me.id, me.addr, wall_ns());
         member.config_digest = config_digest.load(Ordering::Relaxed);
-        let state = Membership::new(member, cfg.view(), Instant::now());
+        let state = Membership::new(member, cfg.view(), timeshard_clock::instant());
         let (generation, _) = watch::channel(state.generation());
         View {
             me,
@@ -135,7 +134,7 @@ impl View {
 
     /// This node's location, gossiped with its entry.
     pub fn set_location(&self, location: Option<GeoPoint>) {
-        self.with(|s| s.set_location(location.map(|p| (p.lat, p.lon)), Instant::now()));
+        self.with(|s| s.set_location(location.map(|p| (p.lat, p.lon)), timeshard_clock::instant()));
     }
 
     /// The location of member `id`, if it has one.
@@ -174,12 +173,12 @@ impl View {
     /// Keeps `ids` (revoked certificates) out of placement and reads, whatever their entries
     /// say.
     pub fn set_excluded(&self, ids: std::collections::HashSet<Id>) {
-        self.with(|s| s.set_excluded(ids, Instant::now()));
+        self.with(|s| s.set_excluded(ids, timeshard_clock::instant()));
     }
 
     /// What the view says of `id` now (`None`: not in the view).
     pub fn liveness(&self, id: &Id) -> Option<Liveness> {
-        self.state.lock().expect("membership lock").liveness(id, Instant::now())
+        self.state.lock().expect("membership lock").liveness(id, timeshard_clock::instant())
     }
 
     /// Whether `id` is up (this node always is).
@@ -189,7 +188,7 @@ impl View {
 
     /// Members up, down and gone.
     pub fn counts(&self) -> Counts {
-        self.state.lock().expect("membership lock").counts(Instant::now())
+        self.state.lock().expect("membership lock").counts(timeshard_clock::instant())
     }
 
     /// The generation of the owner-relevant part of the view.
@@ -206,7 +205,7 @@ impl View {
     /// Every member with its liveness.
     pub fn members(&self) -> Vec<(Member, Liveness)> {
         let state = self.state.lock().expect("membership lock");
-        state.members(Instant::now()).map(|(m, l)| (m.clone(), l)).collect()
+        state.members(timeshard_clock::instant()).map(|(m, l)| (m.clone(), l)).collect()
     }
 
     /// The contact of member `id`, if the view holds it.
@@ -228,7 +227,7 @@ impl View {
 
     /// Sets this node's status (leaving, left); peers learn it with the next gossip.
     pub fn set_status(&self, status: MemberStatus) {
-        self.with(|s| s.set_status(status, Instant::now()));
+        self.with(|s| s.set_status(status, timeshard_clock::instant()));
     }
 
     /// Answers a peer's [`Request::Gossip`]: merges what it pushes, then, if it sent a digest,
@@ -251,7 +250,7 @@ impl View {
             fix_addr(&mut e.member, from, &known_addr);
         }
         self.with(|s| {
-            let now = Instant::now();
+            let now = timeshard_clock::instant();
             s.merge(entries, now);
             if digest.is_empty() {
                 // A push: nothing asked.
@@ -267,7 +266,7 @@ impl View {
     pub fn beat(&self) {
         let digest = self.config_digest.load(Ordering::Relaxed);
         self.with(|s| {
-            let now = Instant::now();
+            let now = timeshard_clock::instant();
             s.set_config_digest(digest, now);
             s.beat(now);
         });
@@ -288,7 +287,7 @@ impl View {
             fix_addr(&mut e.member, peer, &known);
         }
         let push = self.with(|s| {
-            let now = Instant::now();
+            let now = timeshard_clock::instant();
             s.merge(entries, now);
             s.entries_for(&want, now)
         });
@@ -301,10 +300,10 @@ impl View {
     /// Whom to gossip with now: random up members, sometimes a down or gone one, and a contact
     /// of the routing table the view does not hold.
     fn targets(&self, dht: &Dht) -> Vec<Contact> {
-        let mut rng = rand::rng();
+        let mut rng = timeshard_clock::rng();
         let (mut targets, unknown) = {
             let state = self.state.lock().expect("membership lock");
-            let targets = state.gossip_targets(FANOUT, Instant::now(), &mut rng);
+            let targets = state.gossip_targets(FANOUT, timeshard_clock::instant(), &mut rng);
             let unknown: Vec<Contact> = dht.all_known().into_iter().filter(|c| state.get(&c.id).is_none()).collect();
             (targets, unknown)
         };
@@ -330,7 +329,7 @@ impl View {
         let mut last = 0;
         for _ in 0..JOIN_ROUNDS {
             let peers: Vec<Contact> = {
-                let mut rng = rand::rng();
+                let mut rng = timeshard_clock::rng();
                 dht.all_known().choose_multiple(&mut rng, 3).copied().collect()
             };
             if peers.is_empty() {
@@ -353,6 +352,7 @@ impl View {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
@@ -400,8 +400,8 @@ mod tests {
             panic!("not a gossip answer")
         };
         assert!(!entries.is_empty());
-        b.state.lock().unwrap().merge(entries, Instant::now());
-        let push = b.state.lock().unwrap().entries_for(&want, Instant::now());
+        b.state.lock().unwrap().merge(entries, timeshard_clock::instant());
+        let push = b.state.lock().unwrap().entries_for(&want, timeshard_clock::instant());
         a.on_gossip(contact(1), Vec::new(), push, |_| None);
         assert!(changes.has_changed().unwrap(), "a learned a new owner");
         assert_eq!(a.owners(target, 3).len(), 2);

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quinn::{Connection, Endpoint, TransportConfig, VarInt};
 use rustls::server::WebPkiClientVerifier;
@@ -22,6 +22,7 @@ use timeshard_proto::Id;
 use timeshard_proto::wire::{ALPN, Request, Response};
 use timeshard_sdk::tls::{self, Identity, NODE_NAME, PeerIdentity};
 use timeshard_sdk::transport::{self, CallError, Traffic};
+use tokio::time::Instant;
 
 use crate::config::NodeConfig;
 
@@ -166,6 +167,12 @@ impl Net {
         let server = server_config(cfg, identity)?;
         let endpoint =
             Endpoint::server(server, cfg.listen).map_err(|source| BindError::Listen { addr: cfg.listen, source })?;
+        Net::on_endpoint(cfg, identity, endpoint)
+    }
+
+    /// The node's network on an endpoint made elsewhere (on a simulated socket: see
+    /// [`crate::seams`]), which serves with [`server_config`].
+    pub fn on_endpoint(cfg: &NodeConfig, identity: &Identity, endpoint: Endpoint) -> Result<Net, BindError> {
         Ok(Net {
             endpoint,
             identity: RwLock::new(identity.clone()),

@@ -139,7 +139,7 @@ pub async fn ingest(registry: Arc<Registry>, batch: Vec<SeriesPoints>) -> Result
     if batch.iter().all(|s| registry.ingest_policy(&s.series).is_none()) {
         return Ok(Ingested { batch, ..Ingested::default() });
     }
-    let work = tokio::task::spawn_blocking(move || {
+    let work = timeshard_clock::spawn_blocking(move || {
         let mut out = Ingested::default();
         for SeriesPoints { series, points } in batch {
             let outcome = registry.ingest(&series, points).map_err(|e| {
@@ -191,7 +191,7 @@ pub async fn summarize(
     policy: String,
     params: Params,
 ) -> Result<Vec<Summarized>, ErrorReply> {
-    let work = tokio::task::spawn_blocking(move || {
+    let work = timeshard_clock::spawn_blocking(move || {
         parts
             .into_iter()
             .map(|part| {
@@ -244,8 +244,9 @@ pub async fn summarize_points(
     policy: String,
     params: Params,
 ) -> Result<Vec<PartialResult>, ErrorReply> {
-    let work =
-        tokio::task::spawn_blocking(move || query_map_patiently(&registry, &policy, &series, range, &points, &params));
+    let work = timeshard_clock::spawn_blocking(move || {
+        query_map_patiently(&registry, &policy, &series, range, &points, &params)
+    });
     work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query policy task failed: {e}")))?
 }
 
@@ -257,7 +258,7 @@ pub async fn merge(
     params: Params,
 ) -> Result<timeshard_policy::QueryResult, ErrorReply> {
     let partials = partials.into_iter().map(from_wire).collect::<Result<Vec<_>, _>>()?;
-    let work = tokio::task::spawn_blocking(move || {
+    let work = timeshard_clock::spawn_blocking(move || {
         registry.query_merge(&policy, partials, &params).map_err(|e| policy_error(ErrorCode::Policy, &e))
     });
     work.await.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("query merge task failed: {e}")))?

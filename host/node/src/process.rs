@@ -48,6 +48,7 @@ pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> s
     let stopped_itself = node.node().shutdown_signal().clone();
     loop {
         tokio::select! {
+            biased;
             r = &mut stop => return r,
             _ = stopped_itself.cancelled() => return Ok(()),
             _ = hup.recv() => {
@@ -98,6 +99,7 @@ pub async fn wait_for_stop_signal() -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
+        biased;
         _ = term.recv() => {}
         _ = int.recv() => {}
     }

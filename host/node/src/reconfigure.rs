@@ -209,6 +209,7 @@ impl Node {
             self.tasks().spawn(async move {
                 let config = node.config();
                 tokio::select! {
+                    biased;
                     _ = node.shutdown_signal().cancelled() => {}
                     _ = node.dht().join(&config.bootstrap) => {}
                 }
@@ -231,6 +232,7 @@ impl Node {
                 let shutdown = self.shutdown_signal().clone();
                 tokio::spawn(async move {
                     tokio::select! {
+                        biased;
                         _ = shutdown.cancelled() => {}
                         permits = slots.acquire_many_owned(owed as u32) => {
                             if let Ok(p) = permits {

@@ -19,6 +19,7 @@ pub async fn accept_loop(node: Arc<Node>) {
     let shutdown = node.shutdown_signal().clone();
     loop {
         let incoming = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             incoming = node.net().endpoint().accept() => match incoming {
                 Some(i) => i,
@@ -80,6 +81,7 @@ async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity)
             return;
         }
         let (send, recv) = tokio::select! {
+            biased;
             // Stop taking new requests; the node closes the connection once those in flight end.
             _ = shutdown.cancelled() => return,
             // Checked at the top of the loop.

@@ -46,6 +46,7 @@ use crate::reconfigure::ReconfigureError;
 use crate::repair::state::RepairState;
 use crate::repair::{Repair, read_repair};
 use crate::replica::Replica;
+use crate::seams::Seams;
 use crate::storage;
 use crate::tier::{Tier, TierError, store::TieredStore};
 
@@ -127,9 +128,14 @@ impl RunningNode {
 
     /// [`RunningNode::start`] with the revocations and generation of a desired state.
     pub async fn start_from(config: NodeConfig, applied: Applied) -> Result<RunningNode, StartError> {
+        RunningNode::start_on(config, applied, Seams::default()).await
+    }
+
+    /// [`RunningNode::start_from`] on `seams`: a simulator's socket and disk.
+    pub async fn start_on(config: NodeConfig, applied: Applied, seams: Seams) -> Result<RunningNode, StartError> {
         config.validate()?;
-        let Endpoint { net, me, http_listener } = bind(&config, &applied).await?;
-        let Stores { store, disk, tier } = open_stores(&config, &me.id)?;
+        let Endpoint { net, me, http_listener } = bind(&config, &applied, &seams).await?;
+        let Stores { store, disk, tier } = open_stores(&config, &me.id, seams.disk)?;
         let Discovery { dht, view, faults, digest } = discovery(&config, &applied, me, net)?;
         let data = data_path(&config, &applied, &dht, &view, &store)?;
         let node = Arc::new(Node {
@@ -205,12 +211,16 @@ struct Endpoint {
     http_listener: Option<(TcpListener, SocketAddr)>,
 }
 
-/// Phase 1: loads the node's identity, binds the QUIC endpoint (refusing `applied`'s revoked
-/// nodes from the first handshake), and binds the HTTP listener if it is enabled.
-async fn bind(config: &NodeConfig, applied: &Applied) -> Result<Endpoint, StartError> {
+/// Phase 1: loads the node's identity, binds the QUIC endpoint (on `seams`' socket if it has
+/// one; refusing `applied`'s revoked nodes from the first handshake), and binds the HTTP
+/// listener if it is enabled.
+async fn bind(config: &NodeConfig, applied: &Applied, seams: &Seams) -> Result<Endpoint, StartError> {
     let identity = Identity::load(&config.tls_files())?;
     let id = identity.id()?;
-    let net = Arc::new(Net::bind(config, &identity)?);
+    let net = match seams.endpoint(config, &identity)? {
+        Some(endpoint) => Arc::new(Net::on_endpoint(config, &identity, endpoint)?),
+        None => Arc::new(Net::bind(config, &identity)?),
+    };
     net.set_revoked(applied.revoked.clone());
     let addr = net.local_addr().map_err(|source| BindError::Listen { addr: config.listen, source })?;
     let me = Contact { id, addr };
@@ -228,10 +238,14 @@ struct Stores {
     tier: Arc<Tier>,
 }
 
-/// Phase 2: the local store and the cold tier over it. With an archive, replicas serve hot and
-/// cold merged (the tier's hook: [`TieredStore`]).
-fn open_stores(config: &NodeConfig, id: &Id) -> Result<Stores, StartError> {
-    let (store, disk) = storage::open(config)?;
+/// Phase 2: the local store (on `disk` if given) and the cold tier over it. With an archive,
+/// replicas serve hot and cold merged (the tier's hook: [`TieredStore`]).
+fn open_stores(
+    config: &NodeConfig,
+    id: &Id,
+    disk: Option<Arc<dyn timeshard_store::backend::Backend>>,
+) -> Result<Stores, StartError> {
+    let (store, disk) = storage::open(config, disk)?;
     let tier = Tier::open(config, &id.to_hex(), store.clone())?;
     let store: Arc<dyn Store> = match tier.archive() {
         Some(_) => Arc::new(TieredStore::new(tier.clone())),

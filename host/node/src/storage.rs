@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use timeshard_clock::now_ns;
+use timeshard_store::backend::Backend;
 use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -34,13 +35,14 @@ pub enum OpenError {
 /// stats).
 pub type Stores = (Arc<dyn Store>, Option<Arc<DiskStore>>);
 
-/// Opens the store `config` names; logs what the disk engine's health check found.
-pub fn open(config: &NodeConfig) -> Result<Stores, OpenError> {
+/// Opens the store `config` names; logs what the disk engine's health check found. With
+/// `disk`, the disk engine runs on it instead of `<data_dir>/store` (a simulated disk).
+pub fn open(config: &NodeConfig, disk: Option<Arc<dyn Backend>>) -> Result<Stores, OpenError> {
     Ok(match config.store.engine {
         StoreEngine::Memory => (Arc::new(MemStore::new(config.store.memory_max_points)), None),
         StoreEngine::Disk => {
             let dir = config.data_dir.join("store");
-            std::fs::create_dir_all(&dir).map_err(|source| OpenError::DataDir { path: dir.clone(), source })?;
+            let backend = disk;
             let disk = DiskConfig {
                 fsync: match config.store.fsync {
                     Fsync::Durable => FsyncPolicy::Durable,
@@ -56,7 +58,14 @@ pub fn open(config: &NodeConfig) -> Result<Stores, OpenError> {
                     .min(Shares::of(config.memory.budget.0).max_open_points()),
                 ..DiskConfig::default()
             };
-            let store = DiskStore::open(&dir, disk).map_err(|source| OpenError::Store { path: dir.clone(), source })?;
+            let opened = match backend {
+                Some(backend) => DiskStore::open_with_backend(backend, disk),
+                None => {
+                    std::fs::create_dir_all(&dir).map_err(|source| OpenError::DataDir { path: dir.clone(), source })?;
+                    DiskStore::open(&dir, disk)
+                }
+            };
+            let store = opened.map_err(|source| OpenError::Store { path: dir.clone(), source })?;
             for problem in store.health() {
                 warn!(%problem, "store health");
             }
@@ -74,12 +83,13 @@ pub async fn maintain(store: Arc<dyn Store>, interval: Duration, stop: Cancellat
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
         loop {
             let store = store.clone();
-            match tokio::task::spawn_blocking(move || store.maintain(now_ns())).await {
+            match timeshard_clock::spawn_blocking(move || store.maintain(now_ns())).await {
                 Ok(Ok(report)) if report.more => continue,
                 Ok(Ok(_)) => break,
                 Ok(Err(e)) => {

@@ -1,6 +1,6 @@
-//! A faulty disk for the store's tests: [`FaultyDisk`], an in-memory [`Backend`] that models
-//! what a power cut keeps and fails on demand (disk full, permission denied, a dying process,
-//! flipped bytes).
+//! A faulty disk for the store's tests and the fleet simulator: [`FaultyDisk`], an in-memory
+//! [`Backend`] that models what a power cut keeps and fails on demand (disk full, permission
+//! denied, a dying process, failed fsyncs, misdirected writes, flipped bytes).
 //!
 //! The model: appended bytes are volatile until `sync`; a file's existence is volatile until its
 //! first `sync` (or `write_atomic`); `write_atomic` is durable when it returns; a removal may or
@@ -60,6 +60,10 @@ struct State {
     ops: u64,
     syncs: u64,
     sync_delay: std::time::Duration,
+    // Syncs that fail (EIO) before they work again; what they should have synced stays volatile.
+    failing_syncs: u64,
+    // Appends that land in another file (or nowhere) while reporting success.
+    misdirected: u64,
 }
 
 /// A disk in memory that crashes and fails when a test asks. Clones share one disk.
@@ -146,6 +150,17 @@ impl FaultyDisk {
         {
             *b ^= xor;
         }
+    }
+
+    /// The next `n` syncs fail with an I/O error, syncing nothing.
+    pub fn fail_syncs(&self, n: u64) {
+        self.lock().failing_syncs = n;
+    }
+
+    /// The next `n` appends are misdirected: they report success, but their bytes land at the
+    /// end of another file (the next one by name; nowhere when there is none).
+    pub fn misdirect_appends(&self, n: u64) {
+        self.lock().misdirected = n;
     }
 
     /// Makes every `sync` take `d` (like a real disk), so concurrent writers overlap.
@@ -262,6 +277,20 @@ impl Backend for FaultyDisk {
             *left -= n as u64;
         }
         s.bytes_appended += n as u64;
+        if s.misdirected > 0 && fail.is_none() {
+            s.misdirected -= 1;
+            let at = s.files.get(path).map_or(0, |f| f.data.len() as u64);
+            let elsewhere = s
+                .files
+                .range::<str, _>((std::ops::Bound::Excluded(path), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(k, _)| k.clone());
+            if let Some(other) = elsewhere.and_then(|k| s.files.get_mut(&k)) {
+                other.data.extend_from_slice(&data[..n]);
+            }
+            s.files.entry(path.to_string()).or_default();
+            return Ok(at);
+        }
         let f = s.files.entry(path.to_string()).or_default();
         let at = f.data.len() as u64;
         f.data.extend_from_slice(&data[..n]);
@@ -278,6 +307,10 @@ impl Backend for FaultyDisk {
         }
         let mut s = self.lock();
         s.check_write()?;
+        if s.failing_syncs > 0 {
+            s.failing_syncs -= 1;
+            return Err(io::Error::other("fsync failed: input/output error (simulated)"));
+        }
         s.syncs += 1;
         let f = s.files.get_mut(path).ok_or_else(|| not_found(path))?;
         f.synced = f.data.len();
@@ -352,5 +385,25 @@ mod tests {
         assert!(b.append("a", b"x").is_err());
         b.heal();
         b.append("a", b"x").unwrap();
+    }
+
+    #[test]
+    fn failed_syncs_keep_bytes_volatile_and_misdirected_appends_land_elsewhere() {
+        let d = FaultyDisk::new();
+        d.append("a", b"one").unwrap();
+        d.fail_syncs(1);
+        assert!(d.sync("a").is_err());
+        assert_eq!(d.syncs(), 0);
+        // Nothing was synced: some power cut loses the file.
+        assert!((0..16).any(|seed| d.crash(seed).files().is_empty()));
+        d.sync("a").unwrap();
+        d.append("b", b"x").unwrap();
+        d.misdirect_appends(1);
+        // Reported at the end of "a", written at the end of "b".
+        assert_eq!(d.append("a", b"two").unwrap(), 3);
+        assert_eq!(d.read_all("a").unwrap(), b"one");
+        assert_eq!(d.read_all("b").unwrap(), b"xtwo");
+        assert_eq!(d.append("a", b"three").unwrap(), 3);
+        assert_eq!(d.read_all("a").unwrap(), b"onethree");
     }
 }

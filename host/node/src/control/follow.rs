@@ -48,6 +48,7 @@ pub(crate) async fn follow(node: Arc<Node>, agent: Agent, base: NodeConfig) {
     // the configuration recorded and swapped in with no await point: shutting down between
     // the two leaves the recorded state, which the node starts from next time.
     tokio::select! {
+        biased;
         _ = shutdown.cancelled() => {}
         _ = run(node, agent, base) => {}
     }
@@ -101,6 +102,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             let mut tick = tokio::time::interval(REPORT_CHECK);
             loop {
                 tokio::select! {
+                    biased;
                     answer = &mut watch => break answer,
                     _ = tick.tick() => {}
                 }
@@ -167,7 +169,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                     }
                 }
                 // Jitter, so a fleet does not come back all at once.
-                let wait = retry.mul_f64(rand::rng().random_range(0.5..1.0));
+                let wait = retry.mul_f64(timeshard_clock::rng().random_range(0.5..1.0));
                 retry = (retry * 2).min(RETRY_MAX);
                 tokio::time::sleep(wait).await;
             }
@@ -221,7 +223,7 @@ async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
     let unavailable = policies::fetch_missing(agent.client(), &dir, &control.assignments).await;
     let retry = !unavailable.is_empty();
     let next = control.clone();
-    let errors = tokio::task::spawn_blocking(move || {
+    let errors = timeshard_clock::spawn_blocking(move || {
         policies::apply(&registry, &file_policy, &config.base_dir, &next, &dir, unavailable)
     })
     .await

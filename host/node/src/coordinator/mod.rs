@@ -234,20 +234,27 @@ impl Coordinator {
             _ => u64::MAX,
         };
         let mut owners = placed.owners.clone();
-        let r = if inside {
+        let mut fallback = placed.fallback;
+        let bound = 2 * target.rf + 2;
+        if inside {
+            // A write counts stand-ins towards W for in-CoI owners it sees down (write.rs), so
+            // an owner only marked down may lack an acknowledged write while it counts itself
+            // settled: R of the n_in owners would not meet the write, and a stand-in on this
+            // side of a partition need not be the one the write used. Every in-CoI owner must
+            // answer (R = n_in) and only they are asked: with one unreachable the read fails
+            // (retryable) rather than answer stale. (Open: a write whose in-CoI owners were
+            // both down, read after they are back, before its hints arrive.)
             let (near, rest) = owners.split_at_mut(placed.synchronous);
             near.sort_by_key(rank);
             rest.sort_by_key(|c| (rank(c), far(c)));
-            usize::from(class.replication.r)
-        } else {
-            owners.sort_by_key(|c| (rank(c), far(c)));
-            1
-        };
-        let mut fallback = placed.fallback;
+            let candidates = near.to_vec();
+            let r = placed.synchronous.max(1);
+            return ReadPlan { owners, candidates, r };
+        }
+        owners.sort_by_key(|c| (rank(c), far(c)));
         fallback.sort_by_key(|c| (rank(c), far(c)));
-        let bound = 2 * target.rf + 2;
         let candidates = owners.iter().chain(&fallback).take(bound.max(owners.len())).copied().collect();
-        ReadPlan { owners, candidates, r }
+        ReadPlan { owners, candidates, r: 1 }
     }
 
     /// Asks the `candidates` of a block in order with `ask` until `r` settled replicas answered

@@ -87,11 +87,17 @@ impl ReplicaWrites {
         }
         let Some(payload) = payload(req) else { return };
         let hints = self.hints.clone();
-        self.tasks.spawn_blocking(move || match hints.add(target, payload, now_ns()) {
+        let keep = move || match hints.add(target, payload, now_ns()) {
             Ok(true) => {}
             Ok(false) => debug!(peer = %target.short(), "hint dropped: hints.max_bytes reached"),
             Err(e) => warn!(peer = %target.short(), error = %e, "cannot keep a hint"),
-        });
+        };
+        // Under simulation blocking work runs on the simulator's thread (timeshard_clock).
+        if timeshard_clock::sim::active() {
+            self.tasks.spawn(async move { keep() });
+        } else {
+            self.tasks.spawn_blocking(keep);
+        }
     }
 
     /// Runs `call` (which sends `req` to `target`) as a tracked task and returns its handle;
@@ -150,7 +156,7 @@ impl ReplicaWrites {
             warn!(requests = rest.len(), "replica writes still running at shutdown; keeping them as hints");
             let hints = self.hints.clone();
             let me = self.me;
-            let kept = tokio::task::spawn_blocking(move || {
+            let kept = timeshard_clock::spawn_blocking(move || {
                 for r in rest {
                     if let Some(abort) = &r.abort {
                         abort.abort();
@@ -163,7 +169,7 @@ impl ReplicaWrites {
             let _ = kept.await;
         }
         let hints = self.hints.clone();
-        match tokio::task::spawn_blocking(move || hints.sync()).await {
+        match timeshard_clock::spawn_blocking(move || hints.sync()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "cannot sync hints at shutdown"),
             Err(e) => warn!(error = %e, "hint sync task failed"),

@@ -238,7 +238,8 @@ impl Coordinator {
     /// The requests of a write: per owner node, its blocks packed within the limits and its
     /// registrations, each with the indices of the items it carries.
     fn requests(&self, items: &[Item], owners: &[Vec<Contact>]) -> Vec<(Target, Vec<usize>)> {
-        let mut per_node: HashMap<Id, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        // Ordered by node, so requests go out in the same order every time (a seed replays).
+        let mut per_node: std::collections::BTreeMap<Id, (Vec<usize>, Vec<usize>)> = Default::default();
         for (i, item) in items.iter().enumerate() {
             for c in &owners[i] {
                 let (blocks, regs) = per_node.entry(c.id).or_default();

@@ -80,11 +80,12 @@ impl Replayer {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
             let hints = self.hints.clone();
-            match tokio::task::spawn_blocking(move || hints.expire(now_ns())).await {
+            match timeshard_clock::spawn_blocking(move || hints.expire(now_ns())).await {
                 Ok(Ok(0)) => {}
                 Ok(Ok(n)) => warn!(hints = n, "dropped hints older than hints.max_age"),
                 Ok(Err(e)) => warn!(error = %e, "cannot expire old hints"),
@@ -113,7 +114,7 @@ impl Replayer {
     async fn replay_target(&self, contact: Contact) -> Result<(), String> {
         let hints = self.hints.clone();
         let target = contact.id;
-        let segments = tokio::task::spawn_blocking(move || hints.take(&target))
+        let segments = timeshard_clock::spawn_blocking(move || hints.take(&target))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -125,7 +126,7 @@ impl Replayer {
 
     async fn replay_segment(&self, contact: Contact, segment: Segment) -> Result<(), String> {
         let hints = self.hints.clone();
-        let (records, damaged) = tokio::task::spawn_blocking(move || hints.read(&segment))
+        let (records, damaged) = timeshard_clock::spawn_blocking(move || hints.read(&segment))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -148,7 +149,7 @@ impl Replayer {
         }
         let hints = self.hints.clone();
         let dropped = old.len() as u64 + damaged;
-        tokio::task::spawn_blocking(move || hints.finish(&segment, delivered, dropped))
+        timeshard_clock::spawn_blocking(move || hints.finish(&segment, delivered, dropped))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -162,11 +163,12 @@ pub async fn sync_loop(hints: Arc<Hints>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(SYNC_EVERY);
     loop {
         let stopping = tokio::select! {
+            biased;
             _ = stop.cancelled() => true,
             _ = tick.tick() => false,
         };
         let h = hints.clone();
-        match tokio::task::spawn_blocking(move || h.sync()).await {
+        match timeshard_clock::spawn_blocking(move || h.sync()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "cannot sync hints"),
             Err(e) => warn!(error = %e, "hint sync task failed"),

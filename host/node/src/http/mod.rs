@@ -209,10 +209,12 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
     tasks.clone().spawn(async move {
         loop {
             let permit = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 p = connections.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             };
             let (tcp, remote) = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
@@ -262,6 +264,7 @@ where
 {
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
+        biased;
         r = conn.as_mut() => if let Err(e) = r { debug!(%remote, error = %e, "HTTP connection ended with an error") },
         _ = shutdown.cancelled() => {
             conn.as_mut().shutdown_gracefully();

@@ -20,7 +20,10 @@
 //! changed or it is older than [`super::INVENTORY_MAX_AGE`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use rand::Rng;
+use timeshard_clock::instant;
 
 use futures::StreamExt;
 use timeshard_clock::now_ns;
@@ -46,20 +49,24 @@ impl Repair {
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut changes = self.view.subscribe();
         let mut owners: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
-        let jitter = |d: Duration| d + d.mul_f64(rand::random_range(0.0..0.1));
-        let mut next_round = Instant::now() + jitter(self.cfg.anti_entropy_interval);
+        let jitter = |d: Duration| d + d.mul_f64(timeshard_clock::rng().random_range(0.0..0.1));
+        let mut next_round = instant() + jitter(self.cfg.anti_entropy_interval);
+        let mut last_round = instant();
         loop {
             let due = match self.settle().catch_up_at() {
-                Some(at) => next_round.min(at),
-                None => next_round,
+                // The catch-up round starts at `at`; once one ran and did not complete (no
+                // neighbour answered), the next waits for `next_round` instead of spinning.
+                Some(at) if at > last_round => next_round.min(at),
+                _ => next_round,
             };
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 changed = changes.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    let now = Instant::now();
+                    let now = instant();
                     let after: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
                     if self.settle().on_view_change(&owners, &after, now) {
                         self.state.set_settled(false);
@@ -72,8 +79,9 @@ impl Repair {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
+            last_round = instant();
             let complete = self.round(&stop).await;
-            let now = Instant::now();
+            let now = instant();
             next_round = match self.settle().catch_up_at() {
                 Some(_) if !complete => now + CATCH_UP_RETRY,
                 _ => now + jitter(self.cfg.anti_entropy_interval),
@@ -90,7 +98,7 @@ impl Repair {
 
     /// One round: a pull from every neighbour that is up. Returns whether every pull completed.
     async fn round(&self, stop: &CancellationToken) -> bool {
-        let started = Instant::now();
+        let started = instant();
         let catching = self.settle().catch_up_at().is_some_and(|at| at <= started);
         let cutoff = if catching { i64::MAX } else { now_ns().saturating_sub(self.cfg.settle_for.as_nanos() as i64) };
         let inv = match self.inventory_since(started).await {
@@ -117,7 +125,7 @@ impl Repair {
             .take_until(stop.cancelled())
             .collect()
             .await;
-        let mut complete = results.len() == neighbours.len();
+        let mut complete = timeshard_proto::repair::Settle::round_complete(neighbours.len(), results.len());
         let mut fetched = 0;
         for (peer, result) in results {
             match result {

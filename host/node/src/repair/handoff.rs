@@ -12,9 +12,8 @@
 //! Blocks written within `settle_for` are left for a later pass (coordinators may still be
 //! writing them by a previous view), except while leaving.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use timeshard_clock::now_ns;
 use timeshard_proto::placement::block_bytes;
@@ -103,7 +102,8 @@ impl Repair {
             work.push(Displaced { block: item.block.clone(), count: item.count, owners, handoff });
         }
         report.blocks = work.iter().filter(|d| matches!(d.block, BlockRef::Points { .. })).count() as u64;
-        let mut by_owner: HashMap<Id, (Contact, Vec<usize>)> = HashMap::new();
+        // Ordered by owner, so a pass runs the same way every time (a seed replays).
+        let mut by_owner: std::collections::BTreeMap<Id, (Contact, Vec<usize>)> = Default::default();
         for (i, d) in work.iter().enumerate() {
             for o in &d.owners {
                 by_owner.entry(o.id).or_insert_with(|| (*o, Vec::new())).1.push(i);
@@ -129,7 +129,7 @@ impl Repair {
                     let store = self.store.clone();
                     let digest = d.handoff.digest;
                     let dropped =
-                        tokio::task::spawn_blocking(move || store.drop_block(&series, quantum.start, digest)).await;
+                        timeshard_clock::spawn_blocking(move || store.drop_block(&series, quantum.start, digest)).await;
                     match dropped {
                         Ok(Ok(true)) => report.dropped += 1,
                         // Written since: its new points go on the next pass.
@@ -202,7 +202,7 @@ impl Repair {
             let mut after = None;
             loop {
                 let (store, s, room) = (self.store.clone(), series.clone(), limit.saturating_sub(batch.points).max(1));
-                let page = tokio::task::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
+                let page = timeshard_clock::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
@@ -249,7 +249,7 @@ impl Repair {
             report.pushed += 1;
             Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
         }
-        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
+        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }

@@ -120,10 +120,8 @@ impl Inventory {
         let view_digest = view_digest(&eligible, &located);
         let mut inv = Inventory {
             me,
-            built_at: Instant::now(),
-            built_at_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64),
+            built_at: timeshard_clock::instant(),
+            built_at_ns: timeshard_clock::now_ns(),
             generation,
             view_digest,
             items: Vec::new(),

@@ -84,7 +84,7 @@ impl Repair {
         cfg: RepairConfig,
         limits: Limits,
     ) -> Repair {
-        let now = Instant::now();
+        let now = timeshard_clock::instant();
         let state = coordinator.repair().clone();
         Repair {
             me,
@@ -119,7 +119,7 @@ impl Repair {
 
     /// Waits as long as `bytes` fetched take at the configured rate.
     async fn pace(&self, bytes: usize) {
-        let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, Instant::now());
+        let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -127,7 +127,10 @@ impl Repair {
 
     /// The inventory of this node's blocks, at most [`INVENTORY_MAX_AGE`] old.
     pub async fn inventory(&self) -> Result<Arc<Inventory>, StoreError> {
-        self.inventory_since(Instant::now().checked_sub(INVENTORY_MAX_AGE).unwrap_or_else(Instant::now)).await
+        self.inventory_since(
+            timeshard_clock::instant().checked_sub(INVENTORY_MAX_AGE).unwrap_or_else(timeshard_clock::instant),
+        )
+        .await
     }
 
     /// The inventory a peer's session with `cutoff` compares: one built after the cutoff holds
@@ -158,10 +161,11 @@ impl Repair {
             return Ok(inv.clone());
         }
         let (store, classes, me) = (self.store.clone(), self.classes(), self.me.id);
-        let built =
-            tokio::task::spawn_blocking(move || Inventory::build(&*store, &classes, eligible, located, me, generation))
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
+        let built = timeshard_clock::spawn_blocking(move || {
+            Inventory::build(&*store, &classes, eligible, located, me, generation)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("inventory task failed: {e}")))??;
         let inv = Arc::new(built);
         *slot = Some(inv.clone());
         Ok(inv)

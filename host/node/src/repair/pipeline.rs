@@ -65,7 +65,7 @@ pub async fn store_pages(
             continue;
         }
         let store = store.clone();
-        tokio::task::spawn_blocking(move || store.write(&batch))
+        timeshard_clock::spawn_blocking(move || store.write(&batch))
             .await
             .map_err(|e| StoreFailed(e.to_string()))?
             .map_err(|e| StoreFailed(e.to_string()))?;

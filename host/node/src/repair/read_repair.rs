@@ -30,6 +30,7 @@ pub async fn run(
     let me = dht.me().id;
     loop {
         let repair = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             r = rx.recv() => match r {
                 Some(r) => r,
@@ -39,7 +40,7 @@ pub async fn run(
         let ok = if repair.target.id == me {
             let store = store.clone();
             let block = repair.block;
-            matches!(tokio::task::spawn_blocking(move || store.write(&[block])).await, Ok(Ok(_)))
+            matches!(timeshard_clock::spawn_blocking(move || store.write(&[block])).await, Ok(Ok(_)))
         } else {
             let mut ok = true;
             for req in requests(vec![HintPayload::Blocks(vec![repair.block])], &limits) {

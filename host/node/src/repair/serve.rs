@@ -37,7 +37,7 @@ impl Repair {
                     Counters::add(&self.state.counters.sessions_served, 1);
                 }
                 let inv2 = inv.clone();
-                let hashes = tokio::task::spawn_blocking(move || {
+                let hashes = timeshard_clock::spawn_blocking(move || {
                     let tree = inv2.tree(&peer, true, scope.cutoff);
                     tree::answer(&tree, &nodes, descend)
                 })
@@ -61,7 +61,8 @@ impl Repair {
             }
             Request::ReadBlocks { blocks, after, limit } => {
                 let store = self.store.clone();
-                let work = tokio::task::spawn_blocking(move || read_blocks(&*store, &blocks, after, limit as usize));
+                let work =
+                    timeshard_clock::spawn_blocking(move || read_blocks(&*store, &blocks, after, limit as usize));
                 match work.await {
                     Ok(Ok((blocks, next))) => Response::Blocks { blocks, next },
                     Ok(Err(e)) => store_error(e),
@@ -70,7 +71,7 @@ impl Repair {
             }
             Request::BlockDigests { blocks } => {
                 let store = self.store.clone();
-                let work = tokio::task::spawn_blocking(move || block_digests(&*store, &blocks));
+                let work = timeshard_clock::spawn_blocking(move || block_digests(&*store, &blocks));
                 match work.await {
                     Ok(Ok(digests)) => Response::BlockDigests { digests },
                     Ok(Err(e)) => store_error(e),
@@ -79,7 +80,7 @@ impl Repair {
             }
             Request::ListBlocks { after, limit } => {
                 let store = self.store.clone();
-                let work = tokio::task::spawn_blocking(move || {
+                let work = timeshard_clock::spawn_blocking(move || {
                     store.list_blocks(after.map(|c| StoreCursor::from_parts(c.series, c.after)), limit as usize)
                 });
                 match work.await {

@@ -99,7 +99,7 @@ impl Repair {
     ) -> Result<SessionReport, SessionError> {
         let scope = RepairScope { view: inv.view_digest, cutoff };
         let inv2 = inv.clone();
-        let local = tokio::task::spawn_blocking(move || inv2.tree(&peer.id, false, cutoff))
+        let local = timeshard_clock::spawn_blocking(move || inv2.tree(&peer.id, false, cutoff))
             .await
             .map_err(|e| SessionError::Store(e.to_string()))?;
         let descent = Descent::new(&local);
@@ -141,7 +141,7 @@ impl Repair {
             report.registrations += registrations.len() as u64;
             if !registrations.is_empty() {
                 let store = self.store.clone();
-                tokio::task::spawn_blocking(move || store.register_series(&registrations))
+                timeshard_clock::spawn_blocking(move || store.register_series(&registrations))
                     .await
                     .map_err(|e| SessionError::Store(e.to_string()))?
                     .map_err(|e| SessionError::Store(e.to_string()))?;

@@ -86,7 +86,7 @@ impl Replica {
         let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
         let store = self.store.clone();
         let settled = self.repair.is_settled();
-        let producer = tokio::task::spawn_blocking(move || {
+        let producer = timeshard_clock::spawn_blocking(move || {
             parts::produce_parts(&store, &series, &parts, page_points, settled, &tx);
         });
         (rx, producer)
@@ -101,7 +101,7 @@ fn storage_error(e: StoreError) -> Response {
 /// Serves a store request from `store` on a blocking thread; read answers carry `settled`.
 async fn serve_store(store: &Arc<dyn Store>, req: Request, settled: bool) -> Response {
     let store = store.clone();
-    let work = tokio::task::spawn_blocking(move || match req {
+    let work = timeshard_clock::spawn_blocking(move || match req {
         Request::Store { blocks } => match store.write(&blocks) {
             Ok(_) => Response::Stored { points: blocks.iter().map(|b| b.points.len() as u64).sum() },
             Err(e) => storage_error(e),

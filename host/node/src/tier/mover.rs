@@ -83,10 +83,12 @@ pub async fn run(tier: Arc<Tier>, me: Id, view: Arc<View>, stop: CancellationTok
         let failed = tier.progress().failed_rounds;
         let wait = interval.saturating_mul(1 << failed.min(16)).min(tier.config.max_backoff.max(interval));
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
         let result = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             r = round(&tier, me, &view) => r,
         };
@@ -134,7 +136,7 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
     let mut cursor = None;
     loop {
         let hot = tier.hot.clone();
-        let page = tokio::task::spawn_blocking(move || hot.list_blocks(cursor, LIST_PAGE)).await??;
+        let page = timeshard_clock::spawn_blocking(move || hot.list_blocks(cursor, LIST_PAGE)).await??;
         for b in page.blocks {
             if b.series.metric().starts_with(timeshard_proto::key::RESERVED_METRIC_PREFIX) {
                 continue;
@@ -179,7 +181,7 @@ async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>)
         return Ok(Vec::new());
     }
     let hot = tier.hot.clone();
-    let dropped = tokio::task::spawn_blocking(move || -> Result<Vec<bool>, StoreError> {
+    let dropped = timeshard_clock::spawn_blocking(move || -> Result<Vec<bool>, StoreError> {
         blocks.iter().map(|(series, start, digest)| hot.drop_block(series, *start, *digest)).collect()
     })
     .await??;
@@ -197,7 +199,7 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
     // began (dated later than it) stay.
     let live = std::mem::take(&mut found.write_aged);
     let tier2 = tier.clone();
-    tokio::task::spawn_blocking(move || tier2.writes.retain(&live, now)).await?.map_err(|e| {
+    timeshard_clock::spawn_blocking(move || tier2.writes.retain(&live, now)).await?.map_err(|e| {
         RoundError::Hot(StoreError::Io { context: "rewriting the tier's write times".into(), source: e })
     })?;
     if !found.expired.is_empty() {
@@ -327,7 +329,7 @@ async fn move_class(
     // The drop horizon first, durably: reads that skip the archive rely on it.
     if let Some(end) = covered.iter().map(|d| d.quantum.end()).max() {
         let (tier2, name) = (tier.clone(), class.name.clone());
-        tokio::task::spawn_blocking(move || tier2.note_drops(&name, end))
+        timeshard_clock::spawn_blocking(move || tier2.note_drops(&name, end))
             .await?
             .map_err(|e| RoundError::Hot(StoreError::Io { context: "recording the drop horizon".into(), source: e }))?;
     }

@@ -246,6 +246,8 @@ pub struct Handoff {
     /// The digest of this node's copy when the handoff started.
     pub digest: u64,
     pending: Vec<Id>,
+    /// Whether the copy had no owner to go to (then it is never dropped).
+    orphan: bool,
 }
 
 /// What an owner said about its copy of a block being handed off.
@@ -260,9 +262,12 @@ pub enum OwnerCopy {
 }
 
 impl Handoff {
-    /// A handoff of a copy with `digest` to `owners`.
+    /// A handoff of a copy with `digest` to `owners`. With no owner (a CoI block while no node
+    /// has a location, the last node of a cluster leaving) there is no one to hand the copy
+    /// to, and it may never be dropped: it may be the last one.
     pub fn new(digest: u64, owners: impl IntoIterator<Item = Id>) -> Handoff {
-        Handoff { digest, pending: owners.into_iter().collect() }
+        let pending: Vec<Id> = owners.into_iter().collect();
+        Handoff { digest, orphan: pending.is_empty(), pending }
     }
 
     /// The owners that have not confirmed yet.
@@ -287,9 +292,9 @@ impl Handoff {
     }
 
     /// Whether every owner confirmed, so the copy may be dropped (if it still has
-    /// [`Handoff::digest`]).
+    /// [`Handoff::digest`]); never for a copy that had no owner to go to.
     pub fn may_drop(&self) -> bool {
-        self.pending.is_empty()
+        !self.orphan && self.pending.is_empty()
     }
 }
 
@@ -376,6 +381,19 @@ mod tests {
         assert_eq!(h.on_digest(&b, None, 3), OwnerCopy::Differs);
         assert_eq!(h.pending(), &[b]);
         h.confirmed(&b);
+        assert!(h.may_drop());
+    }
+
+    /// Issue 24, bug 1 (simulation seed 2): with no owner at all (no node located for a CoI
+    /// class, the last node leaving) nothing was pending, so the only copy was dropped at once.
+    #[test]
+    fn a_copy_without_owners_is_never_dropped() {
+        let h = Handoff::new(7, []);
+        assert!(h.pending().is_empty());
+        assert!(!h.may_drop(), "no owner confirmed: this may be the last copy");
+        let mut h = Handoff::new(7, [contact(1).id]);
+        assert!(!h.may_drop());
+        h.confirmed(&contact(1).id);
         assert!(h.may_drop());
     }
 }

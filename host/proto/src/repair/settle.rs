@@ -57,6 +57,16 @@ impl Settle {
         self.since.map(|s| s + self.delay)
     }
 
+    /// Whether a round pulled from every neighbour it should: it asked `asked` neighbours (those
+    /// up) and `pulled` of them completed. A round that reached no neighbour (an isolated node,
+    /// a restarted one whose peers are all down to it) proves nothing: it never completes, so
+    /// the node never settles on it. A node alone in its view therefore stays unsettled, and
+    /// reads count its answers only when nothing settled answers (degraded), which is right:
+    /// it cannot know what it missed.
+    pub fn round_complete(asked: usize, pulled: usize) -> bool {
+        asked > 0 && pulled == asked
+    }
+
     /// Records that a round which started at `started` completed a pull from every neighbour
     /// that was up; returns whether the node is settled now.
     pub fn round_completed(&mut self, started: Instant, included_recent: bool) -> bool {
@@ -137,5 +147,14 @@ mod tests {
         // 10,000 bytes at once at 1,000 per second: wait out the debt.
         let wait = pace.take(10_000, t0 + Duration::from_secs(10));
         assert!((wait.as_secs_f64() - 9.1).abs() < 0.01, "{wait:?}");
+    }
+
+    /// Issue 24, bug 3: `0 == 0` made a round that reached no neighbour complete, and an
+    /// isolated or restarted node counted itself settled.
+    #[test]
+    fn a_round_that_reached_no_neighbour_is_not_complete() {
+        assert!(!Settle::round_complete(0, 0));
+        assert!(!Settle::round_complete(3, 2));
+        assert!(Settle::round_complete(3, 3));
     }
 }
