@@ -216,7 +216,7 @@ async fn frames_declaring_16_mib_cost_what_arrives_and_over_limit_ones_are_refus
 }
 
 /// Idle connections one client certificate opens at once.
-const FLOOD: usize = 2_000;
+const FLOOD: usize = 10_000;
 
 /// What became of one connection of the flood.
 enum Outcome {
