@@ -82,7 +82,8 @@ pub struct LimitsConfig {
     pub max_concurrent_peer_requests: usize,
     /// Streams (requests) one connection may have open at once.
     pub max_streams_per_connection: u32,
-    /// Connections established (and handshakes waiting) at once, in all.
+    /// Connections others opened to this node (and handshakes waiting) at once, in all; also
+    /// bounds the pool of connections it dials.
     pub max_connections: usize,
     /// Connections established at once from one certificate (a client, a device or a node);
     /// beyond it a new one is closed with a reason that says so.
