@@ -20,6 +20,13 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     for (name, request) in [("write", &write), ("read", &read), ("status", &Request::Status)] {
         out.push(("wire_request", name, frame_body(request)));
     }
+    // A located read, and the bytes of that envelope stacked 1,000 deep (decoding refuses the
+    // second level before reading it).
+    let at = timeshard_proto::geo::GeoPoint::new(33.75, -84.39).expect("a valid location");
+    let located = frame_body(&read.clone().located(Some(at)));
+    let envelope = &located[..located.len() - frame_body(&read).len()];
+    out.push(("wire_request", "located", located.clone()));
+    out.push(("wire_request", "located-nested", [envelope.repeat(1_000), frame_body(&read)].concat()));
     out.push((
         "wire_response",
         "pong",

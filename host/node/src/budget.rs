@@ -2,6 +2,11 @@
 //! caches, policy pools and queues, the settings derived from each share, and the admission of
 //! client writes against it.
 //!
+//! Request frames are charged too, as their bytes arrive and before their buffer grows
+//! ([`FrameCharge`]): a client's frame is refused with the same retryable error when frames
+//! being read would take more than the queues' share; a peer's is counted but never refused, so
+//! clients cannot starve replication and repair of memory.
+//!
 //! Past the budget the node sheds load instead of growing: a client write is refused with a
 //! retryable `Overloaded` "memory budget exceeded" error when the writes in flight would take
 //! more than the queues' share, or when the process's resident memory is already over the whole
@@ -74,6 +79,11 @@ pub enum BudgetExceeded {
     )]
     Queues { wanted: u64, share: u64, total: ByteSize },
     #[error(
+        "memory budget exceeded: request frames being read would take {wanted} bytes of the {share} bytes the budget \
+         ({total}) gives queues; retry later"
+    )]
+    Frames { wanted: u64, share: u64, total: ByteSize },
+    #[error(
         "memory budget exceeded: the node holds {resident} bytes resident, over its budget of {total}; retry later \
          (or raise [memory] budget)"
     )]
@@ -92,6 +102,58 @@ pub struct Ledger {
     shares: Shares,
     in_flight: AtomicU64,
     refused: AtomicU64,
+    /// Bytes of request frames being read or waiting to be decoded.
+    frames: AtomicU64,
+}
+
+/// The bytes one request frame holds of the budget, grown as it is read ([`FrameCharge::grow`])
+/// and given back when dropped.
+#[derive(Debug)]
+pub struct FrameCharge<'a> {
+    ledger: &'a Ledger,
+    bytes: u64,
+    /// A peer's frame: counted, never refused.
+    peer: bool,
+}
+
+impl FrameCharge<'_> {
+    /// Takes `more` bytes for this frame, or says why not (a client's frame only): past the
+    /// queues' share, unless this frame is the only one holding any (a frame within the message
+    /// limit must be readable on an idle node).
+    pub fn grow(&mut self, more: u64) -> Result<(), BudgetExceeded> {
+        let share = self.ledger.shares.queues;
+        let mine = self.bytes;
+        let peer = self.peer;
+        let grown = self.ledger.frames.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            let wanted = held.saturating_add(more);
+            (peer || held == mine || wanted <= share).then_some(wanted)
+        });
+        match grown {
+            Ok(_) => {
+                self.bytes += more;
+                Ok(())
+            }
+            Err(held) => {
+                self.ledger.refused.fetch_add(1, Ordering::Relaxed);
+                Err(BudgetExceeded::Frames {
+                    wanted: held.saturating_add(more),
+                    share,
+                    total: ByteSize(self.ledger.shares.total),
+                })
+            }
+        }
+    }
+
+    /// Bytes this frame holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for FrameCharge<'_> {
+    fn drop(&mut self) {
+        self.ledger.frames.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 /// Bytes of one admitted write, given back when dropped.
@@ -109,7 +171,17 @@ impl Drop for Admitted<'_> {
 
 impl Ledger {
     pub fn new(shares: Shares) -> Ledger {
-        Ledger { shares, in_flight: AtomicU64::new(0), refused: AtomicU64::new(0) }
+        Ledger { shares, in_flight: AtomicU64::new(0), refused: AtomicU64::new(0), frames: AtomicU64::new(0) }
+    }
+
+    /// A charge for one request frame, holding nothing yet; `peer` when a node sends it.
+    pub fn frame(&self, peer: bool) -> FrameCharge<'_> {
+        FrameCharge { ledger: self, bytes: 0, peer }
+    }
+
+    /// Bytes of request frames being read or waiting to be decoded.
+    pub fn frames(&self) -> u64 {
+        self.frames.load(Ordering::Acquire)
     }
 
     pub fn shares(&self) -> &Shares {
@@ -145,7 +217,7 @@ impl Ledger {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Writes refused since start.
+    /// Writes and request frames refused since start.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
@@ -236,6 +308,31 @@ mod tests {
         );
         assert_eq!(ledger.in_flight(), 0);
         ledger.admit(1, 63 << 20).unwrap();
+    }
+
+    #[test]
+    fn client_frames_past_the_queue_share_are_refused_and_peer_frames_are_not() {
+        // Queues get a quarter: 1 MiB.
+        let ledger = Ledger::new(Shares::of(4 << 20));
+        let mut alone = ledger.frame(false);
+        // Alone, a frame grows past the share (a maximum-size message must be readable).
+        alone.grow(3 << 19).unwrap();
+        assert_eq!(ledger.frames(), 3 << 19);
+        let mut second = ledger.frame(false);
+        let err = second.grow(64 << 10).unwrap_err();
+        assert!(matches!(err, BudgetExceeded::Frames { .. }), "{err}");
+        assert!(err.to_string().contains("request frames being read"), "{err}");
+        assert_eq!(ErrorReply::from(err).code, ErrorCode::Overloaded);
+        // A peer's frame is counted, never refused.
+        let mut peer = ledger.frame(true);
+        peer.grow(16 << 20).unwrap();
+        assert_eq!(ledger.frames(), (3 << 19) + (16 << 20));
+        drop((alone, peer));
+        second.grow(64 << 10).unwrap();
+        assert_eq!(second.bytes(), 64 << 10);
+        drop(second);
+        assert_eq!(ledger.frames(), 0, "charged bytes are given back");
+        assert_eq!(ledger.refused(), 1);
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //!   API and `/metrics`), [`control`] (enrolled nodes: following the control plane's desired
 //!   state, renewal, revocation), [`process`] (ready file and stop signals of a node process).
 
+pub mod admission;
 pub mod budget;
 pub mod config;
 pub mod control;

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admission::{Caller, Connections, RequestSlots};
 use crate::config::{Live, NodeConfig};
 use crate::control::policies::Applied as AppliedPolicies;
 use crate::coordinator::Coordinator;
@@ -47,9 +48,10 @@ pub struct Node {
     pub(crate) repair: Arc<Repair>,
     /// The cold tier (idle without an archive or write-time retention).
     pub(crate) tier: Arc<Tier>,
-    pub(crate) request_slots: Arc<Semaphore>,
-    /// Permits `request_slots` is meant to hold (it lags while a shrink waits for requests).
-    pub(crate) request_capacity: Mutex<usize>,
+    /// Requests served at once, apart for peers and clients.
+    pub(crate) slots: RequestSlots,
+    /// Connections established with the node, per identity.
+    pub(crate) connections: Arc<Connections>,
     pub(crate) config_generation: AtomicU64,
     /// Shared with the membership view, which gossips it with this node's entry.
     pub(crate) config_digest: Arc<AtomicU64>,
@@ -138,8 +140,17 @@ impl Node {
     pub fn repair(&self) -> &Arc<Repair> {
         &self.repair
     }
+    /// The clients' request slots (the peers' are apart: [`Node::slots`]).
     pub fn request_slots(&self) -> &Arc<Semaphore> {
-        &self.request_slots
+        self.slots.of(Caller::Client)
+    }
+    /// Request slots for peers and for clients.
+    pub fn slots(&self) -> &RequestSlots {
+        &self.slots
+    }
+    /// Connections established with the node, per identity.
+    pub fn connections(&self) -> &Arc<Connections> {
+        &self.connections
     }
     /// The disk store, when the node runs the disk engine.
     pub fn disk_store(&self) -> Option<&Arc<DiskStore>> {

@@ -194,7 +194,13 @@ impl Node {
         self.tier().set_config(&config);
         if old.limits != config.limits {
             self.coordinator().set_limits(config.limits.clone());
-            self.resize_request_slots(config.limits.max_concurrent_requests);
+            let limits = &config.limits;
+            self.slots.resize(
+                limits.max_concurrent_requests,
+                limits.max_concurrent_peer_requests,
+                self.shutdown_signal(),
+            );
+            self.connections.set_limits(limits.connections());
             changed.push("limits".into());
         }
         self.net().set_limits(&config, server);
@@ -216,34 +222,6 @@ impl Node {
             });
         }
         changed
-    }
-
-    /// Makes the request semaphore hold `want` permits: adds them, or takes them out as
-    /// requests in flight return theirs.
-    fn resize_request_slots(&self, want: usize) {
-        let mut capacity = self.request_capacity.lock().unwrap_or_else(|e| e.into_inner());
-        let slots = self.request_slots().clone();
-        if want > *capacity {
-            slots.add_permits(want - *capacity);
-        } else if want < *capacity {
-            let owed = (*capacity - want) - slots.forget_permits(*capacity - want);
-            if owed > 0 {
-                // Requests in flight hold the rest; take them out as they come back.
-                let shutdown = self.shutdown_signal().clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        biased;
-                        _ = shutdown.cancelled() => {}
-                        permits = slots.acquire_many_owned(owed as u32) => {
-                            if let Ok(p) = permits {
-                                p.forget();
-                            }
-                        }
-                    }
-                });
-            }
-        }
-        *capacity = want;
     }
 }
 

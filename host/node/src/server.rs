@@ -1,6 +1,7 @@
-//! Serving requests: the accept loop, one task per connection and per stream, bounded by a
-//! semaphore, and the dispatch of each request to the DHT, the local replica
-//! ([`crate::replica`]), the coordinator or repair.
+//! Serving requests: the accept loop, one task per connection and per stream, admitted per
+//! caller ([`crate::admission`]: connections per identity, request slots apart for peers and
+//! clients), request frames charged to the memory budget as they are read, and the dispatch of
+//! each request to the DHT, the local replica ([`crate::replica`]), the coordinator or repair.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
 use tracing::{debug, info};
 
+use crate::admission::{CLOSE_TOO_MANY, Caller};
 use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
 
@@ -56,6 +58,15 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
         conn.close(VarInt::from_u32(crate::faults::CLOSE_CUT_OFF), b"cut off by the fault file");
         return;
     }
+    // Held while the connection is served.
+    let _admitted = match node.connections().admit(peer.id) {
+        Ok(slot) => slot,
+        Err(e) => {
+            debug!(%remote, peer = %peer.id, error = %e, "refused a connection");
+            conn.close(VarInt::from_u32(CLOSE_TOO_MANY), e.to_string().as_bytes());
+            return;
+        }
+    };
     if peer.is_node {
         node.net().adopt(&conn);
         node.dht().observe_incoming(peer, remote);
@@ -127,13 +138,22 @@ async fn serve_stream(
         let _ = send.reset(VarInt::from_u32(STOP_LIMIT));
         return;
     }
-    let Ok(_permit) = node.request_slots().clone().try_acquire_owned() else {
-        let e =
-            ErrorReply::new(ErrorCode::Overloaded, "the node is serving its maximum number of requests; retry shortly");
+    let caller = Caller::of(peer.is_node);
+    let Some(_permit) = node.slots().try_admit(caller) else {
+        let whose = if peer.is_node { "peers" } else { "clients" };
+        let e = ErrorReply::new(
+            ErrorCode::Overloaded,
+            format!("the node is serving its maximum number of requests from {whose}; retry shortly"),
+        );
         return respond(&node, &mut send, &Response::Error(e), limit).await;
     };
-    let read = tokio::time::timeout(node.config().dht.request_timeout, transport::read_frame_bytes(&mut recv, limit));
-    let body = match read.await {
+    // The frame's bytes are charged as its buffer grows, and given back once it is decoded.
+    let mut charge = node.coordinator().budget().map(|ledger| ledger.frame(peer.is_node));
+    let read = transport::read_frame(&mut recv, limit, |bytes| match charge.as_mut() {
+        Some(charge) => charge.grow(bytes as u64).map_err(ErrorReply::from),
+        None => Ok(()),
+    });
+    let body = match tokio::time::timeout(node.config().dht.request_timeout, read).await {
         Ok(Ok(b)) => {
             node.net().traffic().received(wire::HEADER_BYTES + b.len());
             b
@@ -148,10 +168,16 @@ async fn serve_stream(
             )
             .await;
         }
+        Ok(Err(CallError::Budget(e))) => {
+            let _ = recv.stop(VarInt::from_u32(STOP_LIMIT));
+            return respond(&node, &mut send, &Response::Error(e), limit).await;
+        }
         Ok(Err(e)) => return debug!(%remote, error = %e, "could not read a request"),
         Err(_) => return debug!(%remote, "request not received in time"),
     };
-    let resp = match wire::decode::<Request>(&body) {
+    let decoded = wire::decode::<Request>(&body);
+    drop((body, charge));
+    let resp = match decoded {
         Err(e) => Response::Error(ErrorReply::new(ErrorCode::Malformed, format!("cannot decode the request: {e}"))),
         Ok(req) => {
             if peer.is_node {

@@ -24,11 +24,11 @@ use timeshard_proto::{Contact, Id};
 use timeshard_sdk::tls::Identity;
 use timeshard_store::{DiskStore, Store};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::admission::{Connections, RequestSlots};
 use crate::budget::{Ledger, Shares};
 use crate::config::{ConfigError, Live, NodeConfig};
 use crate::control::apply::config_digest_u64;
@@ -140,14 +140,14 @@ impl RunningNode {
         let data = data_path(&config, &applied, &dht, &view, &store)?;
         let node = Arc::new(Node {
             limits: config.limits.wire(),
-            request_slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            slots: RequestSlots::new(config.limits.max_concurrent_requests, config.limits.max_concurrent_peer_requests),
+            connections: Connections::new(config.limits.connections()),
             metrics: Arc::new(Metrics::default()),
             http_tokens: {
                 let tokens = Tokens::new(config.http.tokens.clone(), !config.http.listen.ip().is_loopback());
                 tokens.set_issued(applied.http_tokens.clone());
                 Arc::new(tokens)
             },
-            request_capacity: Mutex::new(config.limits.max_concurrent_requests),
             config: Live::new(config),
             dht,
             view,

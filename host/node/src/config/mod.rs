@@ -173,7 +173,12 @@ impl NodeConfig {
         if self.limits.max_batch_points == 0 || self.limits.max_page_points == 0 {
             return invalid("limits", "batch and page limits must be positive");
         }
-        if self.limits.max_concurrent_requests == 0 || self.limits.read_parallelism == 0 {
+        if self.limits.max_concurrent_requests == 0
+            || self.limits.max_concurrent_peer_requests == 0
+            || self.limits.read_parallelism == 0
+            || self.limits.max_connections == 0
+            || self.limits.max_connections_per_identity == 0
+        {
             return invalid("limits", "concurrency limits must be positive");
         }
         if self.dht.request_timeout.is_zero() || self.dht.connect_timeout.is_zero() || self.dht.idle_timeout.is_zero() {

@@ -75,12 +75,19 @@ pub struct LimitsConfig {
     pub max_batch_series: u32,
     /// Most points in one page of a read.
     pub max_page_points: u32,
-    /// Requests served at once; beyond it requests are refused as overloaded.
+    /// Requests from clients served at once; beyond it they are refused as overloaded.
     pub max_concurrent_requests: usize,
+    /// Requests from other nodes (gossip, lookups, replication, repair) served at once, apart
+    /// from the clients' so that clients cannot starve them; beyond it refused as overloaded.
+    pub max_concurrent_peer_requests: usize,
     /// Streams (requests) one connection may have open at once.
     pub max_streams_per_connection: u32,
-    /// Connections accepted at once.
+    /// Connections others opened to this node (and handshakes waiting) at once, in all; also
+    /// bounds the pool of connections it dials.
     pub max_connections: usize,
+    /// Connections established at once from one certificate (a client, a device or a node);
+    /// beyond it a new one is closed with a reason that says so.
+    pub max_connections_per_identity: usize,
     /// Quanta a read fetches in parallel.
     pub read_parallelism: usize,
     /// Quanta one page of a read scans at most; a longer range continues on the next page.
@@ -96,8 +103,10 @@ impl Default for LimitsConfig {
             max_batch_series: l.max_batch_series,
             max_page_points: l.max_page_points,
             max_concurrent_requests: 1024,
+            max_concurrent_peer_requests: 1024,
             max_streams_per_connection: 256,
             max_connections: 4096,
+            max_connections_per_identity: 64,
             read_parallelism: 64,
             max_quanta_per_page: 4096,
         }
@@ -105,6 +114,14 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
+    /// The limits on established connections.
+    pub fn connections(&self) -> crate::admission::ConnectionLimits {
+        crate::admission::ConnectionLimits {
+            total: self.max_connections,
+            per_identity: self.max_connections_per_identity,
+        }
+    }
+
     /// The wire limits.
     pub fn wire(&self) -> Limits {
         Limits {

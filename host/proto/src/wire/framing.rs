@@ -13,6 +13,11 @@ pub enum FrameError {
     /// The announced or encoded length exceeds the limit.
     #[error("message of {len} bytes exceeds the limit of {limit} bytes")]
     TooLarge { len: u64, limit: u32 },
+    /// The message nests envelopes deeper than [`super::nesting::MAX_NESTING`] allows.
+    #[error(
+        "malformed message: a located request carries another located request; wrap a request at most {limit} time"
+    )]
+    TooDeep { limit: u32 },
     /// The bytes do not decode as the expected message.
     #[error("malformed message: {0}")]
     Malformed(#[from] postcard::Error),
@@ -38,9 +43,17 @@ pub fn body_len(header: [u8; HEADER_BYTES], limit: u32) -> Result<usize, FrameEr
     Ok(len as usize)
 }
 
-/// Decodes a frame body. Trailing bytes are an error.
+/// Decodes a frame body. Trailing bytes are an error, and so is nesting deeper than
+/// [`super::nesting::MAX_NESTING`] (refused before the nested bytes are read).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
-    let (msg, rest) = postcard::take_from_bytes(body)?;
+    super::nesting::take_refused();
+    let (msg, rest) = postcard::take_from_bytes(body).map_err(|e| {
+        if super::nesting::take_refused() {
+            FrameError::TooDeep { limit: super::nesting::MAX_NESTING }
+        } else {
+            FrameError::Malformed(e)
+        }
+    })?;
     if !rest.is_empty() {
         return Err(FrameError::Malformed(postcard::Error::DeserializeBadEncoding));
     }
@@ -76,6 +89,46 @@ mod tests {
             Request::Write { batch: vec![WriteSeries { series: series(), points: vec![Point::new(1, 0.0); 100] }] };
         assert!(matches!(encode(&req, 64), Err(FrameError::TooLarge { .. })));
         assert!(matches!(body_len(1000u32.to_be_bytes(), 999), Err(FrameError::TooLarge { len: 1000, limit: 999 })));
+    }
+
+    /// postcard's bytes of `depth` located envelopes around a status request, built by hand (a
+    /// value this deep could not even be dropped without recursing).
+    fn nested_located(depth: usize) -> Vec<u8> {
+        let at = crate::geo::GeoPoint::new(33.75, -84.39).unwrap();
+        let one = encode(&Request::Located { at, request: Box::new(Request::Status) }, u32::MAX).unwrap();
+        let status = postcard::to_stdvec(&Request::Status).unwrap();
+        // The envelope's own bytes: the Located tag and the location, before the inner request.
+        let envelope = &one[HEADER_BYTES..one.len() - status.len()];
+        let mut bytes = envelope.repeat(depth);
+        bytes.extend_from_slice(&status);
+        bytes
+    }
+
+    #[test]
+    fn nested_located_envelopes_are_refused_before_recursing() {
+        // One envelope decodes; a second inside it is refused, however deep the stack goes.
+        assert!(matches!(decode::<Request>(&nested_located(1)), Ok(Request::Located { .. })));
+        // A small stack: without the bound, postcard's recursion overflows it long before
+        // 100,000 levels (and aborts the test binary).
+        let worker = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let mut out = Vec::new();
+                for depth in [2, 3, 100_000] {
+                    out.push(decode::<Request>(&nested_located(depth)).map(|_| ()));
+                }
+                out
+            })
+            .unwrap();
+        for result in worker.join().expect("decoding must not overflow the stack") {
+            let err = result.unwrap_err();
+            assert!(matches!(err, FrameError::TooDeep { limit: 1 }), "{err:?}");
+            assert!(err.to_string().contains("located request carries another"), "{err}");
+        }
+        // Neither the mark nor the depth leaks into the next decode on the same thread.
+        assert!(matches!(decode::<Request>(&nested_located(2)), Err(FrameError::TooDeep { .. })));
+        assert!(matches!(decode::<Request>(&[0xff]), Err(FrameError::Malformed(_))));
+        assert!(decode::<Request>(&nested_located(1)).is_ok());
     }
 
     proptest! {

@@ -111,8 +111,13 @@ pub enum Request {
     /// `at`, answered as `request` is. A coordinator decides by it, not by its own location,
     /// whether the client is inside a series' context of interest (quorum reads over the
     /// in-CoI replicas) or outside (the fastest replica). Appended last, so older encodings of
-    /// every other request stay valid.
-    Located { at: GeoPoint, request: Box<Request> },
+    /// every other request stay valid. Decoding refuses a located request inside another
+    /// before reading it (see [`super::nesting`]), so hostile bytes cannot recurse.
+    Located {
+        at: GeoPoint,
+        #[serde(deserialize_with = "super::nesting::located")]
+        request: Box<Request>,
+    },
 }
 
 /// Which series to list: a metric prefix and tags that must match exactly.

@@ -6,11 +6,12 @@
 //! so mismatched peers fail at the handshake instead of misreading each other.
 //!
 //! Deserialization validates series keys, time ranges and quanta; [`Request::validate`] checks the
-//! remaining limits (batch sizes, timestamps). The points a message carries are
+//! remaining limits (batch sizes, timestamps); [`nesting`] bounds how deep a message may nest. The points a message carries are
 //! [`crate::point`]'s types, re-exported here for the crates that name them by this path.
 
 pub mod framing;
 pub mod messages;
+pub mod nesting;
 pub mod validation;
 
 use serde::{Deserialize, Serialize};
