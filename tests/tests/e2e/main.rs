@@ -34,6 +34,7 @@ mod failover;
 mod fleet;
 mod full_batches;
 mod hinted_handoff;
+mod hostile_http;
 mod http;
 mod http_clients;
 mod http_policies;

@@ -138,6 +138,11 @@ impl Coordinator {
         self
     }
 
+    /// The memory budget, when the node keeps one (the HTTP side charges bodies to it).
+    pub fn budget(&self) -> Option<&Arc<crate::budget::Ledger>> {
+        self.budget.as_ref()
+    }
+
     /// The policy registry, if this node runs policies.
     pub fn policies(&self) -> Option<&Arc<Registry>> {
         self.policies.as_ref()
