@@ -302,3 +302,149 @@ async fn trickle_after_head(
     let status = parse(&answer).ok().map(|a| a.status);
     Ok(Closed { after: started.elapsed(), status })
 }
+
+/// Sends `head` with `Expect: 100-continue` and waits for the node's go-ahead before sending
+/// `body` (after `hold`, so bodies overlap): a refusal comes before any of the body is sent.
+async fn raw_expect(addr: SocketAddr, head: &str, body: &[u8], hold: Duration) -> anyhow::Result<Raw> {
+    let mut tcp = TcpStream::connect(addr).await?;
+    let request =
+        format!("{head}\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n", body.len());
+    tcp.write_all(request.as_bytes()).await?;
+    let mut first = vec![0u8; 25];
+    let n = tcp.read(&mut first).await?;
+    first.truncate(n);
+    if first.starts_with(b"HTTP/1.1 100") {
+        tokio::time::sleep(hold).await;
+        tcp.write_all(body).await?;
+        first.clear();
+    }
+    let mut answer = first;
+    tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut answer)).await.context("no answer")??;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    // After a 100 Continue, the final answer follows it.
+    let start = text.rfind("HTTP/1.1 ").unwrap_or(0);
+    parse(&text.as_bytes()[start..])
+}
+
+/// The node's peak resident memory (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().split(' ').next()?.parse().ok());
+    kb.unwrap_or(0u64) * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use timeshard_node::budget::ByteSize;
+
+    const BUDGET: u64 = 128 << 20; // queues (and bodies) get a quarter: 32 MiB
+    const SERIES: usize = 2_000;
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    options.memory.budget = ByteSize(BUDGET);
+    let cluster = LocalCluster::start_converged(options).await?;
+    let addr = cluster.http_addr(0).unwrap();
+    let host = format!("Host: 127.0.0.1:{}", addr.port());
+    let started_rss = peak_rss(cluster.pid(0).unwrap());
+
+    // SERIES series of one point each, for the wide aggregate.
+    let mut c = HttpClient::connect(addr, None).await?;
+    let wide: String = (0..SERIES).map(|i| format!("wide,n={i} value={i} {T}\n")).collect();
+    let a = c.post("/write?precision=s", wide).await?;
+    assert_eq!(a.status, 204, "{}", a.text());
+
+    // A well-behaved client writes and reads back all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let well = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut c = HttpClient::connect(addr, None).await?;
+            let (mut i, mut slowest) = (0i64, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let a = c.post("/write?precision=s", format!("well value={i} {}\n", T + i)).await?;
+                anyhow::ensure!(a.status == 204, "write {i} during the attacks: {}", a.text());
+                let got = values(&mut c, "well").await?;
+                anyhow::ensure!(got.len() == i as usize + 1 && got[i as usize] == i as f64, "read {i}: {got:?}");
+                slowest = slowest.max(started.elapsed());
+                i += 1;
+            }
+            Ok::<_, anyhow::Error>((i, slowest))
+        }
+    });
+
+    // A 20 MB line and a 1 MB series key: refused with the limit named.
+    for (what, line) in [
+        ("a 20 MB line", format!("big,site=atl value=1,{}=2 {T}\n", "f".repeat(20 << 20))),
+        ("a 1 MB series key", format!("big,site={} value=1 {T}\n", "a".repeat(1 << 20))),
+    ] {
+        let a = raw(addr, &format!("POST /write?precision=s HTTP/1.1\r\n{host}"), line.as_bytes()).await?;
+        assert_eq!(a.status, 400, "{what}: {a:?}");
+        assert!(a.body.contains("512"), "{what}: the key limit is named: {}", &a.body[..a.body.len().min(500)]);
+    }
+
+    // 100,000 windows x 2,000 series: refused before anything is read, with the numbers.
+    let q = format!("SELECT mean(value) FROM wide WHERE time >= {}s AND time < {}s GROUP BY time(1s)", T, T + 100_000);
+    let a = c.get(&format!("/query?q={}", encode(&q))).await?;
+    let text = a.text();
+    assert!(
+        text.contains("100000 windows x 2000 series") && text.contains("max_query_windows"),
+        "{}: {}",
+        a.status,
+        &text[..text.len().min(500)]
+    );
+
+    // A remote-write body of 2 MiB of empty series: a few KB on the wire, 48 MiB decoded.
+    let empties = timeshard_formats::compression::snappy(&[0x0a, 0x00].repeat(1 << 20));
+    let a =
+        raw(addr, &format!("POST /api/v1/write HTTP/1.1\r\n{host}\r\nContent-Type: application/x-protobuf"), &empties)
+            .await?;
+    assert_eq!(a.status, 413, "{a:?}");
+    assert!(a.body.contains("2097152 bytes") && a.body.contains("memory budget"), "{}", a.body);
+
+    // 64 bodies of 4 MiB at once (comments and one point): 8 fit the bodies' share; the others
+    // are refused before they are sent.
+    const BODIES: usize = 64;
+    let mut body = "# padding padding padding padding padding padding padding padding padding\n".repeat((4 << 20) / 75);
+    body.push_str(&format!("bulk value=1 {T}\n"));
+    let body = Arc::new(body);
+    let sends: Vec<_> = (0..BODIES)
+        .map(|_| {
+            let (body, head) = (body.clone(), format!("POST /write?precision=s HTTP/1.1\r\n{host}"));
+            tokio::spawn(async move { raw_expect(addr, &head, body.as_bytes(), Duration::from_millis(500)).await })
+        })
+        .collect();
+    let (mut stored, mut refused) = (0, 0);
+    for send in sends {
+        let a = send.await??;
+        match a.status {
+            204 => stored += 1,
+            503 => {
+                assert!(a.body.contains("memory budget exceeded: request bodies"), "{}", a.body);
+                refused += 1;
+            }
+            other => panic!("a 4 MiB body got {other}: {}", a.body),
+        }
+    }
+    assert!(stored >= 1 && refused >= 1, "{stored} stored, {refused} refused");
+
+    stop.store(true, Ordering::Relaxed);
+    let (rounds, slowest) = well.await??;
+    assert!(rounds > 0);
+    let a = c.get("/ping").await?;
+    assert_eq!(a.status, 204, "the node keeps serving");
+    let peak = peak_rss(cluster.pid(0).unwrap());
+    println!(
+        "{BODIES} bodies of 4 MiB: {stored} stored, {refused} refused (memory budget); the well-behaved client's \
+         {rounds} writes and reads all correct, the slowest {slowest:?}; node peak RSS {} MiB of a {} MiB budget \
+         ({} MiB when started)",
+        peak >> 20,
+        BUDGET >> 20,
+        started_rss >> 20
+    );
+    cluster.shutdown().await?;
+    Ok(())
+}

@@ -65,6 +65,9 @@ pub struct HttpConfig {
     pub max_query_points: usize,
     /// Most series one InfluxQL statement reads.
     pub max_query_series: usize,
+    /// Most windows one InfluxQL aggregate may answer, over all its series (windows × series),
+    /// checked before anything is read.
+    pub max_query_windows: usize,
     /// Set for an enrolled node (not from the file): the control plane issues tokens
     /// (`timeshard-control http-token create`), so a listener off loopback needs none configured;
     /// it refuses every request until one is issued.
@@ -92,6 +95,7 @@ impl Default for HttpConfig {
             allowed_origins: Vec::new(),
             max_query_points: 1_000_000,
             max_query_series: 10_000,
+            max_query_windows: 1_000_000,
             issued_tokens: false,
         }
     }
@@ -134,7 +138,11 @@ impl HttpConfig {
         if self.max_body_bytes < 1024 || self.max_concurrent_requests == 0 || self.max_connections == 0 {
             return invalid("max_body_bytes", "limits must be positive (bodies at least 1024 bytes)".into());
         }
-        if self.request_timeout.is_zero() || self.max_query_points == 0 || self.max_query_series == 0 {
+        if self.request_timeout.is_zero()
+            || self.max_query_points == 0
+            || self.max_query_series == 0
+            || self.max_query_windows == 0
+        {
             return invalid("request_timeout", "the timeout and query limits must be positive".into());
         }
         if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_requests_per_connection == 0 {

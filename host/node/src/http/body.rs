@@ -38,8 +38,11 @@ pub async fn buffer<'a>(
         Some(l) => Some(l.admit_body(bytes, recent_resident_bytes()).map_err(|e| ApiError::Node(e.into()))?),
         None => None,
     };
+    // A declared length is read into a buffer of that size; a chunked body's grows from 64 KiB.
+    let exact = axum::body::HttpBody::size_hint(req.body()).exact().is_some();
+    let capacity = if exact { bytes as usize } else { 64 << 10 };
     let (parts, body) = req.into_parts();
-    let collected = tokio::time::timeout(timeout, Limited::new(body, limit).collect())
+    let read = tokio::time::timeout(timeout, read_into(Limited::new(body, limit), capacity))
         .await
         .map_err(|_| ApiError::BodyTimeout(timeout))?
         .map_err(|e| {
@@ -49,7 +52,18 @@ pub async fn buffer<'a>(
                 ApiError::BadRequest(format!("cannot read the request body: {e}"))
             }
         })?;
-    Ok((Request::from_parts(parts, axum::body::Body::from(collected.to_bytes())), charge))
+    Ok((Request::from_parts(parts, axum::body::Body::from(read)), charge))
+}
+
+/// Reads a body into one buffer, copied once (collecting chunks and joining them takes twice).
+async fn read_into(mut body: Limited<axum::body::Body>, capacity: usize) -> Result<Bytes, axum::BoxError> {
+    let mut buf = bytes::BytesMut::with_capacity(capacity);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
 }
 
 /// A request body within the limit; an oversize one is refused with [`ApiError::TooLarge`].

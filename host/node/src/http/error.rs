@@ -22,6 +22,11 @@ pub enum ApiError {
         "the request body is larger than this node's limit of {limit} bytes ([http] max_body_bytes); send smaller batches"
     )]
     TooLarge { limit: usize },
+    #[error(
+        "the body decompresses to {declared} bytes, which decoded may take {expanded} bytes, more than the {share} \
+         bytes the memory budget gives requests ([memory] budget); send smaller batches"
+    )]
+    DecodesTooLarge { declared: usize, expanded: u64, share: u64 },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -58,7 +63,7 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) | ApiError::PartialWrite(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::DecodesTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
