@@ -111,8 +111,9 @@ impl ApiError {
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if status == StatusCode::REQUEST_TIMEOUT {
-            // The rest of a late body may still arrive: it cannot be read as a next request.
+        if status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of a late or refused body may still arrive unread: the connection cannot
+            // carry a next request.
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
