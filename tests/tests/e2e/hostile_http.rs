@@ -340,8 +340,8 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
     use std::sync::atomic::{AtomicBool, Ordering};
     use timeshard_node::budget::ByteSize;
 
-    const BUDGET: u64 = 128 << 20; // queues (and bodies) get a quarter: 32 MiB
-    const SERIES: usize = 2_000;
+    const BUDGET: u64 = 256 << 20; // the default; queues (and bodies) get a quarter: 64 MiB
+    const SERIES: usize = 10_000;
     let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
     options.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
     options.memory.budget = ByteSize(BUDGET);
@@ -386,26 +386,26 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
         assert!(a.body.contains("512"), "{what}: the key limit is named: {}", &a.body[..a.body.len().min(500)]);
     }
 
-    // 100,000 windows x 2,000 series: refused before anything is read, with the numbers.
+    // 100,000 windows x 10,000 series: refused before anything is read, with the numbers.
     let q = format!("SELECT mean(value) FROM wide WHERE time >= {}s AND time < {}s GROUP BY time(1s)", T, T + 100_000);
     let a = c.get(&format!("/query?q={}", encode(&q))).await?;
     let text = a.text();
     assert!(
-        text.contains("100000 windows x 2000 series") && text.contains("max_query_windows"),
+        text.contains("100000 windows x 10000 series") && text.contains("max_query_windows"),
         "{}: {}",
         a.status,
         &text[..text.len().min(500)]
     );
 
-    // A remote-write body of 2 MiB of empty series: a few KB on the wire, 48 MiB decoded.
-    let empties = timeshard_formats::compression::snappy(&[0x0a, 0x00].repeat(1 << 20));
+    // A remote-write body of 4 MiB of empty series: a few KB on the wire, 96 MiB decoded.
+    let empties = timeshard_formats::compression::snappy(&[0x0a, 0x00].repeat(2 << 20));
     let a =
         raw(addr, &format!("POST /api/v1/write HTTP/1.1\r\n{host}\r\nContent-Type: application/x-protobuf"), &empties)
             .await?;
     assert_eq!(a.status, 413, "{a:?}");
-    assert!(a.body.contains("2097152 bytes") && a.body.contains("memory budget"), "{}", a.body);
+    assert!(a.body.contains("4194304 bytes") && a.body.contains("memory budget"), "{}", a.body);
 
-    // 64 bodies of 4 MiB at once (comments and one point): 8 fit the bodies' share; the others
+    // 64 bodies of 4 MiB at once (comments and one point): 16 fit the bodies' share; the others
     // are refused before they are sent.
     const BODIES: usize = 64;
     let mut body = "# padding padding padding padding padding padding padding padding padding\n".repeat((4 << 20) / 75);
