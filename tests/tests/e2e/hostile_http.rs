@@ -405,10 +405,12 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
     assert_eq!(a.status, 413, "{a:?}");
     assert!(a.body.contains("4194304 bytes") && a.body.contains("memory budget"), "{}", a.body);
 
-    // 64 bodies of 4 MiB at once (comments and one point): 16 fit the bodies' share; the others
-    // are refused before they are sent.
-    const BODIES: usize = 64;
-    let mut body = "# padding padding padding padding padding padding padding padding padding\n".repeat((4 << 20) / 75);
+    // 256 bodies of 32 MiB (the default limit) at once, comments and one point: two fit the
+    // bodies' share at a time; the others are refused before they are sent.
+    const BODIES: usize = 256;
+    const MIB: usize = 32;
+    let mut body =
+        "# padding padding padding padding padding padding padding padding padding\n".repeat((MIB << 20) / 76);
     body.push_str(&format!("bulk value=1 {T}\n"));
     let body = Arc::new(body);
     let sends: Vec<_> = (0..BODIES)
@@ -426,7 +428,7 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
                 assert!(a.body.contains("memory budget exceeded: request bodies"), "{}", a.body);
                 refused += 1;
             }
-            other => panic!("a 4 MiB body got {other}: {}", a.body),
+            other => panic!("a {MIB} MiB body got {other}: {}", a.body),
         }
     }
     assert!(stored >= 1 && refused >= 1, "{stored} stored, {refused} refused");
@@ -438,7 +440,7 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
     assert_eq!(a.status, 204, "the node keeps serving");
     let peak = peak_rss(cluster.pid(0).unwrap());
     println!(
-        "{BODIES} bodies of 4 MiB: {stored} stored, {refused} refused (memory budget); the well-behaved client's \
+        "{BODIES} bodies of {MIB} MiB: {stored} stored, {refused} refused (memory budget); the well-behaved client's \
          {rounds} writes and reads all correct, the slowest {slowest:?}; node peak RSS {} MiB of a {} MiB budget \
          ({} MiB when started)",
         peak >> 20,
