@@ -108,6 +108,8 @@ pub enum Error {
     Overloaded(&'static str),
     #[error("the request took longer than {0:?}; retry")]
     Timeout(std::time::Duration),
+    #[error("the request body did not arrive within {0:?}; send it at once")]
+    BodyTimeout(std::time::Duration),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("{0}")]
@@ -153,6 +155,7 @@ impl Error {
             TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
+            BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database"),
             Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

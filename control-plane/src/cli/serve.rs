@@ -52,6 +52,13 @@ pub struct ServeArgs {
     /// Watching nodes at once; more get 503 and retry.
     #[arg(long, default_value_t = Limits::default().max_watchers)]
     pub max_watchers: usize,
+    /// Requests without credentials (enrollments, health checks) in progress at once, apart
+    /// from --max-requests so that they cannot starve operators and nodes.
+    #[arg(long, default_value_t = Limits::default().max_open_requests)]
+    pub max_open_requests: usize,
+    /// Longest a client may take to send a request's body (slower: 408).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
 }
 
 /// The database URL `args` select.
@@ -137,6 +144,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections.max(1),
         max_requests: args.max_requests.max(1),
         max_watchers: args.max_watchers.max(1),
+        max_open_requests: args.max_open_requests.max(1),
+        body_timeout: args.body_timeout.max(Duration::from_millis(100)),
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

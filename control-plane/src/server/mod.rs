@@ -6,8 +6,11 @@
 //! need one, people and scripts use API tokens instead.
 //!
 //! Everything is bounded: connections ([`Limits::max_connections`]), requests in progress
-//! ([`Limits::max_requests`], each with [`REQUEST_TIMEOUT`]), watchers
-//! ([`Limits::max_watchers`]), bodies ([`MAX_BODY_BYTES`]), the TLS handshake and the request
+//! ([`Limits::max_requests`], each with [`REQUEST_TIMEOUT`]), requests without credentials
+//! (enrollment, health) apart in their own small pool ([`Limits::max_open_requests`]), so that
+//! anyone who can reach the port cannot starve operators and nodes; watchers
+//! ([`Limits::max_watchers`]), bodies ([`MAX_BODY_BYTES`], read within
+//! [`Limits::body_timeout`] before a request takes a slot), the TLS handshake and the request
 //! header ([`HANDSHAKE_TIMEOUT`]), and a connection's life ([`MAX_CONNECTION_AGE`]).
 
 pub mod extract;
@@ -57,13 +60,24 @@ const SERVER_CERT_RENEWAL: Duration = Duration::from_secs(86_400);
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_connections: usize,
+    /// Requests with credentials (an API token, a node certificate) in progress at once.
     pub max_requests: usize,
+    /// Requests without credentials (enrollment, health) in progress at once.
+    pub max_open_requests: usize,
     pub max_watchers: usize,
+    /// Longest a client may take to send a request's body.
+    pub body_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 16_384, max_requests: 256, max_watchers: 15_000 }
+        Limits {
+            max_connections: 16_384,
+            max_requests: 256,
+            max_open_requests: 32,
+            max_watchers: 15_000,
+            body_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -72,7 +86,9 @@ impl Default for Limits {
 pub struct AppState {
     pub fleet: Arc<Fleet>,
     requests: Arc<Semaphore>,
+    open_requests: Arc<Semaphore>,
     watchers: Arc<Semaphore>,
+    body_timeout: Duration,
 }
 
 /// The routes.
@@ -81,7 +97,9 @@ pub fn router(fleet: Arc<Fleet>, limits: &Limits) -> Router {
     let state = AppState {
         fleet,
         requests: Arc::new(Semaphore::new(limits.max_requests)),
+        open_requests: Arc::new(Semaphore::new(limits.max_open_requests)),
         watchers: Arc::new(Semaphore::new(limits.max_watchers)),
+        body_timeout: limits.body_timeout,
     };
     Router::new()
         .route(paths::HEALTH, get(h::health))
@@ -120,6 +138,8 @@ pub fn router(fleet: Arc<Fleet>, limits: &Limits) -> Router {
 }
 
 /// Bounds requests in progress (with a timeout) and watchers (separately: they wait long).
+/// A body is read, within its limit and [`Limits::body_timeout`], before the request takes a
+/// slot; requests that present no credentials take theirs from a pool of their own.
 async fn limit(State(s): State<AppState>, req: Request, next: Next) -> Response {
     if req.uri().path() == paths::WATCH {
         let Ok(_permit) = s.watchers.clone().try_acquire_owned() else {
@@ -127,14 +147,48 @@ async fn limit(State(s): State<AppState>, req: Request, next: Next) -> Response 
         };
         return next.run(req).await;
     }
-    let permit = tokio::time::timeout(Duration::from_secs(5), s.requests.clone().acquire_owned()).await;
+    let credentials =
+        req.headers().contains_key(axum::http::header::AUTHORIZATION) || req.extensions().get::<PeerNode>().is_some();
+    let req = match read_body(req, s.body_timeout).await {
+        Ok(req) => req,
+        Err(e) => return e.into_response(),
+    };
+    let (pool, busy) = if credentials {
+        (&s.requests, "too many requests in progress")
+    } else {
+        (&s.open_requests, "too many requests without credentials (enrollments) in progress")
+    };
+    let permit = tokio::time::timeout(Duration::from_secs(5), pool.clone().acquire_owned()).await;
     let Ok(Ok(_permit)) = permit else {
-        return Error::Overloaded("too many requests in progress").into_response();
+        return Error::Overloaded(busy).into_response();
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(response) => response,
         Err(_) => Error::Timeout(REQUEST_TIMEOUT).into_response(),
     }
+}
+
+/// The request with its body read into memory, within the route's limit and `timeout`. A body
+/// that declares more than the limit is handed on unread, for the route to refuse.
+async fn read_body(req: Request, timeout: Duration) -> Result<Request, Error> {
+    use http_body_util::BodyExt;
+    let limit = if req.uri().path() == paths::POLICIES { MAX_MODULE_BYTES + 1 } else { MAX_BODY_BYTES };
+    let declared = axum::body::HttpBody::size_hint(req.body()).exact();
+    if declared == Some(0) || declared.is_some_and(|n| n > limit as u64) {
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| Error::BodyTimeout(timeout))?;
+    let body = match read {
+        Ok(collected) => axum::body::Body::from(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(Error::TooLarge(format!("the limit is {limit} bytes")));
+        }
+        Err(e) => return Err(Error::BadRequest(format!("cannot read the request body: {e}"))),
+    };
+    Ok(Request::from_parts(parts, body))
 }
 
 /// Serves the current certificate; a task replaces it before it expires.

@@ -28,11 +28,15 @@ pub fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
 /// Decompresses a snappy block (Prometheus remote write) of at most `limit` bytes
 /// decompressed; the length it declares is checked before anything is allocated.
 pub fn unsnappy(body: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
-    let len = snap::raw::decompress_len(body).map_err(|e| DecompressError::Snappy(e.to_string()))?;
-    if len > limit {
+    if snappy_len(body)? > limit {
         return Err(DecompressError::TooLarge { limit });
     }
     snap::raw::Decoder::new().decompress_vec(body).map_err(|e| DecompressError::Snappy(e.to_string()))
+}
+
+/// The decompressed length a snappy block declares, read from its header without decompressing.
+pub fn snappy_len(body: &[u8]) -> Result<usize, DecompressError> {
+    snap::raw::decompress_len(body).map_err(|e| DecompressError::Snappy(e.to_string()))
 }
 
 /// Compresses with snappy (block format), as Prometheus sends remote-write bodies.

@@ -431,6 +431,17 @@ fn unescape(s: &[u8], special: &[u8]) -> Vec<u8> {
 
 /// The series key of series text `series` (measurement and tags as sent) and field `field`.
 fn series_key(series: &[u8], field: &[u8]) -> Result<SeriesKey, String> {
+    // Every unescaped byte of the measurement, tags and field (but the field `value`, which
+    // is left out) ends up in the key, and an escape takes two bytes for one: names this long
+    // cannot make a key within the limit, so they are refused before anything is copied.
+    let longest = 2 * timeshard_proto::series::MAX_SERIES_KEY_BYTES + 2;
+    if series.len() > longest || field.len() > longest {
+        return Err(format!(
+            "the measurement, tags and field name take {} bytes; a series key is at most {} bytes",
+            series.len() + field.len(),
+            timeshard_proto::series::MAX_SERIES_KEY_BYTES
+        ));
+    }
     let utf8 = |b: Vec<u8>| String::from_utf8(b).map_err(|_| "names must be UTF-8".to_string());
     let m_end = find_unescaped(series, 0, b",");
     let measurement = utf8(unescape(&series[..m_end], b", "))?;
@@ -467,6 +478,25 @@ mod tests {
 
     fn points_of(p: &Parsed, key: &str) -> Vec<Point> {
         p.batch.iter().find(|s| s.series.as_str() == key).map(|s| s.points.clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn names_too_long_for_a_key_are_refused_without_quoting_them_whole() {
+        let long_tag = format!("m,site={} value=1 1\n", "a".repeat(1 << 20));
+        let long_field = format!("m,site=atl value=1,{}=2 1\n", "f".repeat(1 << 20));
+        for body in [long_tag, long_field] {
+            let p = parse(body.as_bytes(), Precision::S, NOW);
+            assert_eq!(p.failed_lines, 1);
+            let message = &p.errors[0].message;
+            assert!(
+                message.contains("at most 512 bytes") && message.len() < 1024,
+                "{}",
+                &message[..200.min(message.len())]
+            );
+        }
+        // Escapes count once: a key of 512 bytes written with escapes is still accepted.
+        let escaped = format!("m,k={} x=1 1\n", "\\ ".repeat(100));
+        assert_eq!(parse(escaped.as_bytes(), Precision::S, NOW).failed_lines, 0);
     }
 
     #[test]

@@ -78,6 +78,11 @@ pub struct Decoded {
     pub failed: usize,
 }
 
+/// Most bytes of memory one decompressed byte may take once decoded: an empty label is 2 bytes
+/// of protobuf and a `Label` of two empty `String`s (48 bytes); charge a body at this much
+/// before decoding it.
+pub const DECODED_BYTES_PER_BYTE: usize = 24;
+
 /// Decodes a snappy-compressed body of at most `limit` bytes decompressed.
 pub fn decode(body: &[u8], limit: usize) -> Result<Decoded, DecodeError> {
     let raw = compression::unsnappy(body, limit)?;

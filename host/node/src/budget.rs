@@ -11,6 +11,8 @@
 //! retryable `Overloaded` "memory budget exceeded" error when the writes in flight would take
 //! more than the queues' share, or when the process's resident memory is already over the whole
 //! budget. Nothing is acknowledged that is not stored; reads, replica traffic and repair go on.
+//! HTTP request bodies are charged at their declared length before they are read, on their
+//! own account within the queues' share ([`Ledger::admit_body`]).
 //!
 //! The accounting ([`Ledger`]) is sans-IO: the caller measures resident memory
 //! ([`resident_bytes`]) and passes it in.
@@ -84,6 +86,11 @@ pub enum BudgetExceeded {
     )]
     Frames { wanted: u64, share: u64, total: ByteSize },
     #[error(
+        "memory budget exceeded: request bodies being read would take {wanted} bytes of the {share} bytes the budget \
+         ({total}) gives them; retry later, or send smaller bodies"
+    )]
+    Bodies { wanted: u64, share: u64, total: ByteSize },
+    #[error(
         "memory budget exceeded: the node holds {resident} bytes resident, over its budget of {total}; retry later \
          (or raise [memory] budget)"
     )]
@@ -96,11 +103,14 @@ impl From<BudgetExceeded> for ErrorReply {
     }
 }
 
-/// What client writes hold of the budget right now.
+/// What client writes and the request bodies being read hold of the budget right now.
 #[derive(Debug)]
 pub struct Ledger {
     shares: Shares,
     in_flight: AtomicU64,
+    /// Bytes of request bodies (HTTP) being read or decoded: charged before they are read,
+    /// at their declared length, against the queues' share like the writes they become.
+    bodies: AtomicU64,
     refused: AtomicU64,
     /// Bytes of request frames being read or waiting to be decoded.
     frames: AtomicU64,
@@ -156,22 +166,39 @@ impl Drop for FrameCharge<'_> {
     }
 }
 
-/// Bytes of one admitted write, given back when dropped.
+/// Bytes of one admitted write or body, given back when dropped.
 #[derive(Debug)]
 pub struct Admitted<'a> {
-    ledger: &'a Ledger,
+    held: &'a AtomicU64,
     bytes: u64,
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        self.ledger.in_flight.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.held.fetch_sub(self.bytes, Ordering::AcqRel);
     }
+}
+
+/// Takes `bytes` more of `held` within `share`; one alone is always let through when nothing
+/// else is held, so a request within the other limits is servable on an idle node.
+fn take(held: &AtomicU64, bytes: u64, share: u64) -> Result<Admitted<'_>, u64> {
+    held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+        let wanted = h.saturating_add(bytes);
+        (h == 0 || wanted <= share).then_some(wanted)
+    })
+    .map(|_| Admitted { held, bytes })
+    .map_err(|h| h.saturating_add(bytes))
 }
 
 impl Ledger {
     pub fn new(shares: Shares) -> Ledger {
-        Ledger { shares, in_flight: AtomicU64::new(0), refused: AtomicU64::new(0), frames: AtomicU64::new(0) }
+        Ledger {
+            shares,
+            in_flight: AtomicU64::new(0),
+            bodies: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+        }
     }
 
     /// A charge for one request frame, holding nothing yet; `peer` when a node sends it.
@@ -182,6 +209,26 @@ impl Ledger {
     /// Bytes of request frames being read or waiting to be decoded.
     pub fn frames(&self) -> u64 {
         self.frames.load(Ordering::Acquire)
+    }
+
+    /// Admits a request body of `bytes` (its declared length, or the body limit when it does
+    /// not declare one) before it is read, given the process's `resident` bytes.
+    pub fn admit_body(&self, bytes: u64, resident: u64) -> Result<Admitted<'_>, BudgetExceeded> {
+        let total = ByteSize(self.shares.total);
+        let refused = |e| {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            Err(e)
+        };
+        if resident > self.shares.total {
+            return refused(BudgetExceeded::Resident { resident, total });
+        }
+        let share = self.shares.queues;
+        take(&self.bodies, bytes, share).or_else(|wanted| refused(BudgetExceeded::Bodies { wanted, share, total }))
+    }
+
+    /// Bytes of request bodies admitted and not yet given back.
+    pub fn bodies(&self) -> u64 {
+        self.bodies.load(Ordering::Acquire)
     }
 
     pub fn shares(&self) -> &Shares {
@@ -197,19 +244,10 @@ impl Ledger {
         }
         let bytes = points.saturating_mul(IN_FLIGHT_POINT_BYTES);
         let share = self.shares.queues;
-        let admitted = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-            // One write alone is always let through when nothing else is in flight: a batch
-            // within the wire limits must be writable on an idle node.
-            let wanted = held.saturating_add(bytes);
-            (held == 0 || wanted <= share).then_some(wanted)
-        });
-        match admitted {
-            Ok(_) => Ok(Admitted { ledger: self, bytes }),
-            Err(held) => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                Err(BudgetExceeded::Queues { wanted: held.saturating_add(bytes), share, total })
-            }
-        }
+        take(&self.in_flight, bytes, share).map_err(|wanted| {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            BudgetExceeded::Queues { wanted, share, total }
+        })
     }
 
     /// Bytes of client writes in flight.
@@ -291,6 +329,28 @@ mod tests {
         let big = ledger.admit(10_000, 0).unwrap();
         drop(big);
         assert_eq!(ledger.refused(), 1);
+    }
+
+    #[test]
+    fn bodies_are_charged_apart_from_writes_within_the_queue_share() {
+        let ledger = Ledger::new(Shares::of(8 << 20));
+        // Queues get 2 MiB.
+        let big = ledger.admit_body(3 << 20, 0).unwrap();
+        let err = ledger.admit_body(1, 0).unwrap_err();
+        assert!(
+            matches!(err, BudgetExceeded::Bodies { wanted, share, .. } if wanted == (3 << 20) + 1 && share == 2 << 20)
+        );
+        assert!(err.to_string().contains("request bodies"), "{err}");
+        // The points such a body becomes are admitted on their own account.
+        drop(ledger.admit(1000, 0).unwrap());
+        drop(big);
+        assert_eq!(ledger.bodies(), 0);
+        let a = ledger.admit_body(1 << 20, 0).unwrap();
+        let b = ledger.admit_body(1 << 20, 0).unwrap();
+        assert!(ledger.admit_body(1, 0).is_err());
+        drop((a, b));
+        assert!(matches!(ledger.admit_body(1, 9 << 20), Err(BudgetExceeded::Resident { .. })));
+        assert_eq!(ledger.refused(), 3);
     }
 
     #[test]

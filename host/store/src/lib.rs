@@ -73,6 +73,27 @@ use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp}
 
 pub mod agg;
 pub mod backend;
+
+/// The `limit` smallest of `keys`, sorted, and whether there were more: keeps `limit + 1`
+/// references however many keys pass.
+pub fn smallest<'a>(keys: impl Iterator<Item = &'a SeriesKey>, limit: usize) -> (Vec<SeriesKey>, bool) {
+    let mut kept: std::collections::BinaryHeap<&SeriesKey> = std::collections::BinaryHeap::with_capacity(limit + 1);
+    let mut more = false;
+    for key in keys {
+        if kept.len() < limit {
+            kept.push(key);
+        } else if kept.peek().is_some_and(|largest| key < *largest) {
+            kept.pop();
+            kept.push(key);
+            more = true;
+        } else {
+            more = true;
+        }
+    }
+    let mut out: Vec<SeriesKey> = kept.into_iter().cloned().collect();
+    out.sort();
+    (out, more)
+}
 pub mod block;
 mod disk;
 pub mod faulty_disk;
@@ -273,6 +294,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Registered series passing `filter` (metric prefix and exact tags), sorted.
     fn find_series(&self, filter: &SeriesFilter) -> Result<Vec<SeriesKey>, StoreError> {
         Ok(self.list_series(&filter.metric_prefix)?.into_iter().filter(|s| filter.matches(s)).collect())
+    }
+
+    /// The first `limit` registered series passing `filter`, sorted, and whether more pass.
+    /// The stores keep only `limit` keys while they scan, whatever the dictionary holds (a
+    /// listing from outside asks this, never the whole dictionary).
+    fn find_series_page(&self, filter: &SeriesFilter, limit: usize) -> Result<(Vec<SeriesKey>, bool), StoreError> {
+        Ok(smallest(self.find_series(filter)?.iter(), limit))
     }
 
     /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,

@@ -2,6 +2,7 @@
 //! digests for the repair listings. Bounded by a point cap so a runaway writer gets
 //! [`StoreError::Full`] instead of exhausting memory.
 
+use crate::SeriesFilter;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::RwLock;
@@ -199,6 +200,12 @@ impl Store for MemStore {
 
     fn has_series(&self, series: &SeriesKey) -> Result<bool, StoreError> {
         Ok(self.read_lock().get(series).is_some_and(|s| s.registered))
+    }
+
+    fn find_series_page(&self, filter: &SeriesFilter, limit: usize) -> Result<(Vec<SeriesKey>, bool), StoreError> {
+        let inner = self.read_lock();
+        let passing = inner.series.iter().filter(|s| s.registered && filter.matches(&s.key)).map(|s| &s.key);
+        Ok(crate::smallest(passing, limit))
     }
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {

@@ -40,13 +40,34 @@ pub struct HttpConfig {
     pub max_concurrent_requests: usize,
     /// Connections open at once; further ones wait to be accepted.
     pub max_connections: usize,
-    /// Longest a request may take, from its headers to its answer.
+    /// Longest a request may take, from its body read to its answer.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Longest a client may take to send a request's headers (and the TLS handshake), and
+    /// longest a kept-alive connection may sit idle: slow senders are closed after it.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// Longest a client may take to send a request's body; a slower one gets 408 and is closed.
+    /// Bodies are read before the request takes one of `max_concurrent_requests`.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// Requests one connection may carry; the last answer says `Connection: close`.
+    pub max_requests_per_connection: usize,
+    /// Host names a request's `Host` may name besides IP addresses, `localhost` and
+    /// `node.timeshard` (e.g. `["tsdb.plant.example"]`); others get 421, so a web page cannot
+    /// reach the node through a name that resolves to it (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`scheme://host[:port]`) whose pages may call the node from a browser
+    /// (e.g. `["https://grafana.plant.example"]`); a request from any other page (its `Origin`,
+    /// `Referer` or `Sec-Fetch-Site` says so) gets 403. Empty: no page may.
+    pub allowed_origins: Vec<String>,
     /// Most raw points one query answers (InfluxQL or `/v1/read`); narrow the range beyond it.
     pub max_query_points: usize,
     /// Most series one InfluxQL statement reads.
     pub max_query_series: usize,
+    /// Most windows one InfluxQL aggregate may answer, over all its series (windows × series),
+    /// checked before anything is read.
+    pub max_query_windows: usize,
     /// Set for an enrolled node (not from the file): the control plane issues tokens
     /// (`timeshard-control http-token create`), so a listener off loopback needs none configured;
     /// it refuses every request until one is issued.
@@ -67,8 +88,14 @@ impl Default for HttpConfig {
             max_concurrent_requests: 256,
             max_connections: 1024,
             request_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_requests_per_connection: 10_000,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             max_query_points: 1_000_000,
             max_query_series: 10_000,
+            max_query_windows: 1_000_000,
             issued_tokens: false,
         }
     }
@@ -111,8 +138,37 @@ impl HttpConfig {
         if self.max_body_bytes < 1024 || self.max_concurrent_requests == 0 || self.max_connections == 0 {
             return invalid("max_body_bytes", "limits must be positive (bodies at least 1024 bytes)".into());
         }
-        if self.request_timeout.is_zero() || self.max_query_points == 0 || self.max_query_series == 0 {
+        if self.request_timeout.is_zero()
+            || self.max_query_points == 0
+            || self.max_query_series == 0
+            || self.max_query_windows == 0
+        {
             return invalid("request_timeout", "the timeout and query limits must be positive".into());
+        }
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_requests_per_connection == 0 {
+            return invalid(
+                "header_timeout",
+                "the header and body timeouts and requests per connection must be positive".into(),
+            );
+        }
+        if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ':', ' ', '*'])) {
+            return invalid(
+                "allowed_hosts",
+                format!(
+                    "{bad:?} is not a host name: give bare names such as \"tsdb.plant.example\" (no scheme, port or wildcard)"
+                ),
+            );
+        }
+        if let Some(bad) = self.allowed_origins.iter().find(|o| {
+            !(o.starts_with("http://") || o.starts_with("https://"))
+                || o.trim_end_matches('/').matches('/').count() != 2
+        }) {
+            return invalid(
+                "allowed_origins",
+                format!(
+                    "{bad:?} is not a web origin: give scheme://host[:port], such as \"https://grafana.plant.example\" (no path)"
+                ),
+            );
         }
         Ok(())
     }
@@ -137,5 +193,25 @@ mod tests {
         HttpConfig::default().validate().unwrap();
         let c = HttpConfig { cert: Some("x.pem".into()), ..HttpConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("both cert and key"));
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_must_be_bare_names_and_origins() {
+        let with = |hosts: &[&str], origins: &[&str]| HttpConfig {
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+            ..HttpConfig::default()
+        };
+        with(&["tsdb.plant.example"], &["https://grafana.plant.example", "http://127.0.0.1:3000/"]).validate().unwrap();
+        for bad in ["http://tsdb.example", "tsdb.example:8086", "*.example", ""] {
+            let err = with(&[bad], &[]).validate().unwrap_err().to_string();
+            assert!(err.contains("allowed_hosts") && err.contains("not a host name"), "{bad}: {err}");
+        }
+        for bad in ["grafana.example", "https://grafana.example/d/x", "ftp://x"] {
+            let err = with(&[], &[bad]).validate().unwrap_err().to_string();
+            assert!(err.contains("allowed_origins") && err.contains("not a web origin"), "{bad}: {err}");
+        }
+        let err = HttpConfig { body_timeout: Duration::ZERO, ..HttpConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("timeouts"), "{err}");
     }
 }

@@ -138,7 +138,7 @@ impl Coordinator {
         self
     }
 
-    /// The memory budget, when the node admits against one.
+    /// The memory budget, when the node keeps one (the HTTP side charges bodies to it).
     pub fn budget(&self) -> Option<&Arc<crate::budget::Ledger>> {
         self.budget.as_ref()
     }

@@ -22,10 +22,25 @@ pub enum ApiError {
         "the request body is larger than this node's limit of {limit} bytes ([http] max_body_bytes); send smaller batches"
     )]
     TooLarge { limit: usize },
+    #[error(
+        "the body decompresses to {declared} bytes, which decoded may take {expanded} bytes, more than the {share} \
+         bytes the memory budget gives requests ([memory] budget); send smaller batches"
+    )]
+    DecodesTooLarge { declared: usize, expanded: u64, share: u64 },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
     NotFound(String),
+    /// `Host` names no name of this node (DNS rebinding).
+    #[error("{0}")]
+    MisdirectedHost(String),
+    /// Sent by a web page whose origin is not allowed.
+    #[error("{0}")]
+    CrossSite(String),
+    #[error(
+        "the request body did not arrive within {0:?} ([http] body_timeout); send it at once, or raise the timeout"
+    )]
+    BodyTimeout(std::time::Duration),
     #[error("the node is serving its maximum of {0} HTTP requests; retry shortly")]
     Overloaded(usize),
     #[error("the request took longer than {0:?}; narrow it, or retry")]
@@ -48,9 +63,12 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) | ApiError::PartialWrite(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::DecodesTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::CrossSite(_) => StatusCode::FORBIDDEN,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Overloaded(_) | ApiError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Node(e) => match e.code {
@@ -74,6 +92,7 @@ impl ApiError {
     fn v2_code(&self) -> &'static str {
         match self.status() {
             StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::FORBIDDEN => "forbidden",
             StatusCode::PAYLOAD_TOO_LARGE => "request too large",
             StatusCode::NOT_FOUND => "not found",
             StatusCode::SERVICE_UNAVAILABLE => "unavailable",
@@ -91,6 +110,11 @@ impl ApiError {
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of a late or refused body may still arrive unread: the connection cannot
+            // carry a next request.
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -112,6 +112,9 @@ async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<V
             s.config().max_query_series
         )));
     }
+    if select.aggregates() {
+        check_windows(s, select, range, targets.len())?;
+    }
     // Raw points read by every series together, so the bound holds while reading, not after.
     let read_points = &AtomicUsize::new(0);
     let reads = targets.into_iter().map(|(key, field)| async move {
@@ -131,6 +134,23 @@ async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<V
         }
     }
     Ok(answer::select(select, data, epoch))
+}
+
+/// Refuses an aggregate whose answer would hold more than `[http] max_query_windows` windows
+/// over its `series`, before anything is read.
+fn check_windows(s: &AppState, select: &Select, range: TimeRange, series: usize) -> Result<(), ApiError> {
+    // Without GROUP BY time(), one window covering the range.
+    let Some(width) = select.interval else { return Ok(()) };
+    let windows = timeshard_proto::window::check_windows(&range, width).map_err(ApiError::BadRequest)?;
+    let total = windows.saturating_mul(series as u64);
+    let max = s.config().max_query_windows;
+    if total > max as u64 {
+        return Err(ApiError::BadRequest(format!(
+            "the statement asks for {windows} windows x {series} series = {total} aggregates, more than {max} \
+             ([http] max_query_windows): use wider windows in GROUP BY time(), a shorter range, or fewer series"
+        )));
+    }
+    Ok(())
 }
 
 fn too_many_points(s: &AppState) -> ApiError {

@@ -7,30 +7,34 @@
 //!   [`api`]) and the InfluxQL subset at `/query` ([`influxql`]).
 //! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.
 //!
-//! Configured by `[http]` ([`HttpConfig`]): loopback by default; bearer tokens ([`auth`])
-//! required off loopback and checked on every path but `/ping` and `/health`; optional TLS
-//! with the node's fleet certificate. Bounded like the QUIC side: connections, requests in
-//! progress, body size (compressed and decompressed), header and request timeouts. Errors map
-//! to statuses in one place ([`error`]).
+//! Configured by `[http]` ([`HttpConfig`]): loopback by default; requests from web pages and
+//! through foreign host names refused first ([`sites`]); bearer tokens ([`auth`]) required off
+//! loopback and checked on every path but `/ping` and `/health`; optional TLS with the node's
+//! fleet certificate. Bounded like the QUIC side: connections, requests per connection,
+//! requests in progress, body size (compressed and decompressed) and the memory bodies take
+//! ([`body`]), header, body and request timeouts. Errors map to statuses in one place
+//! ([`error`]).
 
 pub mod api;
 pub mod auth;
+pub mod body;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
+pub mod sites;
 pub mod write;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::StatusCode;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -42,12 +46,12 @@ use tracing::{debug, info, warn};
 
 pub use crate::config::HttpConfig;
 pub use auth::Tokens;
+pub use body::Body;
 use error::ApiError;
+use sites::Sites;
 
 use crate::node::Node;
 
-/// Longest the TLS handshake and reading a request's headers may take.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for a slot before it is refused as overloaded.
 const SLOT_WAIT: Duration = Duration::from_secs(1);
 /// Paths anyone may call: liveness checks.
@@ -60,6 +64,7 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     /// `[http]` as the node started: fixed while it runs (a changed `[http]` needs a restart).
     http: Arc<HttpConfig>,
+    sites: Arc<Sites>,
     slots: Arc<Semaphore>,
 }
 
@@ -100,16 +105,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Checks the token, bounds requests in progress and their time, and counts answers.
+/// Refuses web pages and foreign host names, checks the token, reads the body within its
+/// budget and time, then bounds requests in progress and their time, and counts answers.
 async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let metrics = s.node.metrics().clone();
     let _in_flight = metrics.http_request_started();
     // InfluxDB 2.x clients read errors in 2.x's shape.
     let v2 = req.uri().path().starts_with("/api/v2/");
     let response = async {
+        s.sites.check(req.method(), req.headers())?;
         if !OPEN_PATHS.contains(&req.uri().path()) {
             s.tokens.check(req.headers(), req.uri().query())?;
         }
+        // The body is read before the request takes a slot: slow senders hold only their
+        // connection, and what bodies take is charged to the memory budget first.
+        let (config, ledger) = (s.config(), s.node.coordinator().budget().map(|l| &**l));
+        let (req, _charge) = body::buffer(req, config.max_body_bytes, config.body_timeout, ledger).await?;
         let permit = tokio::time::timeout(SLOT_WAIT, s.slots.clone().acquire_owned()).await;
         let Ok(Ok(_permit)) = permit else {
             return Err(ApiError::Overloaded(s.config().max_concurrent_requests));
@@ -132,23 +143,6 @@ async fn health() -> Response {
     axum::Json(serde_json::json!({"name": "timeshard", "message": "ready for queries and writes", "status": "pass",
         "version": env!("CARGO_PKG_VERSION")}))
     .into_response()
-}
-
-/// A request body within the limit; an oversize one is refused with [`ApiError::TooLarge`].
-#[derive(Debug)]
-pub struct Body(pub Bytes);
-
-impl FromRequest<AppState> for Body {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, state: &AppState) -> Result<Body, ApiError> {
-        match Bytes::from_request(req, state).await {
-            Ok(b) => Ok(Body(b)),
-            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError::TooLarge { limit: state.config().max_body_bytes })
-            }
-            Err(r) => Err(ApiError::BadRequest(format!("cannot read the request body: {}", r.body_text()))),
-        }
-    }
 }
 
 fn tls_acceptor(node: &Node) -> Result<Option<TlsAcceptor>, HttpStartError> {
@@ -198,6 +192,7 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
         node: node.clone(),
         tokens,
         slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
+        sites: Arc::new(Sites::new(&http)),
         http: http.clone(),
     };
     let app = router(state);
@@ -227,10 +222,10 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
                 },
             };
             let _ = tcp.set_nodelay(true);
-            let (app, acceptor, shutdown) = (app.clone(), acceptor.clone(), shutdown.clone());
+            let (app, acceptor, shutdown, http) = (app.clone(), acceptor.clone(), shutdown.clone(), http.clone());
             tasks.spawn(async move {
                 let _permit = permit;
-                connection(app, acceptor, tcp, remote, shutdown).await;
+                connection(app, &http, acceptor, tcp, remote, shutdown).await;
             });
         }
     });
@@ -239,17 +234,36 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
 
 async fn connection(
     app: Router,
+    http: &HttpConfig,
     acceptor: Option<TlsAcceptor>,
     tcp: TcpStream,
     remote: SocketAddr,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let service = TowerToHyperService::new(app);
+    // After `max_requests_per_connection` answers the connection closes (the last answer says
+    // so), so one client cannot keep a connection and its share of the node forever.
+    let inner = TowerToHyperService::new(app);
+    let (served, max) = (Arc::new(AtomicUsize::new(0)), http.max_requests_per_connection);
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        use hyper::service::Service as _;
+        let last = served.fetch_add(1, Ordering::Relaxed) + 1 >= max;
+        let answer = inner.call(req);
+        async move {
+            let mut response = answer.await?;
+            if last {
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    // The header timeout also bounds how long a kept-alive connection may sit idle: hyper
+    // starts it when it waits for the next request's first byte.
+    let header_timeout = http.header_timeout;
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
     match acceptor {
         None => serve(builder.serve_connection(TokioIo::new(tcp), service), shutdown, remote).await,
-        Some(acceptor) => match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(tcp)).await {
+        Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => serve(builder.serve_connection(TokioIo::new(tls), service), shutdown, remote).await,
             Ok(Err(e)) => debug!(%remote, error = %e, "TLS handshake failed"),
             Err(_) => debug!(%remote, "TLS handshake timed out"),

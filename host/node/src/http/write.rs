@@ -165,6 +165,22 @@ pub async fn influx_v2(
     Ok(line_protocol(&s, &headers, body, precision).await?)
 }
 
+/// Charges what a remote-write body may take decoded to the memory budget, from the length its
+/// snappy header declares, before it is decompressed; one that could not fit even alone is
+/// refused as too large.
+fn charge_decoded<'a>(s: &'a AppState, body: &[u8]) -> Result<Option<crate::budget::Admitted<'a>>, ApiError> {
+    let declared = compression::snappy_len(body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let Some(ledger) = s.node.coordinator().budget() else { return Ok(None) };
+    let expanded = (declared as u64).saturating_mul(remote_write::DECODED_BYTES_PER_BYTE as u64);
+    let share = ledger.shares().queues;
+    if expanded > share {
+        return Err(ApiError::DecodesTooLarge { declared, expanded, share });
+    }
+    let admitted =
+        ledger.admit_body(expanded, crate::budget::recent_resident_bytes()).map_err(|e| ApiError::Node(e.into()))?;
+    Ok(Some(admitted))
+}
+
 /// `POST /api/v1/write`: Prometheus remote write 1.0 (protobuf `WriteRequest`, snappy).
 pub async fn prometheus(State(s): State<AppState>, headers: HeaderMap, Body(body): Body) -> Result<Response, ApiError> {
     let started = Instant::now();
@@ -177,6 +193,7 @@ pub async fn prometheus(State(s): State<AppState>, headers: HeaderMap, Body(body
     }
     let limit = s.config().max_body_bytes;
     let result = async {
+        let _charge = charge_decoded(&s, &body)?;
         let decoded = cpu(body.len(), move || remote_write::decode(&body, limit)).await?.map_err(|e| match e {
             remote_write::DecodeError::Decompress(compression::DecompressError::TooLarge { limit }) => {
                 ApiError::TooLarge { limit }

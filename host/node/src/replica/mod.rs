@@ -116,12 +116,8 @@ async fn serve_store(store: &Arc<dyn Store>, req: Request, settled: bool) -> Res
                 Err(e) => storage_error(e),
             }
         }
-        Request::FindSeries { filter, limit } => match store.find_series(&filter) {
-            Ok(mut series) => {
-                let more = series.len() > limit as usize;
-                series.truncate(limit as usize);
-                Response::SeriesList { series, more }
-            }
+        Request::FindSeries { filter, limit } => match store.find_series_page(&filter, limit as usize) {
+            Ok((series, more)) => Response::SeriesList { series, more },
             Err(e) => storage_error(e),
         },
         Request::RegisterSeries { series } => match store.register_series(&series) {

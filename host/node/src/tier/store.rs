@@ -245,6 +245,14 @@ impl Store for TieredStore {
         self.hot().find_series(filter)
     }
 
+    fn find_series_page(
+        &self,
+        filter: &timeshard_store::SeriesFilter,
+        limit: usize,
+    ) -> Result<(Vec<SeriesKey>, bool), StoreError> {
+        self.hot().find_series_page(filter, limit)
+    }
+
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError> {
         self.hot().maintain(now)
     }

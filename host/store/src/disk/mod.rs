@@ -64,7 +64,10 @@ use crate::backend::{Backend, FileBackend};
 use crate::block::{self, Codec};
 use crate::index::Loc;
 use crate::wal::Wal;
-use crate::{BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, SeriesPage, Store, StoreError, WriteStats};
+use crate::{
+    BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, SeriesFilter, SeriesPage, Store, StoreError,
+    WriteStats,
+};
 
 pub use retain::RetentionRule;
 
@@ -598,6 +601,12 @@ impl Store for DiskStore {
     fn has_series(&self, series: &SeriesKey) -> Result<bool, StoreError> {
         let st = self.read_state();
         Ok(st.ids.get(series).is_some_and(|id| st.series[id].registered))
+    }
+
+    fn find_series_page(&self, filter: &SeriesFilter, limit: usize) -> Result<(Vec<SeriesKey>, bool), StoreError> {
+        let st = self.read_state();
+        let passing = st.series.values().filter(|s| s.registered && filter.matches(&s.key)).map(|s| &s.key);
+        Ok(crate::smallest(passing, limit))
     }
 
     fn list_series(&self, metric_prefix: &str) -> Result<Vec<SeriesKey>, StoreError> {

@@ -458,3 +458,33 @@ fn blocks_whose_index_edits_are_damaged_are_found_again() {
     let store = open(&disk, cfg());
     assert_eq!(read_all(&store, &k, 1000).len(), 104);
 }
+
+/// A listing from outside asks for a page: the first `limit` passing series in key order and
+/// whether more pass, the same on disk and in memory as the whole sorted list cut there.
+#[test]
+fn series_pages_are_the_sorted_list_cut_at_the_limit() {
+    let disk = FaultyDisk::new();
+    let on_disk = open(&disk, small_config());
+    let in_memory = timeshard_store::MemStore::new(1 << 20);
+    // Registered in an order unlike key order.
+    let keys: Vec<SeriesKey> = (0..2_000)
+        .map(|i| format!("wide{{n={},site={}}}", (i * 7919) % 2_000, if i % 3 == 0 { "atl" } else { "bos" }))
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let filters = [
+        SeriesFilter { metric_prefix: "wide".into(), tags: vec![] },
+        SeriesFilter { metric_prefix: "w".into(), tags: vec![("site".into(), "atl".into())] },
+        SeriesFilter { metric_prefix: "none".into(), tags: vec![] },
+    ];
+    for store in [&on_disk as &dyn Store, &in_memory] {
+        store.register_series(&keys).unwrap();
+        for filter in &filters {
+            let all = store.find_series(filter).unwrap();
+            for limit in [0, 1, 10, 667, all.len(), all.len() + 1] {
+                let (page, more) = store.find_series_page(filter, limit).unwrap();
+                assert_eq!(page, all[..limit.min(all.len())].to_vec(), "{filter:?} limit {limit}");
+                assert_eq!(more, all.len() > limit, "{filter:?} limit {limit}");
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+mod hostile;
 pub mod locations;
 pub mod policies;
 mod postgres;
@@ -39,16 +40,21 @@ pub struct TestFleet {
 impl TestFleet {
     /// One service on SQLite.
     pub async fn sqlite() -> TestFleet {
+        TestFleet::sqlite_with(&[]).await
+    }
+
+    /// One service on SQLite, started with `extra` arguments to `serve`.
+    pub async fn sqlite_with(extra: &[&str]) -> TestFleet {
         let work = tempfile::tempdir().unwrap();
         let storage = Storage::Sqlite(work.path().join("control-data"));
-        TestFleet::start(storage, 1, work, None).await
+        TestFleet::start(storage, 1, work, None, extra).await
     }
 
     /// Two services sharing one PostgreSQL database.
     pub async fn postgres() -> TestFleet {
         let pg = ThrowawayPostgres::start(false).expect("a throwaway PostgreSQL server");
         let url = pg.create_database("timeshard").unwrap();
-        TestFleet::start(Storage::Postgres(url), 2, tempfile::tempdir().unwrap(), Some(pg)).await
+        TestFleet::start(Storage::Postgres(url), 2, tempfile::tempdir().unwrap(), Some(pg), &[]).await
     }
 
     async fn start(
@@ -56,8 +62,9 @@ impl TestFleet {
         instances: usize,
         work: tempfile::TempDir,
         pg: Option<ThrowawayPostgres>,
+        extra: &[&str],
     ) -> TestFleet {
-        let first = ServeProcess::start(EXE.as_ref(), &storage, true, &[]).await.unwrap();
+        let first = ServeProcess::start(EXE.as_ref(), &storage, true, extra).await.unwrap();
         let admin_token = first.admin_token.clone().unwrap();
         let mut services = vec![first];
         for _ in 1..instances {
