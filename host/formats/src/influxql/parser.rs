@@ -688,11 +688,15 @@ mod tests {
     /// the node (`POST /query`). Deep nesting is now an error naming the bound.
     #[test]
     fn deeply_nested_where_is_refused_not_a_stack_overflow() {
-        for depth in [MAX_WHERE_DEPTH + 1, 10_000, 200_000] {
-            let q = format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(depth), ")".repeat(depth));
-            let err = parse(&q, 0).unwrap_err().to_string();
+        let nested =
+            |depth: usize| format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(depth), ")".repeat(depth));
+        for depth in [MAX_WHERE_DEPTH + 1, 10_000, 100_000] {
+            let err = parse(&nested(depth), 0).unwrap_err().to_string();
             assert!(err.contains("nests parentheses more than 32 deep"), "{depth}: {err}");
         }
+        // 200,000 deep is 400,000 bytes: the size bound refuses it before the parser looks.
+        let err = parse(&nested(200_000), 0).unwrap_err().to_string();
+        assert!(err.contains("the limit is 262144"), "{err}");
         let ok =
             format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(MAX_WHERE_DEPTH), ")".repeat(MAX_WHERE_DEPTH));
         assert!(parse(&ok, 0).is_ok());
