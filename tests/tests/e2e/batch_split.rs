@@ -16,7 +16,10 @@ const TS: i64 = 1_700_000_000_000_000_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_of_more_series_than_one_write_takes_is_split() -> anyhow::Result<()> {
-    let (options, _dir) = ClusterOptions::for_tests(3, BIN);
+    let (mut options, _dir) = ClusterOptions::for_tests(3, BIN);
+    // Registering 10,001 series is the slow part of this write: a debug build on a loaded
+    // machine needs more than the tests' usual 2 s per replica request.
+    options.dht.request_timeout = std::time::Duration::from_secs(15);
     let cluster = LocalCluster::start_converged(options).await?;
     let n = Limits::default().max_batch_series + 1;
     let mut csv = String::from("series,ts,value\n");

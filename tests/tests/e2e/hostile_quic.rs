@@ -156,6 +156,10 @@ async fn in_process() -> Result<(RunningNode, TlsFiles, tempfile::TempDir)> {
     };
     cfg.http.listen = "127.0.0.1:0".parse()?;
     cfg.dht.request_timeout = Duration::from_secs(5);
+    // The node measures this whole test process as its resident memory, and the other tests
+    // running beside it in the process count too: a budget they cannot exceed (what this test
+    // checks is the frames' account, a quarter of it).
+    cfg.memory.budget = timeshard_node::config::ByteSize(8 << 30);
     let node = RunningNode::start(cfg).await?;
     Ok((node, TlsFiles::in_dir(&pki_dir, "client"), dir))
 }
