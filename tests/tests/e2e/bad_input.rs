@@ -36,6 +36,10 @@ async fn fixture() -> Fixture {
     cfg.limits.max_batch_points = MAX_BATCH;
     cfg.http.listen = "127.0.0.1:0".parse().unwrap();
     cfg.dht.request_timeout = Duration::from_secs(2);
+    // An in-process node counts this whole test process as its resident memory, the other
+    // scenarios running beside it included (one e2e binary): a budget they cannot exceed, or
+    // its writes are refused as over budget whenever a heavy neighbour runs.
+    cfg.memory.budget = timeshard_node::config::ByteSize(8 << 30);
     let node = RunningNode::start(cfg).await.unwrap();
     Fixture { node, pki: TlsFiles::in_dir(&pki_dir, "client"), _dir: dir }
 }
