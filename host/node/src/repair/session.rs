@@ -9,9 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use timeshard_proto::repair::tree::{self, Descent};
-use timeshard_proto::repair::{
-    BlockRef, MAX_LEAF_ENTRIES, MAX_REQUEST_BLOCKS, RepairEntry, RepairScope, message_bytes, to_fetch,
-};
+use timeshard_proto::repair::{BlockRef, MAX_LEAF_ENTRIES, MAX_REQUEST_BLOCKS, RepairEntry, RepairScope, to_fetch};
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Quantum, SeriesKey};
 use tokio::sync::mpsc;
@@ -57,7 +55,10 @@ impl Repair {
     /// A compare message: counted both ways.
     async fn compare(&self, peer: &Contact, req: &Request) -> Result<Response, SessionError> {
         let resp = self.call(peer, req).await?;
-        Counters::add(&self.state.counters.compare_bytes, message_bytes(req) + message_bytes(&resp));
+        Counters::add(
+            &self.state.counters.compare_bytes,
+            timeshard_proto::wire::frame_bytes(req) + timeshard_proto::wire::frame_bytes(&resp),
+        );
         Ok(resp)
     }
 

@@ -178,11 +178,6 @@ pub struct RepairStatus {
     pub leave: LeaveProgress,
 }
 
-/// Bytes of the frame carrying `msg` (header included): what a comparison costs on the wire.
-pub fn message_bytes<T: Serialize>(msg: &T) -> u64 {
-    (crate::wire::framing::HEADER_BYTES + postcard::experimental::serialized_size(msg).unwrap_or(0)) as u64
-}
-
 /// The blocks to fetch after a comparison: those a peer listed (`theirs`) that this node does
 /// not hold, or holds with another digest or count (`mine`: this node's entries of the same
 /// leaves, by block), leaving out blocks `skip` says this node must not take (it does not own

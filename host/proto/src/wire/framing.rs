@@ -7,6 +7,12 @@ use serde::{Serialize, de::DeserializeOwned};
 /// Bytes in a frame header.
 pub const HEADER_BYTES: usize = 4;
 
+/// Bytes of the frame carrying `msg`, header included: what a message costs on the wire (repair
+/// counts its comparisons with it).
+pub fn frame_bytes<T: Serialize>(msg: &T) -> u64 {
+    (HEADER_BYTES + postcard::experimental::serialized_size(msg).unwrap_or(0)) as u64
+}
+
 /// Framing failures.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::point::{BlockPoints, SeriesPoints, WriteSeries};
 pub use crate::time::BlockPart;
-pub use framing::{FrameError, HEADER_BYTES, body_len, decode, encode};
+pub use framing::{FrameError, HEADER_BYTES, body_len, decode, encode, frame_bytes};
 pub use messages::{
     ErrorCode, ErrorReply, MAX_BLOCK_PARTS, MAX_PARAM_BYTES, MAX_QUERY_PARAMS, MAX_REPORTED_REJECTIONS, NodeStatus,
     PartialResult, PolicyUsage, QueryOutput, RejectedPoint, Request, Response, SeriesFilter, Summarized,

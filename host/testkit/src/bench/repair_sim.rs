@@ -8,7 +8,7 @@
 //! own, as the node's inventory does, the peer answers from its own tree, and the exchange
 //! follows the session's loop (`host/node/src/repair/session.rs`: root first, descend where
 //! hashes differ, then list the differing leaves). The bytes counted are the frames of every
-//! message both ways ([`message_bytes`]), as the nodes count `compare_bytes`.
+//! message both ways ([`frame_bytes`]), as the nodes count `compare_bytes`.
 
 use std::net::SocketAddr;
 
@@ -16,7 +16,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use timeshard_proto::placement::owners;
 use timeshard_proto::repair::tree::{self, Descent, Tree, entry_hash, leaf_of};
-use timeshard_proto::repair::{MAX_LEAF_ENTRIES, MAX_NEIGHBOURS, RepairScope, message_bytes};
+use timeshard_proto::repair::{MAX_LEAF_ENTRIES, MAX_NEIGHBOURS, RepairScope};
+use timeshard_proto::wire::frame_bytes;
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Contact, Id};
 
@@ -84,7 +85,7 @@ pub fn idle_round(nodes: usize, blocks_per_node: usize, seed: u64) -> IdleRound 
 fn session(local: &Tree, remote: &Tree, scope: RepairScope, round: &mut IdleRound) {
     let mut count = |req: &Request, resp: &Response| {
         round.messages += 2;
-        round.bytes += message_bytes(req) + message_bytes(resp);
+        round.bytes += frame_bytes(req) + frame_bytes(resp);
     };
     let descent = Descent::new(local);
     let mut ask = descent.start();
@@ -110,7 +111,7 @@ fn session(local: &Tree, remote: &Tree, scope: RepairScope, round: &mut IdleRoun
         // only counts its request (replicas here are identical, so it does not happen).
         let req = Request::RepairLeaves { scope, leaves: leaves.clone(), limit: MAX_LEAF_ENTRIES };
         round.messages += 1;
-        round.bytes += message_bytes(&req);
+        round.bytes += frame_bytes(&req);
     }
     round.leaves_differing += leaves.len() as u64;
     round.sessions += 1;
