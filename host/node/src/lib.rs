@@ -6,7 +6,8 @@
 //! Module map, grouped from the leaves up (no module imports one that imports it back):
 //! - Leaves: [`config`] (TOML settings, the configuration in force; imports nothing of the
 //!   node), [`metrics`] (what the node counts), [`budget`] (the one memory budget),
-//!   [`faults`] (partition fault injection for tests), [`pki`] (development CA),
+//!   [`faults`] (partition fault injection for tests), [`pki`] (development CA), [`attest`]
+//!   (signing this node's membership entry and checking its peers'),
 //!   [`repair::state`] (what the read path shares with repair: settled, counters, the read
 //!   repair queue).
 //! - The network: [`net`] (endpoint and peer connections), [`dht`] (routing table and lookups
@@ -32,6 +33,7 @@
 //!   state, renewal, revocation), [`process`] (ready file and stop signals of a node process).
 
 pub mod admission;
+pub mod attest;
 pub mod budget;
 pub mod config;
 pub mod control;

@@ -8,6 +8,9 @@
 //! (discovery still runs on Kademlia; placement no longer does). The answer carries the
 //! entries this node lacks, and the ids it should push, which a second message carries.
 //! Messages and the view are bounded (`max_members`, [`membership::MAX_GOSSIP_ENTRIES`]).
+//!
+//! Every entry is signed by its own node and checked before the view takes it
+//! ([`crate::attest`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,8 +27,9 @@ use timeshard_proto::wire::{ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Contact, Id};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use crate::attest::Attest;
 use crate::config::MembershipConfig;
 use crate::dht::Dht;
 
@@ -53,6 +57,7 @@ pub struct View {
     owners: Mutex<OwnerCache>,
     config_digest: Arc<AtomicU64>,
     generation: watch::Sender<u64>,
+    attest: Arc<Attest>,
 }
 
 /// Nanoseconds since the Unix epoch: a node's incarnation.
@@ -62,8 +67,9 @@ fn wall_ns() -> u64 {
 
 impl View {
     /// A view holding only this node, `me`, starting now (its incarnation). `config_digest` is
-    /// gossiped as this node's configuration digest whenever it changes.
-    pub fn new(me: Contact, cfg: &MembershipConfig, config_digest: Arc<AtomicU64>) -> View {
+    /// gossiped as this node's configuration digest whenever it changes; `attest` signs this
+    /// node's entry and checks everyone else's.
+    pub fn new(me: Contact, cfg: &MembershipConfig, config_digest: Arc<AtomicU64>, attest: Arc<Attest>) -> View {
         let mut member = Member::new(me.id, me.addr, wall_ns());
         member.config_digest = config_digest.load(Ordering::Relaxed);
         let state = Membership::new(member, cfg.view(), timeshard_clock::instant());
@@ -75,7 +81,48 @@ impl View {
             owners: Mutex::new(OwnerCache::default()),
             config_digest,
             generation,
+            attest,
         }
+    }
+
+    /// What signs this node's entry and checks the others (its refusal counts, and renewal).
+    pub fn attest(&self) -> &Arc<Attest> {
+        &self.attest
+    }
+
+    /// Takes `entries` that `from` sent: only those whose proof checks out. Refusals are
+    /// counted ([`Attest::refused`]) and logged once per message, naming the sender.
+    fn merge(&self, s: &mut Membership, from: Contact, entries: Vec<GossipEntry>, now: std::time::Instant) {
+        let wall = wall_ns();
+        let mut first = None;
+        let merged = s.merge_checked(entries, now, |e| match self.attest.check(e, wall) {
+            Ok(()) => true,
+            Err(reason) => {
+                first.get_or_insert((e.member.id, reason));
+                false
+            }
+        });
+        if let Some((node, reason)) = first {
+            warn!(
+                from = %from.id.short(),
+                addr = %from.addr,
+                refused = merged.rejected,
+                first_node = %node.short(),
+                first_reason = reason.label(),
+                "refused membership entries that their nodes did not sign"
+            );
+        }
+        if merged.refused > 0 {
+            debug!(refused = merged.refused, "membership view full");
+        }
+    }
+
+    /// Signs this node's own entry among `entries` (the view hands it out unsigned).
+    fn signed(&self, mut entries: Vec<GossipEntry>) -> Vec<GossipEntry> {
+        for e in entries.iter_mut().filter(|e| e.member.id == self.me.id) {
+            e.proof = self.attest.sign(&e.member);
+        }
+        entries
     }
 
     /// This node.
@@ -210,7 +257,7 @@ impl View {
 
     /// The contact of member `id`, if the view holds it.
     pub fn contact(&self, id: &Id) -> Option<Contact> {
-        self.state.lock().expect("membership lock").get(id).map(Member::contact)
+        self.state.lock().expect("membership lock").contact(id)
     }
 
     /// The view's generation and the members placement may choose then (all, and those with
@@ -247,18 +294,18 @@ impl View {
             ));
         }
         for e in &mut entries {
-            fix_addr(&mut e.member, from, &known_addr);
+            fix_addr(e, from, &known_addr);
         }
-        self.with(|s| {
+        let (entries, want) = self.with(|s| {
             let now = timeshard_clock::instant();
-            s.merge(entries, now);
+            self.merge(s, from, entries, now);
             if digest.is_empty() {
                 // A push: nothing asked.
-                return Response::Gossip { entries: Vec::new(), want: Vec::new() };
+                return (Vec::new(), Vec::new());
             }
-            let (entries, want) = s.answer(&digest, now);
-            Response::Gossip { entries, want }
-        })
+            s.answer(&digest, now)
+        });
+        Response::Gossip { entries: self.signed(entries), want }
     }
 
     /// Bumps this node's heartbeat (taking up a changed configuration digest) and re-derives
@@ -284,13 +331,13 @@ impl View {
         want.truncate(membership::MAX_GOSSIP_ENTRIES);
         let known = |id: &Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
         for e in &mut entries {
-            fix_addr(&mut e.member, peer, &known);
+            fix_addr(e, peer, &known);
         }
-        let push = self.with(|s| {
+        let push = self.signed(self.with(|s| {
             let now = timeshard_clock::instant();
-            s.merge(entries, now);
+            self.merge(s, peer, entries, now);
             s.entries_for(&want, now)
-        });
+        }));
         if !push.is_empty() {
             dht.call(&peer, &Request::Gossip { digest: Vec::new(), entries: push }).await.map_err(|e| e.to_string())?;
         }
@@ -366,59 +413,121 @@ impl View {
 }
 
 /// A member that advertises an unspecified address (it listens on 0.0.0.0) is reached where
-/// it was seen: the address it spoke from, or the one the routing table knows.
-fn fix_addr(member: &mut Member, from: Contact, known: &impl Fn(&Id) -> Option<SocketAddr>) {
-    if !member.addr.ip().is_unspecified() {
+/// it was seen: the address it spoke from, or the one the routing table knows. The signed
+/// entry itself is left as it is, so it still verifies when passed on.
+fn fix_addr(entry: &mut GossipEntry, from: Contact, known: &impl Fn(&Id) -> Option<SocketAddr>) {
+    if !entry.member.addr.ip().is_unspecified() {
         return;
     }
-    if member.id == from.id {
-        member.addr = from.addr;
-    } else if let Some(addr) = known(&member.id) {
-        member.addr = addr;
-    }
+    entry.seen_at = if entry.member.id == from.id { Some(from.addr) } else { known(&entry.member.id) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attest::tests::{fleet, identity};
 
-    fn contact(i: u8) -> Contact {
-        Contact { id: Id::sha1(&[i]), addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))) }
+    fn view(dir: &std::path::Path, i: u8, digest: u64) -> View {
+        let who = identity(dir, &format!("node-{i}"));
+        let me = Contact { id: who.id().unwrap(), addr: SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(i))) };
+        let attest = Arc::new(Attest::new(&who, std::time::Duration::from_secs(60)).unwrap());
+        View::new(me, &MembershipConfig::default(), Arc::new(AtomicU64::new(digest)), attest)
+    }
+
+    /// One exchange from `b` to `a`, as the gossip driver runs it (without the network).
+    fn exchange(a: &View, b: &View) {
+        let digest = b.state.lock().unwrap().digest();
+        let Response::Gossip { entries, want } = a.on_gossip(b.me(), digest, Vec::new(), |_| None) else {
+            panic!("not a gossip answer")
+        };
+        b.with(|s| b.merge(s, a.me(), entries, timeshard_clock::instant()));
+        let push = b.signed(b.state.lock().unwrap().entries_for(&want, timeshard_clock::instant()));
+        a.on_gossip(b.me(), Vec::new(), push, |_| None);
     }
 
     #[test]
     fn owners_are_cached_per_generation_and_follow_the_view() {
-        let cfg = MembershipConfig::default();
-        let a = View::new(contact(0), &cfg, Arc::new(AtomicU64::new(0)));
-        let b = View::new(contact(1), &cfg, Arc::new(AtomicU64::new(7)));
+        let dir = fleet(2);
+        let a = view(dir.path(), 0, 0);
+        let b = view(dir.path(), 1, 7);
         let target = Id::sha1(b"block");
-        assert_eq!(a.owners(target, 3), vec![contact(0)]);
+        assert_eq!(a.owners(target, 3), vec![a.me()]);
         let changes = a.subscribe();
-        // b gossips with a (as if over the network).
-        let digest = b.state.lock().unwrap().digest();
-        let Response::Gossip { entries, want } = a.on_gossip(contact(1), digest, Vec::new(), |_| None) else {
-            panic!("not a gossip answer")
-        };
-        assert!(!entries.is_empty());
-        b.state.lock().unwrap().merge(entries, timeshard_clock::instant());
-        let push = b.state.lock().unwrap().entries_for(&want, timeshard_clock::instant());
-        a.on_gossip(contact(1), Vec::new(), push, |_| None);
+        exchange(&a, &b);
         assert!(changes.has_changed().unwrap(), "a learned a new owner");
         assert_eq!(a.owners(target, 3).len(), 2);
         assert_eq!(a.owners(target, 3), b.owners(target, 3));
         assert_eq!(a.counts(), Counts { up: 2, down: 0, gone: 0 });
-        let bm = a.members().into_iter().find(|(m, _)| m.id == contact(1).id).unwrap().0;
+        let bm = a.members().into_iter().find(|(m, _)| m.id == b.me().id).unwrap().0;
         assert_eq!(bm.config_digest, 7, "the configuration digest travels with the entry");
+    }
+
+    /// A rogue member (a valid node certificate of its own) forges entries about others: it
+    /// marks one `Left`, moves it, claims a version out of reach, and invents a member. Each
+    /// is refused and counted, and placement does not move.
+    #[test]
+    fn forged_entries_about_other_nodes_are_refused_and_placement_stays() {
+        let dir = fleet(3);
+        let (a, b, rogue) = (view(dir.path(), 0, 0), view(dir.path(), 1, 0), view(dir.path(), 2, 0));
+        exchange(&a, &b);
+        exchange(&a, &rogue);
+        let before = a.eligible();
+        assert_eq!(before.len(), 3);
+        let genuine = a.state.lock().unwrap().get(&b.me().id).cloned().unwrap();
+        let rogue_proof = rogue.attest.sign(&rogue.state.lock().unwrap().me().clone());
+        let mut forged = Vec::new();
+        let mut left = genuine.clone();
+        left.status = MemberStatus::Left;
+        left.heartbeat += 1;
+        forged.push(left.clone());
+        let mut moved = genuine.clone();
+        moved.location = Some((48.8, 2.3));
+        moved.heartbeat += 2;
+        forged.push(moved);
+        let mut saturated = genuine.clone();
+        saturated.incarnation = u64::MAX;
+        saturated.heartbeat = u64::MAX;
+        forged.push(saturated);
+        let fake = Member::new(Id::sha1(b"fake"), "127.0.0.1:9".parse().unwrap(), 1);
+        forged.push(fake);
+        let entries: Vec<GossipEntry> = forged
+            .into_iter()
+            // Signed by the rogue's own key, or carrying b's genuine proof of another version.
+            .flat_map(|m| {
+                [
+                    GossipEntry { member: m.clone(), age_ms: 0, proof: rogue_proof.clone(), seen_at: None },
+                    GossipEntry { member: m, age_ms: 0, proof: b.attest.sign(&genuine), seen_at: None },
+                ]
+            })
+            .collect();
+        let n = entries.len() as u64;
+        a.on_gossip(rogue.me(), Vec::new(), entries, |_| None);
+        assert_eq!(a.eligible(), before, "placement did not move");
+        assert_eq!(a.state.lock().unwrap().get(&b.me().id), Some(&genuine));
+        let refused: u64 = a.attest().refused().iter().map(|(_, n)| n).sum();
+        assert_eq!(refused, n, "every forged entry is refused and counted");
+        // b itself may leave: its own signed entry is taken.
+        b.set_status(MemberStatus::Left);
+        exchange(&a, &b);
+        assert_eq!(a.liveness(&b.me().id), Some(Liveness::Gone));
     }
 
     #[test]
     fn unspecified_addresses_are_replaced_by_where_the_node_was_seen() {
-        let from = contact(1);
-        let mut m = Member::new(from.id, "0.0.0.0:7001".parse().unwrap(), 1);
+        let id = |i: u8| Id::sha1(&[i]);
+        let from = Contact { id: id(1), addr: SocketAddr::from(([127, 0, 0, 1], 7001)) };
+        let entry = |m| GossipEntry { member: m, age_ms: 0, proof: None, seen_at: None };
+        let mut m = entry(Member::new(from.id, "0.0.0.0:7001".parse().unwrap(), 1));
         fix_addr(&mut m, from, &|_| None);
-        assert_eq!(m.addr, from.addr);
-        let mut other = Member::new(contact(2).id, "0.0.0.0:7002".parse().unwrap(), 1);
-        fix_addr(&mut other, from, &|_| Some(contact(2).addr));
-        assert_eq!(other.addr, contact(2).addr);
+        assert_eq!(m.seen_at, Some(from.addr));
+        let there = SocketAddr::from(([127, 0, 0, 1], 7002));
+        let mut other = entry(Member::new(id(2), "0.0.0.0:7002".parse().unwrap(), 1));
+        fix_addr(&mut other, from, &|_| Some(there));
+        assert_eq!(other.seen_at, Some(there));
+        // The view reaches it there, and passes the entry on as signed.
+        let mut view = Membership::new(Member::new(id(0), from.addr, 1), MembershipConfig::default().view(), timeshard_clock::instant());
+        view.merge([other], timeshard_clock::instant());
+        assert_eq!(view.contact(&id(2)).map(|c| c.addr), Some(there));
+        assert!(view.get(&id(2)).unwrap().addr.ip().is_unspecified());
     }
 }

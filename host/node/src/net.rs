@@ -24,6 +24,7 @@ use timeshard_sdk::tls::{self, Identity, NODE_NAME, PeerIdentity};
 use timeshard_sdk::transport::{self, CallError, Traffic};
 use tokio::time::Instant;
 
+use crate::attest::Attest;
 use crate::config::NodeConfig;
 
 /// Failures talking to a peer.
@@ -140,6 +141,8 @@ pub struct Net {
     endpoint: Endpoint,
     /// What new handshakes present and trust; replaced on renewal.
     identity: RwLock<Identity>,
+    /// Signs this node's membership entry with the same key, and checks its peers'.
+    attest: Arc<Attest>,
     client_config: RwLock<quinn::ClientConfig>,
     pool: Mutex<HashMap<SocketAddr, Slot>>,
     max_message_bytes: u32,
@@ -173,9 +176,11 @@ impl Net {
     /// The node's network on an endpoint made elsewhere (on a simulated socket: see
     /// [`crate::seams`]), which serves with [`server_config`].
     pub fn on_endpoint(cfg: &NodeConfig, identity: &Identity, endpoint: Endpoint) -> Result<Net, BindError> {
+        let attest = Attest::new(identity, cfg.membership.max_clock_skew).map_err(|e| BindError::Tls(e.to_string()))?;
         Ok(Net {
             endpoint,
             identity: RwLock::new(identity.clone()),
+            attest: Arc::new(attest),
             client_config: RwLock::new(client_config(cfg, identity)?),
             pool: Mutex::new(HashMap::new()),
             max_message_bytes: cfg.limits.max_message_bytes,
@@ -195,10 +200,16 @@ impl Net {
     pub fn set_identity(&self, cfg: &NodeConfig, identity: &Identity) -> Result<(), BindError> {
         let server = server_config(cfg, identity)?;
         let client = client_config(cfg, identity)?;
+        self.attest.set_identity(identity).map_err(|e| BindError::Tls(e.to_string()))?;
         self.endpoint.set_server_config(Some(server));
         *self.client_config.write().unwrap_or_else(|e| e.into_inner()) = client;
         *self.identity.write().unwrap_or_else(|e| e.into_inner()) = identity.clone();
         Ok(())
+    }
+
+    /// What signs this node's membership entry and checks its peers' (with this identity).
+    pub fn attest(&self) -> Arc<Attest> {
+        self.attest.clone()
     }
 
     /// The server configuration `cfg`'s limits give with the current identity (to check it

@@ -271,9 +271,10 @@ fn discovery(config: &NodeConfig, applied: &Applied, me: Contact, net: Arc<Net>)
         warn!(file = %f.file().display(), "fault injection is on ([testing] fault_file)");
         net.set_faults(f.clone());
     }
+    let attest = net.attest();
     let dht = Arc::new(Dht::new(me, net, config.dht.clone()));
     let digest = Arc::new(AtomicU64::new(config_digest_u64(&config.classes, &applied.revoked)));
-    let view = Arc::new(View::new(me, &config.membership, digest.clone()));
+    let view = Arc::new(View::new(me, &config.membership, digest.clone(), attest));
     view.set_location(config.location()?);
     if let Some(wan) = config.testing.wan_emulation {
         warn!(

@@ -18,8 +18,13 @@
 //!   and nodes agree on who is gone (and so on the owners) without waiting out `gone_after`.
 //! - Entries silent for twice `gone_after` are forgotten, and not learned again from peers
 //!   that still hold them; a full view makes room by forgetting the longest-silent gone entry.
-//! - A peer claiming this node's id with a higher version (a previous run with a clock ahead)
-//!   is refuted by raising this node's incarnation above it.
+//! - Every entry is signed by the node it describes ([`Proof`]); the node checks each entry it
+//!   would take ([`Membership::merge_checked`]) so only a node itself can change its entry:
+//!   mark itself `Left`, move, or raise its version. This module carries the proofs and leaves
+//!   the cryptography to its caller.
+//! - A peer holding this node's entry at a higher version (a previous run with a clock ahead)
+//!   is asked for it; once that entry passes the check, this node refutes it by raising its
+//!   incarnation above it. A bare digest claim never moves the incarnation.
 //! - Nothing here does I/O or reads a clock: `now` is an argument (the model is quinn-proto).
 
 use std::collections::{HashMap, HashSet};
@@ -41,6 +46,10 @@ use crate::routing::Contact;
 pub const MAX_MEMBERS: usize = 16_384;
 /// Most entries (or wanted ids) one gossip message may carry on the wire.
 pub const MAX_GOSSIP_ENTRIES: usize = 1_024;
+/// Most certificates a [`Proof`] may carry.
+pub const MAX_PROOF_CERTS: usize = 3;
+/// Most bytes of one certificate, or of a signature, in a [`Proof`].
+pub const MAX_PROOF_ITEM_BYTES: usize = 8 * 1024;
 
 /// Whether a node takes part in placement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -101,11 +110,49 @@ impl DigestItem {
     }
 }
 
-/// An entry as gossip carries it: with how long ago the sender saw it advance.
+/// A node's signature over its own entry: the certificate chain that binds its id (the id is
+/// the hash of the certificate's public key) and the signature of [`Member::signed_bytes`]
+/// with that key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// DER certificates, the node's own first.
+    pub chain: Vec<Vec<u8>>,
+    /// The TLS `SignatureScheme` code of the signature.
+    pub scheme: u16,
+    pub signature: Vec<u8>,
+}
+
+impl Proof {
+    /// Whether its sizes are within [`MAX_PROOF_CERTS`] and [`MAX_PROOF_ITEM_BYTES`].
+    pub fn is_bounded(&self) -> bool {
+        !self.chain.is_empty()
+            && self.chain.len() <= MAX_PROOF_CERTS
+            && self.chain.iter().all(|c| c.len() <= MAX_PROOF_ITEM_BYTES)
+            && self.signature.len() <= MAX_PROOF_ITEM_BYTES
+    }
+}
+
+impl Member {
+    /// What a node signs for its entry: a domain tag, then the entry's postcard encoding.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut out = b"timeshard member entry v1\0".to_vec();
+        out.extend(postcard::to_allocvec(self).expect("a member always encodes"));
+        out
+    }
+}
+
+/// An entry as gossip carries it: with how long ago the sender saw it advance, and its
+/// node's signature.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GossipEntry {
     pub member: Member,
     pub age_ms: u32,
+    /// `None` only for entries a view hands out of its own node, which its caller signs.
+    pub proof: Option<Proof>,
+    /// Where the receiver saw the node, for an entry whose signed address is unspecified (the
+    /// node listens on 0.0.0.0): set by the receiver, never sent.
+    #[serde(skip)]
+    pub seen_at: Option<SocketAddr>,
 }
 
 /// What this node concludes about another from the view.
@@ -156,11 +203,28 @@ pub struct Merged {
     pub updated: usize,
     /// New entries refused because the view is full.
     pub refused: usize,
+    /// Entries the check refused (see [`Membership::merge_checked`]).
+    pub rejected: usize,
+}
+
+impl Entry {
+    /// The node's id and the address to reach it at.
+    fn contact(&self) -> Contact {
+        let addr = match self.seen_at {
+            Some(seen) if self.member.addr.ip().is_unspecified() => seen,
+            _ => self.member.addr,
+        };
+        Contact { id: self.member.id, addr }
+    }
 }
 
 #[derive(Clone, Debug)]
 struct Entry {
     member: Member,
+    /// The signature it came with (`None` for this node's own entry).
+    proof: Option<Proof>,
+    /// Where the node was seen, used when its signed address is unspecified.
+    seen_at: Option<SocketAddr>,
     /// When this node last saw the entry's version grow (or, for entries learned by gossip,
     /// when the sender had).
     last_advanced: Instant,
@@ -192,7 +256,7 @@ impl Membership {
     pub fn new(me: Member, cfg: Config, now: Instant) -> Membership {
         let id = me.id;
         let mut entries = HashMap::new();
-        entries.insert(id, Entry { member: me, last_advanced: now });
+        entries.insert(id, Entry { member: me, proof: None, seen_at: None, last_advanced: now });
         let mut view = Membership {
             me: id,
             cfg,
@@ -237,6 +301,11 @@ impl Membership {
     /// The entry of `id`, if known.
     pub fn get(&self, id: &Id) -> Option<&Member> {
         self.entries.get(id).map(|e| &e.member)
+    }
+
+    /// How to reach `id`: its signed address, or where it was seen if that is unspecified.
+    pub fn contact(&self, id: &Id) -> Option<Contact> {
+        self.entries.get(id).map(Entry::contact)
     }
 
     fn own(&mut self) -> &mut Entry {
@@ -355,16 +424,16 @@ impl Membership {
             .collect();
         serving.sort_by_key(|e| e.member.id);
         let eligible: Vec<Contact> =
-            serving.iter().filter(|e| e.member.status == MemberStatus::Normal).map(|e| e.member.contact()).collect();
+            serving.iter().filter(|e| e.member.status == MemberStatus::Normal).map(|e| e.contact()).collect();
         let located: Vec<Located> = serving
             .iter()
             .filter(|e| e.member.status == MemberStatus::Normal)
             .filter_map(|e| {
                 let (lat, lon) = e.member.location?;
-                Some(Located { contact: e.member.contact(), at: GeoPoint::new(lat, lon).ok()? })
+                Some(Located { contact: e.contact(), at: GeoPoint::new(lat, lon).ok()? })
             })
             .collect();
-        let serving: Vec<Contact> = serving.iter().map(|e| e.member.contact()).collect();
+        let serving: Vec<Contact> = serving.iter().map(|e| e.contact()).collect();
         let changed = eligible != self.eligible || located != self.located;
         if changed || serving != self.serving {
             self.eligible = eligible;
@@ -385,19 +454,15 @@ impl Membership {
 
     fn gossip_entry(&self, e: &Entry, now: Instant) -> GossipEntry {
         let age = now.saturating_duration_since(e.last_advanced).as_millis();
-        GossipEntry { member: e.member.clone(), age_ms: u32::try_from(age).unwrap_or(u32::MAX) }
+        GossipEntry { member: e.member.clone(), age_ms: u32::try_from(age).unwrap_or(u32::MAX), proof: e.proof.clone(), seen_at: None }
     }
 
     /// Answers a peer's digest: the entries it lacks or holds older (at most `max_entries`,
     /// freshest first), and the ids of its digest this view lacks or holds older (at most
-    /// `max_entries`), which the peer should push.
-    pub fn answer(&mut self, digest: &[DigestItem], now: Instant) -> (Vec<GossipEntry>, Vec<Id>) {
+    /// `max_entries`), which the peer should push. A higher version of this node's own entry
+    /// is asked for too: only the signed entry, once checked, may be refuted.
+    pub fn answer(&self, digest: &[DigestItem], now: Instant) -> (Vec<GossipEntry>, Vec<Id>) {
         let theirs: HashMap<Id, (u64, u64)> = digest.iter().map(|d| (d.id, d.version())).collect();
-        if let Some(&claimed) = theirs.get(&self.me)
-            && claimed > self.me().version()
-        {
-            self.refute(claimed.0, now);
-        }
         let mut newer: Vec<&Entry> = self
             .entries
             .values()
@@ -408,7 +473,6 @@ impl Membership {
         let mut wanted = HashSet::new();
         let want = digest
             .iter()
-            .filter(|d| d.id != self.me)
             .filter(|d| self.entries.get(&d.id).is_none_or(|e| e.member.version() < d.version()))
             .filter(|d| wanted.insert(d.id))
             .map(|d| d.id)
@@ -434,35 +498,60 @@ impl Membership {
         own.last_advanced = now;
     }
 
-    /// Takes entries from a peer: each replaces the one held only if its version is higher.
+    /// Takes entries from a peer, each only if its version is higher than the one held,
+    /// without checking their proofs: for tests and tools that hold no keys.
     pub fn merge(&mut self, entries: impl IntoIterator<Item = GossipEntry>, now: Instant) -> Merged {
+        self.merge_checked(entries, now, |_| true)
+    }
+
+    /// Takes entries from a peer: each replaces the one held only if its version is higher and
+    /// `check` accepts it (the node verifies its proof there). `check` runs only for entries
+    /// the view would take, so entries already known cost nothing.
+    pub fn merge_checked(
+        &mut self,
+        entries: impl IntoIterator<Item = GossipEntry>,
+        now: Instant,
+        mut check: impl FnMut(&GossipEntry) -> bool,
+    ) -> Merged {
         let mut merged = Merged::default();
         let forget_after = self.cfg.gone_after.saturating_mul(2);
-        for GossipEntry { member, age_ms } in entries {
+        for entry in entries {
+            let member = &entry.member;
             if member.id == self.me {
                 if member.version() > self.me().version() {
-                    self.refute(member.incarnation, now);
+                    if check(&entry) {
+                        self.refute(member.incarnation, now);
+                    } else {
+                        merged.rejected += 1;
+                    }
                 }
                 continue;
             }
-            let age = Duration::from_millis(u64::from(age_ms));
+            let age = Duration::from_millis(u64::from(entry.age_ms));
             let advanced = now.checked_sub(age).unwrap_or(self.started).min(now);
+            let held = self.entries.get(&member.id).map(|e| e.member.version());
+            if held.is_some_and(|v| v >= member.version()) || (held.is_none() && age >= forget_after) {
+                continue;
+            }
+            if !check(&entry) {
+                merged.rejected += 1;
+                continue;
+            }
+            let GossipEntry { member, proof, seen_at, .. } = entry;
             match self.entries.get_mut(&member.id) {
-                Some(e) if e.member.version() >= member.version() => {}
                 Some(e) => {
                     e.last_advanced = e.last_advanced.max(advanced);
                     e.member = member;
+                    e.proof = proof;
+                    e.seen_at = seen_at.or(e.seen_at);
                     merged.updated += 1;
                 }
                 None => {
-                    if age >= forget_after {
-                        continue;
-                    }
                     if self.entries.len() >= self.cfg.max_members && !self.evict_one(now) {
                         merged.refused += 1;
                         continue;
                     }
-                    self.entries.insert(member.id, Entry { member, last_advanced: advanced });
+                    self.entries.insert(member.id, Entry { member, proof, seen_at, last_advanced: advanced });
                     merged.updated += 1;
                 }
             }
@@ -490,9 +579,9 @@ impl Membership {
         let (mut up, mut down, mut gone) = (Vec::new(), Vec::new(), Vec::new());
         for e in self.entries.values().filter(|e| e.member.id != self.me) {
             match self.liveness_of(e, now) {
-                Liveness::Up => up.push(e.member.contact()),
-                Liveness::Down => down.push(e.member.contact()),
-                Liveness::Gone if e.member.status != MemberStatus::Left => gone.push(e.member.contact()),
+                Liveness::Up => up.push(e.contact()),
+                Liveness::Down => down.push(e.contact()),
+                Liveness::Gone if e.member.status != MemberStatus::Left => gone.push(e.contact()),
                 Liveness::Gone => {}
             }
         }
@@ -621,7 +710,7 @@ mod tests {
         assert_eq!(a.liveness(&b2.me().id, t1), Some(Liveness::Up));
         assert!(a.generation() > generation, "a new address changes the owners' contacts");
         // The stale entry never comes back from a peer that still holds it.
-        let stale = GossipEntry { member: b.me().clone(), age_ms: 0 };
+        let stale = GossipEntry { member: b.me().clone(), age_ms: 0, proof: None, seen_at: None };
         a.merge([stale], t1);
         assert_eq!(a.get(&b2.me().id).unwrap().incarnation, 2_000);
     }
@@ -631,7 +720,7 @@ mod tests {
         let t0 = origin();
         let mut a = Membership::new(member(0), cfg(), t0);
         let mut c = Membership::new(member(2), cfg(), t0);
-        a.merge([GossipEntry { member: member(1), age_ms: 0 }], t0);
+        a.merge([GossipEntry { member: member(1), age_ms: 0, proof: None, seen_at: None }], t0);
         // Much later, c learns of member 1 through a: silent for 45 s, so down, not up.
         let t1 = t0 + Duration::from_secs(45);
         exchange(&mut c, &mut a, t1);
@@ -641,7 +730,7 @@ mod tests {
         assert_eq!(c.liveness(&member(1).id, t2), Some(Liveness::Gone));
         // Entries past twice gone_after are not learned at all.
         let mut d = Membership::new(member(3), cfg(), t0);
-        d.merge([GossipEntry { member: member(4), age_ms: 120_000 }], t0);
+        d.merge([GossipEntry { member: member(4), age_ms: 120_000, proof: None, seen_at: None }], t0);
         assert_eq!(d.len(), 1);
     }
 
@@ -678,17 +767,46 @@ mod tests {
     }
 
     #[test]
-    fn a_false_claim_to_this_node_is_refuted() {
+    fn a_checked_claim_to_this_node_is_refuted_and_a_bare_one_is_asked_for() {
         let t0 = origin();
         let mut a = Membership::new(member(0), cfg(), t0);
         let mut impostor = member(0);
         impostor.incarnation = 5_000;
-        a.merge([GossipEntry { member: impostor, age_ms: 0 }], t0);
+        let claim = GossipEntry { member: impostor, age_ms: 0, proof: None, seen_at: None };
+        // An entry the check refuses never moves the incarnation.
+        let merged = a.merge_checked([claim.clone()], t0, |_| false);
+        assert_eq!((merged.rejected, a.me().incarnation), (1, 1_000));
+        a.merge([claim], t0);
         assert!(a.me().incarnation > 5_000);
-        let claim = [DigestItem { id: member(0).id, incarnation: 9_000, heartbeat: 1 }];
-        let (entries, want) = a.answer(&claim, t0);
-        assert!(want.is_empty());
-        assert!(entries[0].member.incarnation > 9_000, "the answer carries the refutation");
+        // A digest claims a higher version: the answer asks for the entry instead of refuting.
+        let digest = [DigestItem { id: member(0).id, incarnation: u64::MAX, heartbeat: u64::MAX }];
+        let incarnation = a.me().incarnation;
+        let (_, want) = a.answer(&digest, t0);
+        assert_eq!(want, vec![member(0).id]);
+        assert_eq!(a.me().incarnation, incarnation, "a bare digest claim moves nothing");
+    }
+
+    #[test]
+    fn refused_entries_change_nothing_and_known_ones_are_not_checked_again() {
+        let t0 = origin();
+        let mut a = Membership::new(member(0), cfg(), t0);
+        a.merge([GossipEntry { member: member(1), age_ms: 0, proof: None, seen_at: None }], t0);
+        // A forged Left entry for member 1, and a fake member.
+        let mut left = member(1);
+        left.heartbeat = 10;
+        left.status = MemberStatus::Left;
+        let forged = [left, member(2)].map(|m| GossipEntry { member: m, age_ms: 0, proof: None, seen_at: None });
+        let generation = a.generation();
+        let merged = a.merge_checked(forged, t0, |_| false);
+        assert_eq!((merged.updated, merged.rejected), (0, 2));
+        assert_eq!((a.eligible().len(), a.generation()), (2, generation));
+        // The version already held is not checked again.
+        let mut checked = 0;
+        a.merge_checked([GossipEntry { member: member(1), age_ms: 0, proof: None, seen_at: None }], t0, |_| {
+            checked += 1;
+            true
+        });
+        assert_eq!(checked, 0);
     }
 
     #[test]
@@ -696,12 +814,12 @@ mod tests {
         let t0 = origin();
         let small = Config { max_members: 4, max_entries: 2, ..cfg() };
         let mut a = Membership::new(member(0), small, t0);
-        let entries = (1..10).map(|i| GossipEntry { member: member(i), age_ms: 0 });
+        let entries = (1..10).map(|i| GossipEntry { member: member(i), age_ms: 0, proof: None, seen_at: None });
         let merged = a.merge(entries, t0);
         assert_eq!((a.len(), merged.updated, merged.refused), (4, 3, 6));
         // A gone entry makes room for a new one.
         let later = t0 + Duration::from_secs(61);
-        a.merge([GossipEntry { member: member(20), age_ms: 0 }], later);
+        a.merge([GossipEntry { member: member(20), age_ms: 0, proof: None, seen_at: None }], later);
         assert_eq!(a.len(), 4);
         assert!(a.get(&member(20).id).is_some(), "it took the place of a gone one");
         let b = Membership::new(member(30), small, t0);
@@ -713,8 +831,8 @@ mod tests {
     fn gossip_targets_prefer_up_peers_and_sometimes_try_down_ones() {
         let t0 = origin();
         let mut a = Membership::new(member(0), cfg(), t0);
-        a.merge((1..6).map(|i| GossipEntry { member: member(i), age_ms: 0 }), t0);
-        a.merge([GossipEntry { member: member(9), age_ms: 10_000 }], t0);
+        a.merge((1..6).map(|i| GossipEntry { member: member(i), age_ms: 0, proof: None, seen_at: None }), t0);
+        a.merge([GossipEntry { member: member(9), age_ms: 10_000, proof: None, seen_at: None }], t0);
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut down_tried = 0;
         for _ in 0..200 {

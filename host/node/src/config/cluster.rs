@@ -21,6 +21,10 @@ pub struct MembershipConfig {
     pub gone_after: Duration,
     /// Most nodes the view holds.
     pub max_members: usize,
+    /// How far ahead of this node's clock a peer's incarnation (its start time) may be; a
+    /// signed entry later than that is refused, so no version gets out of reach of refutation.
+    #[serde(with = "humantime_serde")]
+    pub max_clock_skew: Duration,
 }
 
 impl Default for MembershipConfig {
@@ -31,6 +35,7 @@ impl Default for MembershipConfig {
             suspect_after: d.suspect_after,
             gone_after: d.gone_after,
             max_members: d.max_members,
+            max_clock_skew: Duration::from_secs(300),
         }
     }
 }

@@ -51,6 +51,12 @@ pub enum InvalidRequest {
         membership::MAX_GOSSIP_ENTRIES
     )]
     TooMuchGossip { digest: usize, entries: usize },
+    #[error(
+        "a gossip entry's proof carries more than {} certificates or an item over {} bytes",
+        membership::MAX_PROOF_CERTS,
+        membership::MAX_PROOF_ITEM_BYTES
+    )]
+    OversizedProof,
     #[error("invalid repair request: {0}")]
     Repair(String),
     #[error("client location: {0}")]
@@ -74,7 +80,7 @@ impl InvalidRequest {
             InvalidRequest::Windows(_) => ErrorCode::InvalidRange,
             InvalidRequest::TooManyParts { .. } => ErrorCode::BatchTooLarge,
             InvalidRequest::Reserved(_) => ErrorCode::InvalidSeries,
-            InvalidRequest::TooMuchGossip { .. } => ErrorCode::BatchTooLarge,
+            InvalidRequest::TooMuchGossip { .. } | InvalidRequest::OversizedProof => ErrorCode::BatchTooLarge,
             InvalidRequest::Repair(_) => ErrorCode::Malformed,
             InvalidRequest::Location(_) | InvalidRequest::NotLocatable(_) => ErrorCode::Malformed,
         }
@@ -287,6 +293,9 @@ impl Request {
             Request::Gossip { digest, entries } => {
                 if digest.len() > membership::MAX_MEMBERS || entries.len() > membership::MAX_GOSSIP_ENTRIES {
                     return Err(InvalidRequest::TooMuchGossip { digest: digest.len(), entries: entries.len() });
+                }
+                if entries.iter().any(|e| e.proof.as_ref().is_some_and(|p| !p.is_bounded())) {
+                    return Err(InvalidRequest::OversizedProof);
                 }
                 Ok(())
             }

@@ -1,0 +1,301 @@
+//! Signed membership entries. A node signs its own entry with its TLS key, and takes an entry
+//! from gossip only when the entry's certificate chains to the fleet CA, names a node (not a
+//! client), hashes to the entry's id, and its key signed this very entry. So a device can only
+//! ever speak for itself: it cannot mark another node `Left`, move it, invent members, or
+//! raise another node's version. Incarnations are bounded by this node's clock plus
+//! `max_clock_skew`, so nobody can push a version out of reach of its owner's refutation.
+//!
+//! Verified certificate chains are remembered (by the hash of the chain, until they expire),
+//! so the steady state costs one signature check per entry that advanced.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rustls::SignatureScheme;
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::sign::SigningKey;
+use rustls_pki_types::{CertificateDer, UnixTime};
+use timeshard_proto::Id;
+use timeshard_proto::membership::{GossipEntry, Member, Proof};
+use timeshard_sdk::tls::{self, Identity, PeerIdentity, TlsError};
+
+/// Signature schemes this node signs with, in order of preference (the key decides).
+const SCHEMES: [SignatureScheme; 5] = [
+    SignatureScheme::ED25519,
+    SignatureScheme::ECDSA_NISTP256_SHA256,
+    SignatureScheme::ECDSA_NISTP384_SHA384,
+    SignatureScheme::RSA_PSS_SHA256,
+    SignatureScheme::RSA_PKCS1_SHA256,
+];
+
+/// Verified chains remembered before the memory is cleared.
+const VERIFIED_MAX: usize = 32_768;
+
+/// Why a gossip entry was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// It carries no proof, or one over the size limits.
+    Unsigned,
+    /// Its certificate does not chain to the fleet CA, or has expired.
+    Certificate,
+    /// The certificate is a client's, or its key does not hash to the entry's id.
+    NotThatNode,
+    /// The signature does not verify.
+    Signature,
+    /// Its incarnation is later than this node's clock plus the allowed skew.
+    FromTheFuture,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 5] =
+        [Refusal::Unsigned, Refusal::Certificate, Refusal::NotThatNode, Refusal::Signature, Refusal::FromTheFuture];
+
+    /// The label `/metrics` counts it under.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Unsigned => "unsigned",
+            Refusal::Certificate => "certificate",
+            Refusal::NotThatNode => "not_that_node",
+            Refusal::Signature => "signature",
+            Refusal::FromTheFuture => "from_the_future",
+        }
+    }
+}
+
+struct Keys {
+    chain: Vec<CertificateDer<'static>>,
+    signer: Arc<dyn SigningKey>,
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl Keys {
+    fn of(identity: &Identity) -> Result<Keys, TlsError> {
+        let provider = tls::provider();
+        let signer = provider
+            .key_provider
+            .load_private_key(identity.key.clone_key())
+            .map_err(|e| TlsError::Config(format!("the node's key cannot sign membership entries: {e}")))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Keys { chain: identity.chain.clone(), signer, verifier })
+    }
+}
+
+/// Signs this node's entry and checks everyone else's.
+pub struct Attest {
+    keys: RwLock<Keys>,
+    algorithms: WebPkiSupportedAlgorithms,
+    max_skew: Duration,
+    /// SHA-1 of a verified chain's first certificate → when it expires.
+    verified: Mutex<HashMap<Id, UnixTime>>,
+    /// The last entry signed, and its proof: one signature per version.
+    own: Mutex<Option<(Member, Proof)>>,
+    refused: [AtomicU64; Refusal::ALL.len()],
+}
+
+impl std::fmt::Debug for Attest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attest").field("max_skew", &self.max_skew).finish_non_exhaustive()
+    }
+}
+
+impl Attest {
+    /// Signs with `identity`'s key and trusts its CA; incarnations may run `max_skew` ahead of
+    /// this node's clock.
+    pub fn new(identity: &Identity, max_skew: Duration) -> Result<Attest, TlsError> {
+        Ok(Attest {
+            keys: RwLock::new(Keys::of(identity)?),
+            algorithms: tls::provider().signature_verification_algorithms,
+            max_skew,
+            verified: Mutex::new(HashMap::new()),
+            own: Mutex::new(None),
+            refused: Default::default(),
+        })
+    }
+
+    /// Signs with a renewed certificate from now on.
+    pub fn set_identity(&self, identity: &Identity) -> Result<(), TlsError> {
+        let keys = Keys::of(identity)?;
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+        *self.own.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
+    }
+
+    /// The proof of this node's `member` entry (signed once per version).
+    pub fn sign(&self, member: &Member) -> Option<Proof> {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((signed, proof)) = own.as_ref()
+            && signed == member
+        {
+            return Some(proof.clone());
+        }
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let signer = keys.signer.choose_scheme(&SCHEMES)?;
+        let signature = signer.sign(&member.signed_bytes()).ok()?;
+        let proof = Proof {
+            chain: keys.chain.iter().map(|c| c.as_ref().to_vec()).collect(),
+            scheme: u16::from(signer.scheme()),
+            signature,
+        };
+        *own = Some((member.clone(), proof.clone()));
+        Some(proof)
+    }
+
+    /// Checks `entry` as of `now_ns` (nanoseconds since the Unix epoch), counting a refusal.
+    pub fn check(&self, entry: &GossipEntry, now_ns: u64) -> Result<(), Refusal> {
+        let verdict = self.verdict(entry, now_ns);
+        if let Err(r) = verdict {
+            self.refused[r as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        verdict
+    }
+
+    fn verdict(&self, entry: &GossipEntry, now_ns: u64) -> Result<(), Refusal> {
+        let member = &entry.member;
+        let Some(proof) = entry.proof.as_ref().filter(|p| p.is_bounded()) else {
+            return Err(Refusal::Unsigned);
+        };
+        let skew_ns = u64::try_from(self.max_skew.as_nanos()).unwrap_or(u64::MAX);
+        if member.incarnation > now_ns.saturating_add(skew_ns) {
+            return Err(Refusal::FromTheFuture);
+        }
+        let chain: Vec<CertificateDer<'_>> = proof.chain.iter().map(|c| CertificateDer::from(c.as_slice())).collect();
+        let peer = PeerIdentity::of_certificate(&chain[0]).ok_or(Refusal::Certificate)?;
+        if !peer.is_node || peer.id != member.id {
+            return Err(Refusal::NotThatNode);
+        }
+        self.verify_chain(&chain, now_ns)?;
+        let end_entity = webpki::EndEntityCert::try_from(&chain[0]).map_err(|_| Refusal::Certificate)?;
+        let algorithms = self
+            .algorithms
+            .mapping
+            .iter()
+            .find(|(scheme, _)| u16::from(*scheme) == proof.scheme)
+            .map(|(_, algs)| *algs)
+            .ok_or(Refusal::Signature)?;
+        let message = member.signed_bytes();
+        algorithms
+            .iter()
+            .any(|alg| end_entity.verify_signature(*alg, &message, &proof.signature).is_ok())
+            .then_some(())
+            .ok_or(Refusal::Signature)
+    }
+
+    /// Verifies that `chain` leads to the fleet CA as of `now_ns`, remembering the answer
+    /// until the certificate expires.
+    fn verify_chain(&self, chain: &[CertificateDer<'_>], now_ns: u64) -> Result<(), Refusal> {
+        let now = UnixTime::since_unix_epoch(Duration::from_nanos(now_ns));
+        let key = Id::sha1(chain[0].as_ref());
+        if self.verified.lock().unwrap_or_else(|e| e.into_inner()).get(&key).is_some_and(|until| *until > now) {
+            return Ok(());
+        }
+        let verifier = self.keys.read().unwrap_or_else(|e| e.into_inner()).verifier.clone();
+        verifier.verify_client_cert(&chain[0], &chain[1..], now).map_err(|_| Refusal::Certificate)?;
+        let not_after = x509_parser::parse_x509_certificate(chain[0].as_ref())
+            .map(|(_, c)| c.validity().not_after.timestamp())
+            .ok()
+            .and_then(|t| u64::try_from(t).ok())
+            .map_or(now, |t| UnixTime::since_unix_epoch(Duration::from_secs(t)));
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if verified.len() >= VERIFIED_MAX {
+            verified.clear();
+        }
+        verified.insert(key, not_after);
+        Ok(())
+    }
+
+    /// Entries refused so far, by reason.
+    pub fn refused(&self) -> Vec<(Refusal, u64)> {
+        Refusal::ALL.iter().map(|&r| (r, self.refused[r as usize].load(Ordering::Relaxed))).collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::path::Path;
+    use timeshard_sdk::tls::TlsFiles;
+
+    /// A development PKI with `nodes` node certificates and a client certificate.
+    pub(crate) fn fleet(nodes: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        crate::pki::dev_pki(dir.path(), nodes).unwrap();
+        dir
+    }
+
+    pub(crate) fn identity(dir: &Path, name: &str) -> Identity {
+        Identity::load(&TlsFiles::in_dir(dir, name)).unwrap()
+    }
+
+    fn now_ns() -> u64 {
+        u64::try_from(timeshard_clock::now_ns()).unwrap()
+    }
+
+    fn signed_entry(attest: &Attest, member: Member) -> GossipEntry {
+        let proof = attest.sign(&member);
+        GossipEntry { member, age_ms: 0, proof, seen_at: None }
+    }
+
+    fn member_of(who: &Identity) -> Member {
+        Member::new(who.id().unwrap(), "127.0.0.1:7000".parse().unwrap(), now_ns())
+    }
+
+    #[test]
+    fn a_node_signs_its_entry_and_only_that_entry_verifies() {
+        let dir = fleet(2);
+        let (a, b) = (identity(dir.path(), "node-0"), identity(dir.path(), "node-1"));
+        let skew = Duration::from_secs(60);
+        let (signer, checker) = (Attest::new(&a, skew).unwrap(), Attest::new(&b, skew).unwrap());
+        let entry = signed_entry(&signer, member_of(&a));
+        assert_eq!(checker.check(&entry, now_ns()), Ok(()));
+        assert_eq!(checker.check(&entry, now_ns()), Ok(()), "a remembered chain verifies too");
+        // Any change to the entry breaks the signature.
+        let mut tampered = entry.clone();
+        tampered.member.status = timeshard_proto::membership::MemberStatus::Left;
+        assert_eq!(checker.check(&tampered, now_ns()), Err(Refusal::Signature));
+        // No proof, or one that is too large.
+        let unsigned = GossipEntry { proof: None, ..entry.clone() };
+        assert_eq!(checker.check(&unsigned, now_ns()), Err(Refusal::Unsigned));
+        let mut huge = entry.clone();
+        huge.proof.as_mut().unwrap().chain.push(vec![0; 4]);
+        huge.proof.as_mut().unwrap().chain.push(vec![0; 4]);
+        huge.proof.as_mut().unwrap().chain.push(vec![0; 4]);
+        assert_eq!(checker.check(&huge, now_ns()), Err(Refusal::Unsigned));
+        // a's key speaking for b.
+        let mut for_b = member_of(&b);
+        for_b.heartbeat = 3;
+        let forged = signed_entry(&signer, for_b);
+        assert_eq!(checker.check(&forged, now_ns()), Err(Refusal::NotThatNode));
+        let counted: u64 = checker.refused().iter().map(|(_, n)| n).sum();
+        assert_eq!(counted, 4);
+    }
+
+    #[test]
+    fn clients_other_fleets_and_the_future_are_refused() {
+        let dir = fleet(1);
+        let node = identity(dir.path(), "node-0");
+        let client = identity(dir.path(), "client");
+        let other = fleet(1);
+        let stranger = identity(other.path(), "node-0");
+        let skew = Duration::from_secs(60);
+        let checker = Attest::new(&node, skew).unwrap();
+        // A client certificate cannot make a member, even of its own id.
+        let by_client = signed_entry(&Attest::new(&client, skew).unwrap(), member_of(&client));
+        assert_eq!(checker.check(&by_client, now_ns()), Err(Refusal::NotThatNode));
+        // A node certificate of another CA.
+        let by_stranger = signed_entry(&Attest::new(&stranger, skew).unwrap(), member_of(&stranger));
+        assert_eq!(checker.check(&by_stranger, now_ns()), Err(Refusal::Certificate));
+        // A genuine entry whose incarnation is beyond the clock plus the skew.
+        let signer = Attest::new(&node, skew).unwrap();
+        let mut ahead = member_of(&node);
+        ahead.incarnation = now_ns() + 2 * 60_000_000_000;
+        assert_eq!(checker.check(&signed_entry(&signer, ahead.clone()), now_ns()), Err(Refusal::FromTheFuture));
+        ahead.incarnation = now_ns() + 30_000_000_000;
+        assert_eq!(checker.check(&signed_entry(&signer, ahead), now_ns()), Ok(()));
+    }
+}
