@@ -54,6 +54,11 @@ impl Refusal {
     pub const ALL: [Refusal; 5] =
         [Refusal::Unsigned, Refusal::Certificate, Refusal::NotThatNode, Refusal::Signature, Refusal::FromTheFuture];
 
+    /// Its `reason` label in `/metrics`.
+    pub fn labels(self) -> [(&'static str, &'static str); 1] {
+        [("reason", self.label())]
+    }
+
     /// The label `/metrics` counts it under.
     pub fn label(self) -> &'static str {
         match self {

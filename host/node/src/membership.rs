@@ -525,7 +525,11 @@ mod tests {
         fix_addr(&mut other, from, &|_| Some(there));
         assert_eq!(other.seen_at, Some(there));
         // The view reaches it there, and passes the entry on as signed.
-        let mut view = Membership::new(Member::new(id(0), from.addr, 1), MembershipConfig::default().view(), timeshard_clock::instant());
+        let mut view = Membership::new(
+            Member::new(id(0), from.addr, 1),
+            MembershipConfig::default().view(),
+            timeshard_clock::instant(),
+        );
         view.merge([other], timeshard_clock::instant());
         assert_eq!(view.contact(&id(2)).map(|c| c.addr), Some(there));
         assert!(view.get(&id(2)).unwrap().addr.ip().is_unspecified());

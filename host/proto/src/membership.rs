@@ -454,7 +454,12 @@ impl Membership {
 
     fn gossip_entry(&self, e: &Entry, now: Instant) -> GossipEntry {
         let age = now.saturating_duration_since(e.last_advanced).as_millis();
-        GossipEntry { member: e.member.clone(), age_ms: u32::try_from(age).unwrap_or(u32::MAX), proof: e.proof.clone(), seen_at: None }
+        GossipEntry {
+            member: e.member.clone(),
+            age_ms: u32::try_from(age).unwrap_or(u32::MAX),
+            proof: e.proof.clone(),
+            seen_at: None,
+        }
     }
 
     /// Answers a peer's digest: the entries it lacks or holds older (at most `max_entries`,

@@ -51,6 +51,7 @@ mod promql_oracle;
 mod queries;
 mod read_repair;
 mod retention;
+mod rogue_gossip;
 mod rollout;
 mod stream_read;
 mod tier;

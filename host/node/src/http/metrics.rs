@@ -59,6 +59,12 @@ pub fn render(node: &Node) -> String {
     queries(&mut e, m);
     http(&mut e, m);
     quic(&mut e, node);
+    let refused: Vec<_> = node.view().attest().refused().iter().map(|(r, n)| (r.labels(), *n as f64)).collect();
+    e.counters(
+        "timeshard_gossip_entries_refused_total",
+        "Membership entries refused because their own node did not sign them (forged, another fleet's, a client's, or from beyond the allowed clock skew), by reason.",
+        refused.iter().map(|(labels, n)| (&labels[..], *n)),
+    );
     // Replication and membership, as the node's status reports them.
     let st = node.status();
     status(&mut e, &st);
