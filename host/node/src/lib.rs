@@ -27,7 +27,8 @@
 //!   [`reconfigure`] (what may change while the node runs, applied whole or not at all),
 //!   [`start`] (wiring a node phase by phase, the tasks it runs with the narrow handles each
 //!   uses, shutdown).
-//! - Front doors: [`server`] (accepting and answering QUIC requests), [`streams`] (requests
+//! - Front doors: [`server`] (accepting and answering QUIC requests; [`peer_scope`]: what
+//!   another node may store, read in bulk and list here, by placement), [`streams`] (requests
 //!   answered with a stream of frames), [`http`] (InfluxDB and Prometheus endpoints, the JSON
 //!   API and `/metrics`), [`control`] (enrolled nodes: following the control plane's desired
 //!   state, renewal, revocation), [`process`] (ready file and stop signals of a node process).
@@ -46,6 +47,7 @@ pub mod membership;
 pub mod metrics;
 pub mod net;
 pub mod node;
+pub mod peer_scope;
 pub mod pki;
 pub mod policies;
 pub mod process;

@@ -85,6 +85,18 @@ impl View {
         }
     }
 
+    /// A view of `me` holding `members` as given (unsigned), with a throwaway signing key:
+    /// for unit tests of what is computed from a view.
+    #[cfg(test)]
+    pub(crate) fn for_tests(me: Contact, members: impl IntoIterator<Item = GossipEntry>) -> View {
+        let dir = crate::attest::tests::fleet(1);
+        let identity = crate::attest::tests::identity(dir.path(), "node-0");
+        let attest = Arc::new(Attest::new(&identity, std::time::Duration::from_secs(60)).expect("a dev identity"));
+        let view = View::new(me, &MembershipConfig::default(), Arc::new(AtomicU64::new(0)), attest);
+        view.with(|s| s.merge(members, timeshard_clock::instant()));
+        view
+    }
+
     /// What signs this node's entry and checks the others (its refusal counts, and renewal).
     pub fn attest(&self) -> &Arc<Attest> {
         &self.attest

@@ -10,11 +10,12 @@ use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::admission::{CLOSE_TOO_MANY, Caller};
 use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
+use crate::peer_scope::{self, Checked};
 
 /// Accepts connections until the node shuts down.
 pub async fn accept_loop(node: Arc<Node>) {
@@ -197,6 +198,28 @@ async fn serve_stream(
     respond(&node, &mut send, &resp, limit).await;
 }
 
+/// Stores and registrations from another node only where placement gives them to this node
+/// or to the asker ([`crate::peer_scope`]); refusals are counted and logged.
+fn check_placement(node: &Node, peer: PeerIdentity, req: &Request) -> Result<(), ErrorReply> {
+    let me = node.dht().me().id;
+    if !peer.is_node || peer.id == me {
+        return Ok(());
+    }
+    let (view, classes) = (node.view(), node.coordinator().classes());
+    let (kind, checked) = match req {
+        Request::Store { blocks } => (Checked::Store, peer_scope::check_store(view, &classes, me, peer.id, blocks)),
+        Request::RegisterSeries { series } => {
+            (Checked::RegisterSeries, peer_scope::check_registrations(view, &classes, me, peer.id, series))
+        }
+        _ => return Ok(()),
+    };
+    if let Err(e) = &checked {
+        node.repair().refusals().add(kind);
+        warn!(peer = %peer.id.short(), error = %e.message, "refused a peer request");
+    }
+    checked
+}
+
 /// Validates and answers one request, counting client writes and queries for `/metrics`.
 pub async fn handle(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response {
     let started = std::time::Instant::now();
@@ -221,6 +244,9 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
             ErrorCode::Forbidden,
             format!("{} requests are for nodes; this certificate is a client's", req.kind()),
         ));
+    }
+    if let Err(e) = check_placement(node, peer, &req) {
+        return Response::Error(e);
     }
     match req {
         Request::Ping => Response::Pong { id: node.dht().me().id },

@@ -363,6 +363,15 @@ impl LocalCluster {
         }
     }
 
+    /// Node `i`'s own certificate: from the control plane when enrolled, else the
+    /// development PKI's `node-<i>`.
+    pub fn node_tls(&self, i: usize) -> TlsFiles {
+        match &self.options.enroll {
+            Some(_) => TlsFiles::in_dir(&self.data_dir(i).join("control"), "node"),
+            None => TlsFiles::in_dir(&self.pki_dir(), &format!("node-{i}")),
+        }
+    }
+
     /// A client connected to node `i`.
     pub async fn client(&self, i: usize) -> Result<Client> {
         Ok(Client::connect(self.addr(i), &self.client_tls_of(i)).await?)

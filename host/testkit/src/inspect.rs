@@ -29,10 +29,14 @@ pub struct Inspector {
     endpoint: Endpoint,
     conns: HashMap<SocketAddr, Connection>,
     limits: Limits,
+    /// The node's own certificate, per address of a node of the cluster.
+    as_itself: HashMap<SocketAddr, quinn::ClientConfig>,
 }
 
 impl Inspector {
-    /// An inspector of `cluster`, with a node certificate from its CA.
+    /// An inspector of `cluster`: it asks each node as that node itself (its own
+    /// certificate), since a node lists its blocks in full only to itself; other addresses
+    /// with a node certificate of its CA (`inspector`).
     pub async fn new(cluster: &LocalCluster) -> Result<Inspector> {
         let dir = cluster.pki_dir();
         let files = if dir.join("inspector.pem").exists() {
@@ -40,7 +44,12 @@ impl Inspector {
         } else {
             pki::issue(&dir, "inspector", Role::Node)?
         };
-        Inspector::with_identity(&files)
+        let mut inspector = Inspector::with_identity(&files)?;
+        for i in 0..cluster.len() {
+            let own = Identity::load(&cluster.node_tls(i))?;
+            inspector.as_itself.insert(cluster.addr(i), tls::client_config(&own)?);
+        }
+        Ok(inspector)
     }
 
     /// An inspector with the node certificate in `files`. For nodes enrolled with a control
@@ -51,14 +60,18 @@ impl Inspector {
         let identity = Identity::load(files)?;
         let mut endpoint = Endpoint::client("127.0.0.1:0".parse().expect("literal"))?;
         endpoint.set_default_client_config(tls::client_config(&identity)?);
-        Ok(Inspector { endpoint, conns: HashMap::new(), limits: Limits::default() })
+        Ok(Inspector { endpoint, conns: HashMap::new(), limits: Limits::default(), as_itself: HashMap::new() })
     }
 
     async fn call(&mut self, addr: SocketAddr, req: &Request) -> Result<Response> {
         let conn = match self.conns.get(&addr).filter(|c| c.close_reason().is_none()) {
             Some(c) => c.clone(),
             None => {
-                let c = tokio::time::timeout(TIMEOUT, self.endpoint.connect(addr, NODE_NAME)?)
+                let connecting = match self.as_itself.get(&addr) {
+                    Some(config) => self.endpoint.connect_with(config.clone(), addr, NODE_NAME)?,
+                    None => self.endpoint.connect(addr, NODE_NAME)?,
+                };
+                let c = tokio::time::timeout(TIMEOUT, connecting)
                     .await
                     .with_context(|| format!("no handshake with {addr}"))??;
                 self.conns.insert(addr, c.clone());

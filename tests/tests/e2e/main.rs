@@ -51,7 +51,7 @@ mod promql_oracle;
 mod queries;
 mod read_repair;
 mod retention;
-mod rogue_gossip;
+mod rogue_device;
 mod rollout;
 mod stream_read;
 mod tier;

@@ -65,6 +65,14 @@ pub fn render(node: &Node) -> String {
         "Membership entries refused because their own node did not sign them (forged, another fleet's, a client's, or from beyond the allowed clock skew), by reason.",
         refused.iter().map(|(labels, n)| (&labels[..], *n)),
     );
+    let refusals = node.repair().refusals();
+    let by_kind: Vec<_> =
+        crate::peer_scope::Checked::ALL.iter().map(|k| ([("kind", k.label())], refusals.get(*k) as f64)).collect();
+    e.counters(
+        "timeshard_peer_requests_refused_total",
+        "Requests from other nodes refused because placement gives their blocks neither to this node nor to the asker, by kind.",
+        by_kind.iter().map(|(labels, n)| (&labels[..], *n)),
+    );
     // Replication and membership, as the node's status reports them.
     let st = node.status();
     status(&mut e, &st);

@@ -243,6 +243,22 @@ impl Inventory {
     /// The owners of `block` in this inventory's view, if this node can place it (an index
     /// block needs its series' registration here).
     pub fn place(&self, block: &BlockRef, classes: &Classes) -> Option<Vec<Contact>> {
+        self.place_target(block, classes).map(|target| placement::owners_of(&target, &self.ring, &self.located).owners)
+    }
+
+    /// The members `block` may be asked of in this inventory's view: its owners, then (for a
+    /// DHT block) the next closest members up to the read candidates, or (for a CoI block)
+    /// the sloppy-quorum substitutes; views that differ for a while still agree on these.
+    pub fn place_near(&self, block: &BlockRef, classes: &Classes) -> Option<Vec<Contact>> {
+        let target = self.place_target(block, classes)?;
+        let owners = placement::owners_of(&target, &self.ring, &self.located);
+        Some(match target.site {
+            Some(_) => owners.owners.into_iter().chain(owners.fallback).collect(),
+            None => timeshard_proto::repair::read_candidates(&owners.owners, &self.ring, &target.id, target.rf),
+        })
+    }
+
+    fn place_target(&self, block: &BlockRef, classes: &Classes) -> Option<Target> {
         let series = block.series();
         let target = match block {
             BlockRef::Registration { .. } => {
@@ -256,7 +272,7 @@ impl Inventory {
                 }
             },
         };
-        Some(placement::owners_of(&target, &self.ring, &self.located).owners)
+        Some(target)
     }
 
     /// Whether a session with `peer` compares `item`: with this node as the initiator, the

@@ -71,6 +71,9 @@ pub struct Repair {
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
     /// Asks the driver for a round now.
     wake: Notify,
+    /// Peer requests refused because placement does not give their blocks (see
+    /// [`crate::peer_scope`]).
+    refusals: crate::peer_scope::Refusals,
 }
 
 impl Repair {
@@ -99,9 +102,15 @@ impl Repair {
             settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),
+            refusals: Default::default(),
             cfg,
             coordinator,
         }
+    }
+
+    /// Peer requests refused by placement, by kind (counted here and by the server).
+    pub fn refusals(&self) -> &crate::peer_scope::Refusals {
+        &self.refusals
     }
 
     /// What the read path shares with repair.

@@ -10,8 +10,11 @@ use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Respons
 use timeshard_proto::{Id, Point};
 use timeshard_store::{ListCursor as StoreCursor, Store, StoreError};
 
+use tracing::warn;
+
 use super::Repair;
 use super::state::Counters;
+use crate::peer_scope::{self, Checked};
 
 fn store_error(e: StoreError) -> Response {
     Response::Error(ErrorReply::new(ErrorCode::Storage, format!("this node's store failed: {e}")))
@@ -60,6 +63,12 @@ impl Repair {
                 Response::RepairLeaves { view_matches: true, entries, done }
             }
             Request::ReadBlocks { blocks, after, limit } => {
+                let refs = blocks
+                    .iter()
+                    .map(|(series, quantum)| BlockRef::Points { series: series.clone(), quantum: *quantum });
+                if let Err(e) = self.askers_only(Checked::ReadBlocks, peer, refs, false).await {
+                    return e;
+                }
                 let store = self.store.clone();
                 let work =
                     timeshard_clock::spawn_blocking(move || read_blocks(&*store, &blocks, after, limit as usize));
@@ -70,6 +79,9 @@ impl Repair {
                 }
             }
             Request::BlockDigests { blocks } => {
+                if let Err(e) = self.askers_only(Checked::BlockDigests, peer, blocks.iter().cloned(), true).await {
+                    return e;
+                }
                 let store = self.store.clone();
                 let work = timeshard_clock::spawn_blocking(move || block_digests(&*store, &blocks));
                 match work.await {
@@ -79,15 +91,30 @@ impl Repair {
                 }
             }
             Request::ListBlocks { after, limit } => {
+                // Another node sees only the blocks placement gives it.
+                let placed = match peer == self.me.id {
+                    true => None,
+                    false => match self.inventory_for(i64::MIN).await {
+                        Ok(inv) => Some((inv, self.classes())),
+                        Err(e) => return store_error(e),
+                    },
+                };
                 let store = self.store.clone();
                 let work = timeshard_clock::spawn_blocking(move || {
                     store.list_blocks(after.map(|c| StoreCursor::from_parts(c.series, c.after)), limit as usize)
                 });
+                let given = |b: &timeshard_store::BlockInfo| {
+                    placed.as_ref().is_none_or(|(inv, classes)| {
+                        let block = BlockRef::Points { series: b.series.clone(), quantum: b.quantum };
+                        inv.place_near(&block, classes).is_some_and(|near| near.iter().any(|c| c.id == peer))
+                    })
+                };
                 match work.await {
                     Ok(Ok(page)) => Response::BlockList {
                         blocks: page
                             .blocks
                             .into_iter()
+                            .filter(given)
                             .map(|b| ListedBlock {
                                 series: b.series,
                                 quantum: b.quantum,
@@ -109,6 +136,37 @@ impl Repair {
                 format!("{} is not a repair request", other.kind()),
             )),
         }
+    }
+}
+
+impl Repair {
+    /// Refuses, and counts, a request for any of `blocks` that placement does not give to
+    /// `peer` (or, with `or_me`, to this node either). A node always answers itself.
+    async fn askers_only(
+        &self,
+        kind: Checked,
+        peer: Id,
+        blocks: impl IntoIterator<Item = BlockRef>,
+        or_me: bool,
+    ) -> Result<(), Response> {
+        if peer == self.me.id {
+            return Ok(());
+        }
+        let inv = self.inventory_for(i64::MIN).await.map_err(store_error)?;
+        let classes = self.classes();
+        for block in blocks {
+            let near = inv.place_near(&block, &classes).unwrap_or_default();
+            if !near.iter().any(|c| c.id == peer || (or_me && c.id == self.me.id)) {
+                self.refusals().add(kind);
+                let quantum = match &block {
+                    BlockRef::Points { quantum, .. } => Some(quantum),
+                    BlockRef::Registration { .. } => None,
+                };
+                warn!(peer = %peer.short(), kind = kind.label(), series = %block.series(), "refused a peer request for a block placement does not give it");
+                return Err(Response::Error(peer_scope::not_the_askers(kind, &peer, block.series(), quantum)));
+            }
+        }
+        Ok(())
     }
 }
 

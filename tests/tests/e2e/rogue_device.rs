@@ -1,9 +1,14 @@
-//! A rogue device (a valid node certificate of the fleet's CA, never a member) forges
-//! membership gossip to three node processes: it marks a member `Left`, moves it, claims a
+//! A rogue device: a valid node certificate of the fleet's CA, never a member.
+//!
+//! It forges membership gossip to three node processes: it marks a member `Left`, moves it, claims a
 //! version nobody can refute, invents a hundred members, and claims a higher version of the
 //! receiver itself. Every forged entry is refused and counted in `/metrics`, the views keep the
 //! three genuine members up with their genuine entries, and every acknowledged point stays
 //! readable through every node.
+//!
+//! It asks for blocks in bulk (`ReadBlocks`, as repair does) and for the list of every block a
+//! node holds (`ListBlocks`): placement gives it none of them, so the first is refused and the
+//! second lists nothing, both counted in `/metrics`.
 
 use std::time::Duration;
 
@@ -24,14 +29,19 @@ use crate::NODE;
 const NODES: usize = 3;
 const FAKE_MEMBERS: usize = 100;
 
-/// Sends one gossip message as the rogue and returns the entries of the answer.
-async fn gossip(rogue: &Identity, addr: std::net::SocketAddr, req: Request) -> Result<Vec<GossipEntry>> {
+/// Sends one request as the rogue and returns the answer.
+async fn call(rogue: &Identity, addr: std::net::SocketAddr, req: Request) -> Result<Response> {
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
     endpoint.set_default_client_config(timeshard_sdk::tls::client_config(rogue)?);
     let conn = endpoint.connect(addr, timeshard_sdk::tls::NODE_NAME)?.await?;
     let resp = timeshard_sdk::transport::call(&conn, &req, 16 << 20, Duration::from_secs(10)).await?;
     conn.close(0u32.into(), b"done");
-    match resp {
+    Ok(resp)
+}
+
+/// Sends one gossip message as the rogue and returns the entries of the answer.
+async fn gossip(rogue: &Identity, addr: std::net::SocketAddr, req: Request) -> Result<Vec<GossipEntry>> {
+    match call(rogue, addr, req).await? {
         Response::Gossip { entries, .. } => Ok(entries),
         other => anyhow::bail!("unexpected answer to gossip: {other:?}"),
     }
@@ -44,9 +54,13 @@ async fn entries_of(rogue: &Identity, addr: std::net::SocketAddr) -> Result<Vec<
 }
 
 fn refused(metrics: &str) -> u64 {
+    counted(metrics, "timeshard_gossip_entries_refused_total{")
+}
+
+fn counted(metrics: &str, prefix: &str) -> u64 {
     metrics
         .lines()
-        .filter(|l| l.starts_with("timeshard_gossip_entries_refused_total{"))
+        .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -149,5 +163,43 @@ async fn forged_gossip_from_a_rogue_device_is_refused_and_placement_stays() -> R
             }
         }
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rogue_device_reads_and_lists_no_block_in_bulk() -> Result<()> {
+    let (options, _dir) = ClusterOptions::for_tests(NODES, NODE);
+    let cluster = LocalCluster::start_converged(options).await?;
+    let rogue = Identity::load(&pki::issue(&cluster.pki_dir(), "rogue", Role::Node)?)?;
+    let client = cluster.client(0).await?;
+    let key = datasets::pmu_series(0);
+    let points: Vec<Point> = datasets::pmu_points(0, 0, 120).collect();
+    client.write(&key, &points).await?;
+    let quantum = timeshard_proto::Classes::default().of(&key).quantum.quantum_of(points[0].ts);
+
+    for i in 0..NODES {
+        let read = Request::ReadBlocks { blocks: vec![(key.clone(), quantum)], after: None, limit: 1_000 };
+        match call(&rogue, cluster.addr(i), read).await {
+            Err(e) => {
+                let e = format!("{e:#}");
+                ensure!(e.contains("Forbidden") && e.contains("placement does not give"), "node {i}: {e}");
+            }
+            Ok(other) => anyhow::bail!("node {i} served the rogue a bulk read: {other:?}"),
+        }
+        match call(&rogue, cluster.addr(i), Request::ListBlocks { after: None, limit: 1_000 }).await? {
+            Response::BlockList { blocks, .. } => ensure!(blocks.is_empty(), "node {i} listed {} blocks", blocks.len()),
+            other => anyhow::bail!("node {i}: unexpected answer to list_blocks: {other:?}"),
+        }
+        let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, None).await?;
+        let n =
+            counted(&http.get("/metrics").await?.text(), "timeshard_peer_requests_refused_total{kind=\"read_blocks\"}");
+        ensure!(n >= 1, "node {i} counted {n} refused bulk reads");
+    }
+    // The node itself (its own certificate, as the inspection tools use it) still lists all.
+    let mut inspector = timeshard_testkit::inspect::Inspector::new(&cluster).await?;
+    for i in 0..NODES {
+        ensure!(!inspector.blocks(cluster.addr(i)).await?.is_empty(), "node {i} listed nothing to itself");
+    }
+    inspector.close().await;
     Ok(())
 }

@@ -1,0 +1,207 @@
+//! Least privilege between nodes: a node certificate proves who is asking, not that it may ask
+//! for anything. A node stores blocks and registrations only when placement gives them to
+//! itself or to the asking node, and serves blocks in bulk (`ReadBlocks`), lists them
+//! (`ListBlocks`) or digests them (`BlockDigests`) only for blocks placement gives to the
+//! asking node (to itself too, for digests: handoff asks a new owner about its blocks).
+//!
+//! "Gives" is generous enough for views that differ for a while (a join, a departure): for a
+//! DHT block, the read candidates (the owners, then the next closest members that still serve,
+//! up to `2 * rf + 2`); for a CoI block, the owners and their sloppy-quorum substitutes. A
+//! node always answers itself (its own certificate, as the inspection tools use it).
+//!
+//! Not covered here: index blocks of the quantum index, which are placed by the series they
+//! index (the replica cannot place them from the block alone) and pass; client reads
+//! (`Fetch` and the like), which any coordinator may send to the owners until clients carry
+//! signed capabilities.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use timeshard_proto::placement::{self, Target};
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply};
+use timeshard_proto::{Classes, Id, Quantum, SeriesKey, key};
+
+use crate::membership::View;
+
+/// The requests this module checks, for counting refusals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    Store,
+    RegisterSeries,
+    ReadBlocks,
+    ListBlocks,
+    BlockDigests,
+}
+
+impl Checked {
+    pub const ALL: [Checked; 5] =
+        [Checked::Store, Checked::RegisterSeries, Checked::ReadBlocks, Checked::ListBlocks, Checked::BlockDigests];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Checked::Store => "store",
+            Checked::RegisterSeries => "register_series",
+            Checked::ReadBlocks => "read_blocks",
+            Checked::ListBlocks => "list_blocks",
+            Checked::BlockDigests => "block_digests",
+        }
+    }
+}
+
+/// Peer requests refused by placement, by kind.
+#[derive(Debug, Default)]
+pub struct Refusals([AtomicU64; Checked::ALL.len()]);
+
+impl Refusals {
+    pub fn add(&self, kind: Checked) {
+        self.0[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self, kind: Checked) -> u64 {
+        self.0[kind as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// Where a block of `series` at `quantum` goes, if it can be placed from the block alone: not
+/// an index block, and not a CoI series without a usable location.
+pub fn block_target(classes: &Classes, series: &SeriesKey, quantum: &Quantum) -> Option<Target> {
+    if key::indexed_series_hash(series).is_some() {
+        return None;
+    }
+    let class = classes.of(series);
+    placement::target(series, key::block_id(class.format, series, quantum), class).ok()
+}
+
+/// Where the registration of `series` goes.
+pub fn registration_target(classes: &Classes, series: &SeriesKey) -> Option<Target> {
+    placement::target(series, key::series_meta_id(series), classes.of(series)).ok()
+}
+
+/// Whether placement in `view` gives `target` to one of `ids`, allowing for views that differ
+/// for a while (see the module doc).
+pub fn gives(view: &View, target: &Target, ids: &[Id]) -> bool {
+    let owners = view.owners_of(target);
+    let near = match target.site {
+        Some(_) => owners.owners.iter().chain(&owners.fallback).copied().collect(),
+        None => view.read_candidates(&owners.owners, &target.id, target.rf),
+    };
+    near.iter().any(|c| ids.contains(&c.id))
+}
+
+fn forbidden(kind: Checked, peer: &Id, what: String) -> ErrorReply {
+    ErrorReply::new(
+        ErrorCode::Forbidden,
+        format!(
+            "{} refused: placement gives {what} neither to this node nor to the asking node {}",
+            kind.label(),
+            peer.short()
+        ),
+    )
+}
+
+/// Checks a `Store` from `peer` to `me`: every block (index blocks aside) goes to one of them.
+pub fn check_store(view: &View, classes: &Classes, me: Id, peer: Id, blocks: &[BlockPoints]) -> Result<(), ErrorReply> {
+    for b in blocks {
+        if let Some(target) = block_target(classes, &b.series, &b.quantum)
+            && !gives(view, &target, &[me, peer])
+        {
+            return Err(forbidden(Checked::Store, &peer, format!("block {} @ {}", b.series, b.quantum.start)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `RegisterSeries` from `peer` to `me`.
+pub fn check_registrations(
+    view: &View,
+    classes: &Classes,
+    me: Id,
+    peer: Id,
+    series: &[SeriesKey],
+) -> Result<(), ErrorReply> {
+    for s in series {
+        if let Some(target) = registration_target(classes, s)
+            && !gives(view, &target, &[me, peer])
+        {
+            return Err(forbidden(Checked::RegisterSeries, &peer, format!("the registration of {s}")));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of a bulk read or listing of a block placement does not give to `peer`.
+pub fn not_the_askers(kind: Checked, peer: &Id, series: &SeriesKey, quantum: Option<&Quantum>) -> ErrorReply {
+    let what = match quantum {
+        Some(q) => format!("block {series} @ {}", q.start),
+        None => format!("the registration of {series}"),
+    };
+    ErrorReply::new(
+        ErrorCode::Forbidden,
+        format!("{} refused: placement does not give {what} to the asking node {}", kind.label(), peer.short()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use timeshard_proto::membership::{GossipEntry, Member};
+    use timeshard_proto::{Contact, Point, QuantumLen};
+
+    fn contact(i: u16) -> Contact {
+        Contact { id: Id::sha1(&i.to_be_bytes()), addr: SocketAddr::from(([127, 0, 0, 1], 7000 + i)) }
+    }
+
+    /// Node 0's view of a twelve-node cluster.
+    fn view() -> View {
+        let members = (1..12).map(|i| {
+            let c = contact(i);
+            GossipEntry { member: Member::new(c.id, c.addr, 1), age_ms: 0, proof: None, seen_at: None }
+        });
+        View::for_tests(contact(0), members)
+    }
+
+    fn block(i: u32) -> BlockPoints {
+        let series: SeriesKey = format!("m{{i={i}}}").parse().unwrap();
+        let quantum = QuantumLen::new(10_000_000_000).unwrap().quantum_of(0);
+        BlockPoints { series, quantum, points: vec![Point::new(1, 1.0)] }
+    }
+
+    #[test]
+    fn a_store_is_taken_only_where_placement_gives_the_block_to_this_node_or_the_asker() {
+        let view = view();
+        let classes = Classes::default();
+        let (mut refused, mut taken) = (0, 0);
+        for i in 0..50 {
+            let b = block(i);
+            let target = block_target(&classes, &b.series, &b.quantum).unwrap();
+            let owners = view.owners_of(&target).owners;
+            let near = view.read_candidates(&owners, &target.id, target.rf);
+            assert_eq!(near.len(), 8, "2 rf + 2 candidates of 12 members");
+            let outside: Vec<Contact> = (0..12).map(contact).filter(|c| !near.contains(c)).collect();
+            let (far, far_too) = (outside[0].id, outside[1].id);
+            // Whatever the answering node, an owner asking is taken.
+            assert!(check_store(&view, &classes, far, owners[0].id, std::slice::from_ref(&b)).is_ok());
+            // An answering owner takes it from anyone.
+            assert!(check_store(&view, &classes, owners[1].id, far, std::slice::from_ref(&b)).is_ok());
+            // Neither: refused, naming the block.
+            let e = check_store(&view, &classes, far, far_too, std::slice::from_ref(&b)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Forbidden);
+            assert!(e.message.contains(b.series.as_str()), "{}", e.message);
+            // A registration likewise.
+            let reg = registration_target(&classes, &b.series).unwrap();
+            let reg_near = view.read_candidates(&view.owners_of(&reg).owners, &reg.id, reg.rf);
+            let outside: Vec<Id> = (0..12).map(contact).filter(|c| !reg_near.contains(c)).map(|c| c.id).collect();
+            let got = check_registrations(&view, &classes, outside[0], outside[1], std::slice::from_ref(&b.series));
+            refused += usize::from(got.is_err());
+            taken += usize::from(got.is_ok());
+        }
+        assert_eq!((refused, taken), (50, 0));
+    }
+
+    #[test]
+    fn index_blocks_are_not_placed_from_the_block_alone() {
+        let series = key::quantum_index_series(&"m".parse().unwrap());
+        let q = QuantumLen::new(10_000_000_000).unwrap().quantum_of(0);
+        assert!(block_target(&Classes::default(), &series, &q).is_none());
+    }
+}
