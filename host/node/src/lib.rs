@@ -5,7 +5,7 @@
 //!
 //! Module map, grouped from the leaves up (no module imports one that imports it back):
 //! - Leaves: [`config`] (TOML settings, the configuration in force; imports nothing of the
-//!   node), [`metrics`] (what the node counts), [`budget`] (the one memory budget),
+//!   node), [`metrics`] (what the node counts; [`audit`]: failed authentications), [`budget`] (the one memory budget),
 //!   [`faults`] (partition fault injection for tests), [`pki`] (development CA), [`attest`]
 //!   (signing this node's membership entry and checking its peers'),
 //!   [`repair::state`] (what the read path shares with repair: settled, counters, the read
@@ -35,6 +35,7 @@
 
 pub mod admission;
 pub mod attest;
+pub mod audit;
 pub mod budget;
 pub mod config;
 pub mod control;

@@ -122,9 +122,15 @@ pub struct Metrics {
     /// HTTP answers by status class: 2xx, 3xx, 4xx, 5xx (1xx is not answered).
     http_status: [AtomicU64; 4],
     http_in_flight: AtomicU64,
+    audit: crate::audit::Audit,
 }
 
 impl Metrics {
+    /// Failed authentications, counted and logged with their source.
+    pub fn audit(&self) -> &crate::audit::Audit {
+        &self.audit
+    }
+
     pub fn ingest(&self, protocol: Ingest) -> &IngestCounters {
         &self.ingest[protocol as usize]
     }

@@ -13,6 +13,7 @@ use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
 use tracing::{debug, info, warn};
 
 use crate::admission::{CLOSE_TOO_MANY, Caller};
+use crate::audit::Door;
 use crate::net::CLOSE_REVOKED;
 use crate::node::Node;
 use crate::peer_scope::{self, Checked};
@@ -43,7 +44,7 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
     let conn = match tokio::time::timeout(node.config().dht.connect_timeout, connecting).await {
         Ok(Ok(c)) => c,
         // Most often a peer without a certificate from our CA.
-        Ok(Err(e)) => return debug!(%remote, error = %e, "handshake failed"),
+        Ok(Err(e)) => return node.metrics().audit().failed(Door::Quic, remote, &format!("handshake failed: {e}")),
         Err(_) => return debug!(%remote, "handshake timed out"),
     };
     let Some(peer) = PeerIdentity::of_connection(&conn) else {
@@ -51,7 +52,7 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
         return;
     };
     if node.net().is_revoked(&peer.id) {
-        info!(%remote, peer = %peer.id, "refused a connection: its certificate is revoked");
+        node.metrics().audit().failed(Door::Quic, remote, &format!("certificate of {} is revoked", peer.id));
         conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
         return;
     }

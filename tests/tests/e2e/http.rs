@@ -258,6 +258,9 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     let v = a.json()?;
     assert_eq!(v["code"], "unauthorized", "{v}");
     assert!(v["message"].as_str().unwrap_or_default().contains("not one this node accepts"), "{v}");
+    // Each refusal is counted (and logged with its source address).
+    let text = c.get("/metrics").await?.text();
+    assert!(text.contains("timeshard_auth_failures_total{door=\"http\"} 3"), "{text}");
     // InfluxDB 1.x clients send the token as the password.
     assert_eq!(anonymous.post(&format!("/write?u=x&p={TOKEN}"), "m v=1").await?.status, 204);
 

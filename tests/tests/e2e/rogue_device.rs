@@ -8,7 +8,8 @@
 //!
 //! It asks for blocks in bulk (`ReadBlocks`, as repair does) and for the list of every block a
 //! node holds (`ListBlocks`): placement gives it none of them, so the first is refused and the
-//! second lists nothing, both counted in `/metrics`.
+//! second lists nothing, both counted in `/metrics`. A device of another fleet's CA fails the
+//! handshake, counted as a failed authentication.
 
 use std::time::Duration;
 
@@ -195,6 +196,14 @@ async fn a_rogue_device_reads_and_lists_no_block_in_bulk() -> Result<()> {
             counted(&http.get("/metrics").await?.text(), "timeshard_peer_requests_refused_total{kind=\"read_blocks\"}");
         ensure!(n >= 1, "node {i} counted {n} refused bulk reads");
     }
+    // A device of another fleet does not get past the handshake; the failure is counted.
+    let other = tempfile::tempdir()?;
+    pki::dev_pki(other.path(), 1)?;
+    let stranger = Identity::load(&timeshard_sdk::tls::TlsFiles::in_dir(other.path(), "node-0"))?;
+    ensure!(call(&stranger, cluster.addr(0), Request::Ping).await.is_err(), "a stranger's certificate was taken");
+    let mut http = HttpClient::connect(cluster.http_addr(0).context("HTTP is on")?, None).await?;
+    let n = counted(&http.get("/metrics").await?.text(), "timeshard_auth_failures_total{door=\"quic\"}");
+    ensure!(n >= 1, "node 0 counted {n} failed handshakes");
     // The node itself (its own certificate, as the inspection tools use it) still lists all.
     let mut inspector = timeshard_testkit::inspect::Inspector::new(&cluster).await?;
     for i in 0..NODES {

@@ -65,6 +65,14 @@ pub fn render(node: &Node) -> String {
         "Membership entries refused because their own node did not sign them (forged, another fleet's, a client's, or from beyond the allowed clock skew), by reason.",
         refused.iter().map(|(labels, n)| (&labels[..], *n)),
     );
+    let audit = m.audit();
+    let failures: Vec<_> =
+        crate::audit::Door::ALL.iter().map(|d| ([("door", d.label())], audit.failures(*d) as f64)).collect();
+    e.counters(
+        "timeshard_auth_failures_total",
+        "Credentials refused (a QUIC handshake without a certificate of the fleet CA, a revoked certificate, an HTTP request without a valid token), by door; each is logged with its source address.",
+        failures.iter().map(|(labels, n)| (&labels[..], *n)),
+    );
     let refusals = node.repair().refusals();
     let by_kind: Vec<_> =
         crate::peer_scope::Checked::ALL.iter().map(|k| ([("kind", k.label())], refusals.get(*k) as f64)).collect();

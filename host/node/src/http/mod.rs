@@ -50,6 +50,7 @@ pub use body::Body;
 use error::ApiError;
 use sites::Sites;
 
+use crate::audit::Door;
 use crate::node::Node;
 
 /// How long a request waits for a slot before it is refused as overloaded.
@@ -105,6 +106,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The address a request came from (set per connection), for the audit of failed tokens.
+#[derive(Clone, Copy, Debug)]
+struct Remote(SocketAddr);
+
 /// Refuses web pages and foreign host names, checks the token, reads the body within its
 /// budget and time, then bounds requests in progress and their time, and counts answers.
 async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
@@ -114,8 +119,13 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
     let v2 = req.uri().path().starts_with("/api/v2/");
     let response = async {
         s.sites.check(req.method(), req.headers())?;
-        if !OPEN_PATHS.contains(&req.uri().path()) {
-            s.tokens.check(req.headers(), req.uri().query())?;
+        if !OPEN_PATHS.contains(&req.uri().path())
+            && let Err(e) = s.tokens.check(req.headers(), req.uri().query())
+        {
+            if let Some(remote) = req.extensions().get::<Remote>() {
+                metrics.audit().failed(Door::Http, remote.0, &format!("{} {}: {e}", req.method(), req.uri().path()));
+            }
+            return Err(e);
         }
         // The body is read before the request takes a slot: slow senders hold only their
         // connection, and what bodies take is charged to the memory budget first.
@@ -247,6 +257,8 @@ async fn connection(
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         use hyper::service::Service as _;
         let last = served.fetch_add(1, Ordering::Relaxed) + 1 >= max;
+        let mut req = req;
+        req.extensions_mut().insert(Remote(remote));
         let answer = inner.call(req);
         async move {
             let mut response = answer.await?;
