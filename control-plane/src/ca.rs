@@ -110,6 +110,26 @@ impl FleetCa {
         Ok(FleetCa { cert_pem: cert_pem.to_string(), cert_der, issuer, fingerprint })
     }
 
+    /// Signs `msg` with the CA's key: the TLS `SignatureScheme` code and the signature, which
+    /// nodes check with the CA certificate they trust.
+    pub fn sign(&self, msg: &[u8]) -> Result<(u16, Vec<u8>), Error> {
+        use rcgen::SigningKey as _;
+        let key = self.issuer.key();
+        let alg = key.algorithm();
+        let scheme: u16 = if alg == &rcgen::PKCS_ECDSA_P256_SHA256 {
+            0x0403
+        } else if alg == &rcgen::PKCS_ECDSA_P384_SHA384 {
+            0x0503
+        } else if alg == &rcgen::PKCS_ED25519 {
+            0x0807
+        } else {
+            return Err(Error::Internal(format!("the fleet CA's key ({alg:?}) cannot sign documents")));
+        };
+        let signature =
+            key.sign(msg).map_err(|e| Error::Internal(format!("cannot sign with the fleet CA's key: {e}")))?;
+        Ok((scheme, signature))
+    }
+
     pub fn fingerprint(&self) -> Fingerprint {
         self.fingerprint
     }

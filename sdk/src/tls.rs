@@ -50,13 +50,21 @@ impl TlsFiles {
 #[derive(Debug)]
 pub struct Identity {
     pub roots: Arc<RootCertStore>,
+    /// The CA certificates `roots` was made of (DER), for checking what the CA signed besides
+    /// certificates (the fleet's revocation list).
+    pub cas: Vec<CertificateDer<'static>>,
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
 }
 
 impl Clone for Identity {
     fn clone(&self) -> Self {
-        Identity { roots: self.roots.clone(), chain: self.chain.clone(), key: self.key.clone_key() }
+        Identity {
+            roots: self.roots.clone(),
+            cas: self.cas.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
     }
 }
 
@@ -76,8 +84,8 @@ impl Identity {
             return Err(TlsError::Empty { what: "CA certificate", path: files.ca.clone() });
         }
         let mut roots = RootCertStore::empty();
-        for ca in cas {
-            roots.add(ca).map_err(|e| read_err("the CA certificate", &files.ca, &e))?;
+        for ca in &cas {
+            roots.add(ca.clone()).map_err(|e| read_err("the CA certificate", &files.ca, &e))?;
         }
         let chain = CertificateDer::pem_file_iter(&files.cert)
             .map_err(|e| read_err("the certificate", &files.cert, &e))?
@@ -87,7 +95,7 @@ impl Identity {
             return Err(TlsError::Empty { what: "certificate", path: files.cert.clone() });
         }
         let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| read_err("the private key", &files.key, &e))?;
-        Ok(Identity { roots: Arc::new(roots), chain, key })
+        Ok(Identity { roots: Arc::new(roots), cas, chain, key })
     }
 
     /// The id our own certificate gives us.

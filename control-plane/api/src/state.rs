@@ -165,6 +165,38 @@ pub struct DesiredState {
     /// Tokens the node's HTTP side accepts besides its configured `[http] tokens`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http_tokens: Vec<HttpTokenGrant>,
+    /// `revoked`, signed with the fleet CA's key: nodes gossip it, so that nodes cut off from
+    /// the control plane learn it from any neighbour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocations: Option<SignedRevocationList>,
+}
+
+/// What the control plane signs of its revocations ([`SignedRevocationList::body`], JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationList {
+    /// The fleet generation it was made at: a node takes a list only over an older one.
+    pub generation: u64,
+    /// When it was signed (milliseconds since the epoch).
+    pub issued_at_ms: i64,
+    /// How long after `issued_at_ms` nodes count it as current; an older one still applies
+    /// and is reported as stale.
+    pub max_age_ms: i64,
+    /// Node ids (40 hex digits) whose certificates are revoked and not yet expired.
+    pub revoked: Vec<String>,
+}
+
+/// A [`RevocationList`] signed with the fleet CA's key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedRevocationList {
+    pub generation: u64,
+    /// The JSON of the [`RevocationList`], exactly as signed.
+    pub body: String,
+    /// The TLS `SignatureScheme` code of `signature`.
+    pub scheme: u16,
+    /// Hex.
+    pub signature: String,
 }
 
 /// An HTTP token as a node holds it: its id and the SHA-256 of its secret, never the secret.
@@ -212,6 +244,8 @@ pub struct FleetState {
     pub policies: PolicyTable,
     /// Unrevoked HTTP tokens.
     pub http_tokens: Vec<HttpTokenEntry>,
+    /// `revoked`, signed by the control plane.
+    pub revocations: Option<SignedRevocationList>,
 }
 
 impl FleetState {
@@ -234,7 +268,14 @@ impl FleetState {
             digest,
             policies: PolicyTable::default(),
             http_tokens: Vec::new(),
+            revocations: None,
         }
+    }
+
+    /// This state with its revocation list signed.
+    pub fn with_revocations(mut self, signed: SignedRevocationList) -> FleetState {
+        self.revocations = Some(signed);
+        self
     }
 
     /// This state with the fleet's policies.
@@ -283,6 +324,7 @@ impl FleetState {
                 .filter(|t| t.selector.matches(labels, location))
                 .map(|t| t.grant.clone())
                 .collect(),
+            revocations: self.revocations.clone(),
         }
     }
 }

@@ -29,6 +29,7 @@ use tokio::sync::{Notify, watch};
 use crate::ca::FleetCa;
 use crate::db::{Db, from_json};
 use crate::error::Result;
+use timeshard_control_api::state::{RevocationList, SignedRevocationList};
 
 /// Settings of the service's behaviour (not of its transport).
 #[derive(Clone, Debug)]
@@ -61,7 +62,7 @@ impl Fleet {
     /// Opens the fleet in `db`, creating its CA on first use.
     pub async fn open(db: Db, policy: Policy) -> Result<Arc<Fleet>> {
         let ca = db.fleet_ca(crate::time::now_ms()).await?;
-        let state = load_state(&db).await?;
+        let state = load_state(&db, &ca).await?;
         let (tx, _) = watch::channel(Arc::new(state));
         Ok(Arc::new(Fleet { db, ca, policy, state: tx, refresh: Notify::new(), reported: Notify::new() }))
     }
@@ -86,7 +87,7 @@ impl Fleet {
         if self.db.generation().await? == self.current().generation {
             return Ok(());
         }
-        let state = load_state(&self.db).await?;
+        let state = load_state(&self.db, &self.ca).await?;
         self.state.send_if_modified(|current| {
             if state.generation > current.generation {
                 *current = Arc::new(state);
@@ -99,10 +100,31 @@ impl Fleet {
     }
 }
 
+/// How long nodes count a revocation list as current after it was signed.
+pub const REVOCATIONS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+
+/// `state`'s revocation list, signed with the fleet CA's key.
+fn sign_revocations(ca: &FleetCa, state: &FleetState) -> Result<SignedRevocationList> {
+    let list = RevocationList {
+        generation: state.generation,
+        issued_at_ms: crate::time::now_ms(),
+        max_age_ms: REVOCATIONS_MAX_AGE.as_millis() as i64,
+        revoked: state.revoked.clone(),
+    };
+    let body = serde_json::to_string(&list).expect("a revocation list serializes");
+    let (scheme, signature) = ca.sign(body.as_bytes())?;
+    Ok(SignedRevocationList {
+        generation: state.generation,
+        body,
+        scheme,
+        signature: timeshard_control_api::token::hex(&signature),
+    })
+}
+
 /// The fleet-wide desired state at the current generation. Reads the generation before
 /// and after: every change raises it, so equal values mean the reads in between saw one
 /// committed state (on either backend, without a snapshot isolation level).
-async fn load_state(db: &Db) -> Result<FleetState> {
+async fn load_state(db: &Db, ca: &FleetCa) -> Result<FleetState> {
     loop {
         let row = sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(db.pool()).await?;
         let generation: i64 = row.try_get("generation")?;
@@ -127,9 +149,9 @@ async fn load_state(db: &Db) -> Result<FleetState> {
         let policies = store::load_table(db.pool()).await?;
         let http_tokens = http_tokens::load_entries(db.pool(), changed_at).await?;
         if db.generation().await? == generation as u64 {
-            return Ok(FleetState::new(generation as u64, classes, configs, revoked)
-                .with_policies(policies)
-                .with_http_tokens(http_tokens));
+            let state = FleetState::new(generation as u64, classes, configs, revoked);
+            let signed = sign_revocations(ca, &state)?;
+            return Ok(state.with_policies(policies).with_http_tokens(http_tokens).with_revocations(signed));
         }
     }
 }

@@ -73,6 +73,8 @@ impl Refusal {
 
 struct Keys {
     chain: Vec<CertificateDer<'static>>,
+    /// The fleet CA certificates, whose keys sign the revocation list.
+    cas: Vec<CertificateDer<'static>>,
     signer: Arc<dyn SigningKey>,
     verifier: Arc<dyn ClientCertVerifier>,
 }
@@ -87,7 +89,7 @@ impl Keys {
         let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
             .build()
             .map_err(|e| TlsError::Config(e.to_string()))?;
-        Ok(Keys { chain: identity.chain.clone(), signer, verifier })
+        Ok(Keys { chain: identity.chain.clone(), cas: identity.cas.clone(), signer, verifier })
     }
 }
 
@@ -189,6 +191,21 @@ impl Attest {
             .any(|alg| end_entity.verify_signature(*alg, &message, &proof.signature).is_ok())
             .then_some(())
             .ok_or(Refusal::Signature)
+    }
+
+    /// Whether the key of one of the fleet CA certificates made `signature` (TLS scheme
+    /// `scheme`) over `message`: how the control plane's revocation list is checked.
+    pub fn signed_by_the_ca(&self, message: &[u8], scheme: u16, signature: &[u8]) -> bool {
+        let Some(algorithms) =
+            self.algorithms.mapping.iter().find(|(s, _)| u16::from(*s) == scheme).map(|(_, algs)| *algs)
+        else {
+            return false;
+        };
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.cas
+            .iter()
+            .filter_map(|ca| webpki::EndEntityCert::try_from(ca).ok())
+            .any(|ca| algorithms.iter().any(|alg| ca.verify_signature(*alg, message, signature).is_ok()))
     }
 
     /// Verifies that `chain` leads to the fleet CA as of `now_ns`, remembering the answer

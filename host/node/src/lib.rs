@@ -12,7 +12,8 @@
 //!   repair queue).
 //! - The network: [`net`] (endpoint and peer connections), [`dht`] (routing table and lookups
 //!   over the network: discovery, joining), [`membership`] (the gossiped membership view and
-//!   the owners of blocks computed from it).
+//!   the owners of blocks computed from it; [`revocations`]: the signed revocation list it
+//!   passes on).
 //! - Data on this node: [`storage`] (opening the store, its maintenance), [`hints`] (hinted
 //!   handoff: writes replicas missed, kept on disk and replayed), [`policies`] (ingest and
 //!   query policies on the node), [`replica`] (the local replica's side of every request a
@@ -55,6 +56,7 @@ pub mod process;
 pub mod reconfigure;
 pub mod repair;
 pub mod replica;
+pub mod revocations;
 pub mod seams;
 pub mod server;
 pub mod start;

@@ -19,7 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use rand::seq::IndexedRandom;
 use timeshard_proto::geo::GeoPoint;
-use timeshard_proto::membership::{self, Counts, DigestItem, GossipEntry, Liveness, Member, MemberStatus, Membership};
+use timeshard_proto::membership::{
+    self, Counts, DigestItem, GossipEntry, Liveness, Member, MemberStatus, Membership, RevocationNews,
+    SignedRevocations,
+};
 use timeshard_proto::placement::coi::Located;
 use timeshard_proto::placement::{self, Owners, Target};
 use timeshard_proto::repair::Ring;
@@ -32,6 +35,7 @@ use tracing::{debug, info, warn};
 use crate::attest::Attest;
 use crate::config::MembershipConfig;
 use crate::dht::Dht;
+use crate::revocations::Revocations;
 
 /// Random up peers gossiped with each round.
 const FANOUT: usize = 2;
@@ -58,6 +62,7 @@ pub struct View {
     config_digest: Arc<AtomicU64>,
     generation: watch::Sender<u64>,
     attest: Arc<Attest>,
+    revocations: Arc<Revocations>,
 }
 
 /// Nanoseconds since the Unix epoch: a node's incarnation.
@@ -81,6 +86,7 @@ impl View {
             owners: Mutex::new(OwnerCache::default()),
             config_digest,
             generation,
+            revocations: Arc::new(Revocations::new(attest.clone())),
             attest,
         }
     }
@@ -297,6 +303,7 @@ impl View {
         from: Contact,
         digest: Vec<DigestItem>,
         mut entries: Vec<GossipEntry>,
+        revocations: RevocationNews,
         known_addr: impl Fn(&Id) -> Option<SocketAddr>,
     ) -> Response {
         if digest.len() > self.cfg.max_members.max(1) * 2 {
@@ -317,7 +324,25 @@ impl View {
             }
             s.answer(&digest, now)
         });
-        Response::Gossip { entries: self.signed(entries), want }
+        self.take_revocations(from, revocations.list);
+        let revocations = self.revocations.news_for(Some(revocations.held));
+        Response::Gossip { entries: self.signed(entries), want, revocations }
+    }
+
+    /// Takes a revocation list a peer passed on, if the fleet CA signed it and it is newer.
+    fn take_revocations(&self, from: Contact, list: Option<SignedRevocations>) {
+        let Some(list) = list else { return };
+        let generation = list.generation;
+        match self.revocations.offer(list) {
+            Ok(true) => info!(from = %from.id.short(), generation, "learned a newer revocation list from a peer"),
+            Ok(false) => {}
+            Err(e) => warn!(from = %from.id.short(), addr = %from.addr, error = %e, "refused a revocation list"),
+        }
+    }
+
+    /// The fleet's revocation list as this node holds it.
+    pub fn revocations(&self) -> &Arc<Revocations> {
+        &self.revocations
     }
 
     /// Bumps this node's heartbeat (taking up a changed configuration digest) and re-derives
@@ -334,9 +359,12 @@ impl View {
     /// One exchange with `peer`: digest out, missing entries in, wanted entries pushed.
     async fn exchange(&self, dht: &Arc<Dht>, peer: Contact) -> Result<(), String> {
         let digest = self.state.lock().expect("membership lock").digest();
-        let resp =
-            dht.call(&peer, &Request::Gossip { digest, entries: Vec::new() }).await.map_err(|e| e.to_string())?;
-        let Response::Gossip { mut entries, mut want } = resp else {
+        let news = self.revocations.news_for(None);
+        let resp = dht
+            .call(&peer, &Request::Gossip { digest, entries: Vec::new(), revocations: news })
+            .await
+            .map_err(|e| e.to_string())?;
+        let Response::Gossip { mut entries, mut want, revocations } = resp else {
             return Err(format!("unexpected answer to gossip: {resp:?}"));
         };
         entries.truncate(membership::MAX_GOSSIP_ENTRIES);
@@ -350,8 +378,12 @@ impl View {
             self.merge(s, peer, entries, now);
             s.entries_for(&want, now)
         }));
-        if !push.is_empty() {
-            dht.call(&peer, &Request::Gossip { digest: Vec::new(), entries: push }).await.map_err(|e| e.to_string())?;
+        self.take_revocations(peer, revocations.list);
+        // The peer's list is older: it gets ours with the push.
+        let news = self.revocations.news_for(Some(revocations.held));
+        if !push.is_empty() || news.list.is_some() {
+            let push = Request::Gossip { digest: Vec::new(), entries: push, revocations: news };
+            dht.call(&peer, &push).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -449,12 +481,13 @@ mod tests {
     /// One exchange from `b` to `a`, as the gossip driver runs it (without the network).
     fn exchange(a: &View, b: &View) {
         let digest = b.state.lock().unwrap().digest();
-        let Response::Gossip { entries, want } = a.on_gossip(b.me(), digest, Vec::new(), |_| None) else {
+        let news = RevocationNews::default();
+        let Response::Gossip { entries, want, .. } = a.on_gossip(b.me(), digest, Vec::new(), news, |_| None) else {
             panic!("not a gossip answer")
         };
         b.with(|s| b.merge(s, a.me(), entries, timeshard_clock::instant()));
         let push = b.signed(b.state.lock().unwrap().entries_for(&want, timeshard_clock::instant()));
-        a.on_gossip(b.me(), Vec::new(), push, |_| None);
+        a.on_gossip(b.me(), Vec::new(), push, RevocationNews::default(), |_| None);
     }
 
     #[test]
@@ -513,7 +546,7 @@ mod tests {
             })
             .collect();
         let n = entries.len() as u64;
-        a.on_gossip(rogue.me(), Vec::new(), entries, |_| None);
+        a.on_gossip(rogue.me(), Vec::new(), entries, RevocationNews::default(), |_| None);
         assert_eq!(a.eligible(), before, "placement did not move");
         assert_eq!(a.state.lock().unwrap().get(&b.me().id), Some(&genuine));
         let refused: u64 = a.attest().refused().iter().map(|(_, n)| n).sum();

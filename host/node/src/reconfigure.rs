@@ -159,21 +159,37 @@ impl Node {
         Ok(Prepared { config, classes, server, revoked, generation, digest })
     }
 
+    /// Refuses the nodes of `revoked` from now on (and only those): they own nothing, their
+    /// connections close, peers forget them. Returns what changed, if anything.
+    pub fn revoke(&self, revoked: HashSet<Id>) -> Option<String> {
+        // Revoked nodes own nothing from now on: their blocks move to the next closest nodes.
+        self.view().set_excluded(revoked.clone());
+        let newly = self.net().set_revoked(revoked);
+        if newly.is_empty() {
+            return None;
+        }
+        let forgotten = self.dht().forget(&newly);
+        for id in &newly {
+            info!(peer = %id, "refusing node {id} from now on: its certificate was revoked");
+        }
+        Some(format!("{} node(s) revoked ({forgotten} were peers)", newly.len()))
+    }
+
     /// Swaps `prepared` in; returns what changed, for the log.
     pub fn reconfigure(self: &Arc<Self>, prepared: Prepared) -> Vec<String> {
         let Prepared { config, classes, server, revoked, generation, digest } = prepared;
         let old = self.config();
         let mut changed = Vec::new();
 
-        // Revoked nodes own nothing from now on: their blocks move to the next closest nodes.
-        self.view().set_excluded(revoked.clone());
-        let newly = self.net().set_revoked(revoked);
-        if !newly.is_empty() {
-            let forgotten = self.dht().forget(&newly);
-            for id in &newly {
-                info!(peer = %id, "refusing node {id} from now on: its certificate was revoked");
-            }
-            changed.push(format!("{} node(s) revoked ({forgotten} were peers)", newly.len()));
+        // A newer signed list a peer passed on may revoke more than this generation knew.
+        let mut revoked = revoked;
+        if self.view().revocations().generation() > generation
+            && let Some(newer) = self.view().revocations().ids()
+        {
+            revoked.extend(newer.iter().copied());
+        }
+        if let Some(note) = self.revoke(revoked) {
+            changed.push(note);
         }
         if old.location != config.location {
             // Checked by `prepare` (config.validate).
@@ -222,6 +238,26 @@ impl Node {
             });
         }
         changed
+    }
+}
+
+/// Applies every newer signed revocation list the view takes (from the control plane or a
+/// peer's gossip) until `stop` fires: its nodes are refused from then on, besides those the
+/// applied generation revoked.
+pub async fn follow_revocations(node: Arc<Node>, stop: tokio_util::sync::CancellationToken) {
+    let mut changes = node.view().revocations().subscribe();
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        let ids = changes.borrow_and_update().clone();
+        let mut revoked: HashSet<Id> = (**node.net().revocations().borrow()).clone();
+        revoked.extend(ids.iter().copied());
+        if let Some(note) = node.revoke(revoked) {
+            info!(generation = node.view().revocations().generation(), "{note} by the signed revocation list");
+        }
     }
 }
 

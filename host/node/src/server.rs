@@ -188,9 +188,9 @@ async fn serve_stream(
             if crate::streams::is_streamed(&req) {
                 return crate::streams::serve(&node, peer.is_node, req, send).await;
             }
-            if let Request::Gossip { digest, entries } = req {
+            if let Request::Gossip { .. } = req {
                 let from = timeshard_proto::Contact { id: peer.id, addr: remote };
-                handle_gossip(&node, peer, from, digest, entries)
+                handle_gossip(&node, peer, from, req)
             } else {
                 handle(&node, peer, req).await
             }
@@ -358,14 +358,7 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
 
 /// Answers a peer's gossip: entries naming no reachable address are given the one `from` spoke
 /// from, or the routing table's.
-fn handle_gossip(
-    node: &Arc<Node>,
-    peer: PeerIdentity,
-    from: timeshard_proto::Contact,
-    digest: Vec<timeshard_proto::membership::DigestItem>,
-    entries: Vec<timeshard_proto::membership::GossipEntry>,
-) -> Response {
-    let req = Request::Gossip { digest, entries };
+fn handle_gossip(node: &Arc<Node>, peer: PeerIdentity, from: timeshard_proto::Contact, req: Request) -> Response {
     if let Err(e) = req.validate(&node.limits()) {
         return Response::Error(e.into());
     }
@@ -375,8 +368,10 @@ fn handle_gossip(
             "gossip requests are for nodes; this certificate is a client's",
         ));
     }
-    let Request::Gossip { digest, entries } = req else { unreachable!("built above") };
+    let Request::Gossip { digest, entries, revocations } = req else {
+        return Response::Error(ErrorReply::new(ErrorCode::Internal, "not a gossip request"));
+    };
     let dht = node.dht();
     let known = |id: &timeshard_proto::Id| dht.closest_known(id, 1).into_iter().find(|c| c.id == *id).map(|c| c.addr);
-    node.view().on_gossip(from, digest, entries, known)
+    node.view().on_gossip(from, digest, entries, revocations, known)
 }

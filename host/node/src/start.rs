@@ -118,6 +118,8 @@ pub struct Applied {
     pub policies: Option<ControlPolicies>,
     /// HTTP tokens the control plane issued, accepted from the first request on.
     pub http_tokens: Vec<timeshard_control_api::HttpTokenGrant>,
+    /// `revoked` as the control plane signed it, passed on to peers by gossip.
+    pub revocations: Option<timeshard_proto::membership::SignedRevocations>,
 }
 
 impl RunningNode {
@@ -292,6 +294,11 @@ fn discovery(config: &NodeConfig, applied: &Applied, me: Contact, net: Arc<Net>)
         })));
     }
     view.set_excluded(applied.revoked.clone());
+    if let Some(list) = applied.revocations.clone()
+        && let Err(e) = view.revocations().offer(list)
+    {
+        warn!(error = %e, "the stored revocation list is not usable; peers will pass on theirs");
+    }
     Ok(Discovery { dht, view, faults, digest })
 }
 
@@ -400,6 +407,7 @@ async fn join_and_run(node: &Arc<Node>, hints: Arc<Hints>) {
     let interval = node.config().store.maintenance_interval;
     node.tasks.spawn(storage::maintain(node.store().clone(), interval, stop.clone()));
     node.tasks.spawn(view.clone().run(dht.clone(), stop.clone()));
+    node.tasks.spawn(crate::reconfigure::follow_revocations(node.clone(), stop.clone()));
     node.tasks.spawn(node.repair.clone().run(stop.clone()));
     let state = node.repair.state().clone();
     node.tasks.spawn(read_repair::run(state, dht.clone(), node.store().clone(), node.limits, stop.clone()));

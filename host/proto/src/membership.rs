@@ -110,6 +110,37 @@ impl DigestItem {
     }
 }
 
+/// Most bytes of a signed revocation list on the wire (about 20,000 revoked ids).
+pub const MAX_REVOCATIONS_BYTES: usize = 1 << 20;
+
+/// The fleet's revocation list as the control plane signed it with the fleet CA's key; nodes
+/// pass it on by gossip, so a site cut off from the control plane still learns it. What the
+/// body says (its JSON) is the node's business; `generation` orders lists without reading it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedRevocations {
+    /// The fleet generation the list was made at (also inside `body`, which is what counts).
+    pub generation: u64,
+    pub body: Vec<u8>,
+    /// The TLS `SignatureScheme` code of the signature.
+    pub scheme: u16,
+    pub signature: Vec<u8>,
+}
+
+impl SignedRevocations {
+    /// Whether its sizes are within [`MAX_REVOCATIONS_BYTES`] and [`MAX_PROOF_ITEM_BYTES`].
+    pub fn is_bounded(&self) -> bool {
+        self.body.len() <= MAX_REVOCATIONS_BYTES && self.signature.len() <= MAX_PROOF_ITEM_BYTES
+    }
+}
+
+/// What a gossip message says of revocations: the generation of the list the sender holds (0:
+/// none), and the list itself when the other side is known to hold an older one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevocationNews {
+    pub held: u64,
+    pub list: Option<SignedRevocations>,
+}
+
 /// A node's signature over its own entry: the certificate chain that binds its id (the id is
 /// the hash of the certificate's public key) and the signature of [`Member::signed_bytes`]
 /// with that key.

@@ -1,7 +1,7 @@
 //! Nodes enrolled with a control plane from nothing (no hand-made PKI), as separate processes:
 //! data across them, changes of desired state applied without a restart within a stated time
 //! (or refused and reported, not half-applied), offline nodes and an offline control plane,
-//! and revocation. Every scenario runs on SQLite (one `serve`) and on a real PostgreSQL server
+//! and revocation, also of nodes cut off from the control plane (through gossip). Every scenario runs on SQLite (one `serve`) and on a real PostgreSQL server
 //! with two `serve` instances sharing it (nodes alternate between them).
 
 use std::path::Path;
@@ -271,6 +271,49 @@ async fn revoked_node_is_refused(backend: Backend) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A revocation reaches nodes cut off from the control plane, through gossip: nodes 1 and 2
+/// lose the control plane (their enrollment points at an address nobody serves, and they
+/// restart), node 3 is revoked; node 0 learns it from the control plane, and passes the signed
+/// list on, so that nodes 1 and 2 refuse node 3 within the bound too.
+async fn revocation_reaches_a_site_cut_off_from_the_control_plane(backend: Backend) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("timeshard-fleet-").tempdir()?;
+    let (control, mut cluster) = start(backend, 4, dir.path()).await?;
+    converge(&control, &cluster, &[0, 1, 2, 3], CHANGE_BOUND).await?;
+    let cut_off = [1, 2];
+    for &i in &cut_off {
+        assert!(cluster.terminate(i).await?);
+        let record = cluster.data_dir(i).join("control").join("enrollment.json");
+        let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&record)?)?;
+        doc["url"] = "https://127.0.0.1:1".into();
+        std::fs::write(&record, serde_json::to_vec(&doc)?)?;
+        cluster.restart(i).await?;
+    }
+    cluster.wait_converged(Duration::from_secs(60)).await?;
+    let victim = 3;
+    let victim_tls = cluster.client_tls_of(victim);
+
+    let started = Instant::now();
+    control.cli(&["device", "revoke", &cluster.id(victim).to_hex(), "--reason", "stolen"]).await?;
+    within(REVOCATION_BOUND, "the cut-off nodes refuse the revoked node", || async {
+        let peers = statuses(&cluster, &cut_off).await?;
+        Ok(peers.iter().all(|s| s.peers == 2))
+    })
+    .await?;
+    let took = started.elapsed();
+    println!("{backend:?}: revocation reached the nodes cut off from the control plane after {took:?}");
+    for &i in &cut_off {
+        let refused = match Client::connect(cluster.addr(i), &victim_tls).await {
+            Err(_) => true,
+            Ok(c) => c.status().await.is_err(),
+        };
+        assert!(refused, "node {i}, cut off from the control plane, still serves the revoked node's key");
+        let log = std::fs::read_to_string(cluster.log(i))?;
+        assert!(log.contains("cannot reach the control plane"), "node {i} was not cut off");
+        assert!(log.contains("learned a newer revocation list from a peer"), "node {i} did not learn it by gossip");
+    }
+    Ok(())
+}
+
 /// `timeshard node --enroll URL --token TOKEN --data-dir DIR` once; afterwards `--data-dir`
 /// alone starts the node as enrolled. Misuse is refused with a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,6 +410,16 @@ async fn sqlite_offline_nodes_and_control_plane() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_offline_nodes_and_control_plane() -> anyhow::Result<()> {
     offline_nodes_and_control_plane(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_revocation_reaches_a_site_cut_off_from_the_control_plane() -> anyhow::Result<()> {
+    revocation_reaches_a_site_cut_off_from_the_control_plane(Backend::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_revocation_reaches_a_site_cut_off_from_the_control_plane() -> anyhow::Result<()> {
+    revocation_reaches_a_site_cut_off_from_the_control_plane(Backend::Postgres).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

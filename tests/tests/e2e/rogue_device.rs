@@ -1,8 +1,9 @@
 //! A rogue device: a valid node certificate of the fleet's CA, never a member.
 //!
-//! It forges membership gossip to three node processes: it marks a member `Left`, moves it, claims a
-//! version nobody can refute, invents a hundred members, and claims a higher version of the
-//! receiver itself. Every forged entry is refused and counted in `/metrics`, the views keep the
+//! It forges membership gossip to three node processes: it marks a member `Left`, moves it,
+//! claims a version nobody can refute, invents a hundred members, and claims a higher version
+//! of the receiver itself; it passes on a revocation list of its own making that revokes a member.
+//! Every forged entry (and the list) is refused and counted in `/metrics`, the views keep the
 //! three genuine members up with their genuine entries, and every acknowledged point stays
 //! readable through every node.
 //!
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use timeshard_node::attest::Attest;
 use timeshard_node::pki::{self, Role};
-use timeshard_proto::membership::{DigestItem, GossipEntry, Member, MemberStatus};
+use timeshard_proto::membership::{DigestItem, GossipEntry, Member, MemberStatus, RevocationNews, SignedRevocations};
 use timeshard_proto::time::{MAX_TIMESTAMP, MIN_TIMESTAMP};
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Id, Point, TimeRange};
@@ -51,7 +52,7 @@ async fn gossip(rogue: &Identity, addr: std::net::SocketAddr, req: Request) -> R
 /// Every entry node `addr` holds, as it hands them to a peer that knows none.
 async fn entries_of(rogue: &Identity, addr: std::net::SocketAddr) -> Result<Vec<GossipEntry>> {
     let digest = vec![DigestItem { id: Id::sha1(b"nobody"), incarnation: 0, heartbeat: 0 }];
-    gossip(rogue, addr, Request::Gossip { digest, entries: Vec::new() }).await
+    gossip(rogue, addr, Request::Gossip { digest, entries: Vec::new(), revocations: Default::default() }).await
 }
 
 fn refused(metrics: &str) -> u64 {
@@ -116,13 +117,31 @@ async fn forged_gossip_from_a_rogue_device_is_refused_and_placement_stays() -> R
     future.heartbeat = 1;
     push(future.clone(), own_proof(&future));
     let sent = forged.len() as u64;
+    // A revocation list that revokes node 1, signed with the rogue's key, not the fleet CA's.
+    let body = serde_json::to_vec(&serde_json::json!({
+        "generation": u64::MAX / 2, "issued_at_ms": 0, "max_age_ms": i64::MAX, "revoked": [cluster.id(1).to_hex()],
+    }))?;
+    let key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(cluster.pki_dir().join("rogue.key"))?)?;
+    let signature = rcgen::SigningKey::sign(&key, &body)?;
+    let list = SignedRevocations { generation: u64::MAX / 2, body, scheme: 0x0403, signature };
+    let forged_revocations = RevocationNews { held: u64::MAX / 2, list: Some(list) };
 
     for i in [0, 2] {
-        gossip(&rogue, cluster.addr(i), Request::Gossip { digest: Vec::new(), entries: forged.clone() }).await?;
+        gossip(
+            &rogue,
+            cluster.addr(i),
+            Request::Gossip { digest: Vec::new(), entries: forged.clone(), revocations: forged_revocations.clone() },
+        )
+        .await?;
         // A bare claim that the receiver itself runs at the highest version.
         let me = cluster.id(i);
         let claim = vec![DigestItem { id: me, incarnation: u64::MAX, heartbeat: u64::MAX }];
-        gossip(&rogue, cluster.addr(i), Request::Gossip { digest: claim, entries: Vec::new() }).await?;
+        gossip(
+            &rogue,
+            cluster.addr(i),
+            Request::Gossip { digest: claim, entries: Vec::new(), revocations: Default::default() },
+        )
+        .await?;
     }
 
     // A few gossip rounds later, nothing moved.
@@ -150,8 +169,11 @@ async fn forged_gossip_from_a_rogue_device_is_refused_and_placement_stays() -> R
     }
     for i in [0, 2] {
         let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, None).await?;
-        let n = refused(&http.get("/metrics").await?.text());
+        let text = http.get("/metrics").await?.text();
+        let n = refused(&text);
         ensure!(n >= sent, "node {i} counted {n} refused entries of the {sent} forged");
+        let lists = counted(&text, "timeshard_revocations_refused_total");
+        ensure!(lists == 1, "node {i} counted {lists} refused revocation lists");
     }
 
     // Every acknowledged point reads back, point by point, through every node.

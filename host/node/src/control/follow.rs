@@ -183,6 +183,13 @@ fn prepare(node: &Arc<Node>, agent: &Agent, base: &NodeConfig, state: &DesiredSt
     if state.revoked.iter().any(|id| id == agent.node_id()) {
         return Err("this node is itself in the revocation list".into());
     }
+    // The signed list goes to the view first, so that peers learn it and the revoked set
+    // applied is never older than one a peer passed on.
+    if let Some(list) = state.revocations.as_ref().and_then(crate::revocations::from_desired)
+        && let Err(e) = node.view().revocations().offer(list)
+    {
+        return Err(format!("the control plane's revocation list does not check out: {e}"));
+    }
     let config = effective_config(base, agent.dir(), state).map_err(|e| e.to_string())?;
     let prepared = node.prepare(config, &state.revoked, state.generation).map_err(|e| e.to_string())?;
     let ours = format!("{:016x}", prepared.digest());

@@ -60,6 +60,7 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         revoked: parse_revoked(&desired.revoked)?,
         policies: Some(policies),
         http_tokens: desired.http_tokens.clone(),
+        revocations: desired.revocations.as_ref().and_then(crate::revocations::from_desired),
     };
     let running = RunningNode::start_from(config, applied).await?;
     let node = running.node().clone();

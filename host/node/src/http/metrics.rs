@@ -73,6 +73,26 @@ pub fn render(node: &Node) -> String {
         "Credentials refused (a QUIC handshake without a certificate of the fleet CA, a revoked certificate, an HTTP request without a valid token), by door; each is logged with its source address.",
         failures.iter().map(|(labels, n)| (&labels[..], *n)),
     );
+    let revocations = node.view().revocations();
+    e.gauge(
+        "timeshard_revocations_generation",
+        "Fleet generation of the signed revocation list this node holds (0: none), from the control plane or a peer.",
+        revocations.generation() as f64,
+    );
+    if let Some((issued_at_ms, max_age_ms)) = revocations.issued() {
+        let age = (timeshard_clock::now_ns() / 1_000_000 - issued_at_ms).max(0) as f64 / 1e3;
+        e.gauge("timeshard_revocations_age_seconds", "Age of the signed revocation list this node holds.", age);
+        e.gauge(
+            "timeshard_revocations_stale",
+            "1 when the revocation list held is older than its maximum age (it still applies).",
+            flag(age * 1e3 > max_age_ms as f64),
+        );
+    }
+    e.counter(
+        "timeshard_revocations_refused_total",
+        "Revocation lists refused: not signed by the fleet CA, or malformed.",
+        revocations.refused() as f64,
+    );
     let refusals = node.repair().refusals();
     let by_kind: Vec<_> =
         crate::peer_scope::Checked::ALL.iter().map(|k| ([("kind", k.label())], refusals.get(*k) as f64)).collect();

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::geo::GeoPoint;
 use crate::id::Id;
-use crate::membership::{DigestItem, GossipEntry};
+use crate::membership::{DigestItem, GossipEntry, RevocationNews};
 use crate::point::{BlockPoints, Point, PointKey, WriteSeries};
 use crate::repair::{
     BlockCursor, BlockRef, LeaveProgress, ListCursor, ListedBlock, RepairEntry, RepairScope, RepairStatus, TreeNode,
@@ -76,8 +76,9 @@ pub enum Request {
 
     /// Membership gossip: the sender's digest of its view (at most [`crate::membership::MAX_MEMBERS`]
     /// items) and entries it pushes (at most [`crate::membership::MAX_GOSSIP_ENTRIES`]: those the
-    /// receiver asked for in an earlier answer); answered with [`Response::Gossip`].
-    Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry> },
+    /// receiver asked for in an earlier answer), and the revocation list it holds (the list
+    /// itself when the receiver is known to be behind); answered with [`Response::Gossip`].
+    Gossip { digest: Vec<DigestItem>, entries: Vec<GossipEntry>, revocations: RevocationNews },
 
     /// Anti-entropy: the sender's hashes of some nodes of its digest tree (at most
     /// [`crate::repair::LEAVES`]); the receiver compares them with its tree of the blocks it holds that
@@ -213,6 +214,9 @@ pub enum Response {
     Gossip {
         entries: Vec<GossipEntry>,
         want: Vec<Id>,
+        /// The revocation list the receiver holds, and the list itself when the sender's is
+        /// older.
+        revocations: RevocationNews,
     },
     /// Hashes of the receiver's tree below the nodes that differed; `view_matches` is false
     /// (and nothing compared) when the receiver places blocks by another view.

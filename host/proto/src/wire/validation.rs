@@ -52,9 +52,10 @@ pub enum InvalidRequest {
     )]
     TooMuchGossip { digest: usize, entries: usize },
     #[error(
-        "a gossip entry's proof carries more than {} certificates or an item over {} bytes",
+        "a gossip entry's proof carries more than {} certificates or an item over {} bytes, or a revocation list is over {} bytes",
         membership::MAX_PROOF_CERTS,
-        membership::MAX_PROOF_ITEM_BYTES
+        membership::MAX_PROOF_ITEM_BYTES,
+        membership::MAX_REVOCATIONS_BYTES
     )]
     OversizedProof,
     #[error("invalid repair request: {0}")]
@@ -290,7 +291,10 @@ impl Request {
                 }
                 Ok(())
             }
-            Request::Gossip { digest, entries } => {
+            Request::Gossip { digest, entries, revocations } => {
+                if revocations.list.as_ref().is_some_and(|l| !l.is_bounded()) {
+                    return Err(InvalidRequest::OversizedProof);
+                }
                 if digest.len() > membership::MAX_MEMBERS || entries.len() > membership::MAX_GOSSIP_ENTRIES {
                     return Err(InvalidRequest::TooMuchGossip { digest: digest.len(), entries: entries.len() });
                 }
