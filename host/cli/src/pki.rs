@@ -12,6 +12,9 @@ pub(crate) enum PkiCommand {
     Init {
         /// Directory for the CA.
         dir: PathBuf,
+        /// How long the CA is valid (e.g. `5y`, `90d`).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5y")]
+        valid_for: std::time::Duration,
     },
     /// Issue a certificate signed by the CA in DIR, as <name>.pem and <name>.key.
     Issue {
@@ -23,18 +26,21 @@ pub(crate) enum PkiCommand {
         /// What the certificate is for.
         #[arg(long, value_enum)]
         role: RoleArg,
+        /// How long the certificate is valid (e.g. `365d`, `7d`); nothing renews it.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "365d")]
+        valid_for: std::time::Duration,
     },
 }
 
 pub(crate) fn run(cmd: PkiCommand) -> Result<()> {
     match cmd {
-        PkiCommand::Init { dir } => {
-            pki::init(&dir)?;
-            println!("created a development CA in {}", dir.display());
+        PkiCommand::Init { dir, valid_for } => {
+            let until = pki::init_valid_for(&dir, valid_for)?;
+            println!("created a development CA in {}, valid until {until}", dir.display());
         }
-        PkiCommand::Issue { dir, name, role } => {
-            let files = pki::issue(&dir, &name, role.into())?;
-            println!("issued {} and {}", files.cert.display(), files.key.display());
+        PkiCommand::Issue { dir, name, role, valid_for } => {
+            let (files, until) = pki::issue_valid_for(&dir, &name, role.into(), valid_for)?;
+            println!("issued {} and {}, valid until {until}", files.cert.display(), files.key.display());
         }
     }
     Ok(())

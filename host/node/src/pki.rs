@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rcgen::{
@@ -33,8 +34,31 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
     f.write_all(contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Creates `dir/ca.pem` and `dir/ca.key`. Refuses to overwrite an existing CA.
+/// Lifetime of a development CA unless told otherwise.
+pub const CA_LIFETIME: Duration = Duration::from_secs(5 * 365 * 86_400);
+/// Lifetime of a development certificate unless told otherwise.
+pub const CERT_LIFETIME: Duration = Duration::from_secs(365 * 86_400);
+/// How far back validity starts, for machines whose clocks lag.
+const BACKDATE: Duration = Duration::from_secs(300);
+
+/// Validity from a little before now for `lifetime`.
+fn validity(params: &mut CertificateParams, lifetime: Duration) -> Result<time::OffsetDateTime> {
+    let now = time::OffsetDateTime::now_utc();
+    let lifetime = time::Duration::try_from(lifetime).context("lifetime too long")?;
+    let not_after = now.checked_add(lifetime).context("lifetime too long")?;
+    params.not_before = now - time::Duration::try_from(BACKDATE).expect("a few minutes");
+    params.not_after = not_after;
+    Ok(not_after)
+}
+
+/// Creates `dir/ca.pem` and `dir/ca.key`, valid for [`CA_LIFETIME`]. Refuses to overwrite an
+/// existing CA.
 pub fn init(dir: &Path) -> Result<()> {
+    init_valid_for(dir, CA_LIFETIME).map(|_| ())
+}
+
+/// [`init`] with the CA valid for `lifetime`; returns when it expires.
+pub fn init_valid_for(dir: &Path, lifetime: Duration) -> Result<time::OffsetDateTime> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (cert, key) = (dir.join("ca.pem"), dir.join("ca.key"));
     if cert.exists() || key.exists() {
@@ -45,14 +69,26 @@ pub fn init(dir: &Path) -> Result<()> {
     params.distinguished_name.push(DnType::CommonName, "timeshard development CA");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let not_after = validity(&mut params, lifetime)?;
     let ca = params.self_signed(&key_pair)?;
     write_private(&key, &key_pair.serialize_pem())?;
     fs::write(&cert, ca.pem()).with_context(|| format!("cannot write {}", cert.display()))?;
-    Ok(())
+    Ok(not_after)
 }
 
-/// Issues `dir/<name>.pem` and `dir/<name>.key` for `role`, signed by the CA in `dir`.
+/// Issues `dir/<name>.pem` and `dir/<name>.key` for `role`, signed by the CA in `dir`, valid
+/// for [`CERT_LIFETIME`].
 pub fn issue(dir: &Path, name: &str, role: Role) -> Result<TlsFiles> {
+    issue_valid_for(dir, name, role, CERT_LIFETIME).map(|(files, _)| files)
+}
+
+/// [`issue`] valid for `lifetime`; returns the files and when the certificate expires.
+pub fn issue_valid_for(
+    dir: &Path,
+    name: &str,
+    role: Role,
+    lifetime: Duration,
+) -> Result<(TlsFiles, time::OffsetDateTime)> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         bail!("certificate name {name:?} must be letters, digits, - and _ only (it names the files)");
     }
@@ -73,11 +109,12 @@ pub fn issue(dir: &Path, name: &str, role: Role) -> Result<TlsFiles> {
         Role::Node => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
         Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
+    let not_after = validity(&mut params, lifetime)?;
     let cert = params.signed_by(&key_pair, &issuer)?;
     let files = TlsFiles::in_dir(dir, name);
     write_private(&files.key, &key_pair.serialize_pem())?;
     fs::write(&files.cert, cert.pem()).with_context(|| format!("cannot write {}", files.cert.display()))?;
-    Ok(files)
+    Ok((files, not_after))
 }
 
 /// A development PKI in `dir` with a CA, `nodes` node certificates (`node-0` ...) and one client
@@ -100,6 +137,29 @@ pub fn dev_pki(dir: &Path, nodes: usize) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `not_after` of the certificate in `pem`, as seconds since the epoch.
+    fn not_after(pem: &Path) -> i64 {
+        use rustls_pki_types::pem::PemObject as _;
+        let der = rustls_pki_types::CertificateDer::from_pem_file(pem).unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        cert.validity().not_after.timestamp()
+    }
+
+    #[test]
+    fn development_certificates_have_explicit_lifetimes() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        init(dir.path()).unwrap();
+        let ca_left = not_after(&dir.path().join("ca.pem")) - now;
+        assert!((ca_left - CA_LIFETIME.as_secs() as i64).abs() < 60, "the CA lives {ca_left} s");
+        let (files, _) = issue_valid_for(dir.path(), "short", Role::Node, Duration::from_secs(86_400)).unwrap();
+        let left = not_after(&files.cert) - now;
+        assert!((left - 86_400).abs() < 60, "the certificate lives {left} s");
+        let default = issue(dir.path(), "default", Role::Client).unwrap();
+        let left = not_after(&default.cert) - now;
+        assert!((left - CERT_LIFETIME.as_secs() as i64).abs() < 60, "the certificate lives {left} s");
+    }
     use timeshard_sdk::tls::{Identity, PeerIdentity};
 
     #[test]

@@ -15,6 +15,7 @@ pub mod repair;
 pub mod repair_sim;
 pub mod store;
 pub mod tier;
+pub mod trust;
 
 /// Where a benchmark works: the directory its options name, or a new temporary one (named
 /// after the benchmark and this process) that is removed when this is dropped.

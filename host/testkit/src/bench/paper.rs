@@ -187,8 +187,9 @@ async fn measure(cluster: &LocalCluster, args: &PaperOptions) -> Result<serde_js
     let read_day = read_day(cluster, args).await?;
     writer.close().await;
     reader.close().await;
+    let trust = super::trust::gossip_verify(5)?;
     Ok(json!({"nodes": cluster.len(), "writes": writes, "reads": reads, "ingest": ingest, "read_day": read_day,
-        "floor": floor}))
+        "gossip_verify_us_per_entry": trust["gossip_verify_us_per_entry"], "trust": trust, "floor": floor}))
 }
 
 /// One day of one 60 Hz `pmu` series (RF 3, W 2, R 2), written in batches, then streamed back
