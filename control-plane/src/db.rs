@@ -22,6 +22,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::ca::FleetCa;
 use crate::error::{Error, Result};
+use crate::sealed::{self, Kek};
 
 /// PostgreSQL channel on which committed generations are announced.
 pub const NOTIFY_CHANNEL: &str = "timeshard_fleet";
@@ -65,6 +66,8 @@ pub struct Db {
     backend: Backend,
     url: String,
     writer: Arc<Mutex<()>>,
+    /// Seals the keys stored in the database.
+    kek: Arc<Kek>,
 }
 
 /// A write transaction. Dropping it without [`Write::commit`] rolls back.
@@ -99,9 +102,13 @@ pub fn from_json_opt<T: serde::de::DeserializeOwned>(row: &AnyRow, column: &str)
         .transpose()
 }
 
+/// What the fleet CA's key is sealed as.
+const CA_KEY: &str = "fleet CA key";
+
 impl Db {
-    /// Connects to `url` (`sqlite://PATH` or `postgres://...`) and applies pending migrations.
-    pub async fn connect(url: &str) -> Result<Db> {
+    /// Connects to `url` (`sqlite://PATH` or `postgres://...`) and applies pending migrations;
+    /// keys are stored sealed under `kek`.
+    pub async fn connect(url: &str, kek: Kek) -> Result<Db> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -128,7 +135,12 @@ impl Db {
         }
         let migrator = Migrator::new(Embedded).await.map_err(|e| Error::Internal(format!("migrations: {e}")))?;
         migrator.run(&pool).await.map_err(|e| Error::Internal(format!("cannot migrate the database: {e}")))?;
-        Ok(Db { pool, backend, url: url.to_string(), writer: Arc::new(Mutex::new(())) })
+        Ok(Db { pool, backend, url: url.to_string(), writer: Arc::new(Mutex::new(())), kek: Arc::new(kek) })
+    }
+
+    /// The key-encryption key the stored keys are sealed under.
+    pub fn kek(&self) -> &Kek {
+        &self.kek
     }
 
     pub fn pool(&self) -> &AnyPool {
@@ -161,6 +173,7 @@ impl Db {
         }
         let (cert_pem, key_pem) = FleetCa::generate(now_ms)?;
         let fingerprint = FleetCa::load(&cert_pem, &key_pem)?.fingerprint().to_string();
+        let key_pem = self.kek.seal(&key_pem, CA_KEY)?;
         let mut w = self.write().await?;
         sqlx::query(
             "INSERT INTO fleet (id, generation, changed_at_ms, ca_cert_pem, ca_key_pem, ca_fingerprint, created_at_ms) \
@@ -176,11 +189,28 @@ impl Db {
         self.load_ca().await?.ok_or_else(|| Error::Internal("the fleet CA vanished after creation".into()))
     }
 
+    /// The stored CA, its key opened with the key-encryption key. A key stored in the clear by
+    /// an older version is sealed now.
     async fn load_ca(&self) -> Result<Option<FleetCa>> {
         let row =
             sqlx::query("SELECT ca_cert_pem, ca_key_pem FROM fleet WHERE id = 1").fetch_optional(&self.pool).await?;
-        row.map(|r| FleetCa::load(&r.try_get::<String, _>("ca_cert_pem")?, &r.try_get::<String, _>("ca_key_pem")?))
-            .transpose()
+        let Some(row) = row else { return Ok(None) };
+        let (cert_pem, stored): (String, String) = (row.try_get("ca_cert_pem")?, row.try_get("ca_key_pem")?);
+        if sealed::is_sealed(&stored) {
+            return FleetCa::load(&cert_pem, &self.kek.open(&stored, CA_KEY)?).map(Some);
+        }
+        let ca = FleetCa::load(&cert_pem, &stored)?;
+        let mut w = self.write().await?;
+        sqlx::query("UPDATE fleet SET ca_key_pem = $1 WHERE id = 1 AND ca_key_pem = $2")
+            .bind(self.kek.seal(&stored, CA_KEY)?)
+            .bind(&stored)
+            .execute(&mut *w.tx)
+            .await?;
+        w.commit().await?;
+        tracing::info!(
+            "sealed the fleet CA's key, stored in the clear by an older version, under the key-encryption key"
+        );
+        Ok(Some(ca))
     }
 
     /// The current generation.

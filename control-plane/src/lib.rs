@@ -17,6 +17,7 @@ pub mod cli;
 pub mod db;
 pub mod error;
 pub mod fleet;
+pub mod sealed;
 pub mod server;
 pub mod time;
 

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::db::{Db, redact};
 use crate::fleet::{Fleet, Policy, follow, monitor};
+use crate::sealed::Kek;
 use crate::server::{self, Limits};
 
 const SERVE_EXAMPLES: &str = "\
@@ -21,8 +22,11 @@ Examples:
   # PostgreSQL instead of SQLite; run several instances on one database to scale out:
   timeshard-control serve --database postgres://timeshard@db.example/timeshard --listen 0.0.0.0:7443
 
-The fleet CA's private key is stored in the database (SQLite file or PostgreSQL) and never
-leaves the service: protect the database as you would the key.";
+The fleet CA's private key and the policy signing key are stored in the database sealed under a
+key-encryption key kept apart from it: --key-encryption-key-file (made on first start; by
+default <data-dir>/key-encryption-key) or TIMESHARD_CONTROL_KEK (64 hex digits). Back that key up
+apart from the database: without it the keys cannot be opened, and a database dump without it
+mints nothing. The service refuses to start when its files are readable by others.";
 
 /// `serve` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,6 +63,64 @@ pub struct ServeArgs {
     /// Longest a client may take to send a request's body (slower: 408).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
+    /// The key-encryption key the stored keys are sealed under (64 hex digits), made here on
+    /// first start if missing. Default: `<data-dir>/key-encryption-key`; required with
+    /// --database unless TIMESHARD_CONTROL_KEK holds the key itself.
+    #[arg(long, env = "TIMESHARD_CONTROL_KEK_FILE")]
+    pub key_encryption_key_file: Option<PathBuf>,
+}
+
+/// The environment variable that may hold the key-encryption key itself.
+pub const KEK_ENV: &str = "TIMESHARD_CONTROL_KEK";
+
+/// The key-encryption key `args` select: [`KEK_ENV`], else the file (made on first start).
+pub fn load_kek(args: &ServeArgs) -> anyhow::Result<Kek> {
+    if let Ok(hex) = std::env::var(KEK_ENV) {
+        return Kek::from_hex(&hex).with_context(|| format!("{KEK_ENV}"));
+    }
+    let path = match (&args.key_encryption_key_file, &args.database) {
+        (Some(path), _) => path.clone(),
+        (None, None) => args.data_dir.join("key-encryption-key"),
+        (None, Some(_)) => anyhow::bail!(
+            "with --database, give the key-encryption key the fleet's keys are sealed under: \
+             --key-encryption-key-file PATH (made there if missing) or {KEK_ENV} (64 hex digits); keep it \
+             apart from the database, and the same for every instance"
+        ),
+    };
+    if !path.exists() {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create the key-encryption key {}", path.display()))?;
+        writeln!(file, "{}", Kek::generate_hex()?)?;
+        file.sync_all()?;
+        tracing::warn!(
+            path = %path.display(),
+            "made a new key-encryption key; back it up apart from the database: without it the fleet's keys cannot be opened"
+        );
+    }
+    refuse_if_shared(&path)?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Kek::from_hex(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// Refuses a file or directory that users other than its owner may read.
+fn refuse_if_shared(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "{} is open to other users (mode {:o}); it guards the fleet's keys: chmod go-rwx {}",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The database URL `args` select.
@@ -67,7 +129,18 @@ pub fn database_url(args: &ServeArgs) -> anyhow::Result<String> {
         return Ok(url.clone());
     }
     create_private_dir(&args.data_dir)?;
+    refuse_if_shared(&args.data_dir)?;
     let path = args.data_dir.join("control.db");
+    if !path.exists() {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+    }
+    refuse_if_shared(&path)?;
     let path = path.to_str().context("the data directory's path must be UTF-8")?;
     Ok(format!("sqlite://{path}?mode=rwc"))
 }
@@ -112,7 +185,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.cert_lifetime < Duration::from_secs(3600) {
         anyhow::bail!("--cert-lifetime must be at least 1h (nodes renew after two thirds of it)");
     }
-    let db = Db::connect(&url).await.with_context(|| format!("database {}", redact(&url)))?;
+    let kek = load_kek(&args)?;
+    let db = Db::connect(&url, kek).await.with_context(|| format!("database {}", redact(&url)))?;
     let backend = db.backend();
     let policy = Policy { cert_lifetime: args.cert_lifetime, ..Policy::default() };
     let fleet = Fleet::open(db, policy).await?;

@@ -74,7 +74,7 @@ impl Fleet {
                 uploaded: id.kind.to_string(),
             });
         }
-        let key = store::policy_key(self.db.pool(), &mut w, now).await?;
+        let key = store::policy_key(self.db.pool(), self.db.kek(), &mut w, now).await?;
         let signature = signing::sign(&key, wasm, &id).to_text();
         sqlx::query(
             "INSERT INTO policy_blobs (sha256, size, wasm_base64) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",

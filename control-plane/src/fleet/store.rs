@@ -12,6 +12,7 @@ use timeshard_policy::signing::{self, SecretKey};
 
 use crate::db::{Write, from_json, json};
 use crate::error::{Error, Result};
+use crate::sealed::{self, Kek};
 
 /// A rollout row.
 #[derive(Clone, Debug)]
@@ -196,27 +197,47 @@ pub async fn versions<'e, E: Executor<'e, Database = Any>>(
 
 /// The fleet's policy signing key, made on first use. Several instances on one PostgreSQL
 /// agree on one key: the insert does nothing when the row exists.
-pub async fn policy_key(pool: &AnyPool, w: &mut Write, now_ms: i64) -> Result<SecretKey> {
-    let read = |row: AnyRow| -> Result<SecretKey> {
-        SecretKey::from_text(&row.try_get::<String, _>("secret_text")?)
-            .map_err(|e| Error::Internal(format!("the stored policy key is unreadable: {e}")))
+pub async fn policy_key(pool: &AnyPool, kek: &Kek, w: &mut Write, now_ms: i64) -> Result<SecretKey> {
+    let read = |row: AnyRow| -> Result<(SecretKey, Option<String>)> {
+        let stored = row.try_get::<String, _>("secret_text")?;
+        let (text, reseal) = if sealed::is_sealed(&stored) {
+            (kek.open(&stored, POLICY_KEY)?, None)
+        } else {
+            // Stored in the clear by an older version: sealed now.
+            (stored.clone(), Some(stored))
+        };
+        let key = SecretKey::from_text(&text)
+            .map_err(|e| Error::Internal(format!("the stored policy key is unreadable: {e}")))?;
+        Ok((key, reseal))
     };
+    let reseal = |key: &SecretKey| kek.seal(&key.to_text(), POLICY_KEY);
     if let Some(row) = sqlx::query("SELECT secret_text FROM policy_key WHERE id = 1").fetch_optional(pool).await? {
-        return read(row);
+        let (key, clear) = read(row)?;
+        if let Some(clear) = clear {
+            sqlx::query("UPDATE policy_key SET secret_text = $1 WHERE id = 1 AND secret_text = $2")
+                .bind(reseal(&key)?)
+                .bind(clear)
+                .execute(&mut *w.tx)
+                .await?;
+        }
+        return Ok(key);
     }
     let key = signing::generate_keypair().map_err(|e| Error::Internal(format!("cannot make the policy key: {e}")))?;
     sqlx::query(
         "INSERT INTO policy_key (id, secret_text, public_text, created_at_ms) VALUES (1, $1, $2, $3) \
          ON CONFLICT (id) DO NOTHING",
     )
-    .bind(key.to_text())
+    .bind(reseal(&key)?)
     .bind(key.public().to_text().trim().to_string())
     .bind(now_ms)
     .execute(&mut *w.tx)
     .await?;
     let row = sqlx::query("SELECT secret_text FROM policy_key WHERE id = 1").fetch_one(&mut *w.tx).await?;
-    read(row)
+    Ok(read(row)?.0)
 }
+
+/// What the policy key is sealed as.
+const POLICY_KEY: &str = "policy signing key";
 
 /// The fleet's policy public key (text), if one was made.
 pub async fn public_key<'e, E: Executor<'e, Database = Any>>(db: E) -> Result<Option<String>> {

@@ -48,7 +48,12 @@ impl ServeProcess {
         cmd.arg("serve").arg("--listen").arg(listen.to_string());
         match storage {
             Storage::Sqlite(dir) => cmd.arg("--data-dir").arg(dir),
-            Storage::Postgres(url) => cmd.args(["--database", url]),
+            // Every instance on one database needs the same key-encryption key; a test's is
+            // derived from the database's address (never do this with a real fleet).
+            Storage::Postgres(url) => cmd.args(["--database", url]).env(
+                "TIMESHARD_CONTROL_KEK",
+                timeshard_control_api::token::hex(&timeshard_control_api::token::sha256(url.as_bytes())),
+            ),
         };
         if init {
             cmd.arg("--init");
