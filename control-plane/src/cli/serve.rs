@@ -76,7 +76,7 @@ pub const KEK_ENV: &str = "TIMESHARD_CONTROL_KEK";
 /// The key-encryption key `args` select: [`KEK_ENV`], else the file (made on first start).
 pub fn load_kek(args: &ServeArgs) -> anyhow::Result<Kek> {
     if let Ok(hex) = std::env::var(KEK_ENV) {
-        return Kek::from_hex(&hex).with_context(|| format!("{KEK_ENV}"));
+        return Kek::from_hex(&hex).context(KEK_ENV);
     }
     let path = match (&args.key_encryption_key_file, &args.database) {
         (Some(path), _) => path.clone(),
