@@ -159,7 +159,7 @@ pub enum ApiTokenCommand {
         /// admin, operator or viewer.
         #[arg(long)]
         role: String,
-        /// Expiry (e.g. 90d); none by default.
+        /// Expiry (e.g. 30d, at most 10 years); 90 days by default.
         #[arg(long, value_parser = humantime::parse_duration)]
         expires: Option<Duration>,
         #[command(flatten)]

@@ -60,6 +60,9 @@ pub(super) fn expiry(now: i64, expires_in_s: u64, max: Duration) -> Result<i64> 
     Ok(now + ms(asked))
 }
 
+/// How long an API token lives unless its creator says otherwise.
+pub const API_TOKEN_LIFETIME: Duration = Duration::from_secs(90 * 86_400);
+
 impl Fleet {
     /// The caller behind `Authorization: Bearer <text>`.
     pub async fn authenticate(&self, text: &str) -> Result<Caller> {
@@ -91,24 +94,35 @@ impl Fleet {
         let mut w = self.db.write().await?;
         // Lock the fleet row: two instances started with --init at once make one admin token.
         sqlx::query("UPDATE fleet SET id = id WHERE id = 1").execute(&mut *w.tx).await?;
-        let count: i64 = sqlx::query("SELECT COUNT(*) FROM api_tokens").fetch_one(&mut *w.tx).await?.try_get(0)?;
+        // A fleet whose admin tokens all expired or were revoked may be initialized again, or
+        // nobody could ever manage it: whoever runs `serve` holds its database and key anyway.
+        let now = now_ms();
+        let count: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM api_tokens WHERE role = 'admin' AND revoked_at_ms IS NULL \
+             AND (expires_at_ms IS NULL OR expires_at_ms > $1)",
+        )
+        .bind(now)
+        .fetch_one(&mut *w.tx)
+        .await?
+        .try_get(0)?;
         if count > 0 {
             return Err(Error::BadRequest(
-                "this fleet is already initialized (it has API tokens); start `serve` without --init, \
+                "this fleet is already initialized (it has an admin API token); start `serve` without --init, \
                  and create more tokens with `timeshard-control api-token create`"
                     .into(),
             ));
         }
         let token = Token::generate(TokenKind::Api, self.ca.fingerprint());
-        let now = now_ms();
-        insert_api_token(&mut w, &token, "initial-admin", Role::Admin, "serve --init", now, None).await?;
-        let after = json!({ "id": token.id, "name": "initial-admin", "role": "admin" });
+        let expires = now + API_TOKEN_LIFETIME.as_millis() as i64;
+        insert_api_token(&mut w, &token, "initial-admin", Role::Admin, "serve --init", now, Some(expires)).await?;
+        let after = json!({ "id": token.id, "name": "initial-admin", "role": "admin", "expires_at_ms": expires });
         w.audit(now, "serve --init", "api-token.create", &token.id, None, Some(after)).await?;
         w.commit().await?;
         Ok(token)
     }
 
-    /// `POST /v1/api-tokens` (admin).
+    /// `POST /v1/api-tokens` (admin). A token expires after [`API_TOKEN_LIFETIME`] unless asked
+    /// otherwise (at most ten years).
     pub async fn create_api_token(&self, caller: &Caller, req: CreateApiToken) -> Result<TokenCreated> {
         caller.require(Role::Admin)?;
         let role: Role = req.role.parse()?;
@@ -116,7 +130,8 @@ impl Fleet {
             return Err(Error::BadRequest("token name must be 1 to 64 printable characters".into()));
         }
         let now = now_ms();
-        let expires = req.expires_in_s.map(|s| expiry(now, s, Duration::from_secs(10 * 365 * 86_400))).transpose()?;
+        let asked = req.expires_in_s.unwrap_or(API_TOKEN_LIFETIME.as_secs());
+        let expires = Some(expiry(now, asked, Duration::from_secs(10 * 365 * 86_400))?);
         let token = Token::generate(TokenKind::Api, self.ca.fingerprint());
         let mut w = self.db.write().await?;
         insert_api_token(&mut w, &token, &req.name, role, &caller.actor(), now, expires).await?;

@@ -404,6 +404,10 @@ pub async fn bad_input(fleet: &TestFleet) {
         )
         .await
         .unwrap();
+    // Operator tokens expire by default: 90 days.
+    let left_ms =
+        viewer.expires_at_ms.expect("an API token expires by default") - timeshard_clock::now_ns() / 1_000_000;
+    assert!((left_ms - 90 * 86_400_000).abs() < 60_000, "{left_ms} ms left");
     let as_viewer = fleet.client(1, &viewer.token);
     as_viewer.get::<Vec<ClassSpec>>(paths::CLASSES).await.unwrap();
     let err = as_viewer
