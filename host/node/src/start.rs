@@ -95,6 +95,12 @@ pub enum StartError {
     },
     #[error(transparent)]
     Http(#[from] HttpStartError),
+    #[error("cannot use {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl From<storage::OpenError> for StartError {
@@ -146,7 +152,7 @@ impl RunningNode {
             connections: Connections::new(config.limits.connections()),
             metrics: Arc::new(Metrics::default()),
             http_tokens: {
-                let tokens = Tokens::new(config.http.tokens.clone(), !config.http.listen.ip().is_loopback());
+                let tokens = Tokens::new(http_tokens(&config)?, !config.http.anonymous, config.http.tokens_in_urls);
                 tokens.set_issued(applied.http_tokens.clone());
                 Arc::new(tokens)
             },
@@ -255,6 +261,34 @@ fn open_stores(
     };
     Ok(Stores { store, disk, tier })
 }
+
+/// The tokens the HTTP side takes from the configuration: `[http] tokens`, or, with none (and
+/// `anonymous` off), the one in `<data_dir>/http.token`, made at the first start.
+fn http_tokens(config: &NodeConfig) -> Result<Vec<String>, StartError> {
+    if !config.http.tokens.is_empty() || config.http.anonymous || !config.http.enabled {
+        return Ok(config.http.tokens.clone());
+    }
+    let path = config.data_dir.join(HTTP_TOKEN_FILE);
+    let io = |source| StartError::Io { what: format!("the HTTP token {}", path.display()), source };
+    if !path.exists() {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut secret = [0u8; 24];
+        getrandom::fill(&mut secret).map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(io)?;
+        writeln!(file, "{token}").and_then(|()| file.sync_all()).map_err(io)?;
+        info!(path = %path.display(), "made this node's HTTP token; send it as `Authorization: Bearer <token>`");
+    }
+    let token = std::fs::read_to_string(&path).map_err(io)?.trim().to_string();
+    if token.len() < crate::config::MIN_TOKEN_CHARS {
+        return Err(io(std::io::Error::other("it is shorter than 16 characters; delete it to make a new one")));
+    }
+    Ok(vec![token])
+}
+
+/// The file under the data directory that holds the HTTP token made when none is configured.
+pub const HTTP_TOKEN_FILE: &str = "http.token";
 
 /// What phase 3 sets up.
 struct Discovery {

@@ -32,6 +32,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a node may take to stop after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The HTTP token every node of a local cluster accepts unless its options say otherwise.
+pub const HTTP_TOKEN: &str = "timeshard-local-cluster-http-token";
+
 /// How to build a cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -101,7 +104,7 @@ impl ClusterOptions {
             tier: TierConfig::default(),
             fault_injection: false,
             policy: timeshard_policy::Config::default(),
-            http: HttpConfig::default(),
+            http: HttpConfig { tokens: vec![HTTP_TOKEN.into()], ..HttpConfig::default() },
             log: std::env::var("TIMESHARD_NODE_LOG").unwrap_or_else(|_| "info".into()),
             enroll: None,
             locations: Vec::new(),

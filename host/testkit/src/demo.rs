@@ -49,13 +49,23 @@ pub async fn run(binary: &Path, args: &DemoOptions) -> Result<()> {
     };
     println!("timeshard demo: {} node processes on loopback, working directory {}", args.nodes, dir.display());
     let started = Instant::now();
+    // HTTP needs a token on loopback too: one for this demo's nodes.
+    let token: String = {
+        use rand::Rng as _;
+        let mut rng = rand::rng();
+        (0..24).map(|_| format!("{:02x}", rng.random::<u8>())).collect()
+    };
+    let mut options = ClusterOptions::new(args.nodes, &dir, binary);
+    options.http.tokens = vec![token.clone()];
     let cluster = tokio::select! {
-        c = LocalCluster::start(ClusterOptions::new(args.nodes, &dir, binary)) => c?,
+        c = LocalCluster::start(options) => c?,
         _ = wait_for_stop_signal() => bail!("interrupted while starting the cluster"),
     };
     for i in 0..cluster.len() {
-        println!("  node-{i}  {}  id {}", cluster.addr(i), cluster.id(i).short());
+        let http = cluster.http_addr(i).map(|a| format!("  http://{a}")).unwrap_or_default();
+        println!("  node-{i}  {}  id {}{http}", cluster.addr(i), cluster.id(i).short());
     }
+    println!("  HTTP token (every node): {token}");
     let outcome = tokio::select! {
         r = exercise(&cluster, args, started) => r,
         _ = wait_for_stop_signal() => Err(anyhow::anyhow!("interrupted")),
@@ -65,6 +75,9 @@ pub async fn run(binary: &Path, args: &DemoOptions) -> Result<()> {
         println!("  export TIMESHARD_NODE={} TIMESHARD_PKI={}", cluster.addr(0), cluster.pki_dir().display());
         println!("  timeshard get 'pmu.phase{{bus=1,site=atl}}' --start {T0} --end {} | head", T0 + 10_000_000_000);
         println!("  timeshard put 'demo.temp{{room=lab}}' now=21.5");
+        if let Some(http) = cluster.http_addr(0) {
+            println!("  curl -H 'Authorization: Bearer {token}' 'http://{http}/query?db=demo&q=SHOW+MEASUREMENTS'");
+        }
         println!("Press Ctrl-C to stop.");
         wait_for_stop_signal().await?;
     }

@@ -262,7 +262,10 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     let text = c.get("/metrics").await?.text();
     assert!(text.contains("timeshard_auth_failures_total{door=\"http\"} 3"), "{text}");
     // InfluxDB 1.x clients send the token as the password.
-    assert_eq!(anonymous.post(&format!("/write?u=x&p={TOKEN}"), "m v=1").await?.status, 204);
+    // A token in the URL is refused by default (URLs end up in logs).
+    let a = anonymous.post(&format!("/write?u=x&p={TOKEN}"), "m v=1").await?;
+    assert_eq!(a.status, 401);
+    assert!(error(a.json()?).contains("tokens_in_urls"));
 
     // Malformed lines only: nothing stored, every line reported.
     let a = c.post("/write", "m\nm v=\nm,t v=1").await?;
@@ -458,5 +461,38 @@ async fn requests_beyond_the_limits_are_refused_in_time() -> anyhow::Result<()> 
     assert!(e.contains("more than 100 raw points ([http] max_query_points)"), "{e}");
     assert_eq!(c.get("/v1/read?series=m.v%7Bs%3Da%7D&start=0&end=100&limit=101").await?.status, 400);
     assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// A node with no `[http] tokens` makes one at its first start (`<data_dir>/http.token`, mode
+/// 0600), requires it on loopback too, and keeps it across restarts; `anonymous = true` is the
+/// explicit way back to a loopback listener without tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_tokens_makes_one_and_requires_it() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let (mut cluster, _dir) = one_node(|http| http.tokens.clear()).await?;
+    let path = cluster.data_dir(0).join(timeshard_node::start::HTTP_TOKEN_FILE);
+    assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&path)?.trim().to_string();
+    assert!(token.len() >= 32, "{token}");
+    let addr = cluster.http_addr(0).unwrap();
+    let a = HttpClient::connect(addr, None).await?.post("/write", "m v=1").await?;
+    assert_eq!(a.status, 401);
+    assert!(error(a.json()?).contains("http.token"));
+    assert_eq!(HttpClient::connect(addr, Some(&token)).await?.post("/write", "m v=1").await?.status, 204);
+    assert!(cluster.terminate(0).await?);
+    cluster.restart(0).await?;
+    assert_eq!(std::fs::read_to_string(&path)?.trim(), token, "the token survives a restart");
+    let addr = cluster.http_addr(0).unwrap();
+    assert_eq!(HttpClient::connect(addr, Some(&token)).await?.post("/write", "m v=2").await?.status, 204);
+
+    let (anonymous, _dir) = one_node(|http| {
+        http.tokens.clear();
+        http.anonymous = true;
+    })
+    .await?;
+    let addr = anonymous.http_addr(0).unwrap();
+    assert_eq!(HttpClient::connect(addr, None).await?.post("/write", "m v=1").await?.status, 204);
+    assert!(!anonymous.data_dir(0).join(timeshard_node::start::HTTP_TOKEN_FILE).exists());
     Ok(())
 }

@@ -23,6 +23,8 @@ async fn one_node() -> anyhow::Result<(LocalCluster, tempfile::TempDir)> {
     let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
     options.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
     options.http.tokens = vec![TOKEN.into()];
+    // The InfluxDB 1.x Python client sends its password in the URL (`?p=`).
+    options.http.tokens_in_urls = true;
     Ok((LocalCluster::start_converged(options).await?, dir))
 }
 

@@ -57,6 +57,10 @@ async fn control_plane_issues_and_revokes_http_tokens() -> anyhow::Result<()> {
     control.cli(&["class", "set", "all", "--prefix", "", "--rf", "2", "--w", "2", "--r", "1"]).await?;
     let (mut options, _) = ClusterOptions::for_tests(2, NODE);
     options.dir = dir.path().join("nodes");
+    // Anonymous on loopback (no token of its own): it takes requests without one until the
+    // control plane issues one.
+    options.http.tokens.clear();
+    options.http.anonymous = true;
     let labels = ["site=atl".to_string(), "site=sfo".to_string()];
     let mut cluster = control.enroll_cluster_labelled(options, &labels).await?;
     cluster.wait_converged(Duration::from_secs(60)).await?;

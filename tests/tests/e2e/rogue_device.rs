@@ -22,7 +22,7 @@ use timeshard_proto::time::{MAX_TIMESTAMP, MIN_TIMESTAMP};
 use timeshard_proto::wire::{Request, Response};
 use timeshard_proto::{Id, Point, TimeRange};
 use timeshard_sdk::tls::Identity;
-use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::cluster::{ClusterOptions, HTTP_TOKEN, LocalCluster};
 use timeshard_testkit::datasets;
 use timeshard_testkit::http_client::HttpClient;
 
@@ -168,7 +168,7 @@ async fn forged_gossip_from_a_rogue_device_is_refused_and_placement_stays() -> R
         }
     }
     for i in [0, 2] {
-        let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, None).await?;
+        let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, Some(HTTP_TOKEN)).await?;
         let text = http.get("/metrics").await?.text();
         let n = refused(&text);
         ensure!(n >= sent, "node {i} counted {n} refused entries of the {sent} forged");
@@ -213,7 +213,7 @@ async fn a_rogue_device_reads_and_lists_no_block_in_bulk() -> Result<()> {
             Response::BlockList { blocks, .. } => ensure!(blocks.is_empty(), "node {i} listed {} blocks", blocks.len()),
             other => anyhow::bail!("node {i}: unexpected answer to list_blocks: {other:?}"),
         }
-        let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, None).await?;
+        let mut http = HttpClient::connect(cluster.http_addr(i).context("HTTP is on")?, Some(HTTP_TOKEN)).await?;
         let n =
             counted(&http.get("/metrics").await?.text(), "timeshard_peer_requests_refused_total{kind=\"read_blocks\"}");
         ensure!(n >= 1, "node {i} counted {n} refused bulk reads");
@@ -223,7 +223,7 @@ async fn a_rogue_device_reads_and_lists_no_block_in_bulk() -> Result<()> {
     pki::dev_pki(other.path(), 1)?;
     let stranger = Identity::load(&timeshard_sdk::tls::TlsFiles::in_dir(other.path(), "node-0"))?;
     ensure!(call(&stranger, cluster.addr(0), Request::Ping).await.is_err(), "a stranger's certificate was taken");
-    let mut http = HttpClient::connect(cluster.http_addr(0).context("HTTP is on")?, None).await?;
+    let mut http = HttpClient::connect(cluster.http_addr(0).context("HTTP is on")?, Some(HTTP_TOKEN)).await?;
     let n = counted(&http.get("/metrics").await?.text(), "timeshard_auth_failures_total{door=\"quic\"}");
     ensure!(n >= 1, "node 0 counted {n} failed handshakes");
     // The node itself (its own certificate, as the inspection tools use it) still lists all.

@@ -22,9 +22,16 @@ pub struct HttpConfig {
     /// `influx` tools work unchanged. Port 0 picks a free port.
     pub listen: SocketAddr,
     /// Bearer tokens, any of which a request must carry (`Authorization: Bearer <token>`, or
-    /// InfluxDB's `Token <token>`, or as the password of basic auth or `?p=`). Required when
-    /// `listen` is not a loopback address; with none, a loopback listener needs no token.
+    /// InfluxDB's `Token <token>`, or as the password of basic auth). With none configured (and
+    /// `anonymous` off), the node makes one at its first start in `<data_dir>/http.token`.
     pub tokens: Vec<String>,
+    /// Serve requests without a token. Only on a loopback listener, for a machine whose every
+    /// local user may use the node (any local process, and any web page the checks below let
+    /// through, could then write).
+    pub anonymous: bool,
+    /// Take a token from the URL (`?p=`, as InfluxDB 1.x clients send it). URLs end up in logs
+    /// and histories, so only for legacy clients that cannot send a header.
+    pub tokens_in_urls: bool,
     /// Serve HTTPS with the node's fleet certificate (`[tls] cert` and `key`, which name
     /// `node.timeshard`), or with `cert` and `key` below.
     pub tls: bool,
@@ -81,6 +88,8 @@ impl Default for HttpConfig {
             enabled: true,
             listen: "127.0.0.1:8086".parse().expect("literal address"),
             tokens: Vec::new(),
+            anonymous: false,
+            tokens_in_urls: false,
             tls: false,
             cert: None,
             key: None,
@@ -108,6 +117,23 @@ impl HttpConfig {
             |setting: &str, message: String| Err(ConfigError::Invalid { setting: format!("http.{setting}"), message });
         if !self.enabled {
             return Ok(());
+        }
+        if !self.listen.ip().is_loopback() && !self.tls {
+            return invalid(
+                "tls",
+                format!(
+                    "http.listen = {} is not a loopback address, so the HTTP side needs TLS (tokens would cross \
+                     the network in the clear): set tls = true (the node's fleet certificate, or cert and key), or \
+                     listen on 127.0.0.1 behind a TLS proxy on this machine",
+                    self.listen
+                ),
+            );
+        }
+        if self.anonymous && !self.listen.ip().is_loopback() {
+            return invalid(
+                "anonymous",
+                format!("anonymous = true is for a loopback listener only, not http.listen = {}", self.listen),
+            );
         }
         if !self.listen.ip().is_loopback() && self.tokens.is_empty() && !self.issued_tokens {
             return invalid(
@@ -179,14 +205,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_public_listener_needs_tokens() {
+    fn a_public_listener_needs_tls_and_tokens_and_is_never_anonymous() {
         let mut c = HttpConfig { listen: "0.0.0.0:8086".parse().unwrap(), ..HttpConfig::default() };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("http.tls") && err.contains("needs TLS"), "{err}");
+        c.tls = true;
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("not a loopback address") && err.contains("tokens"), "{err}");
         c.tokens = vec!["short".into()];
         assert!(c.validate().unwrap_err().to_string().contains("at least 16 characters"));
         c.tokens = vec!["0123456789abcdef0123".into()];
         c.validate().unwrap();
+        c.anonymous = true;
+        assert!(c.validate().unwrap_err().to_string().contains("loopback listener only"));
+        c.anonymous = false;
         c.enabled = false;
         c.tokens.clear();
         c.validate().unwrap();

@@ -2,7 +2,8 @@
 //! plane issues (`timeshard-control http-token create`), which arrive with the desired state as
 //! an id and the SHA-256 of the secret ([`Tokens::set_issued`]). Clients present one as
 //! `Authorization: Bearer <token>`, as InfluxDB 2.x's `Token <token>`, or as the password of
-//! basic auth or the `p` query parameter (InfluxDB 1.x clients and Telegraf).
+//! basic auth; in the `p` query parameter (old InfluxDB 1.x clients) only where
+//! `[http] tokens_in_urls` allows it, since URLs end up in logs.
 
 use std::sync::RwLock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,8 +17,10 @@ use super::error::ApiError;
 /// The tokens a node accepts.
 #[derive(Debug, Default)]
 pub struct Tokens {
-    /// Refuse requests without a token even while no token exists (a listener off loopback).
+    /// Refuse requests without a token even while no token exists.
     always: bool,
+    /// Take a token from the URL's `p` parameter.
+    in_urls: bool,
     configured: Vec<String>,
     issued: RwLock<Vec<HttpTokenGrant>>,
 }
@@ -50,8 +53,25 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Where a request's token came from.
+enum Presented {
+    Header(String),
+    Url(String),
+}
+
 /// The token a request carries, if any.
-fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<Presented> {
+    header_token(headers).map(Presented::Header).or_else(|| {
+        let query = query?;
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "p")
+            .map(|(_, v)| Presented::Url(percent_decode(v)))
+    })
+}
+
+fn header_token(headers: &HeaderMap) -> Option<String> {
     if let Some(h) = headers.get(AUTHORIZATION).and_then(|h| h.to_str().ok()) {
         let (scheme, rest) = h.trim().split_once(' ').unwrap_or((h, ""));
         let rest = rest.trim();
@@ -64,8 +84,7 @@ fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
         }
         return None;
     }
-    let query = query?;
-    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == "p").map(|(_, v)| percent_decode(v))
+    None
 }
 
 fn percent_decode(s: &str) -> String {
@@ -93,10 +112,10 @@ fn percent_decode(s: &str) -> String {
 }
 
 impl Tokens {
-    /// `always`: a token is needed even while none is configured or issued (a listener off
-    /// loopback on an enrolled node, before the control plane issues one).
-    pub fn new(configured: Vec<String>, always: bool) -> Tokens {
-        Tokens { always, configured, issued: RwLock::new(Vec::new()) }
+    /// `always`: a token is needed even while none is configured or issued (an enrolled node
+    /// before the control plane issues one); `in_urls`: a token may come in the URL.
+    pub fn new(configured: Vec<String>, always: bool, in_urls: bool) -> Tokens {
+        Tokens { always, in_urls, configured, issued: RwLock::new(Vec::new()) }
     }
 
     /// Replaces the tokens the control plane issued (each applied desired state); the
@@ -115,12 +134,25 @@ impl Tokens {
         if !self.required() {
             return Ok(());
         }
-        let Some(token) = presented(headers, query) else {
-            return Err(ApiError::Unauthorized(
-                "this node needs a token: send `Authorization: Bearer <token>` (or `Token <token>`, or the token as \
-                 the password) with one of the tokens in its [http] tokens or one the control plane issued"
-                    .into(),
-            ));
+        let token = match presented(headers, query) {
+            Some(Presented::Header(token)) => token,
+            Some(Presented::Url(token)) if self.in_urls => token,
+            Some(Presented::Url(_)) => {
+                return Err(ApiError::Unauthorized(
+                    "a token in the URL (?p=) is refused: URLs end up in logs and histories. Send it as \
+                     `Authorization: Bearer <token>` (or as the password of basic auth), or set [http] \
+                     tokens_in_urls = true for a legacy client that cannot"
+                        .into(),
+                ));
+            }
+            None => {
+                return Err(ApiError::Unauthorized(
+                    "this node needs a token: send `Authorization: Bearer <token>` (or `Token <token>`, or the token \
+                     as the password) with one of the tokens in its [http] tokens (made in <data_dir>/http.token when \
+                     none is configured) or one the control plane issued"
+                        .into(),
+                ));
+            }
         };
         if self.configured.iter().any(|t| same(t.as_bytes(), token.as_bytes())) {
             return Ok(());
@@ -166,7 +198,7 @@ mod tests {
 
     #[test]
     fn every_way_of_presenting_a_token() {
-        let t = Tokens::new(vec!["0123456789abcdef".into()], false);
+        let t = Tokens::new(vec!["0123456789abcdef".into()], true, true);
         assert!(t.check(&headers("Bearer 0123456789abcdef"), None).is_ok());
         assert!(t.check(&headers("Token 0123456789abcdef"), None).is_ok());
         // user:0123456789abcdef
@@ -179,6 +211,15 @@ mod tests {
     }
 
     #[test]
+    fn tokens_in_urls_are_refused_unless_allowed() {
+        let t = Tokens::new(vec!["0123456789abcdef".into()], true, false);
+        let e = t.check(&HeaderMap::new(), Some("db=x&p=0123456789abcdef")).unwrap_err();
+        assert!(e.to_string().contains("tokens_in_urls"), "{e}");
+        // A header wins over the URL.
+        assert!(t.check(&headers("Bearer 0123456789abcdef"), Some("p=whatever")).is_ok());
+    }
+
+    #[test]
     fn issued_tokens_are_checked_by_hash_and_expiry() {
         let fleet = timeshard_control_api::Fingerprint([7; 32]);
         let token = Token::generate(TokenKind::Http, fleet);
@@ -188,7 +229,7 @@ mod tests {
             secret_hash: token.secret_hash(),
             expires_at_ms,
         };
-        let t = Tokens::new(vec!["configured".into()], false);
+        let t = Tokens::new(vec!["configured".into()], true, false);
         let bearer = format!("Bearer {token}");
         assert!(t.check(&headers(&bearer), None).is_err());
         t.set_issued(vec![grant(None)]);
@@ -226,7 +267,7 @@ mod tests {
         assert!(t.required());
         assert!(t.check(&HeaderMap::new(), None).is_err());
         // Off loopback with nothing issued yet: every request is refused.
-        let off_loopback = Tokens::new(vec![], true);
+        let off_loopback = Tokens::new(vec![], true, false);
         assert!(off_loopback.check(&HeaderMap::new(), None).is_err());
         assert!(off_loopback.check(&headers("Bearer anything-at-all-here"), None).is_err());
     }

@@ -24,7 +24,7 @@ use timeshard_node::config::ClassConfig;
 
 use super::WorkDir;
 use super::floor::Floor;
-use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::cluster::{ClusterOptions, HTTP_TOKEN, LocalCluster};
 use crate::datasets::{T0, pmu_point, pmu_ts};
 use crate::http_client::{HttpClient, encode};
 use crate::stats::{Latencies, median, round3};
@@ -133,7 +133,7 @@ async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &Http
         let addr = addrs[c % addrs.len()];
         let (points, batch) = (points.clone(), o.batch);
         tasks.push(tokio::spawn(async move {
-            let mut client = HttpClient::connect(addr, None).await?;
+            let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
             let mut b = 0u64;
             while Instant::now() < deadline {
                 let (path, body, n) = match kind {
@@ -198,7 +198,7 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
     for c in 0..o.connections as u64 {
         let batch = o.batch as u64;
         tasks.push(tokio::spawn(async move {
-            let mut client = HttpClient::connect(addr, None).await?;
+            let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
             let (first, last) = (c * per_conn, ((c + 1) * per_conn).min(total));
             let mut i = first;
             while i < last {
@@ -220,7 +220,7 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
     for t in tasks {
         t.await??;
     }
-    let mut client = HttpClient::connect(addr, None).await?;
+    let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     wait_sealed(&mut client).await?;
     let q = format!(
         "SELECT mean(value), min(value), max(value), count(value) FROM \"pmu.phase\" WHERE bus = '1' AND site = 'day' \
