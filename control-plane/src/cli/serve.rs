@@ -45,7 +45,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub init: bool,
     /// Lifetime of node certificates; nodes renew after two thirds of it.
-    #[arg(long, default_value = "30days", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "7days", value_parser = humantime::parse_duration)]
     pub cert_lifetime: Duration,
     /// Connections accepted at once.
     #[arg(long, default_value_t = Limits::default().max_connections)]

@@ -42,7 +42,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { cert_lifetime: Duration::from_secs(30 * 86_400), max_token_lifetime: Duration::from_secs(30 * 86_400) }
+        Policy { cert_lifetime: Duration::from_secs(7 * 86_400), max_token_lifetime: Duration::from_secs(30 * 86_400) }
     }
 }
 

@@ -87,7 +87,7 @@ pub async fn enrollment_and_propagation(fleet: &TestFleet) {
     let (_, parsed) = x509_parser::parse_x509_certificate(&cert[0]).unwrap();
     assert_eq!(timeshard_proto::Id::of_public_key(parsed.public_key().raw).to_hex(), first.node_id());
     let lifetime = parsed.validity().not_after.timestamp() - parsed.validity().not_before.timestamp();
-    assert!((30 * 86_400..=30 * 86_400 + 600).contains(&lifetime), "default lifetime 30 days, got {lifetime} s");
+    assert!((7 * 86_400..=7 * 86_400 + 600).contains(&lifetime), "default lifetime 7 days, got {lifetime} s");
     // Reopening needs no network.
     assert_eq!(Agent::open(&fleet.device_dir("d0")).unwrap().applied(), &desired);
 
