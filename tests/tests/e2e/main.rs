@@ -34,6 +34,7 @@ mod failover;
 mod fleet;
 mod full_batches;
 mod hinted_handoff;
+mod hostile_archive;
 mod hostile_disk;
 mod hostile_http;
 mod hostile_quic;
