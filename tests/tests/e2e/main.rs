@@ -37,6 +37,7 @@ mod hinted_handoff;
 mod hostile_archive;
 mod hostile_disk;
 mod hostile_http;
+mod hostile_modules;
 mod hostile_quic;
 mod http;
 mod http_clients;
