@@ -66,6 +66,26 @@ fn num(s: &str, len: usize) -> Option<i64> {
     (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
 }
 
+/// Parses a time as the node's JSON API takes it, at `now_ns`: nanoseconds since the epoch,
+/// RFC 3339, `now`, or `now-<duration>` / `now+<duration>` (`now-15m`). `None` when it is none
+/// of these or lands outside the `i64` nanoseconds (`now+106751d` and beyond).
+pub fn parse_api_time(s: &str, now_ns: i64) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(ns) = s.parse::<i64>() {
+        return Some(ns);
+    }
+    if s == "now" {
+        return Some(now_ns);
+    }
+    if let Some(ago) = s.strip_prefix("now-") {
+        return now_ns.checked_sub(parse_duration(ago)?);
+    }
+    if let Some(ahead) = s.strip_prefix("now+") {
+        return now_ns.checked_add(parse_duration(ahead)?);
+    }
+    parse_rfc3339(s)
+}
+
 /// Parses `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` or the same with a space
 /// instead of `T` (and no zone: UTC), into nanoseconds since the epoch.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
@@ -155,6 +175,22 @@ impl Epoch {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    #[test]
+    fn api_times_are_checked_at_the_edges_of_i64() {
+        use super::parse_api_time;
+        let now = 1_700_000_000_000_000_000;
+        assert_eq!(parse_api_time(" now ", now), Some(now));
+        assert_eq!(parse_api_time("now-15m", now), Some(now - 900_000_000_000));
+        assert_eq!(parse_api_time("now+1s", now), Some(now + 1_000_000_000));
+        assert_eq!(parse_api_time("-5", now), Some(-5));
+        assert_eq!(parse_api_time("1970-01-01T00:00:01Z", now), Some(1_000_000_000));
+        // These overflowed (a panic in a debug build, a wrapped time in a release one).
+        assert_eq!(parse_api_time("now+9223372036854775807ns", now), None);
+        assert_eq!(parse_api_time("now-9223372036854775807ns", -now), None);
+        assert_eq!(parse_api_time("now+", now), None);
+        assert_eq!(parse_api_time("yesterday", now), None);
+    }
 
     use super::*;
 
