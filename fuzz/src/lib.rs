@@ -31,7 +31,10 @@ pub const TARGETS: &[Target] = &[
     ("wire_response", wire_response),
     ("line_protocol", line_protocol),
     ("influxql", influxql),
+    ("promql", promql),
+    ("prometheus_api", prometheus_api),
     ("remote_write", remote_write),
+    ("remote_read", remote_read),
     ("gzip", gzip),
     ("snappy", snappy),
     ("store_block", store_block),
@@ -92,6 +95,105 @@ pub fn line_protocol(data: &[u8]) {
 /// An InfluxQL query string.
 pub fn influxql(data: &[u8]) {
     let _ = influxql::parse(&String::from_utf8_lossy(data), NOW_NS);
+}
+
+/// Limits of a PromQL query under fuzzing: the node's, with the work per query cut so that a
+/// valid but expensive query ends within the fuzzer's timeout.
+fn promql_limits() -> timeshard_formats::promql::Limits {
+    timeshard_formats::promql::Limits {
+        max_series: 1_000,
+        max_samples: 200_000,
+        max_points_per_series: 1_000,
+        max_output_points: 50_000,
+        ..Default::default()
+    }
+}
+
+/// A few series (a counter, a gauge with a NaN and an infinity, a histogram bucket pair), every
+/// 15 s for 10 minutes from 0 ms, for the evaluator to read.
+fn promql_source() -> timeshard_formats::promql::MemorySource {
+    use timeshard_formats::promql::{Labels, MemorySource, Sample};
+    let mut m = MemorySource::new();
+    type Labelled = (&'static [(&'static str, &'static str)], fn(i64) -> f64);
+    let series: [Labelled; 4] = [
+        (&[("__name__", "http_requests_total"), ("job", "api")], |i| (i * 3) as f64),
+        (&[("__name__", "temp"), ("site", "atl")], |i| match i {
+            7 => f64::NAN,
+            9 => f64::INFINITY,
+            _ => 20.0 + (i % 5) as f64,
+        }),
+        (&[("__name__", "latency_bucket"), ("le", "0.5")], |i| i as f64),
+        (&[("__name__", "latency_bucket"), ("le", "+Inf")], |i| (2 * i) as f64),
+    ];
+    for (labels, value) in series {
+        m.insert(Labels::from_pairs(labels.iter().copied()), (0..40).map(|i| Sample { t: i * 15_000, v: value(i) }));
+    }
+    m
+}
+
+/// A PromQL query: parsed within the node's limits and, if it parses, evaluated at an instant and
+/// over a range against [`promql_source`].
+pub fn promql(data: &[u8]) {
+    use timeshard_formats::promql::{self, Range, eval::Options, evaluate};
+    let limits = promql_limits();
+    let Ok(expr) = promql::parse(&String::from_utf8_lossy(data), &limits) else { return };
+    let source = promql_source();
+    let _ = evaluate(&expr, Range::instant(300_000), &source, &limits, Options::default());
+    let range = Range { start_ms: 0, end_ms: 600_000, step_ms: 15_000 };
+    let _ = evaluate(&expr, range, &source, &limits, Options::default());
+}
+
+/// Parameters of Prometheus' HTTP API and of the node's JSON API (`name=value` pairs split on
+/// `&`, as a query string or form body gives them); the first byte picks the endpoint.
+pub fn prometheus_api(data: &[u8]) {
+    use timeshard_formats::promql::api;
+    use timeshard_formats::promql::eval::Options;
+    let Some((&which, body)) = data.split_first() else { return };
+    let text = String::from_utf8_lossy(body);
+    let params: Vec<(String, String)> = text
+        .split('&')
+        .take(64)
+        .map(|p| match p.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (p.to_string(), String::new()),
+        })
+        .collect();
+    let (limits, source) = (promql_limits(), promql_source());
+    let answer = match which % 6 {
+        0 => api::query(&params, 300_000, &source, &limits, Options::default()),
+        1 => api::query_range(&params, &source, &limits, Options::default()),
+        2 => api::series(&params, &source, &limits),
+        3 => api::label_names(&params, &source, &limits),
+        4 => api::label_values(params.first().map_or("", |(n, _)| n.as_str()), &params, &source, &limits),
+        _ => {
+            // The node's /v1 times and durations.
+            for (_, v) in &params {
+                let _ = timeshard_formats::influxql::time::parse_api_time(v, NOW_NS);
+                let _ = api::parse_time(v);
+                let _ = api::parse_duration(v);
+            }
+            return;
+        }
+    };
+    assert!(serde_json::from_str::<serde_json::Value>(&answer.body).is_ok(), "the answer is JSON: {}", answer.body);
+}
+
+/// Prometheus remote read: a request body as the node decodes it (first byte even), or a
+/// streamed answer's frames and chunks as a reader decodes them (odd).
+pub fn remote_read(data: &[u8]) {
+    use timeshard_formats::remote_read::{self, FrameReader, ReadLimits};
+    let Some((&which, body)) = data.split_first() else { return };
+    if which & 1 == 0 {
+        let _ = remote_read::decode_request(body, &ReadLimits::default());
+        return;
+    }
+    let mut frames = FrameReader::new(body, remote_read::DEFAULT_FRAME_BYTES);
+    for _ in 0..64 {
+        let Some(Ok(message)) = frames.next_message() else { break };
+        for series in &message.chunked_series {
+            let _ = remote_read::series_samples(series, 100_000);
+        }
+    }
 }
 
 /// A Prometheus remote-write body (snappy, then protobuf).

@@ -46,6 +46,52 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     ] {
         out.push(("influxql", name, q.as_bytes().to_vec()));
     }
+    for (name, q) in [
+        ("rate", "sum by (job) (rate(http_requests_total{job=~\"a.*\"}[5m]))"),
+        ("quantile", "histogram_quantile(0.9, sum by (le) (rate(latency_bucket[1m])))"),
+        ("binary", "temp > on(site) group_left 20 * 2 ^ 3 or vector(1) unless absent(temp)"),
+        ("subquery", "max_over_time(deriv(temp[2m])[5m:30s] offset 1m) @ 300"),
+        (
+            "functions",
+            "label_replace(topk(2, temp), \"x\", \"$1\", \"site\", \"(.*)\") - ignoring(x) clamp(temp, 0, 1)",
+        ),
+    ] {
+        out.push(("promql", name, q.as_bytes().to_vec()));
+    }
+    for (which, name, q) in [
+        (0u8, "query", "query=sum(rate(http_requests_total[5m]))&time=300&timeout=10s"),
+        (1, "query_range", "query=temp&start=0&end=600&step=15s"),
+        (2, "series", "match[]=temp&match[]={__name__=~\"lat.*\"}&start=0&end=2023-11-14T22:13:20Z"),
+        (3, "labels", "match[]=up&start=1700000000.5"),
+        (4, "label_values", "job&start=0&end=600"),
+        (5, "v1_times", "start=now-15m&end=now%2B1h&t=2023-11-14T22:13:20.5Z&d=1h30m"),
+    ] {
+        out.push(("prometheus_api", name, [&[which][..], q.as_bytes()].concat()));
+    }
+    {
+        use prost::Message;
+        use timeshard_formats::remote_read::{LabelMatcher, Query, ReadRequest};
+        let request = ReadRequest {
+            queries: vec![Query {
+                start_timestamp_ms: 0,
+                end_timestamp_ms: 600_000,
+                matchers: vec![
+                    LabelMatcher { r#type: 0, name: "__name__".into(), value: "temp".into() },
+                    LabelMatcher { r#type: 2, name: "site".into(), value: "a.*".into() },
+                ],
+                hints: None,
+            }],
+            accepted_response_types: vec![1, 0],
+        };
+        out.push(("remote_read", "request", [&[0u8][..], &compression::snappy(&request.encode_to_vec())].concat()));
+        let labels = timeshard_formats::promql::Labels::from_pairs([("__name__", "temp"), ("site", "atl")]);
+        let samples: Vec<_> =
+            (0..300).map(|i| timeshard_formats::promql::Sample { t: i * 15_000, v: 20.0 + (i % 7) as f64 }).collect();
+        let mut stream = timeshard_formats::remote_read::StreamEncoder::new(0, 1 << 20);
+        let mut frames: Vec<u8> = stream.push(&labels, &samples).unwrap_or_default();
+        frames.extend(stream.finish().unwrap_or_default());
+        out.push(("remote_read", "streamed-answer", [&[1u8][..], &frames].concat()));
+    }
     let request = WriteRequest {
         timeseries: vec![TimeSeries {
             labels: vec![

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use timeshard_testkit::bench::coi::{self, CoiOptions};
 use timeshard_testkit::bench::fleet::{self, Backends, FleetOptions};
 use timeshard_testkit::bench::footprint::{self, FootprintOptions};
+use timeshard_testkit::bench::hostile::{self, HostileBenchOptions};
 use timeshard_testkit::bench::http::{self, HttpBenchOptions};
 use timeshard_testkit::bench::paper::{self, PaperOptions};
 use timeshard_testkit::bench::policy::{self, PolicyOptions};
@@ -32,6 +33,11 @@ pub(crate) enum BenchCommand {
     /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
     /// `/query` windows over a day, on node processes.
     Http(HttpArgs),
+    /// Hostile input over HTTP, on one node process: a well-behaved client's read p99 during
+    /// each attack against its p99 without one, and the node's peak RSS against its memory
+    /// budget.
+    #[command(after_help = HOSTILE_EXAMPLES)]
+    Hostile(HostileArgs),
     /// Data following membership on node processes: rebalancing when nodes join, idle
     /// anti-entropy, restoring RF after a departure, hint replay, lost acknowledged points, and
     /// one node's log after live ingest.
@@ -50,6 +56,12 @@ pub(crate) enum BenchCommand {
     #[command(after_help = FLEET_EXAMPLES)]
     Fleet(FleetArgs),
 }
+
+const HOSTILE_EXAMPLES: &str = "\
+Examples:
+  timeshard bench hostile --json hostile.json
+  timeshard bench hostile --json hostile.json --secs 30 --budget-mib 512
+  timeshard bench hostile --json hostile.json --quick      # check it runs (figures not meaningful)";
 
 const FLEET_EXAMPLES: &str = "\
 Examples:
@@ -161,6 +173,26 @@ pub(crate) struct HttpArgs {
     /// Runs of each ingest figure (median reported).
     #[arg(long, default_value_t = HttpBenchOptions::default().reps)]
     reps: usize,
+    /// Working directory (default: a new temporary one, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Options of `bench hostile`.
+#[derive(Debug, Args)]
+pub(crate) struct HostileArgs {
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Seconds of the baseline and of each attack.
+    #[arg(long, default_value_t = HostileBenchOptions::default().secs)]
+    secs: u64,
+    /// The node's memory budget, in MiB.
+    #[arg(long, default_value_t = HostileBenchOptions::default().budget >> 20)]
+    budget_mib: u64,
     /// Working directory (default: a new temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -336,6 +368,19 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 }
             };
             (a.json, http::run(&binary()?, &options).await?)
+        }
+        BenchCommand::Hostile(a) => {
+            let options = if a.quick {
+                HostileBenchOptions { dir: a.dir, ..HostileBenchOptions::quick() }
+            } else {
+                HostileBenchOptions {
+                    secs: a.secs,
+                    budget: a.budget_mib << 20,
+                    dir: a.dir,
+                    ..HostileBenchOptions::default()
+                }
+            };
+            (a.json, hostile::run(&binary()?, &options).await?)
         }
         BenchCommand::Repair(a) => {
             let options = if a.quick {

@@ -12,6 +12,40 @@ pub enum DecompressError {
     Snappy(String),
     #[error("the body decompresses to more than {limit} bytes; send smaller batches")]
     TooLarge { limit: usize },
+    /// The caller's `admit` refused more output (its memory budget).
+    #[error("decompressing the body would take more than the {decompressed} bytes allowed so far")]
+    Refused { decompressed: usize },
+}
+
+/// Output is admitted, and grown, this much at a time by [`gunzip_within`].
+pub const GUNZIP_STEP: usize = 1 << 20;
+
+/// [`gunzip`], asking `admit(bytes)` before the output grows by each step of up to
+/// [`GUNZIP_STEP`] bytes, so a caller can charge what decompression takes before it is
+/// allocated; stops with [`DecompressError::Refused`] when `admit` says no.
+pub fn gunzip_within(
+    body: &[u8],
+    limit: usize,
+    mut admit: impl FnMut(usize) -> bool,
+) -> Result<Vec<u8>, DecompressError> {
+    let mut decoder = flate2::read::MultiGzDecoder::new(body).take(limit as u64 + 1);
+    // Reserved whole and never regrown (a regrown buffer is copied, twice the memory for a
+    // moment); its pages take memory only as they are written, step by admitted step.
+    let mut out: Vec<u8> = Vec::with_capacity(limit.saturating_add(1));
+    loop {
+        let step = GUNZIP_STEP.min(limit + 1 - out.len());
+        if !admit(step) {
+            return Err(DecompressError::Refused { decompressed: out.len() });
+        }
+        let before = out.len();
+        (&mut decoder).take(step as u64).read_to_end(&mut out).map_err(|e| DecompressError::Gzip(e.to_string()))?;
+        if out.len() > limit {
+            return Err(DecompressError::TooLarge { limit });
+        }
+        if out.len() - before < step {
+            return Ok(out);
+        }
+    }
 }
 
 /// Decompresses a gzip body (one or several members) of at most `limit` bytes decompressed.
@@ -55,6 +89,30 @@ pub fn gzip(body: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gunzip_asks_before_each_step_and_stops_when_refused() {
+        let data = vec![b'x'; 3 * GUNZIP_STEP + 10];
+        let mut asked = Vec::new();
+        let out = gunzip_within(&gzip(&data), 4 * GUNZIP_STEP, |n| {
+            asked.push(n);
+            true
+        })
+        .unwrap();
+        assert_eq!(out, data);
+        assert_eq!(asked, vec![GUNZIP_STEP; 4]);
+        let mut granted = 0;
+        let refused = gunzip_within(&gzip(&data), 8 * GUNZIP_STEP, |n| {
+            granted += n;
+            granted <= 2 * GUNZIP_STEP
+        });
+        assert_eq!(refused, Err(DecompressError::Refused { decompressed: 2 * GUNZIP_STEP }));
+        assert_eq!(
+            gunzip_within(&gzip(&data), GUNZIP_STEP + 5, |_| true),
+            Err(DecompressError::TooLarge { limit: GUNZIP_STEP + 5 })
+        );
+        assert_eq!(gunzip_within(&gzip(b""), 10, |_| true), Ok(Vec::new()));
+    }
 
     #[test]
     fn round_trips_and_limits() {

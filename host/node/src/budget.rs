@@ -17,8 +17,8 @@
 //! The accounting ([`Ledger`]) is sans-IO: the caller measures resident memory
 //! ([`resident_bytes`]) and passes it in.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use timeshard_proto::wire::{ErrorCode, ErrorReply};
@@ -95,6 +95,11 @@ pub enum BudgetExceeded {
          (or raise [memory] budget)"
     )]
     Resident { resident: u64, total: ByteSize },
+    #[error(
+        "memory budget exceeded: the node holds {resident} bytes resident, and {wanted} bytes more for a request body \
+         would pass its budget of {total}; retry later, or send smaller bodies"
+    )]
+    ResidentWithBody { resident: u64, wanted: u64, total: ByteSize },
 }
 
 impl From<BudgetExceeded> for ErrorReply {
@@ -179,6 +184,19 @@ impl Drop for Admitted<'_> {
     }
 }
 
+/// Bytes of a request body admitted on a shared ledger, given back when dropped.
+#[derive(Debug)]
+pub struct OwnedAdmitted {
+    ledger: Arc<Ledger>,
+    bytes: u64,
+}
+
+impl Drop for OwnedAdmitted {
+    fn drop(&mut self) {
+        self.ledger.bodies.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 /// Takes `bytes` more of `held` within `share`; one alone is always let through when nothing
 /// else is held, so a request within the other limits is servable on an idle node.
 fn take(held: &AtomicU64, bytes: u64, share: u64) -> Result<Admitted<'_>, u64> {
@@ -212,7 +230,10 @@ impl Ledger {
     }
 
     /// Admits a request body of `bytes` (its declared length, or the body limit when it does
-    /// not declare one) before it is read, given the process's `resident` bytes.
+    /// not declare one) before it is read, given the process's `resident` bytes: refused when
+    /// those bytes on top of what is resident would pass the budget, since they are charged
+    /// before they are allocated (a check of `resident` alone lets every body admitted just
+    /// under the budget grow past it).
     pub fn admit_body(&self, bytes: u64, resident: u64) -> Result<Admitted<'_>, BudgetExceeded> {
         let total = ByteSize(self.shares.total);
         let refused = |e| {
@@ -222,8 +243,19 @@ impl Ledger {
         if resident > self.shares.total {
             return refused(BudgetExceeded::Resident { resident, total });
         }
+        if resident.saturating_add(bytes) > self.shares.total {
+            return refused(BudgetExceeded::ResidentWithBody { resident, wanted: bytes, total });
+        }
         let share = self.shares.queues;
         take(&self.bodies, bytes, share).or_else(|wanted| refused(BudgetExceeded::Bodies { wanted, share, total }))
+    }
+
+    /// [`Ledger::admit_body`] for work on another thread: the charge holds the ledger.
+    pub fn admit_body_owned(self: &Arc<Self>, bytes: u64, resident: u64) -> Result<OwnedAdmitted, BudgetExceeded> {
+        let admitted = self.admit_body(bytes, resident)?;
+        // Given back by the owned charge instead.
+        std::mem::forget(admitted);
+        Ok(OwnedAdmitted { ledger: self.clone(), bytes })
     }
 
     /// Bytes of request bodies admitted and not yet given back.
@@ -350,7 +382,17 @@ mod tests {
         assert!(ledger.admit_body(1, 0).is_err());
         drop((a, b));
         assert!(matches!(ledger.admit_body(1, 9 << 20), Err(BudgetExceeded::Resident { .. })));
-        assert_eq!(ledger.refused(), 3);
+        // What a body takes counts on top of what is resident: 7 MiB + 2 MiB is over 8 MiB.
+        let err = ledger.admit_body(2 << 20, 7 << 20).unwrap_err();
+        assert!(matches!(err, BudgetExceeded::ResidentWithBody { wanted, .. } if wanted == 2 << 20), "{err}");
+        assert!(err.to_string().contains("2097152 bytes more for a request body"), "{err}");
+        drop(ledger.admit_body(1 << 20, 7 << 20).unwrap());
+        assert_eq!(ledger.refused(), 4);
+        let shared = Arc::new(ledger);
+        let owned = shared.admit_body_owned(2 << 20, 0).unwrap();
+        assert!(shared.admit_body_owned(1, 0).is_err());
+        drop(owned);
+        assert_eq!(shared.bodies(), 0, "an owned charge is given back too");
     }
 
     #[test]

@@ -58,6 +58,16 @@ impl PolicySection {
         Ok(copy)
     }
 
+    /// Writes `bytes` (a damaged or made-up module) into the directory and signs them as
+    /// `name@1.0.0` of `kind`, so a node gets past the signature to the bytes themselves.
+    pub fn sign_bytes(&self, bytes: &[u8], name: &str, kind: Kind) -> Result<PathBuf> {
+        let path = self.dir.join(format!("{name}.wasm"));
+        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0")?, kind);
+        signing::sign_file(&self.key_file, &path, &identity)?;
+        Ok(path)
+    }
+
     /// A top-level setting of the section, e.g. `deadline_ms = 50`.
     pub fn setting(&mut self, line: &str) -> &mut PolicySection {
         writeln!(self.settings, "{line}").expect("writing to a String");

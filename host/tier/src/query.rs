@@ -13,7 +13,7 @@ use timeshard_store::{ReadPage, WindowAggregate};
 use crate::Archive;
 use crate::catalog::{ArchivedBlock, Part};
 use crate::error::Error;
-use crate::layout::{self, DAY_NS, Day, FileId};
+use crate::layout::{self, DAY_NS, Day, FileId, Kind};
 use crate::read::ParquetFile;
 use crate::schema::points as col;
 
@@ -37,7 +37,12 @@ fn single(b: &ArchivedBlock) -> Option<&Part> {
 /// Blocks read together: one run of single-part blocks stored contiguously in one file, or one
 /// block with several parts (read part by part and merged).
 pub(crate) enum Batch<'a> {
-    Run { file: Arc<FileId>, rows: Range<u64> },
+    /// `parts` are the blocks' parts, in row order.
+    Run {
+        file: Arc<FileId>,
+        rows: Range<u64>,
+        parts: Vec<&'a Part>,
+    },
     Merged(&'a ArchivedBlock),
 }
 
@@ -47,15 +52,43 @@ fn next_batch(blocks: &[ArchivedBlock], budget: u64) -> (Batch<'_>, usize) {
     let Some(first) = single(&blocks[0]) else { return (Batch::Merged(&blocks[0]), 1) };
     let (file, start) = (Arc::clone(&first.file), first.row_start);
     let mut end = start + first.summary.count;
-    let mut taken = 1;
-    while taken < blocks.len() && end - start < budget {
-        match single(&blocks[taken]) {
-            Some(p) if p.file == file && p.row_start == end => end += p.summary.count,
+    let mut parts = vec![first];
+    while parts.len() < blocks.len() && end - start < budget {
+        match single(&blocks[parts.len()]) {
+            Some(p) if p.file == file && p.row_start == end => {
+                end += p.summary.count;
+                parts.push(p);
+            }
             _ => break,
         }
-        taken += 1;
     }
-    (Batch::Run { file, rows: start..end }, taken)
+    let taken = parts.len();
+    (Batch::Run { file, rows: start..end, parts }, taken)
+}
+
+/// Checks the points read from the rows of `parts` (one series, in row order) against the
+/// digests their manifest recorded: zstd pages carry no checksum, so a flipped byte in a points
+/// file can decode to other values. The points are the last rows before `end` (pages wholly
+/// before a read's floor are skipped, a prefix); a part only partly read is not checked.
+fn verify(file: &FileId, end: u64, parts: &[&Part], points: &[Point]) -> Result<(), Error> {
+    let first_row = end.saturating_sub(points.len() as u64);
+    for p in parts.iter().filter(|p| p.row_start >= first_row) {
+        let at = (p.row_start - first_row) as usize;
+        let Some(rows) = points.get(at..at + p.summary.count as usize) else { continue };
+        let digest = timeshard_proto::point::set_digest(rows);
+        if digest != p.summary.digest {
+            return Err(Error::corrupt(
+                file.path(Kind::Points),
+                format!(
+                    "rows {}..{} decode to points whose digest {digest:#x} is not the {:#x} its manifest recorded",
+                    p.row_start,
+                    p.row_start + p.summary.count,
+                    p.summary.digest
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the archive may hold of a class, as its last listing says (see [`Archive::horizon`]).
@@ -240,11 +273,18 @@ impl Archive {
     /// (by the timestamp page index) may be left out.
     pub(crate) async fn load(&self, batch: &Batch<'_>, floor: Timestamp) -> Result<Vec<Point>, Error> {
         match batch {
-            Batch::Run { file, rows } => self.read_rows(file, rows.clone(), floor).await,
+            Batch::Run { file, rows, parts } => {
+                let points = self.read_rows(file, rows.clone(), floor).await?;
+                verify(file, rows.end, parts, &points)?;
+                Ok(points)
+            }
             Batch::Merged(block) => {
                 let mut all = Vec::new();
                 for p in block.parts.iter().filter(|p| p.summary.count > 0) {
-                    all.extend(self.read_rows(&p.file, p.row_start..p.row_start + p.summary.count, floor).await?);
+                    let end = p.row_start + p.summary.count;
+                    let points = self.read_rows(&p.file, p.row_start..end, floor).await?;
+                    verify(&p.file, end, &[p], &points)?;
+                    all.extend(points);
                 }
                 sort_dedup(&mut all);
                 Ok(all)

@@ -133,6 +133,25 @@ fn bench_http_quick_writes_its_document() {
     assert_floor(&doc);
 }
 
+/// Its name holds `hostile_`, so `scripts/test` runs it with the attack scenarios, alone.
+#[test]
+fn bench_hostile_quick_writes_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let doc = bench(dir.path(), &["hostile", "--quick", "--dir", work.to_str().unwrap()]);
+    assert_keys(&doc, &["baseline_p99_ms", "attacks", "worst_p99_ratio", "max_peak_rss_bytes", "budget_bytes"]);
+    let attacks = doc["attacks"].as_array().expect("a list of attacks");
+    assert_eq!(attacks.len(), 8, "{doc}");
+    for a in attacks {
+        assert_eq!(a["survived"], true, "{a}");
+        assert!(a["reads"].as_u64().is_some_and(|n| n > 0), "the client was served during {a}");
+        assert!(a["p99_ratio"].as_f64().is_some_and(|r| r > 0.0), "{a}");
+        assert!(a["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0), "{a}");
+    }
+    assert_eq!(doc["budget_bytes"], 256 << 20);
+    assert_floor(&doc);
+}
+
 #[test]
 fn bench_repair_quick_writes_its_document() {
     let dir = tempfile::tempdir().unwrap();

@@ -349,6 +349,10 @@ async fn bad_input_gets_a_status_and_a_message() -> anyhow::Result<()> {
     assert!(error(a.json()?).contains("invalid metric"));
     let a = c.get("/v1/read?series=m.v&start=yesterday&end=1").await?;
     assert_eq!(a.status, 400);
+    // A time past the end of i64 nanoseconds overflowed (the handler panicked in a debug build).
+    let a = c.get("/v1/read?series=m.v&start=0&end=now%2B9223372036854775807ns").await?;
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert!(error(a.json()?).contains("cannot read time"));
     assert_eq!(c.get("/nowhere").await?.status, 404);
 
     // The node still serves.

@@ -66,6 +66,26 @@ fn num(s: &str, len: usize) -> Option<i64> {
     (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
 }
 
+/// Parses a time as the node's JSON API takes it, at `now_ns`: nanoseconds since the epoch,
+/// RFC 3339, `now`, or `now-<duration>` / `now+<duration>` (`now-15m`). `None` when it is none
+/// of these or lands outside the `i64` nanoseconds (`now+106751d` and beyond).
+pub fn parse_api_time(s: &str, now_ns: i64) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(ns) = s.parse::<i64>() {
+        return Some(ns);
+    }
+    if s == "now" {
+        return Some(now_ns);
+    }
+    if let Some(ago) = s.strip_prefix("now-") {
+        return now_ns.checked_sub(parse_duration(ago)?);
+    }
+    if let Some(ahead) = s.strip_prefix("now+") {
+        return now_ns.checked_add(parse_duration(ahead)?);
+    }
+    parse_rfc3339(s)
+}
+
 /// Parses `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` or the same with a space
 /// instead of `T` (and no zone: UTC), into nanoseconds since the epoch.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
@@ -79,8 +99,9 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     if parts.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
         return None;
     }
-    let mut ns = days_from_civil(y, m, d) * 86_400_000_000_000;
-    let Some(time) = time else { return Some(ns) };
+    // In i128: years past 2262 (or before 1677) do not fit i64 nanoseconds.
+    let ns = i128::from(days_from_civil(y, m, d)) * 86_400_000_000_000;
+    let Some(time) = time else { return i64::try_from(ns).ok() };
     let (clock, offset_s) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
         (c, 0)
     } else if let Some(i) = time.rfind(['+', '-']).filter(|&i| i >= 8) {
@@ -102,8 +123,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     if hms.next().is_some() || h > 23 || mi > 59 || sec > 60 {
         return None;
     }
-    ns += ((h * 3600 + mi * 60 + sec - offset_s) * 1_000_000_000) + frac;
-    Some(ns)
+    i64::try_from(ns + i128::from((h * 3600 + mi * 60 + sec - offset_s) * 1_000_000_000 + frac)).ok()
 }
 
 /// RFC 3339 in UTC with the fraction of a second trimmed of trailing zeros, as InfluxDB prints
@@ -155,6 +175,35 @@ impl Epoch {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    #[test]
+    fn rfc3339_past_the_range_of_i64_nanoseconds_is_none_not_an_overflow() {
+        use super::parse_rfc3339;
+        // Found by the prometheus_api fuzz target: the year 4046 overflowed the multiplication.
+        assert_eq!(parse_rfc3339("4046-11-14T24:20.5Z"), None);
+        assert_eq!(parse_rfc3339("4046-11-14T23:20:00Z"), None);
+        assert_eq!(parse_rfc3339("9999-12-31"), None);
+        assert_eq!(parse_rfc3339("0001-01-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2262-04-11T23:47:16.854775807Z"), Some(i64::MAX));
+        assert_eq!(parse_rfc3339("2262-04-11T23:47:16.854775808Z"), None);
+        assert_eq!(parse_rfc3339("1677-09-21T00:12:43.145224192Z"), Some(i64::MIN));
+    }
+
+    #[test]
+    fn api_times_are_checked_at_the_edges_of_i64() {
+        use super::parse_api_time;
+        let now = 1_700_000_000_000_000_000;
+        assert_eq!(parse_api_time(" now ", now), Some(now));
+        assert_eq!(parse_api_time("now-15m", now), Some(now - 900_000_000_000));
+        assert_eq!(parse_api_time("now+1s", now), Some(now + 1_000_000_000));
+        assert_eq!(parse_api_time("-5", now), Some(-5));
+        assert_eq!(parse_api_time("1970-01-01T00:00:01Z", now), Some(1_000_000_000));
+        // These overflowed (a panic in a debug build, a wrapped time in a release one).
+        assert_eq!(parse_api_time("now+9223372036854775807ns", now), None);
+        assert_eq!(parse_api_time("now-9223372036854775807ns", -now), None);
+        assert_eq!(parse_api_time("now+", now), None);
+        assert_eq!(parse_api_time("yesterday", now), None);
+    }
 
     use super::*;
 

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use serde_json::{Value, json};
 use timeshard_clock::now_ns;
-use timeshard_formats::influxql::time::{parse_duration, parse_rfc3339};
+use timeshard_formats::influxql::time::{parse_api_time, parse_duration};
 use timeshard_proto::time::MAX_TIMESTAMP;
 use timeshard_proto::wire::{self, SeriesFilter};
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
@@ -25,27 +25,14 @@ const DEFAULT_READ_LIMIT: usize = 10_000;
 /// Series a listing answers when it does not say.
 const DEFAULT_SERIES_LIMIT: u32 = 1_000;
 
-/// Parses a time as the API accepts it.
+/// Parses a time as the API accepts it ([`parse_api_time`]).
 pub fn parse_time(s: &str) -> Result<i64, ApiError> {
-    let s = s.trim();
-    let bad = || {
+    parse_api_time(s, now_ns()).ok_or_else(|| {
         ApiError::BadRequest(format!(
-            "cannot read time {s:?}: use nanoseconds since the epoch, RFC 3339 (2023-11-14T22:13:20Z), now, or now-15m"
+            "cannot read time {:?}: use nanoseconds since the epoch, RFC 3339 (2023-11-14T22:13:20Z), now, or now-15m",
+            s.trim()
         ))
-    };
-    if let Ok(ns) = s.parse::<i64>() {
-        return Ok(ns);
-    }
-    if s == "now" {
-        return Ok(now_ns());
-    }
-    if let Some(ago) = s.strip_prefix("now-") {
-        return Ok(now_ns() - parse_duration(ago).ok_or_else(bad)?);
-    }
-    if let Some(ahead) = s.strip_prefix("now+") {
-        return Ok(now_ns() + parse_duration(ahead).ok_or_else(bad)?);
-    }
-    parse_rfc3339(s).ok_or_else(bad)
+    })
 }
 
 /// The parameters of a request, in order, repeats kept.

@@ -7,6 +7,7 @@
 //! policy refuses are reported the same way.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{RawQuery, State};
@@ -21,9 +22,11 @@ use timeshard_proto::point::SeriesPoints;
 
 use super::error::{ApiError, V2};
 use super::{AppState, Body};
+use crate::budget::{Ledger, OwnedAdmitted, recent_resident_bytes};
 use crate::metrics::Ingest;
 
-/// Bodies larger than this are decompressed and parsed on a blocking thread.
+/// Bodies larger than this, and all compressed ones, are decompressed and parsed on a blocking
+/// thread.
 const INLINE_BYTES: usize = 256 * 1024;
 
 /// The query parameters of a request.
@@ -40,15 +43,37 @@ async fn cpu<T: Send + 'static>(len: usize, work: impl FnOnce() -> T + Send + 's
     tokio::task::spawn_blocking(work).await.map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))
 }
 
-/// The body, gunzipped if its `Content-Encoding` says gzip.
-fn decoded(encoding: Option<&str>, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+/// The body, gunzipped if its `Content-Encoding` says gzip, with what decompressing it took
+/// charged to `ledger` (step by step, before the output grows); hold the charges until the
+/// body's points are stored.
+fn decoded(
+    encoding: Option<&str>,
+    body: Bytes,
+    limit: usize,
+    ledger: Option<Arc<Ledger>>,
+) -> Result<(Bytes, Vec<OwnedAdmitted>), ApiError> {
     match encoding.map(str::trim) {
-        None | Some("" | "identity") => Ok(body),
+        None | Some("" | "identity") => Ok((body, Vec::new())),
         Some(e) if e.eq_ignore_ascii_case("gzip") => {
-            compression::gunzip(&body, limit).map(Bytes::from).map_err(|e| match e {
+            let mut charges = Vec::new();
+            let mut refusal = None;
+            let admit = |bytes: usize| {
+                let Some(ledger) = &ledger else { return true };
+                match ledger.admit_body_owned(bytes as u64, recent_resident_bytes()) {
+                    Ok(charge) => charges.push(charge),
+                    Err(e) => refusal = Some(e),
+                }
+                refusal.is_none()
+            };
+            let out = compression::gunzip_within(&body, limit, admit).map_err(|e| match e {
                 compression::DecompressError::TooLarge { limit } => ApiError::TooLarge { limit },
+                compression::DecompressError::Refused { .. } => match refusal.take() {
+                    Some(e) => ApiError::Node(e.into()),
+                    None => ApiError::Internal("decompression was refused without a reason".into()),
+                },
                 other => ApiError::BadRequest(other.to_string()),
-            })
+            })?;
+            Ok((Bytes::from(out), charges))
         }
         Some(other) => Err(ApiError::UnsupportedMediaType(format!(
             "Content-Encoding {other:?} is not supported: send the body plain or gzip-compressed"
@@ -104,12 +129,15 @@ async fn line_protocol(
     let len = body.len();
     let now = timeshard_clock::now_ns();
     let encoding = headers.get(header::CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let parsed = cpu(len, move || {
-        let body = decoded(encoding.as_deref(), body, limit)?;
-        Ok::<_, ApiError>(line_protocol::parse(&body, precision, now))
+    let ledger = s.node.coordinator().budget().cloned();
+    // A compressed body's size says nothing of the work it makes: inflate it off the runtime.
+    let work = if encoding.is_some() { usize::MAX } else { len };
+    let parsed = cpu(work, move || {
+        let (body, charges) = decoded(encoding.as_deref(), body, limit, ledger)?;
+        Ok::<_, ApiError>((line_protocol::parse(&body, precision, now), charges))
     });
     let result = async {
-        let parsed = parsed.await??;
+        let (parsed, _charges) = parsed.await??;
         let (stored, rejected, reasons) = store(s, parsed.batch).await?;
         Ok::<_, ApiError>((
             stored,

@@ -7,6 +7,7 @@ pub mod coi_sim;
 pub mod fleet;
 pub mod floor;
 pub mod footprint;
+pub mod hostile;
 pub mod http;
 pub mod paper;
 pub mod policy;

@@ -211,3 +211,53 @@ async fn names_are_checked() {
     let id = FileId { class: "c".into(), day: timeshard_tier::Day(1), node: "n".into(), seq: 3 };
     assert_eq!(id.to_string(), "class=c/day=1970-01-02/n-0000000003");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_a_points_file_is_an_error_never_other_values() {
+    // zstd pages carry no checksum: a flipped byte used to decode to other values, silently.
+    let class = class("c", 10);
+    let a = series("m{id=1}");
+    let hot = hot_store(class.quantum, &[(a.clone(), signal_points(1, T0, 10, 3_000))]);
+    let store = memory();
+    let node = Archive::with_store(Arc::clone(&store), quick_config("na")).unwrap();
+    let report = node.export(hot.clone(), &class, hot_blocks(&*hot)).await.unwrap();
+    let path = report.files[0].path(Kind::Points);
+    let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+    let range = TimeRange::new(T0, T0 + DAY).unwrap();
+    let want = hot_read_all(&*hot, &a, range);
+    let (mut exact, mut refused) = (0, 0);
+    // Every 61st byte of the file (the column chunks, their page headers and the footer).
+    for at in (0..bytes.len()).step_by(61) {
+        let mut damaged = bytes.to_vec();
+        damaged[at] ^= 0x5a;
+        store.put(&path, damaged.into()).await.unwrap();
+        let reader = Archive::with_store(Arc::clone(&store), quick_config("r")).unwrap();
+        let mut got = Vec::new();
+        let mut after = None;
+        let outcome = loop {
+            match reader.read(&class, &a, range, after, 1_000).await {
+                Ok(page) => {
+                    after = page.points.last().map(|p| p.key());
+                    got.extend(page.points);
+                    if !page.more {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                assert_eq!(got.len(), want.len(), "byte {at} of {}: a read without an error", bytes.len());
+                assert!(got == want, "byte {at} of {}: a read without an error gives other points", bytes.len());
+                exact += 1;
+            }
+            Err(e) => {
+                assert!(e.to_string().contains(path.as_ref()), "byte {at}: the error names the file: {e}");
+                refused += 1;
+            }
+        }
+    }
+    println!("{} bytes flipped one at a time: {exact} reads exact, {refused} refused naming the file", exact + refused);
+    assert!(refused > 0);
+}
