@@ -34,6 +34,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The HTTP token every node of a local cluster accepts unless its options say otherwise.
 pub const HTTP_TOKEN: &str = "timeshard-local-cluster-http-token";
+/// The header that carries [`HTTP_TOKEN`], for hand-made requests.
+pub const HTTP_AUTHORIZATION: &str = "Authorization: Bearer timeshard-local-cluster-http-token";
 
 /// How to build a cluster.
 #[derive(Clone, Debug)]
@@ -610,5 +612,13 @@ async fn wait_ready(node: &mut NodeProcess) -> Result<Ready> {
             bail!("no ready file {} within {START_TIMEOUT:?}", node.ready_file.display());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod http_token_tests {
+    #[test]
+    fn the_authorization_header_carries_the_token() {
+        assert_eq!(super::HTTP_AUTHORIZATION, format!("Authorization: Bearer {}", super::HTTP_TOKEN));
     }
 }

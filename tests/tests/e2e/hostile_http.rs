@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use timeshard_node::config::ClassConfig;
 use timeshard_node::http::HttpConfig;
-use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
 use timeshard_testkit::http_client::{HttpClient, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -21,7 +21,11 @@ use crate::NODE;
 const T: i64 = 1_700_000_000; // seconds
 const SEC: i64 = 1_000_000_000;
 
-/// One node, RF 1, the default `[http]` (loopback, no tokens: what a new user runs) changed by `http`.
+/// Every request here carries the cluster's token: attacks by a client holding one (a stolen
+/// one, say) reach every limit, where a request without one is refused before its body is read.
+const AUTHORIZATION: &str = HTTP_AUTHORIZATION;
+
+/// One node, RF 1, the default `[http]` changed by `http`.
 async fn one_node(http: impl FnOnce(&mut HttpConfig)) -> anyhow::Result<(LocalCluster, tempfile::TempDir)> {
     let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
     options.classes = vec![ClassConfig { name: "all".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
@@ -40,7 +44,7 @@ struct Raw {
 /// connection, with `Content-Length` and `Connection: close`, and reads the whole answer.
 async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> anyhow::Result<Raw> {
     let mut tcp = TcpStream::connect(addr).await?;
-    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let request = format!("{head}\r\n{AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     tcp.write_all(request.as_bytes()).await?;
     // The node may answer (and close) before the whole body is sent: that is an answer too.
     let _ = tcp.write_all(body).await;
@@ -144,15 +148,15 @@ async fn requests_from_web_pages_are_refused_and_tools_are_served() -> anyhow::R
         assert_eq!(a.status, 204, "{head}: {a:?}");
     }
 
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     assert_eq!(values(&mut c, "by_a_tool").await?, (0..7).map(f64::from).collect::<Vec<_>>());
     // Nothing a page sent was stored.
     assert_eq!(values(&mut c, "rebound").await?, Vec::<f64>::new());
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     assert_eq!(values(&mut c, "from_a_page").await?, Vec::<f64>::new());
 
     // Three requests per connection: the third answer says so, and the connection closes.
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     for i in 1..=3 {
         let a = c.get("/ping").await?;
         assert_eq!(a.status, 204);
@@ -214,13 +218,16 @@ async fn slowloris_connections_are_closed_in_time_and_do_not_starve_a_client() -
         let (head, body) = if i % 2 == 0 {
             (
                 format!(
-                    "POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 64\r\nX-Pad: {}\r\n\r\n",
+                    "POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{AUTHORIZATION}\r\nContent-Length: 64\r\nX-Pad: {}\r\n\r\n",
                     "p".repeat(64)
                 ),
                 0,
             )
         } else {
-            ("POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n".to_string(), 1000)
+            (
+                format!("POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{AUTHORIZATION}\r\nContent-Length: 1000\r\n\r\n"),
+                1000,
+            )
         };
         let whole_head = i % 2 == 1;
         slow.push(tokio::spawn(async move {
@@ -238,7 +245,7 @@ async fn slowloris_connections_are_closed_in_time_and_do_not_starve_a_client() -
 
     // A well-behaved client meanwhile: writes and reads back, each answer correct and prompt.
     let well = Instant::now();
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let mut slowest = Duration::ZERO;
     for i in 0..20 {
         let started = Instant::now();
@@ -307,8 +314,10 @@ async fn trickle_after_head(
 /// `body` (after `hold`, so bodies overlap): a refusal comes before any of the body is sent.
 async fn raw_expect(addr: SocketAddr, head: &str, body: &[u8], hold: Duration) -> anyhow::Result<Raw> {
     let mut tcp = TcpStream::connect(addr).await?;
-    let request =
-        format!("{head}\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n", body.len());
+    let request = format!(
+        "{head}\r\n{AUTHORIZATION}\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     tcp.write_all(request.as_bytes()).await?;
     let mut first = vec![0u8; 25];
     let n = tcp.read(&mut first).await?;
@@ -356,7 +365,7 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
     let started_rss = peak_rss(cluster.pid(0).unwrap());
 
     // SERIES series of one point each, for the wide aggregate.
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let wide: String = (0..SERIES).map(|i| format!("wide,n={i} value={i} {T}\n")).collect();
     let a = c.post("/write?precision=s", wide).await?;
     assert_eq!(a.status, 204, "{}", a.text());
@@ -366,7 +375,7 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
     let well = tokio::spawn({
         let stop = stop.clone();
         async move {
-            let mut c = HttpClient::connect(addr, None).await?;
+            let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
             let (mut i, mut slowest) = (0i64, Duration::ZERO);
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();

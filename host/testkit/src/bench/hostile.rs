@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 
 use super::WorkDir;
 use super::floor::Floor;
-use crate::cluster::{ClusterOptions, LocalCluster};
+use crate::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
 use crate::http_client::{HttpClient, encode};
 use crate::stats::{Latencies, round3};
 
@@ -99,7 +99,9 @@ fn reset_peak_rss(pid: u32) {
 /// answer's status, or 0 when the node closed without one.
 async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Result<u16> {
     let mut tcp = TcpStream::connect(addr).await?;
-    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    // With the cluster's token: an attacker holding one reaches every limit.
+    let request =
+        format!("{head}\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     tcp.write_all(request.as_bytes()).await?;
     // The node may answer (and close) before the whole body is sent: that is an answer too.
     let _ = tcp.write_all(body).await;
@@ -131,7 +133,7 @@ impl Statuses {
 
 /// The well-behaved client: reads its series until `stop`, checking every answer.
 async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latencies> {
-    let mut client = HttpClient::connect(addr, None).await?;
+    let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let path = format!("/v1/read?series=well&start={}&end={}", T * 1_000_000_000, (T + WELL_POINTS) * 1_000_000_000);
     let mut lat = Latencies::default();
     while !stop.load(Ordering::Relaxed) {
@@ -189,7 +191,7 @@ async fn slowloris(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Result
                         continue;
                     };
                     let (mut rd, mut wr) = tcp.into_split();
-                    let head = format!("POST /write HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ");
+                    let head = format!("POST /write HTTP/1.1\r\nHost: {addr}\r\n{HTTP_AUTHORIZATION}\r\nX-Slow: ");
                     let writer = tokio::spawn(async move {
                         for b in head.bytes().chain(std::iter::repeat(b'x')) {
                             if wr.write_all(&[b]).await.is_err() {
@@ -333,7 +335,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     client.close().await;
     println!("{}", floor.summary());
 
-    let mut c = HttpClient::connect(addr, None).await?;
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let well: String = (0..WELL_POINTS).map(|i| format!("well value={i} {}\n", T + i)).collect();
     let wide: String = (0..o.series).map(|i| format!("wide,n={i} value={i} {T}\n")).collect();
     for body in [well, wide] {
