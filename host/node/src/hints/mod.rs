@@ -223,8 +223,17 @@ impl Hints {
 
     /// Keeps `payload` for `target`, missed at `now_ns`. Returns false if it was dropped
     /// because the hints would exceed `max_bytes`. The hint is durable after the next
-    /// [`Hints::sync`].
+    /// [`Hints::sync`]. A hint that cannot be kept (the error) is counted as dropped too, so
+    /// no lost hint goes unseen.
     pub fn add(&self, target: Id, payload: HintPayload, now_ns: i64) -> Result<bool, HintError> {
+        let kept = self.keep(target, payload, now_ns);
+        if kept.is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        kept
+    }
+
+    fn keep(&self, target: Id, payload: HintPayload, now_ns: i64) -> Result<bool, HintError> {
         let frame = encode_frame(&Hint { created_ns: now_ns, payload })?;
         let len = frame.len() as u64;
         let mut state = self.state.lock().expect("hints lock");
@@ -482,6 +491,17 @@ mod tests {
         assert!(kept > 0 && kept < 20, "kept {kept}");
         assert_eq!(hints.dropped(), 20 - kept as u64);
         assert!(hints.pending().1 <= 4_000);
+    }
+
+    #[test]
+    fn a_hint_that_cannot_be_written_is_counted_as_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hints");
+        std::fs::create_dir(&path).unwrap();
+        let hints = Hints::open(&path, cfg()).unwrap();
+        std::fs::remove_dir(&path).unwrap();
+        assert!(hints.add(target(1), blocks(1), NOW).is_err());
+        assert_eq!(hints.dropped(), 1, "a lost hint is seen in the dropped count");
     }
 
     #[test]
