@@ -88,16 +88,8 @@ pub fn load_kek(args: &ServeArgs) -> anyhow::Result<Kek> {
         ),
     };
     if !path.exists() {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("cannot create the key-encryption key {}", path.display()))?;
-        writeln!(file, "{}", Kek::generate_hex()?)?;
-        file.sync_all()?;
+        create_private_file(&path, &format!("{}\n", Kek::generate_hex()?))
+            .context("cannot create the key-encryption key")?;
         tracing::warn!(
             path = %path.display(),
             "made a new key-encryption key; back it up apart from the database: without it the fleet's keys cannot be opened"
@@ -132,17 +124,25 @@ pub fn database_url(args: &ServeArgs) -> anyhow::Result<String> {
     refuse_if_shared(&args.data_dir)?;
     let path = args.data_dir.join("control.db");
     if !path.exists() {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
+        create_private_file(&path, "")?;
     }
     refuse_if_shared(&path)?;
     let path = path.to_str().context("the data directory's path must be UTF-8")?;
     Ok(format!("sqlite://{path}?mode=rwc"))
+}
+
+/// Creates `path` (it must not exist) readable by its owner only, with `contents`, synced.
+fn create_private_file(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all().with_context(|| format!("cannot sync {}", path.display()))
 }
 
 fn create_private_dir(dir: &Path) -> anyhow::Result<()> {

@@ -206,10 +206,14 @@ fn check_placement(node: &Node, peer: PeerIdentity, req: &Request) -> Result<(),
     if !peer.is_node || peer.id == me {
         return Ok(());
     }
-    let (view, classes) = (node.view(), node.coordinator().classes());
+    // The class table is read only for the requests checked here, not for every peer request.
+    let view = node.view();
     let (kind, checked) = match req {
-        Request::Store { blocks } => (Checked::Store, peer_scope::check_store(view, &classes, me, peer.id, blocks)),
+        Request::Store { blocks } => {
+            (Checked::Store, peer_scope::check_store(view, &node.coordinator().classes(), me, peer.id, blocks))
+        }
         Request::RegisterSeries { series } => {
+            let classes = node.coordinator().classes();
             (Checked::RegisterSeries, peer_scope::check_registrations(view, &classes, me, peer.id, series))
         }
         _ => return Ok(()),

@@ -275,7 +275,7 @@ fn http_tokens(config: &NodeConfig) -> Result<Vec<String>, StartError> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut secret = [0u8; 24];
         getrandom::fill(&mut secret).map_err(|e| io(std::io::Error::other(e.to_string())))?;
-        let token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let token = timeshard_control_api::token::hex(&secret);
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(io)?;
         writeln!(file, "{token}").and_then(|()| file.sync_all()).map_err(io)?;
         info!(path = %path.display(), "made this node's HTTP token; send it as `Authorization: Bearer <token>`");

@@ -50,11 +50,7 @@ pub async fn run(binary: &Path, args: &DemoOptions) -> Result<()> {
     println!("timeshard demo: {} node processes on loopback, working directory {}", args.nodes, dir.display());
     let started = Instant::now();
     // HTTP needs a token on loopback too: one for this demo's nodes.
-    let token: String = {
-        use rand::Rng as _;
-        let mut rng = rand::rng();
-        (0..24).map(|_| format!("{:02x}", rng.random::<u8>())).collect()
-    };
+    let token = timeshard_control_api::token::hex(&rand::random::<[u8; 24]>());
     let mut options = ClusterOptions::new(args.nodes, &dir, binary);
     options.http.tokens = vec![token.clone()];
     let cluster = tokio::select! {

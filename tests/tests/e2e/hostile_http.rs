@@ -21,10 +21,6 @@ use crate::NODE;
 const T: i64 = 1_700_000_000; // seconds
 const SEC: i64 = 1_000_000_000;
 
-/// Every request here carries the cluster's token: attacks by a client holding one (a stolen
-/// one, say) reach every limit, where a request without one is refused before its body is read.
-const AUTHORIZATION: &str = HTTP_AUTHORIZATION;
-
 /// One node, RF 1, the default `[http]` changed by `http`.
 async fn one_node(http: impl FnOnce(&mut HttpConfig)) -> anyhow::Result<(LocalCluster, tempfile::TempDir)> {
     let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
@@ -41,10 +37,13 @@ struct Raw {
 }
 
 /// Sends `head` (request line and headers, without the blank line) and `body` on a fresh
-/// connection, with `Content-Length` and `Connection: close`, and reads the whole answer.
+/// connection, with `Content-Length`, `Connection: close` and the cluster's token (attacks by a
+/// client holding one, a stolen one say, reach every limit, where a request without one is
+/// refused before its body is read), and reads the whole answer.
 async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> anyhow::Result<Raw> {
     let mut tcp = TcpStream::connect(addr).await?;
-    let request = format!("{head}\r\n{AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let request =
+        format!("{head}\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     tcp.write_all(request.as_bytes()).await?;
     // The node may answer (and close) before the whole body is sent: that is an answer too.
     let _ = tcp.write_all(body).await;
@@ -218,14 +217,16 @@ async fn slowloris_connections_are_closed_in_time_and_do_not_starve_a_client() -
         let (head, body) = if i % 2 == 0 {
             (
                 format!(
-                    "POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{AUTHORIZATION}\r\nContent-Length: 64\r\nX-Pad: {}\r\n\r\n",
+                    "POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: 64\r\nX-Pad: {}\r\n\r\n",
                     "p".repeat(64)
                 ),
                 0,
             )
         } else {
             (
-                format!("POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{AUTHORIZATION}\r\nContent-Length: 1000\r\n\r\n"),
+                format!(
+                    "POST /write HTTP/1.1\r\nHost: 127.0.0.1\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: 1000\r\n\r\n"
+                ),
                 1000,
             )
         };
@@ -315,7 +316,7 @@ async fn trickle_after_head(
 async fn raw_expect(addr: SocketAddr, head: &str, body: &[u8], hold: Duration) -> anyhow::Result<Raw> {
     let mut tcp = TcpStream::connect(addr).await?;
     let request = format!(
-        "{head}\r\n{AUTHORIZATION}\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        "{head}\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
         body.len()
     );
     tcp.write_all(request.as_bytes()).await?;
