@@ -132,7 +132,11 @@ impl FromStr for SeriesKey {
             return Err(SeriesKeyError::Empty);
         }
         if s.len() > MAX_SERIES_KEY_BYTES * 2 {
-            return Err(SeriesKeyError::TooLong { key: s[..64].to_string() + "...", len: s.len() });
+            // Cut on a character boundary: the key is anyone's text.
+            return Err(SeriesKeyError::TooLong {
+                key: s[..s.floor_char_boundary(64)].to_string() + "...",
+                len: s.len(),
+            });
         }
         let (metric, tags) = match s.find('{') {
             None => (s, ""),
@@ -215,6 +219,9 @@ mod tests {
         assert!(matches!("m{a=1,a=2}".parse::<SeriesKey>(), Err(SeriesKeyError::DuplicateTag { .. })));
         assert!(matches!("m{a=}".parse::<SeriesKey>(), Err(SeriesKeyError::BadName { .. })));
         assert!(matches!("x".repeat(600).parse::<SeriesKey>(), Err(SeriesKeyError::TooLong { .. })));
+        // Its message cuts a long key on a character boundary (it used to panic mid-character).
+        let wide = format!("m{}", "é".repeat(600));
+        assert!(matches!(wide.parse::<SeriesKey>(), Err(SeriesKeyError::TooLong { len: 1201, .. })));
         // Non-canonical strings off the wire are refused.
         assert!(SeriesKey::try_from("m{b=1,a=2}".to_string()).is_err());
         assert!(SeriesKey::try_from("m{a=2,b=1}".to_string()).is_ok());
