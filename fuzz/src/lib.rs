@@ -31,6 +31,7 @@ pub const TARGETS: &[Target] = &[
     ("wire_response", wire_response),
     ("line_protocol", line_protocol),
     ("influxql", influxql),
+    ("csv_points", csv_points),
     ("promql", promql),
     ("prometheus_api", prometheus_api),
     ("remote_write", remote_write),
@@ -46,6 +47,8 @@ pub const TARGETS: &[Target] = &[
     ("control_json", control_json),
     ("policy_module", policy_module),
     ("policy_signature", policy_signature),
+    #[cfg(feature = "node")]
+    ("node_config", node_config),
 ];
 
 /// The node's default limit on one message (16 MiB) and on a request body (32 MiB).
@@ -90,6 +93,25 @@ pub fn line_protocol(data: &[u8]) {
     let parsed = line_protocol::parse(body, precision, NOW_NS);
     let points: usize = parsed.batch.iter().map(|s| s.points.len()).sum();
     assert_eq!(points, parsed.points, "the parser counts what it keeps");
+}
+
+/// A CSV file for `timeshard import` or `put`: the first byte says whether the series is given
+/// (odd) or in each row (even).
+pub fn csv_points(data: &[u8]) {
+    use timeshard_formats::csv_points::CsvPoints;
+    let Some((&which, body)) = data.split_first() else { return };
+    let series = (which & 1 == 1).then(|| "pmu.phase{bus=7}".parse().expect("a valid key"));
+    let mut reader = CsvPoints::new(body, series, NOW_NS);
+    let mut rows = 0usize;
+    while let Ok(Some(_)) = reader.next_point() {
+        rows += 1;
+    }
+    // Every row is one point, and grouping keeps them all.
+    if let Ok(batch) = CsvPoints::new(body, None, NOW_NS).read_all() {
+        let grouped: usize = batch.iter().map(|s| s.points.len()).sum();
+        assert!(grouped <= body.len(), "no more points than bytes");
+    }
+    assert!(rows <= body.len(), "no more points than bytes");
 }
 
 /// An InfluxQL query string.
@@ -370,4 +392,17 @@ pub fn policy_signature(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = timeshard_policy::signing::Signature::from_text(&text);
     let _ = timeshard_policy::signing::PublicKey::from_text(&text);
+}
+
+/// A node's configuration file, parsed and validated as `timeshard node --config` reads it.
+#[cfg(feature = "node")]
+pub fn node_config(data: &[u8]) {
+    use timeshard_node::config::NodeConfig;
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let path = std::path::Path::new("/etc/timeshard/node.toml");
+    let Ok(cfg) = NodeConfig::parse(text, path) else { return };
+    // What validates prints back (`--print-config`) to a file that reads as the same settings.
+    let printed = toml::to_string(&cfg).expect("a valid configuration prints");
+    let again = NodeConfig::parse(&printed, path).expect("a printed configuration reads back");
+    assert_eq!(toml::to_string(&again).expect("it prints"), printed);
 }

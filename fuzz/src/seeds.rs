@@ -36,6 +36,10 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let lines = b"pmu.phase,bus=7,site=atl value=49.98 1700000000000000000\n\
         cpu,host=edge\\ 7 usage_idle=97.5,procs=212i 1700000000\n# comment\n";
     out.push(("line_protocol", "two-lines", [&[0u8][..], lines].concat()));
+    let rows = "series,ts,value,event\n\"pmu.phase{bus=7,site=atl}\",1700000000000000000,49.98,\n\
+        cpu,2023-11-14T22:13:20Z,97.5,2\n\nm,now-15m,1e3\n";
+    out.push(("csv_points", "series-in-rows", [&[0u8][..], rows.as_bytes()].concat()));
+    out.push(("csv_points", "series-given", [&[1u8][..], b"ts,value\n1,2.5\nnow,-3,7\n"].concat()));
     for (name, q) in [
         (
             "grafana",
@@ -131,6 +135,12 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     out.push(("policy_signature", "key", b"timeshard-policy-public-key-v1 00".to_vec()));
     // The smallest component: the preamble of the component-model binary format.
     out.push(("policy_module", "empty-component", b"\0\0asm\x0d\0\x01\0".to_vec()));
+    #[cfg(feature = "node")]
+    {
+        let defaults = timeshard_node::config::NodeConfig::default();
+        out.push(("node_config", "defaults", toml::to_string(&defaults).expect("defaults print").into_bytes()));
+        out.push(("node_config", "deploy-example", include_bytes!("../../deploy/node.toml").to_vec()));
+    }
     out
 }
 

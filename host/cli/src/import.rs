@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use timeshard_proto::SeriesKey;
 
 use crate::conn::ConnArgs;
-use crate::csv_points::{CsvPoints, group};
+use timeshard_formats::csv_points::{CsvPoints, group};
 
 #[derive(Debug, Args)]
 #[command(long_about = "\
@@ -51,7 +51,7 @@ pub(crate) async fn run(args: ImportArgs) -> Result<()> {
             .expect("a valid template")
             .progress_chars("=> "),
     );
-    let mut reader = CsvPoints::new(bar.wrap_read(file), series);
+    let mut reader = CsvPoints::new(bar.wrap_read(file), series, timeshard_clock::now_ns());
     let (mut sent, mut stored, mut rejected) = (0u64, 0u64, 0u64);
     let mut distinct = std::collections::HashSet::new();
     let mut rows = Vec::with_capacity(args.batch);

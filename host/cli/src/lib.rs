@@ -1,7 +1,7 @@
 //! The `timeshard` command line: the node daemon, client commands (put, get, series, query,
 //! import, export, status, archive status), policy signing, a development PKI, the demo and the
 //! benchmarks. Commands only, one module each, thin over `timeshard-node`, `timeshard-sdk` and
-//! `timeshard-testkit`; `put` and `import` share one CSV row parser (`csv_points`). The binary
+//! `timeshard-testkit`; `put` and `import` share one CSV row parser (`timeshard_formats::csv_points`). The binary
 //! calls [`main`].
 
 use anyhow::Result;
@@ -10,7 +10,6 @@ use clap::{Parser, Subcommand};
 mod archive;
 mod bench;
 mod conn;
-mod csv_points;
 mod demo;
 mod export;
 mod get;

@@ -6,8 +6,8 @@ use timeshard_proto::point::SeriesPoints;
 use timeshard_proto::{Point, SeriesKey};
 
 use crate::conn::{ConnArgs, LocationArg};
-use crate::csv_points::CsvPoints;
 use crate::time::parse_time;
+use timeshard_formats::csv_points::CsvPoints;
 
 #[derive(Debug, Args)]
 #[command(long_about = "\
@@ -50,7 +50,7 @@ fn parse_point_arg(s: &str) -> Result<Point> {
 pub(crate) async fn run(args: PutArgs) -> Result<()> {
     let series: Option<SeriesKey> = args.series.as_deref().map(str::parse).transpose()?;
     let batch = if args.points.is_empty() {
-        CsvPoints::new(std::io::stdin().lock(), series).read_all()?
+        CsvPoints::new(std::io::stdin().lock(), series, timeshard_clock::now_ns()).read_all()?
     } else {
         let series = series.ok_or_else(|| anyhow!("give the series before the points"))?;
         let points = args.points.iter().map(|p| parse_point_arg(p)).collect::<Result<Vec<_>>>()?;

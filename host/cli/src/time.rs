@@ -2,7 +2,7 @@
 
 use std::time::UNIX_EPOCH;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::Result;
 use clap::ValueEnum;
 use timeshard_clock::now_ns;
 use timeshard_proto::Timestamp;
@@ -17,24 +17,7 @@ pub(crate) enum TimeFormat {
 
 /// Parses a time: nanoseconds, RFC 3339, `now`, or `now-DURATION`.
 pub(crate) fn parse_time(s: &str) -> Result<Timestamp> {
-    let s = s.trim();
-    if let Ok(ns) = s.parse::<i64>() {
-        return Ok(ns);
-    }
-    if s == "now" {
-        return Ok(now_ns());
-    }
-    if let Some(ago) = s.strip_prefix("now-") {
-        let d = humantime::parse_duration(ago).with_context(|| format!("bad duration in {s:?}"))?;
-        return Ok(now_ns() - i64::try_from(d.as_nanos())?);
-    }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
-        anyhow!(
-            "cannot read time {s:?}: use nanoseconds since the epoch, RFC 3339 (2023-11-14T22:13:20Z), now, or now-15m"
-        )
-    })?;
-    let d = t.duration_since(UNIX_EPOCH).map_err(|_| anyhow!("time {s:?} is before 1970"))?;
-    Ok(i64::try_from(d.as_nanos())?)
+    Ok(timeshard_formats::timestamps::parse_timestamp(s, now_ns())?)
 }
 
 /// Prints a timestamp as `f` says.

@@ -5,12 +5,14 @@
 //! ([`line_protocol`]), Prometheus remote write ([`remote_write`]) and remote read
 //! ([`remote_read`], with the XOR chunks of [`chunkenc`]), bounded decompression of
 //! request bodies ([`compression`]), the Prometheus text exposition format ([`exposition`]),
-//! the InfluxQL subset with its answers ([`influxql`]), and PromQL with Prometheus' query API
-//! ([`promql`]). The node's HTTP server
+//! the InfluxQL subset with its answers ([`influxql`]), PromQL with Prometheus' query API
+//! ([`promql`]), points in CSV rows ([`csv_points`], for `timeshard put` and `import`) and
+//! times as people type them ([`timestamps`]). The node's HTTP server
 //! (`timeshard_node::http`) runs them against the coordinator.
 
 pub mod chunkenc;
 pub mod compression;
+pub mod csv_points;
 pub mod exposition;
 pub mod influxql;
 pub mod line_protocol;
@@ -18,3 +20,4 @@ pub mod names;
 pub mod promql;
 pub mod remote_read;
 pub mod remote_write;
+pub mod timestamps;

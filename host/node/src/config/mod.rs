@@ -106,8 +106,14 @@ impl NodeConfig {
     /// Reads `path`, resolving relative paths in it against the file's directory.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        NodeConfig::parse(&text, path)
+    }
+
+    /// The configuration in `text`, the contents of the file at `path`: parsed, its relative
+    /// paths resolved against the file's directory, and validated.
+    pub fn parse(text: &str, path: &Path) -> Result<NodeConfig, ConfigError> {
         let mut cfg: NodeConfig =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.resolve_paths(base);
         cfg.validate()?;
