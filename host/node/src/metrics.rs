@@ -77,11 +77,12 @@ pub enum Query {
     Series,
     Latest,
     InfluxQl,
+    PromQl,
 }
 
 impl Query {
-    pub const ALL: [Query; 6] =
-        [Query::Read, Query::Aggregate, Query::Policy, Query::Series, Query::Latest, Query::InfluxQl];
+    pub const ALL: [Query; 7] =
+        [Query::Read, Query::Aggregate, Query::Policy, Query::Series, Query::Latest, Query::InfluxQl, Query::PromQl];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -91,6 +92,7 @@ impl Query {
             Query::Series => "series",
             Query::Latest => "latest",
             Query::InfluxQl => "influxql",
+            Query::PromQl => "promql",
         }
     }
 }
@@ -118,7 +120,7 @@ pub struct QueryCounters {
 #[derive(Debug, Default)]
 pub struct Metrics {
     ingest: [IngestCounters; 3],
-    queries: [QueryCounters; 6],
+    queries: [QueryCounters; Query::ALL.len()],
     /// HTTP answers by status class: 2xx, 3xx, 4xx, 5xx (1xx is not answered).
     http_status: [AtomicU64; 4],
     http_in_flight: AtomicU64,

@@ -535,7 +535,8 @@ fn by_labels(result: &Value, instant: bool) -> BTreeMap<String, Vec<(String, Str
 
 fn compare(tally: &mut Tally, what: &str, ours: &api::Answer, theirs: (u16, Vec<u8>)) {
     tally.compared += 1;
-    let o: Value = serde_json::from_str(&ours.body).unwrap_or_else(|e| panic!("{what}: our answer is not JSON: {e}"));
+    let o: Value = serde_json::from_str(&ours.body)
+        .unwrap_or_else(|e| panic!("{what}: our answer ({}) is not JSON: {e}: {:?}", ours.status, cut(&ours.body)));
     let t: Value = serde_json::from_slice(&theirs.1).unwrap_or_else(|e| {
         panic!("{what}: Prometheus' answer is not JSON ({e}): {}", String::from_utf8_lossy(&theirs.1))
     });
@@ -856,4 +857,158 @@ fn remote_read_interoperates_with_a_real_prometheus() {
         tally.matched, tally.compared
     );
     assert!(tally.mismatches.is_empty(), "{}", tally.mismatches.join("\n"));
+}
+
+/// One HTTP/1.0 exchange with a node of `cluster`, with the cluster's token.
+fn node_http(addr: std::net::SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let headers = format!("{headers}{}\r\n", timeshard_testkit::cluster::HTTP_AUTHORIZATION);
+    http(addr.port(), method, path, &headers, body).unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"))
+}
+
+/// The same data written by remote write to a real Prometheus and to a 3-node timeshard
+/// cluster; then the dashboard queries and generated ones run against both through Prometheus'
+/// HTTP API, and remote read of a second Prometheus pointed at a node answers as the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answers_promql_and_remote_read_as_prometheus_does() {
+    use timeshard_node::config::ClassConfig;
+    use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+
+    let (mut options, _dir) = ClusterOptions::for_tests(3, crate::NODE);
+    options.classes = vec![ClassConfig { name: "all".into(), rf: 3, w: 2, r: 2, ..Default::default() }];
+    let cluster = LocalCluster::start_converged(options).await.unwrap();
+    let addrs: Vec<std::net::SocketAddr> = (0..3).map(|i| cluster.http_addr(i).expect("HTTP is on")).collect();
+    tokio::task::spawn_blocking(move || {
+        let prom = start_prometheus("");
+        let mut rng = Rng(SEED);
+        // Without staleness markers: remote write into timeshard drops them (README,
+        // "Prometheus"), so a series that stops answers its last value for the lookback where
+        // Prometheus ends it at the marker. The evaluator's staleness is checked by the oracle
+        // above, against the same data with its markers.
+        let data: Vec<(Labels, Vec<Sample>)> = generate(&mut rng)
+            .into_iter()
+            .map(|(l, s)| (l, s.into_iter().filter(|x| x.v.to_bits() != STALE_NAN_BITS).collect()))
+            .collect();
+        remote_write(prom.port, &data);
+        // The same samples to the first node, a few series per request as Prometheus sends
+        // them (its `max_samples_per_send` is 2,000 by default).
+        for chunk in data.chunks(4) {
+            let req = WriteRequest {
+                timeseries: chunk
+                    .iter()
+                    .map(|(l, s)| TimeSeries {
+                        labels: l.iter().map(|(n, v)| Label { name: n.into(), value: v.into() }).collect(),
+                        samples: s.iter().map(|x| remote_write::Sample { value: x.v, timestamp: x.t }).collect(),
+                    })
+                    .collect(),
+            };
+            let headers = "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n";
+            let (status, answer) = node_http(addrs[0], "POST", "/api/v1/write", headers, &remote_write::encode(&req));
+            assert!(status / 100 == 2, "remote write to the node answered {status}: {}", String::from_utf8_lossy(&answer));
+        }
+
+        // Dashboard queries and generated ones (the same generator as the oracle above), each
+        // asked of a different node than the one written to.
+        let mut expressions: Vec<String> = DASHBOARD.iter().map(|s| s.to_string()).collect();
+        while expressions.len() < DASHBOARD.len() + 40 {
+            let depth = rng.below(4) as u32;
+            expressions.push(gen_vector(&mut rng, depth));
+        }
+        let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+        let instants = [T0 + 30 * 60_000 + 7_123, T0 + 65 * 60_000 + 1, T0 + SPAN_MS + 4 * 60_000];
+        let (start, end, step) = (T0 + 59 * 60_000 + 500, T0 + 90 * 60_000, 37_000);
+        let mut tally = Tally::default();
+        for (i, q) in expressions.iter().enumerate() {
+            let node = addrs[1 + i % 2];
+            for t in instants {
+                let p = params(&[("query", q.clone()), ("time", secs(t))]);
+                let (status, body) = node_http(node, "POST", "/api/v1/query", form, form_encode(&p).as_bytes());
+                let ours = api::Answer { status, body: String::from_utf8_lossy(&body).into_owned() };
+                let theirs = http(prom.port, "POST", "/api/v1/query", form, form_encode(&p).as_bytes()).unwrap();
+                compare(&mut tally, &format!("node instant {q:?} at {}", secs(t)), &ours, theirs);
+            }
+            let p = params(&[("query", q.clone()), ("start", secs(start)), ("end", secs(end)), ("step", secs(step))]);
+            let path = format!("/api/v1/query_range?{}", form_encode(&p));
+            let (status, body) = node_http(node, "GET", &path, "", b"");
+            let ours = api::Answer { status, body: String::from_utf8_lossy(&body).into_owned() };
+            let theirs = http(prom.port, "POST", "/api/v1/query_range", form, form_encode(&p).as_bytes()).unwrap();
+            compare(&mut tally, &format!("node range {q:?}"), &ours, theirs);
+        }
+        // The label endpoints, and bad input refused as Prometheus refuses it.
+        for (path, p) in [
+            ("/api/v1/series", params(&[("match[]", "http_requests_total{job=\"api\"}".into())])),
+            ("/api/v1/labels", params(&[])),
+            ("/api/v1/label/job/values", params(&[])),
+            ("/api/v1/query", params(&[("query", "sum(".into())])),
+            (
+                "/api/v1/query_range",
+                params(&[("query", "up".into()), ("start", "0".into()), ("end", "11001".into()), ("step", "1".into())]),
+            ),
+        ] {
+            let url = format!("{path}?{}", form_encode(&p));
+            let (status, body) = node_http(addrs[2], "GET", &url, "", b"");
+            let ours = api::Answer { status, body: String::from_utf8_lossy(&body).into_owned() };
+            let theirs = http(prom.port, "GET", &url, "", b"").unwrap();
+            if path == "/api/v1/series" {
+                // Series answers are lists of label sets, not results: compare them whole.
+                let o: Value = serde_json::from_str(&ours.body).unwrap();
+                let t: Value = serde_json::from_slice(&theirs.1).unwrap();
+                let set = |v: &Value| v["data"].as_array().unwrap().iter().map(Value::to_string).collect::<std::collections::BTreeSet<_>>();
+                assert_eq!(set(&o), set(&t), "{url}");
+                assert!(!set(&o).is_empty());
+            } else if path.contains("label") {
+                let o: Value = serde_json::from_str(&ours.body).unwrap();
+                let t: Value = serde_json::from_slice(&theirs.1).unwrap();
+                assert_eq!(o["data"], t["data"], "{url}");
+            } else {
+                compare(&mut tally, &format!("node {url}"), &ours, theirs);
+            }
+        }
+        // Beyond the subset: Prometheus' bad_data error, naming what is missing.
+        let url = format!("/api/v1/query?{}", form_encode(&params(&[("query", "holt_winters(up[5m], 0.5, 0.5)".into())])));
+        let (status, body) = node_http(addrs[2], "GET", &url, "", b"");
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, answer["errorType"].as_str()), (400, Some("bad_data")), "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains("\"holt_winters\" is not supported"), "{answer}");
+        println!(
+            "PromQL through a node: {} expressions, {} answers compared, {} matched ({} as errors on both sides, {} empty on both), {} values",
+            expressions.len(),
+            tally.compared,
+            tally.matched,
+            tally.errors_both,
+            tally.empty_both,
+            tally.values
+        );
+        assert!(
+            tally.mismatches.is_empty(),
+            "{} of {} answers through a node differ from Prometheus; the first ones:\n{}",
+            tally.mismatches.len(),
+            tally.compared,
+            tally.mismatches.iter().take(12).cloned().collect::<Vec<_>>().join("\n")
+        );
+
+        // A Prometheus holding nothing, reading the node by remote read (streamed chunks).
+        let reading = start_prometheus(&format!(
+            "remote_read:\n  - url: http://{}/api/v1/read\n    read_recent: true\n    authorization:\n      credentials: {}\n",
+            addrs[1],
+            timeshard_testkit::cluster::HTTP_TOKEN
+        ));
+        let mut tally = Tally::default();
+        for q in [
+            "rate(http_requests_total[5m])",
+            "histogram_quantile(0.9, sum by (le) (rate(request_duration_seconds_bucket[5m])))",
+        ] {
+            let p = params(&[("query", q.into()), ("start", secs(T0)), ("end", secs(T0 + SPAN_MS)), ("step", "60".into())]);
+            let through_node = http(reading.port, "POST", "/api/v1/query_range", form, form_encode(&p).as_bytes()).unwrap();
+            let direct = http(prom.port, "POST", "/api/v1/query_range", form, form_encode(&p).as_bytes()).unwrap();
+            let ours = api::Answer { status: through_node.0, body: String::from_utf8_lossy(&through_node.1).into_owned() };
+            compare(&mut tally, &format!("remote read of a node {q:?}"), &ours, direct);
+            let answer: Value = serde_json::from_slice(&through_node.1).unwrap();
+            assert!(!answer["data"]["result"].as_array().unwrap().is_empty(), "{q}: the node's remote read gave nothing");
+        }
+        assert!(tally.mismatches.is_empty(), "{}", tally.mismatches.join("\n"));
+        println!("remote read of a node: {} of {} answers match", tally.matched, tally.compared);
+    })
+    .await
+    .unwrap();
+    assert_eq!(cluster.shutdown().await.unwrap(), 3);
 }

@@ -68,9 +68,10 @@ pub struct HttpConfig {
     /// (e.g. `["https://grafana.plant.example"]`); a request from any other page (its `Origin`,
     /// `Referer` or `Sec-Fetch-Site` says so) gets 403. Empty: no page may.
     pub allowed_origins: Vec<String>,
-    /// Most raw points one query answers (InfluxQL or `/v1/read`); narrow the range beyond it.
+    /// Most raw points one query answers (InfluxQL or `/v1/read`) or reads (PromQL); narrow the
+    /// range beyond it.
     pub max_query_points: usize,
-    /// Most series one InfluxQL statement reads.
+    /// Most series one InfluxQL statement, or one PromQL selector, reads.
     pub max_query_series: usize,
     /// Most windows one InfluxQL aggregate may answer, over all its series (windows × series),
     /// checked before anything is read.

@@ -4,7 +4,9 @@
 //!   protocol at `/write` (v1) and `/api/v2/write` (v2), Prometheus remote write at
 //!   `/api/v1/write` ([`write`](mod@write)).
 //! - Queries: a JSON API under `/v1/` (raw ranges, windows, latest, series, policy queries;
-//!   [`api`]) and the InfluxQL subset at `/query` ([`influxql`]).
+//!   [`api`]), the InfluxQL subset at `/query` ([`influxql`]), and Prometheus' query API
+//!   (`/api/v1/query`, `query_range`, `series`, `labels`, `label/<name>/values`, `metadata`)
+//!   and remote read (`/api/v1/read`) ([`promql`]).
 //! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.
 //!
 //! Configured by `[http]` ([`HttpConfig`]): loopback by default; requests from web pages and
@@ -21,6 +23,7 @@ pub mod body;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
+pub mod promql;
 pub mod sites;
 pub mod write;
 
@@ -94,6 +97,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/write", post(write::influx_v2))
         .route("/api/v1/write", post(write::prometheus))
         .route("/query", get(influxql::query).post(influxql::query))
+        .route("/api/v1/query", get(promql::query).post(promql::query))
+        .route("/api/v1/query_range", get(promql::query_range).post(promql::query_range))
+        .route("/api/v1/series", get(promql::series).post(promql::series))
+        .route("/api/v1/labels", get(promql::labels).post(promql::labels))
+        .route("/api/v1/label/{name}/values", get(promql::label_values))
+        .route("/api/v1/metadata", get(promql::metadata))
+        .route("/api/v1/read", post(promql::remote_read))
         .route("/metrics", get(metrics::scrape))
         .route("/v1/read", get(api::read))
         .route("/v1/windows", get(api::windows))
