@@ -211,6 +211,19 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
     );
     assert_eq!(v["results"][2]["series"][0]["values"], json!([["site", "atl"], ["site", "bos"]]), "{v}");
     assert_eq!(v["results"][3]["series"][0]["values"], json!([["timeshard"]]), "{v}");
+    // What Telegraf and the 1.x clients send at start-up: accepted, nothing to do.
+    let q =
+        "CREATE DATABASE \"telegraf\"; CREATE RETENTION POLICY \"a_year\" ON \"telegraf\" DURATION 52w REPLICATION 1";
+    let a = reader
+        .send(
+            hyper::Method::POST,
+            "/query",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            format!("q={}", encode(q)),
+        )
+        .await?;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()?, json!({"results": [{"statement_id": 0}, {"statement_id": 1}]}));
 
     // /metrics counts what happened.
     let text = writer.get("/metrics").await?.text();
@@ -230,7 +243,7 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
         assert!(text.contains(&format!("\n{family} ")), "{family} in {text}");
     }
     let text = reader.get("/metrics").await?.text();
-    assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 3"), "{text}");
+    assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 4"), "{text}");
 
     assert_eq!(cluster.shutdown().await?, 3);
     Ok(())

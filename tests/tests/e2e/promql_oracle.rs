@@ -969,6 +969,13 @@ async fn a_node_answers_promql_and_remote_read_as_prometheus_does() {
         let answer: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!((status, answer["errorType"].as_str()), (400, Some("bad_data")), "{answer}");
         assert!(answer["error"].as_str().unwrap().contains("\"holt_winters\" is not supported"), "{answer}");
+        // A regular expression past the compiled-size bound (1 MiB): bad_data, before any read.
+        let huge = "http_requests_total{job=~\"\\\\w{1000}\"}".to_string();
+        let url = format!("/api/v1/query?{}", form_encode(&params(&[("query", huge)])));
+        let (status, body) = node_http(addrs[2], "GET", &url, "", b"");
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, answer["errorType"].as_str()), (400, Some("bad_data")), "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains("regular expression"), "{answer}");
         println!(
             "PromQL through a node: {} expressions, {} answers compared, {} matched ({} as errors on both sides, {} empty on both), {} values",
             expressions.len(),

@@ -247,7 +247,7 @@ pub fn show(statement: &Statement, listed: &[SeriesKey]) -> Vec<Value> {
             return vec![json!({"columns": ["name", "duration", "shardGroupDuration", "replicaN", "default"],
                 "values": [["autogen", "0s", "168h0m0s", 1, true]]})];
         }
-        Statement::Select(_) => return Vec::new(),
+        Statement::Select(_) | Statement::Create => return Vec::new(),
         Statement::ShowMeasurements { limit, offset } => {
             let names: BTreeSet<String> = listed.iter().map(|k| names::measurement_and_field(k.metric()).0).collect();
             let values: Vec<Value> =

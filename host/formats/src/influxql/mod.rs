@@ -51,12 +51,25 @@ pub enum QueryError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Statement {
     Select(Select),
-    ShowMeasurements { limit: Option<usize>, offset: usize },
-    ShowTagKeys { measurement: Option<String> },
-    ShowTagValues { measurement: Option<String>, keys: Vec<String>, tags: Vec<TagCond> },
-    ShowFieldKeys { measurement: Option<String> },
+    ShowMeasurements {
+        limit: Option<usize>,
+        offset: usize,
+    },
+    ShowTagKeys {
+        measurement: Option<String>,
+    },
+    ShowTagValues {
+        measurement: Option<String>,
+        keys: Vec<String>,
+        tags: Vec<TagCond>,
+    },
+    ShowFieldKeys {
+        measurement: Option<String>,
+    },
     ShowDatabases,
     ShowRetentionPolicies,
+    /// `CREATE DATABASE` or `CREATE RETENTION POLICY`: accepted, nothing to do.
+    Create,
 }
 
 /// The aggregate functions of the subset.
@@ -210,7 +223,9 @@ impl Statement {
     /// The series listing the statement needs: a filter, and which listed series belong to it.
     pub fn listing(&self) -> Option<SeriesFilter> {
         match self {
-            Statement::Select(_) | Statement::ShowDatabases | Statement::ShowRetentionPolicies => None,
+            Statement::Select(_) | Statement::ShowDatabases | Statement::ShowRetentionPolicies | Statement::Create => {
+                None
+            }
             Statement::ShowMeasurements { .. } => Some(SeriesFilter::default()),
             Statement::ShowTagKeys { measurement } | Statement::ShowFieldKeys { measurement } => {
                 Some(tag_filter(&measurement.as_deref().map(names::encode_name).unwrap_or_default(), &[]))

@@ -135,10 +135,34 @@ impl Parser<'_> {
         if t.is("SHOW") {
             return self.show();
         }
+        if t.is("CREATE") {
+            return self.create();
+        }
         match t {
             Tok::Ident(word) => unsupported(format!("{} statements", word.to_uppercase())),
             t => Err(QueryError::Syntax(format!("expected SELECT or SHOW, found {}", t.describe()))),
         }
+    }
+
+    /// `CREATE DATABASE ...` and `CREATE RETENTION POLICY ...`, which Telegraf and the 1.x
+    /// clients send at start-up: accepted and ignored (a node has one namespace, and retention
+    /// is per series class). The rest of the statement is read up to `;` without meaning.
+    fn create(&mut self) -> Result<Statement, QueryError> {
+        let what = self.ident("DATABASE or RETENTION POLICY after CREATE")?;
+        match what.to_ascii_uppercase().as_str() {
+            "DATABASE" => {
+                self.ident("a database name")?;
+            }
+            "RETENTION" => {
+                self.expect_kw("POLICY")?;
+                self.ident("a retention policy name")?;
+            }
+            other => return unsupported(format!("CREATE {other}")),
+        }
+        while !matches!(self.peek()?, Tok::Eof | Tok::Sym(";")) {
+            self.next()?;
+        }
+        Ok(Statement::Create)
     }
 
     fn show(&mut self) -> Result<Statement, QueryError> {
@@ -647,6 +671,22 @@ mod tests {
         assert_eq!(all[3], Statement::ShowTagKeys { measurement: None });
         assert_eq!(all[4], Statement::ShowFieldKeys { measurement: Some("pmu.phase".into()) });
         assert_eq!(all[5], Statement::ShowRetentionPolicies);
+    }
+
+    /// Telegraf and the 1.x clients send these at start-up; they used to get a 400.
+    #[test]
+    fn create_database_and_retention_policy_are_accepted_as_no_ops() {
+        let all = parse(
+            "CREATE DATABASE \"telegraf\"; CREATE DATABASE edge WITH DURATION 30d REPLICATION 1 NAME rp; \
+             CREATE RETENTION POLICY \"a_year\" ON \"telegraf\" DURATION 52w REPLICATION 1 SHARD DURATION 1d DEFAULT; \
+             SHOW DATABASES",
+            0,
+        )
+        .unwrap();
+        assert_eq!(all, vec![Statement::Create, Statement::Create, Statement::Create, Statement::ShowDatabases]);
+        for bad in ["CREATE USER admin WITH PASSWORD 'x'", "CREATE", "CREATE RETENTION", "CREATE DATABASE"] {
+            assert!(parse(bad, 0).is_err(), "{bad}");
+        }
     }
 
     #[test]
