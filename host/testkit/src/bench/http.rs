@@ -6,7 +6,9 @@
 //!   connections spread over the nodes;
 //! - `remote_write_samples_per_s`: one node, Prometheus remote-write requests of the same size;
 //! - `query_1m_windows_day_ms`: `/query` of mean, min, max and count in 1-minute windows over
-//!   one day of one `pmu` series (5,184,000 points, written over line protocol and sealed).
+//!   one day of one `pmu` series (5,184,000 points, written over line protocol and sealed);
+//! - `promql_range_rate_1d_1m_ms`, `promql_sum_by_1d_5m_ms` and their VictoriaMetrics
+//!   counterparts: PromQL over a day of 100 counters ([`super::promql`]).
 //!
 //! The clients run in this process, on the same machine: their formatting and compression
 //! share its cores with the nodes.
@@ -44,6 +46,8 @@ pub struct HttpBenchOptions {
     pub query_reps: usize,
     /// Seconds of 60 Hz data the query reads (one day by default).
     pub query_seconds: i64,
+    /// Seconds of 15-second counters the PromQL queries read (one day by default).
+    pub promql_seconds: i64,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
@@ -57,6 +61,7 @@ impl Default for HttpBenchOptions {
             reps: 3,
             query_reps: 20,
             query_seconds: 86_400,
+            promql_seconds: 86_400,
             dir: None,
         }
     }
@@ -72,6 +77,7 @@ impl HttpBenchOptions {
             reps: 1,
             query_reps: 3,
             query_seconds: 600,
+            promql_seconds: 3_600,
             dir: None,
         }
     }
@@ -172,7 +178,20 @@ async fn ingest_median(
 async fn start(nodes: usize, dir: &Path, binary: &Path) -> Result<LocalCluster> {
     let mut options = ClusterOptions::new(nodes, dir, binary);
     let (rf, w) = if nodes >= 3 { (3, 2) } else { (1, 1) };
-    options.classes = vec![ClassConfig { name: "bench".into(), rf, w, r: w, ..Default::default() }];
+    options.classes = vec![
+        ClassConfig { name: "bench".into(), rf, w, r: w, ..Default::default() },
+        // Scraped counters, one sample every 15 s: hour-long quanta, as the README advises for
+        // Prometheus data (10-second quanta would hold one sample each).
+        ClassConfig {
+            name: "scraped".into(),
+            metric_prefix: super::promql::METRIC.into(),
+            quantum: super::promql::QUANTUM,
+            rf,
+            w,
+            r: w,
+            ..Default::default()
+        },
+    ];
     options.log = "warn".into();
     LocalCluster::start_converged(options).await
 }
@@ -276,6 +295,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
     let (lat, points) = query_day(addr, o).await?;
     let (q50, q99) = (lat.percentile_ms(50.0), lat.percentile_ms(99.0));
     println!("/query 1-minute windows over {} points: p50 {q50:.2} ms, p99 {q99:.2} ms", points);
+    let promql = super::promql::measure(addr, HTTP_TOKEN, dir, o.promql_seconds, o.query_reps.min(10)).await?;
     single.shutdown().await?;
 
     eprintln!("starting 3 nodes (RF 3, W 2)");
@@ -285,7 +305,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
     println!("line protocol, 3 nodes RF 3 W 2: {lpc:.0} points/s (runs {lpc_runs:?})");
     cluster.shutdown().await?;
 
-    Ok(json!({
+    let mut doc = json!({
         "line_protocol_points_per_s": lp,
         "line_protocol_points_per_s_cluster": lpc,
         "remote_write_samples_per_s": rw,
@@ -296,5 +316,9 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
         "runs": {"line_protocol": lp_runs, "line_protocol_cluster": lpc_runs, "remote_write": rw_runs},
         "settings": {"connections": o.connections, "batch": o.batch, "secs": o.secs, "reps": o.reps,
             "query_reps": o.query_reps, "series_per_connection": SERIES, "fsync": "durable"},
-    }))
+    });
+    if let (Some(doc), serde_json::Value::Object(promql)) = (doc.as_object_mut(), promql) {
+        doc.extend(promql);
+    }
+    Ok(doc)
 }

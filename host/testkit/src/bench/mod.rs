@@ -12,6 +12,7 @@ pub mod http;
 pub mod paper;
 pub mod policy;
 pub mod policy_host;
+pub mod promql;
 pub mod repair;
 pub mod repair_sim;
 pub mod store;
