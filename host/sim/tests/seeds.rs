@@ -70,3 +70,16 @@ fn seed_1_passes_every_property() {
     let out = timeshard_sim::run(1, &Options { faults: Faults::all(), ..opts() }).unwrap();
     assert!(out.failures.is_empty(), "{:#?}", out.failures);
 }
+
+/// Bug 4: a member that cleared or moved its location handed its context-of-interest series to
+/// the nearest others, which kept answering reads as settled without holding them: reads after
+/// the move returned nothing, or older points (seeds 101, 103, 106 and 109 of 100..110).
+#[test]
+fn seed_106_a_relocation_does_not_leave_new_owners_answering_as_settled() {
+    let out = timeshard_sim::run(106, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    assert!(
+        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Relocate(..) | Action::ClearLocations)),
+        "seed 106 no longer moves a node; find another seed for this bug"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}

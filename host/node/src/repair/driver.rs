@@ -49,6 +49,10 @@ impl Repair {
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut changes = self.view.subscribe();
         let mut owners: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
+        let locations = |view: &crate::membership::View| -> Vec<(Id, f64, f64)> {
+            view.placement().2.iter().map(|l| (l.contact.id, l.at.lat, l.at.lon)).collect()
+        };
+        let mut located = locations(&self.view);
         let jitter = |d: Duration| d + d.mul_f64(timeshard_clock::rng().random_range(0.0..0.1));
         let mut next_round = instant() + jitter(self.cfg.anti_entropy_interval);
         let mut last_round = instant();
@@ -72,7 +76,13 @@ impl Repair {
                         self.state.set_settled(false);
                         info!(members = after.len(), "a member left the owners: catching up before reads count on this node");
                     }
+                    let located_now = locations(&self.view);
+                    if self.settle().on_locations_change(&self.me.id, &located, &located_now, now) {
+                        self.state.set_settled(false);
+                        info!(located = located_now.len(), "a location changed: catching up before reads count on this node");
+                    }
                     owners = after;
+                    located = located_now;
                     next_round = next_round.min(now + VIEW_CHANGE_PAUSE);
                     continue;
                 }

@@ -3,7 +3,10 @@
 //! A node may lack blocks it owns only after it started or after the view dropped a member (a
 //! member that became gone, left or started leaving hands its ownership to the next closest
 //! nodes, this one possibly among them). A member that joins takes ownership away from others
-//! and gives them none, so joins leave the other nodes settled. After such a change the node
+//! and gives them none, so joins leave the other nodes settled. Context-of-interest ownership
+//! follows locations the same way ([`Settle::on_locations_change`]): a member that moves or
+//! clears its location hands its series to the nearest others, and a node that sets or moves
+//! its own location takes series it never held. After such a change the node
 //! is unsettled until a **catch-up round** completes: a pull from every neighbour that is up,
 //! with recently written blocks included, that started at least `delay` after the change.
 //! The delay covers gossip spreading the change (until then coordinators still write to the
@@ -50,6 +53,28 @@ impl Settle {
             self.since = Some(now);
         }
         dropped
+    }
+
+    /// Takes a change of the members' locations, `before` to `after` (`(id, lat, lon)`, any
+    /// order), as seen by node `me`: if another member moved or cleared its location, or `me`
+    /// set or moved its own, this node may own context-of-interest series it does not hold.
+    /// A member that only gained a location takes series from others and gives none.
+    pub fn on_locations_change(
+        &mut self,
+        me: &crate::Id,
+        before: &[(crate::Id, f64, f64)],
+        after: &[(crate::Id, f64, f64)],
+        now: Instant,
+    ) -> bool {
+        let same = |a: &(crate::Id, f64, f64), b: &(crate::Id, f64, f64)| {
+            a.0 == b.0 && a.1.to_bits() == b.1.to_bits() && a.2.to_bits() == b.2.to_bits()
+        };
+        let dropped = before.iter().any(|b| b.0 != *me && !after.iter().any(|a| same(a, b)));
+        let mine_new = after.iter().any(|a| a.0 == *me && !before.iter().any(|b| same(a, b)));
+        if dropped || mine_new {
+            self.since = Some(now);
+        }
+        dropped || mine_new
     }
 
     /// When a round may start that would settle the node (`None` when it is settled).
@@ -134,6 +159,36 @@ mod tests {
         assert!(s.is_settled(), "a join gives this node nothing");
         assert!(s.on_view_change(&[a, b, c], &[a, c], t0));
         assert!(!s.is_settled(), "b's blocks may now be this node's");
+    }
+
+    /// Seeds 101, 103, 106 and 109 of the simulation: a member that cleared or moved its
+    /// location handed its context-of-interest series to nodes that answered reads, settled,
+    /// without holding them.
+    #[test]
+    fn location_changes_that_may_give_this_node_series_unsettle_it() {
+        let t0 = Instant::now();
+        let (me, a, b) =
+            (crate::Id::of_public_key(b"me"), crate::Id::of_public_key(b"a"), crate::Id::of_public_key(b"b"));
+        let before = [(me, 33.7, -84.3), (a, 33.8, -84.4)];
+        let mut s = Settle::new(Duration::from_secs(1), t0);
+        assert!(s.round_completed(t0 + Duration::from_secs(2), true));
+        // Another member gains a location: it takes, gives nothing.
+        assert!(!s.on_locations_change(&me, &before, &[before[0], before[1], (b, 40.0, -100.0)], t0));
+        assert!(s.is_settled());
+        // Another member clears its location, or moves: its series may be mine now.
+        assert!(s.on_locations_change(&me, &before, &[before[0]], t0));
+        assert!(!s.is_settled());
+        let mut s = Settle::new(Duration::from_secs(1), t0);
+        assert!(s.round_completed(t0 + Duration::from_secs(2), true));
+        assert!(s.on_locations_change(&me, &before, &[before[0], (a, 38.2, -107.6)], t0));
+        // This node sets or moves its own: it takes series it never held.
+        let mut s = Settle::new(Duration::from_secs(1), t0);
+        assert!(s.round_completed(t0 + Duration::from_secs(2), true));
+        assert!(s.on_locations_change(&me, &before[1..], &before, t0));
+        // Clearing its own gives it nothing.
+        let mut s = Settle::new(Duration::from_secs(1), t0);
+        assert!(s.round_completed(t0 + Duration::from_secs(2), true));
+        assert!(!s.on_locations_change(&me, &before, &before[1..], t0));
     }
 
     #[test]
