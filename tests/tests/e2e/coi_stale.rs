@@ -138,7 +138,12 @@ async fn in_coi_quorum_reads_never_see_a_stale_point() -> anyhow::Result<()> {
         started.elapsed()
     );
     assert!(acked >= 30, "too few updates acknowledged to mean anything: {acked}");
-    assert!(history.reads.len() >= 30, "too few reads to mean anything: {}", history.reads.len());
+    assert!(
+        history.reads.len() >= 30,
+        "too few reads to mean anything: {}; the first failures: {:?}",
+        history.reads.len(),
+        &history.failed_reads[..history.failed_reads.len().min(5)]
+    );
     assert!(
         history.failed_reads.len() * 20 <= history.reads.len(),
         "reads failed: {:?}",
