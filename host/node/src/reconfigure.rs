@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use timeshard_proto::{Classes, Id};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{ClassConfig, ConfigError, LimitsConfig, NodeConfig};
 use crate::control::apply::config_digest_u64;
@@ -246,6 +246,8 @@ impl Node {
 /// applied generation revoked.
 pub async fn follow_revocations(node: Arc<Node>, stop: tokio_util::sync::CancellationToken) {
     let mut changes = node.view().revocations().subscribe();
+    // A list taken before this task started (the one kept in the data directory) applies too.
+    changes.mark_changed();
     loop {
         tokio::select! {
             biased;
@@ -257,6 +259,11 @@ pub async fn follow_revocations(node: Arc<Node>, stop: tokio_util::sync::Cancell
         revoked.extend(ids.iter().copied());
         if let Some(note) = node.revoke(revoked) {
             info!(generation = node.view().revocations().generation(), "{note} by the signed revocation list");
+        }
+        // Kept for a restart: the list may have come by gossip, which a restarted node that is
+        // cut off would not hear again.
+        if let Err(e) = node.view().revocations().save(&node.config().data_dir) {
+            warn!(error = %e, "cannot keep the revocation list in the data directory");
         }
     }
 }

@@ -6,6 +6,11 @@
 //!
 //! A list older than its `max_age_ms` still applies (a revocation never expires early); it is
 //! reported as stale in the node's status and `/metrics`.
+//!
+//! The newest list taken is kept in the data directory ([`FILE`]) and offered again at start,
+//! so a node that learned a revocation by gossip still refuses the revoked node after a
+//! restart, before any peer or the control plane tells it again. The file is checked like any
+//! list: one that is not the fleet CA's is refused.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +25,8 @@ use crate::attest::Attest;
 
 /// Most ids a list may name.
 const MAX_IDS: usize = 1 << 16;
+/// Where the newest list taken is kept, in the node's data directory.
+pub const FILE: &str = "revocations.json";
 
 /// Why a list was not taken.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -121,6 +128,36 @@ impl Revocations {
         Ok(true)
     }
 
+    /// The signed list held, as taken.
+    pub fn held(&self) -> Option<SignedRevocations> {
+        self.held_lock().as_ref().map(|h| h.signed.clone())
+    }
+
+    /// Keeps the list held in `data_dir` ([`FILE`]), replacing the file whole.
+    pub fn save(&self, data_dir: &std::path::Path) -> Result<(), String> {
+        let Some(signed) = self.held() else { return Ok(()) };
+        let bytes = serde_json::to_vec(&signed).map_err(|e| e.to_string())?;
+        timeshard_control_api::files::write_atomic(&data_dir.join(FILE), &bytes, false).map_err(|e| e.to_string())
+    }
+
+    /// Offers the list kept in `data_dir`, if there is one; returns whether it was taken. A
+    /// file that is not a list the fleet CA signed is an error and changes nothing.
+    pub fn load(&self, data_dir: &std::path::Path) -> Result<bool, RevocationError> {
+        let path = data_dir.join(FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(RevocationError::Malformed(format!("{}: {e}", path.display()))),
+        };
+        // JSON writes the body's bytes as numbers: at most 4 characters each, and the rest.
+        if bytes.len() > 5 * timeshard_proto::membership::MAX_REVOCATIONS_BYTES {
+            return Err(RevocationError::Malformed(format!("{} is larger than any list", path.display())));
+        }
+        let signed: SignedRevocations = serde_json::from_slice(&bytes)
+            .map_err(|e| RevocationError::Malformed(format!("{}: {e}", path.display())))?;
+        self.offer(signed)
+    }
+
     fn check(&self, signed: &SignedRevocations) -> Result<(RevocationList, HashSet<Id>), RevocationError> {
         if !signed.is_bounded() {
             return Err(RevocationError::Malformed("larger than the wire allows".into()));
@@ -201,6 +238,34 @@ mod tests {
         assert_eq!(r.offer(sign(&dir.path().join("ca.key"), 5, 5, &[])), Ok(false));
         assert_eq!(r.offer(sign(&dir.path().join("ca.key"), 3, 3, &[])), Ok(false));
         assert!(r.ids().unwrap().contains(&stolen));
+    }
+
+    /// A list learned by gossip used to live in memory only: a node restarted while cut off
+    /// from its peers and the control plane accepted the revoked node again.
+    #[test]
+    fn a_list_taken_is_kept_and_offered_again_after_a_restart() {
+        let dir = fleet(1);
+        let data = tempfile::tempdir().unwrap();
+        let stolen = Id::sha1(b"stolen");
+        let before = revocations(dir.path());
+        assert_eq!(before.load(data.path()), Ok(false), "nothing kept yet");
+        assert_eq!(before.offer(sign(&dir.path().join("ca.key"), 7, 7, &[stolen])), Ok(true));
+        before.save(data.path()).unwrap();
+        let after = revocations(dir.path());
+        assert_eq!(after.load(data.path()), Ok(true));
+        assert_eq!(after.generation(), 7);
+        assert!(after.ids().unwrap().contains(&stolen));
+        // A file that is not the fleet CA's list is refused and changes nothing.
+        std::fs::write(
+            data.path().join(FILE),
+            serde_json::to_vec(&sign(&dir.path().join("node-0.key"), 9, 9, &[])).unwrap(),
+        )
+        .unwrap();
+        let fresh = revocations(dir.path());
+        assert_eq!(fresh.load(data.path()), Err(RevocationError::NotSigned));
+        assert_eq!(fresh.generation(), 0);
+        std::fs::write(data.path().join(FILE), b"{not json").unwrap();
+        assert!(matches!(fresh.load(data.path()), Err(RevocationError::Malformed(_))));
     }
 
     #[test]

@@ -333,6 +333,10 @@ fn discovery(config: &NodeConfig, applied: &Applied, me: Contact, net: Arc<Net>)
     {
         warn!(error = %e, "the stored revocation list is not usable; peers will pass on theirs");
     }
+    // The newest list this node took before it stopped, from a peer's gossip perhaps.
+    if let Err(e) = view.revocations().load(&config.data_dir) {
+        warn!(error = %e, "the revocation list kept in the data directory is not usable; peers will pass on theirs");
+    }
     Ok(Discovery { dht, view, faults, digest })
 }
 

@@ -311,6 +311,20 @@ async fn revocation_reaches_a_site_cut_off_from_the_control_plane(backend: Backe
         assert!(log.contains("cannot reach the control plane"), "node {i} was not cut off");
         assert!(log.contains("learned a newer revocation list from a peer"), "node {i} did not learn it by gossip");
     }
+    // Node 1 restarts alone: no peer to hear the list from again, no control plane. It keeps
+    // refusing the revoked node from the list it kept.
+    for i in [0, 2, 3] {
+        cluster.kill(i).await?;
+    }
+    cluster.kill(1).await?;
+    cluster.restart(1).await?;
+    let refused = match Client::connect(cluster.addr(1), &victim_tls).await {
+        Err(_) => true,
+        Ok(c) => c.status().await.is_err(),
+    };
+    let log = std::fs::read_to_string(cluster.log(1))?;
+    let kept: Vec<&str> = log.lines().filter(|l| l.contains("revocation")).collect();
+    assert!(refused, "node 1, restarted alone, forgot the revocation it learned by gossip: {kept:#?}");
     Ok(())
 }
 
