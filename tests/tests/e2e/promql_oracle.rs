@@ -276,8 +276,13 @@ fn memory(data: &[(Labels, Vec<Sample>)]) -> MemorySource {
     source
 }
 
-fn remote_write(port: u16, data: &[(Labels, Vec<Sample>)]) {
-    let req = WriteRequest {
+/// The headers of a remote-write request.
+const REMOTE_WRITE_HEADERS: &str =
+    "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n";
+
+/// A remote-write body holding `data`.
+fn remote_write_body(data: &[(Labels, Vec<Sample>)]) -> Vec<u8> {
+    remote_write::encode(&WriteRequest {
         timeseries: data
             .iter()
             .map(|(l, s)| TimeSeries {
@@ -285,10 +290,11 @@ fn remote_write(port: u16, data: &[(Labels, Vec<Sample>)]) {
                 samples: s.iter().map(|x| remote_write::Sample { value: x.v, timestamp: x.t }).collect(),
             })
             .collect(),
-    };
-    let body = remote_write::encode(&req);
-    let headers = "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n";
-    let (status, answer) = http(port, "POST", "/api/v1/write", headers, &body).unwrap();
+    })
+}
+
+fn remote_write(port: u16, data: &[(Labels, Vec<Sample>)]) {
+    let (status, answer) = http(port, "POST", "/api/v1/write", REMOTE_WRITE_HEADERS, &remote_write_body(data)).unwrap();
     assert!(status / 100 == 2, "remote write to Prometheus answered {status}: {}", String::from_utf8_lossy(&answer));
 }
 
@@ -892,17 +898,8 @@ async fn a_node_answers_promql_and_remote_read_as_prometheus_does() {
         // The same samples to the first node, a few series per request as Prometheus sends
         // them (its `max_samples_per_send` is 2,000 by default).
         for chunk in data.chunks(4) {
-            let req = WriteRequest {
-                timeseries: chunk
-                    .iter()
-                    .map(|(l, s)| TimeSeries {
-                        labels: l.iter().map(|(n, v)| Label { name: n.into(), value: v.into() }).collect(),
-                        samples: s.iter().map(|x| remote_write::Sample { value: x.v, timestamp: x.t }).collect(),
-                    })
-                    .collect(),
-            };
-            let headers = "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n";
-            let (status, answer) = node_http(addrs[0], "POST", "/api/v1/write", headers, &remote_write::encode(&req));
+            let (status, answer) =
+                node_http(addrs[0], "POST", "/api/v1/write", REMOTE_WRITE_HEADERS, &remote_write_body(chunk));
             assert!(status / 100 == 2, "remote write to the node answered {status}: {}", String::from_utf8_lossy(&answer));
         }
 

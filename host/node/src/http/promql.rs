@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -69,6 +69,21 @@ fn params(
         out.extend(serde_urlencoded::from_bytes::<Vec<(String, String)>>(body).map_err(bad)?);
     }
     Ok(out)
+}
+
+/// The parameters of a Prometheus API request ([`params`]), or the answer to give when they
+/// cannot be read.
+#[derive(Debug)]
+pub struct PromParams(Result<Vec<(String, String)>, Answer>);
+
+impl FromRequest<AppState> for PromParams {
+    type Rejection = Response;
+    async fn from_request(req: Request, state: &AppState) -> Result<PromParams, Response> {
+        let (method, headers) = (req.method().clone(), req.headers().clone());
+        let query = req.uri().query().map(str::to_owned);
+        let Body(body) = Body::from_request(req, state).await.map_err(IntoResponse::into_response)?;
+        Ok(PromParams(params(&method, &headers, query.as_deref(), &body)))
+    }
 }
 
 fn json(answer: Answer) -> Response {
@@ -221,55 +236,46 @@ async fn evaluate(
         .unwrap_or_else(|e| Answer::error(&api::ApiError::bad_data(format!("the query failed: {e}"))))
 }
 
-/// `GET|POST /api/v1/query`.
-pub async fn query(
-    State(s): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(q): RawQuery,
-    Body(body): Body,
+/// The query endpoints: reads the parameters, `range_of` checks them and gives the query and
+/// its range, then `answer` evaluates over what the query reads.
+async fn run_query(
+    s: AppState,
+    params: PromParams,
+    range_of: impl FnOnce(&[(String, String)], &Limits) -> Result<(String, promql::Range, Option<i64>), api::ApiError>,
+    answer: impl FnOnce(&[(String, String)], &MemorySource, &Limits) -> Answer + Send + 'static,
 ) -> Response {
     let started = Instant::now();
-    let answer = match params(&method, &headers, q.as_deref(), &body) {
+    let result = match params.0 {
         Err(a) => a,
-        Ok(params) => match api::instant_params(&params, now_ns().div_euclid(NS_PER_MS)) {
+        Ok(params) => match range_of(&params, &limits(&s)) {
             Err(e) => Answer::error(&e),
             Ok((query, range, _)) => {
-                let now_ms = now_ns().div_euclid(NS_PER_MS);
-                evaluate(&s, &query, range, move |source, limits| {
-                    api::query(&params, now_ms, source, limits, Options::default())
-                })
-                .await
+                evaluate(&s, &query, range, move |source, limits| answer(&params, source, limits)).await
             }
         },
     };
-    s.node.metrics().record_query(Query::PromQl, answer.status == 200, started.elapsed());
-    json(answer)
+    s.node.metrics().record_query(Query::PromQl, result.status == 200, started.elapsed());
+    json(result)
+}
+
+/// `GET|POST /api/v1/query`.
+pub async fn query(State(s): State<AppState>, params: PromParams) -> Response {
+    let now_ms = now_ns().div_euclid(NS_PER_MS);
+    run_query(
+        s,
+        params,
+        |params, _| api::instant_params(params, now_ms),
+        move |params, source, limits| api::query(params, now_ms, source, limits, Options::default()),
+    )
+    .await
 }
 
 /// `GET|POST /api/v1/query_range`.
-pub async fn query_range(
-    State(s): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(q): RawQuery,
-    Body(body): Body,
-) -> Response {
-    let started = Instant::now();
-    let answer = match params(&method, &headers, q.as_deref(), &body) {
-        Err(a) => a,
-        Ok(params) => match api::range_params(&params, &limits(&s)) {
-            Err(e) => Answer::error(&e),
-            Ok((query, range, _)) => {
-                evaluate(&s, &query, range, move |source, limits| {
-                    api::query_range(&params, source, limits, Options::default())
-                })
-                .await
-            }
-        },
-    };
-    s.node.metrics().record_query(Query::PromQl, answer.status == 200, started.elapsed());
-    json(answer)
+pub async fn query_range(State(s): State<AppState>, params: PromParams) -> Response {
+    run_query(s, params, api::range_params, |params, source, limits| {
+        api::query_range(params, source, limits, Options::default())
+    })
+    .await
 }
 
 /// The series dictionary as a [`Source`] for the label endpoints: the series listed for their
@@ -330,15 +336,12 @@ async fn listed(s: &AppState, params: &[(String, String)], limits: &Limits) -> R
 /// The label endpoints: `answer` over the listed series.
 async fn labelled(
     s: AppState,
-    method: Method,
-    headers: HeaderMap,
-    q: Option<String>,
-    body: &[u8],
+    params: PromParams,
     answer: impl FnOnce(&[(String, String)], &Listed, &Limits) -> Answer,
 ) -> Response {
     let started = Instant::now();
     let limits = limits(&s);
-    let result = match params(&method, &headers, q.as_deref(), body) {
+    let result = match params.0 {
         Err(a) => a,
         Ok(params) => match listed(&s, &params, &limits).await {
             Ok(listed) => answer(&params, &listed, &limits),
@@ -350,36 +353,18 @@ async fn labelled(
 }
 
 /// `GET|POST /api/v1/series`.
-pub async fn series(
-    State(s): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(q): RawQuery,
-    Body(body): Body,
-) -> Response {
-    labelled(s, method, headers, q, &body, |p, source, limits| api::series(p, source, limits)).await
+pub async fn series(State(s): State<AppState>, params: PromParams) -> Response {
+    labelled(s, params, |p, source, limits| api::series(p, source, limits)).await
 }
 
 /// `GET|POST /api/v1/labels`.
-pub async fn labels(
-    State(s): State<AppState>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(q): RawQuery,
-    Body(body): Body,
-) -> Response {
-    labelled(s, method, headers, q, &body, |p, source, limits| api::label_names(p, source, limits)).await
+pub async fn labels(State(s): State<AppState>, params: PromParams) -> Response {
+    labelled(s, params, |p, source, limits| api::label_names(p, source, limits)).await
 }
 
 /// `GET /api/v1/label/<name>/values`.
-pub async fn label_values(
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(q): RawQuery,
-) -> Response {
-    labelled(s, method, headers, q, &[], move |p, source, limits| api::label_values(&name, p, source, limits)).await
+pub async fn label_values(State(s): State<AppState>, Path(name): Path<String>, params: PromParams) -> Response {
+    labelled(s, params, move |p, source, limits| api::label_values(&name, p, source, limits)).await
 }
 
 /// `GET /api/v1/metadata`: timeshard keeps no metric metadata (remote write's is not stored),
