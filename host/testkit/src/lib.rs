@@ -6,7 +6,8 @@
 //! `timeshard-control` processes for them to enroll with ([`fleet`], [`control`]),
 //! signed policy modules and the `[policy]` section that loads them ([`policies`]), the
 //! deterministic datasets of BENCHMARKS.md ([`datasets`]), latency statistics ([`stats`]),
-//! an HTTP client for the nodes' HTTP side ([`http_client`]), the demo behind `timeshard demo`
+//! an HTTP client for the nodes' HTTP side ([`http_client`]), hand-made QUIC traffic for hostile
+//! tests ([`raw_quic`]), the demo behind `timeshard demo`
 //! ([`demo`]) and the benchmarks behind `timeshard bench` ([`mod@bench`]). The command line
 //! (`timeshard-cli`) parses their options; everything else is here.
 
@@ -20,4 +21,5 @@ pub mod http_client;
 pub mod inspect;
 pub mod ledger;
 pub mod policies;
+pub mod raw_quic;
 pub mod stats;
