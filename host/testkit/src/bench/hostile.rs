@@ -1,18 +1,24 @@
-//! `timeshard bench hostile`: what each HTTP attack of the hostile-input issue costs a
-//! well-behaved client, on one node process over loopback with the default memory budget.
+//! `timeshard bench hostile`: what each attack of the hostile-input issue, over HTTP and over
+//! QUIC, costs a well-behaved client, on one node process over loopback with the default memory
+//! budget.
 //!
 //! A client reads 100 points of one series through `/v1/read` in a loop, first alone (the
 //! baseline), then during each attack in turn; each attack gets the node to itself apart from
-//! that client. Per attack: the client's read p99 and its ratio to the baseline's, the node's
-//! peak resident memory during the attack (Linux: `VmHWM`, reset before each attack) against
-//! its budget, the statuses the attacker got, and whether the node survived. The attackers run
-//! in this process and share the machine's cores with the node.
+//! that client. Beside it, an SDK client with a certificate of its own reads 100 points over
+//! QUIC every 5 ms (the `quic_` keys). Per attack: the HTTP client's read p99 and its ratio to
+//! the baseline's, the same for the QUIC client, the node's peak resident memory during the
+//! attack (Linux: `VmHWM`, reset before each attack) against its budget, what the attacker got,
+//! and whether the node survived. The attackers run in this process and share the machine's
+//! cores with the node; an attack that is a fixed amount of work (a round of connections, a
+//! request in flight) finishes it after `secs`, and the clients read until it has.
 //!
-//! Attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
+//! HTTP attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
 //! series key; an aggregate of 100,000 windows x the wide series; slowloris connections that
 //! send a header byte a second; concurrent 32 MiB bodies; concurrent gzip bodies that inflate
-//! to 30 MiB. The QUIC attacks (nested located envelopes, idle connections) are measured by the
-//! end-to-end tests, not here yet.
+//! to 30 MiB. QUIC attacks ([`quic`]): frames of located envelopes nested 100,000 deep, and
+//! rounds of 10,000 idle connections from one client certificate. What the attacker got is
+//! counted by HTTP status (0: closed without one), by the wire error code of the QUIC answers,
+//! and by `open`, `refused` (the per-certificate cap) and `failed` for the connections.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,7 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use timeshard_node::budget::ByteSize;
-use timeshard_node::config::ClassConfig;
+use timeshard_node::config::{ClassConfig, LimitsConfig};
+use timeshard_node::pki::{self, Role};
+use timeshard_proto::Point;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -33,6 +41,8 @@ use super::floor::Floor;
 use crate::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
 use crate::http_client::{HttpClient, encode};
 use crate::stats::{Latencies, round3};
+
+mod quic;
 
 /// What `bench hostile` runs; `Default` is the benchmark as specified.
 #[derive(Clone, Debug)]
@@ -47,20 +57,37 @@ pub struct HostileBenchOptions {
     pub slowloris: usize,
     /// Large bodies (and, a sixteenth of them, gzip bodies) sent at once.
     pub bodies: usize,
+    /// Connections of each round of the idle-connection attack.
+    pub idle_connections: usize,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
 
 impl Default for HostileBenchOptions {
     fn default() -> Self {
-        HostileBenchOptions { secs: 10, budget: 256 << 20, series: 10_000, slowloris: 1_000, bodies: 256, dir: None }
+        HostileBenchOptions {
+            secs: 10,
+            budget: 256 << 20,
+            series: 10_000,
+            slowloris: 1_000,
+            bodies: 256,
+            idle_connections: 10_000,
+            dir: None,
+        }
     }
 }
 
 impl HostileBenchOptions {
     /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
     pub fn quick() -> HostileBenchOptions {
-        HostileBenchOptions { secs: 2, series: 500, slowloris: 50, bodies: 16, ..HostileBenchOptions::default() }
+        HostileBenchOptions {
+            secs: 2,
+            series: 500,
+            slowloris: 50,
+            bodies: 16,
+            idle_connections: 300,
+            ..HostileBenchOptions::default()
+        }
     }
 }
 
@@ -80,6 +107,8 @@ const ATTACKS: &[&str] = &[
     "slowloris",
     "bodies_32mib",
     "gzip_30mib",
+    "located_nested_100000",
+    "quic_idle_connections",
 ];
 
 /// Peak resident bytes of `pid` since start or its last reset (Linux: `VmHWM`; 0 elsewhere).
@@ -111,13 +140,14 @@ async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Result<u16> {
     Ok(text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0))
 }
 
-/// Statuses an attacker got, by code (0: closed without an answer).
+/// What an attacker got, counted by answer: an HTTP status (0: closed without an answer), a
+/// wire error code, or what became of a connection.
 #[derive(Default)]
-struct Statuses(BTreeMap<u16, u64>);
+struct Statuses(BTreeMap<String, u64>);
 
 impl Statuses {
-    fn add(&mut self, status: u16) {
-        *self.0.entry(status).or_default() += 1;
+    fn add(&mut self, what: impl ToString) {
+        *self.0.entry(what.to_string()).or_default() += 1;
     }
 
     fn merge(&mut self, other: Statuses) {
@@ -127,7 +157,7 @@ impl Statuses {
     }
 
     fn json(&self) -> serde_json::Value {
-        json!(self.0.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>())
+        json!(self.0.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>())
     }
 }
 
@@ -152,10 +182,11 @@ async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latenci
 }
 
 /// One attacker's requests, repeated until `stop`; `parallel` of them at once.
-async fn repeat<F, Fut>(parallel: usize, stop: &Arc<AtomicBool>, request: F) -> Result<Statuses>
+async fn repeat<F, Fut, K>(parallel: usize, stop: &Arc<AtomicBool>, request: F) -> Result<Statuses>
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<u16>> + Send,
+    Fut: std::future::Future<Output = Result<K>> + Send,
+    K: ToString + Send + 'static,
 {
     let request = Arc::new(request);
     let tasks: Vec<_> = (0..parallel)
@@ -226,8 +257,16 @@ async fn slowloris(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Result
     Ok(statuses)
 }
 
+/// Where the attacks aim.
+struct Target {
+    /// The node's HTTP side.
+    http: SocketAddr,
+    quic: quic::QuicTarget,
+}
+
 /// Runs attack `name` until `stop`.
-async fn attack(name: &str, addr: SocketAddr, o: &HostileBenchOptions, stop: &Arc<AtomicBool>) -> Result<Statuses> {
+async fn attack(name: &str, target: &Target, o: &HostileBenchOptions, stop: &Arc<AtomicBool>) -> Result<Statuses> {
+    let addr = target.http;
     let host = format!("Host: {addr}");
     let nested = |depth: usize| {
         let q = format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(depth), ")".repeat(depth));
@@ -292,27 +331,53 @@ async fn attack(name: &str, addr: SocketAddr, o: &HostileBenchOptions, stop: &Ar
             })
             .await
         }
+        "located_nested_100000" => quic::nested_located(&target.quic, stop).await,
+        "quic_idle_connections" => quic::idle_connections(&target.quic, o.idle_connections, stop).await,
         other => bail!("unknown attack {other}"),
     }
 }
 
-/// The well-behaved client alone for `o.secs`, or beside attack `name`: its latencies and the
-/// attacker's statuses.
-async fn phase(name: Option<&str>, addr: SocketAddr, o: &HostileBenchOptions) -> Result<(Latencies, Statuses)> {
+/// The well-behaved SDK client and what it reads back.
+struct QuicReader {
+    client: timeshard_sdk::Client,
+    points: Vec<Point>,
+}
+
+/// What the well-behaved clients measured during one phase, and what the attacker got.
+struct Phase {
+    http: Latencies,
+    quic: Latencies,
+    statuses: Statuses,
+}
+
+/// The well-behaved clients alone for `o.secs`, or beside attack `name` until it has stopped.
+async fn phase(
+    name: Option<&str>,
+    target: &Arc<Target>,
+    reader: &QuicReader,
+    o: &HostileBenchOptions,
+) -> Result<Phase> {
     let stop = Arc::new(AtomicBool::new(false));
-    let well = tokio::spawn(well_behaved(addr, stop.clone()));
+    let well_stop = Arc::new(AtomicBool::new(false));
+    let well = tokio::spawn(well_behaved(target.http, well_stop.clone()));
+    let series = "well.quic".parse()?;
+    let well_quic =
+        tokio::spawn(quic::well_behaved(reader.client.clone(), series, reader.points.clone(), well_stop.clone()));
     let attacker = name.map(|n| {
-        let (n, o, stop) = (n.to_string(), o.clone(), stop.clone());
-        tokio::spawn(async move { attack(&n, addr, &o, &stop).await })
+        let (n, o, stop, target) = (n.to_string(), o.clone(), stop.clone(), target.clone());
+        tokio::spawn(async move { attack(&n, &target, &o, &stop).await })
     });
     tokio::time::sleep(Duration::from_secs(o.secs)).await;
     stop.store(true, Ordering::Relaxed);
-    let lat = well.await?.context("the well-behaved client")?;
+    // The clients read until the attacker has finished what it had begun.
     let statuses = match attacker {
-        Some(a) => tokio::time::timeout(Duration::from_secs(120), a).await.context("the attack did not stop")??,
+        Some(a) => tokio::time::timeout(Duration::from_secs(600), a).await.context("the attack did not stop")??,
         None => Ok(Statuses::default()),
-    }?;
-    Ok((lat, statuses))
+    };
+    well_stop.store(true, Ordering::Relaxed);
+    let http = well.await?.context("the well-behaved HTTP client")?;
+    let quic = well_quic.await?.context("the well-behaved QUIC client")?;
+    Ok(Phase { http, quic, statuses: statuses? })
 }
 
 /// Runs the benchmark with a node process of `binary` and returns its JSON document.
@@ -344,35 +409,59 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             bail!("loading the data: {} {}", a.status, a.text());
         }
     }
+    // The well-behaved SDK client holds a certificate of its own: the idle-connection attacker
+    // uses the cluster's client certificate, whose connections the node caps.
+    let steady_tls = pki::issue(&cluster.pki_dir(), "steady", Role::Client)?;
+    let quic_client = timeshard_sdk::Client::connect(cluster.addr(0), &steady_tls).await?;
+    let points: Vec<Point> = (0..WELL_POINTS).map(|i| Point::new((T + i) * 1_000_000_000, i as f64)).collect();
+    quic_client.write(&"well.quic".parse()?, &points).await?;
+    let reader = QuicReader { client: quic_client, points };
+    let target = Arc::new(Target {
+        http: addr,
+        quic: quic::QuicTarget {
+            addr: cluster.addr(0),
+            tls: cluster.client_tls(),
+            per_identity: LimitsConfig::default().max_connections_per_identity,
+        },
+    });
     let started_rss = peak_rss(pid);
 
-    let (base, _) = phase(None, addr, o).await?;
-    let base_p99 = base.percentile_ms(99.0);
-    println!("baseline: {} reads, p99 {base_p99:.2} ms", base.len());
+    let base = phase(None, &target, &reader, o).await?;
+    let base_p99 = base.http.percentile_ms(99.0);
+    let base_quic_p99 = base.quic.percentile_ms(99.0);
+    println!(
+        "baseline: {} reads, p99 {base_p99:.2} ms; QUIC {} reads, p99 {base_quic_p99:.2} ms",
+        base.http.len(),
+        base.quic.len()
+    );
+    let ratio = |p99: f64, base: f64| if base > 0.0 { p99 / base } else { 0.0 };
     let mut attacks = Vec::new();
-    let mut worst: (f64, u64) = (0.0, 0);
+    let mut worst: (f64, f64, u64) = (0.0, 0.0, 0);
     for name in ATTACKS {
         reset_peak_rss(pid);
-        let (lat, statuses) = phase(Some(name), addr, o).await?;
+        let Phase { http, quic, statuses } = phase(Some(name), &target, &reader, o).await?;
         let survived = cluster.is_running(0) && c.get("/ping").await.is_ok_and(|a| a.status == 204);
         let peak = peak_rss(pid);
-        let p99 = lat.percentile_ms(99.0);
-        let ratio = if base_p99 > 0.0 { p99 / base_p99 } else { 0.0 };
-        worst = (worst.0.max(ratio), worst.1.max(peak));
+        let (p99, quic_p99) = (http.percentile_ms(99.0), quic.percentile_ms(99.0));
+        let (http_ratio, quic_ratio) = (ratio(p99, base_p99), ratio(quic_p99, base_quic_p99));
+        worst = (worst.0.max(http_ratio), worst.1.max(quic_ratio), worst.2.max(peak));
         println!(
-            "{name}: {} reads, p99 {p99:.2} ms ({ratio:.2} x), peak RSS {} MiB of {} MiB, survived {survived}, \
-             attacker got {:?}",
-            lat.len(),
+            "{name}: {} reads, p99 {p99:.2} ms ({http_ratio:.2} x); QUIC p99 {quic_p99:.2} ms ({quic_ratio:.2} x); \
+             peak RSS {} MiB of {} MiB, survived {survived}, attacker got {:?}",
+            http.len(),
             peak >> 20,
             o.budget >> 20,
             statuses.0
         );
         attacks.push(json!({
             "attack": name,
-            "reads": lat.len(),
+            "reads": http.len(),
             "p99_ms": round3(p99),
-            "p50_ms": round3(lat.percentile_ms(50.0)),
-            "p99_ratio": round3(ratio),
+            "p50_ms": round3(http.percentile_ms(50.0)),
+            "p99_ratio": round3(http_ratio),
+            "quic_reads": quic.len(),
+            "quic_p99_ms": round3(quic_p99),
+            "quic_p99_ratio": round3(quic_ratio),
             "peak_rss_bytes": peak,
             "peak_rss_over_budget": round3(peak as f64 / o.budget as f64),
             "statuses": statuses.json(),
@@ -382,18 +471,24 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             break;
         }
     }
+    reader.client.close().await;
     cluster.shutdown().await?;
     Ok(json!({
         "baseline_p99_ms": round3(base_p99),
-        "baseline_p50_ms": round3(base.percentile_ms(50.0)),
-        "baseline_reads": base.len(),
+        "baseline_p50_ms": round3(base.http.percentile_ms(50.0)),
+        "baseline_reads": base.http.len(),
+        "baseline_quic_p99_ms": round3(base_quic_p99),
+        "baseline_quic_reads": base.quic.len(),
         "attacks": attacks,
         "worst_p99_ratio": round3(worst.0),
-        "max_peak_rss_bytes": worst.1,
+        "worst_quic_p99_ratio": round3(worst.1),
+        "max_peak_rss_bytes": worst.2,
         "budget_bytes": o.budget,
         "started_rss_bytes": started_rss,
         "floor": floor,
         "settings": {"secs": o.secs, "series": o.series, "slowloris": o.slowloris, "bodies": o.bodies,
-            "well_behaved": "GET /v1/read of 100 points in a loop, one connection"},
+            "located_depth": quic::LOCATED_DEPTH, "idle_connections": o.idle_connections,
+            "well_behaved": "GET /v1/read of 100 points in a loop, one connection",
+            "well_behaved_quic": "SDK read of 100 points every 5 ms, a certificate of its own"},
     }))
 }
