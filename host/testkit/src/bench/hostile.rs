@@ -7,10 +7,14 @@
 //! that client. Beside it, an SDK client with a certificate of its own reads 100 points over
 //! QUIC every 5 ms (the `quic_` keys). Per attack: the HTTP client's read p99 and its ratio to
 //! the baseline's, the same for the QUIC client, the node's peak resident memory during the
-//! attack (Linux: `VmHWM`, reset before each attack) against its budget, what the attacker got,
-//! and whether the node survived. The attackers run in this process and share the machine's
-//! cores with the node; an attack that is a fixed amount of work (a round of connections, a
-//! request in flight) finishes it after `secs`, and the clients read until it has.
+//! attack (Linux: `VmHWM`, reset before each attack to what is resident then,
+//! `rss_at_start_bytes`) against its budget, what the attacker got, whether the node survived,
+//! and the CPU time of the node and of this process (`bench_cpu_s`: attackers and clients)
+//! during it, beside the machine's load average at the start. The attackers run in this
+//! process and share the machine's cores with the node; the two clients run on a thread of
+//! their own, so they never wait behind the attackers' tasks. An attack that is a fixed amount
+//! of work (a round of connections, a request in flight) finishes it after `secs`, and the
+//! clients read until it has.
 //!
 //! HTTP attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
 //! series key; an aggregate of 100,000 windows x the wide series; slowloris connections that
@@ -33,6 +37,7 @@ use timeshard_node::budget::ByteSize;
 use timeshard_node::config::{ClassConfig, LimitsConfig};
 use timeshard_node::pki::{self, Role};
 use timeshard_proto::Point;
+use timeshard_sdk::tls::TlsFiles;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -40,6 +45,7 @@ use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
 use crate::http_client::{HttpClient, encode};
+use crate::procfs;
 use crate::stats::{Latencies, round3};
 
 mod quic;
@@ -113,15 +119,17 @@ const ATTACKS: &[&str] = &[
 
 /// Peak resident bytes of `pid` since start or its last reset (Linux: `VmHWM`; 0 elsewhere).
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb =
-        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok());
-    kb.unwrap_or(0u64) * 1024
+    procfs::memory(pid).map_or(0, |m| m.peak)
 }
 
-/// Starts `pid`'s peak resident memory over from its current (Linux: `clear_refs` 5).
-fn reset_peak_rss(pid: u32) {
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+/// Resident bytes of `pid` now (0 where `/proc` cannot tell).
+fn rss(pid: u32) -> u64 {
+    procfs::memory(pid).map_or(0, |m| m.rss)
+}
+
+/// CPU time `pid` has used so far (zero where `/proc` cannot tell).
+fn cpu_time(pid: u32) -> Duration {
+    procfs::cpu_time(pid).unwrap_or_default()
 }
 
 /// Sends one request by hand (`head` without its final blank line), the body whole; the
@@ -161,14 +169,21 @@ impl Statuses {
     }
 }
 
-/// The well-behaved client: reads its series until `stop`, checking every answer.
+/// The well-behaved client: reads its series until `stop`, checking every answer. It connects
+/// again when an answer says `Connection: close` (the node's `max_requests_per_connection`),
+/// as a keep-alive client does; that read's time includes the new connection.
 async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latencies> {
     let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let path = format!("/v1/read?series=well&start={}&end={}", T * 1_000_000_000, (T + WELL_POINTS) * 1_000_000_000);
     let mut lat = Latencies::default();
+    let mut closed = false;
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
+        if closed {
+            client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+        }
         let a = client.get(&path).await?;
+        closed = a.headers.get(http::header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         if a.status != 200 {
             bail!("the well-behaved read got {}: {}", a.status, a.text());
         }
@@ -179,6 +194,14 @@ async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latenci
         lat.push(started.elapsed());
     }
     Ok(lat)
+}
+
+/// Whether the node answers `GET /ping` on a new connection.
+async fn ping(addr: SocketAddr) -> bool {
+    match HttpClient::connect(addr, Some(HTTP_TOKEN)).await {
+        Ok(mut c) => c.get("/ping").await.is_ok_and(|a| a.status == 204),
+        Err(_) => false,
+    }
 }
 
 /// One attacker's requests, repeated until `stop`; `parallel` of them at once.
@@ -337,32 +360,67 @@ async fn attack(name: &str, target: &Target, o: &HostileBenchOptions, stop: &Arc
     }
 }
 
-/// The well-behaved SDK client and what it reads back.
-struct QuicReader {
-    client: timeshard_sdk::Client,
+/// The well-behaved clients, on a runtime of their own: one thread apart from the attackers'
+/// tasks, as a client in another process would be (the machine's cores are still shared), so
+/// their latency is the node's and the machine's, not a wait behind the attackers' tasks.
+struct Readers {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// The SDK client (its endpoint driven by `runtime`), and the points it reads back.
+    quic: timeshard_sdk::Client,
     points: Vec<Point>,
 }
+
+impl Readers {
+    /// Connects the SDK client to `addr` with `tls` and writes its points.
+    async fn start(addr: SocketAddr, tls: TlsFiles) -> Result<Readers> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("well-behaved")
+            .enable_all()
+            .build()?;
+        let quic = runtime.spawn(async move { timeshard_sdk::Client::connect(addr, &tls).await }).await??;
+        let points: Vec<Point> = (0..WELL_POINTS).map(|i| Point::new((T + i) * 1_000_000_000, i as f64)).collect();
+        quic.write(&WELL_QUIC.parse()?, &points).await?;
+        Ok(Readers { runtime: Some(runtime), quic, points })
+    }
+
+    fn spawn<F: std::future::Future<Output = Result<Latencies>> + Send + 'static>(
+        &self,
+        f: F,
+    ) -> tokio::task::JoinHandle<Result<Latencies>> {
+        self.runtime.as_ref().expect("running until dropped").spawn(f)
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        // A runtime dropped in an asynchronous context would block it.
+        if let Some(r) = self.runtime.take() {
+            r.shutdown_background();
+        }
+    }
+}
+
+/// The SDK client's series.
+const WELL_QUIC: &str = "well.quic";
 
 /// What the well-behaved clients measured during one phase, and what the attacker got.
 struct Phase {
     http: Latencies,
     quic: Latencies,
     statuses: Statuses,
+    /// How long the phase lasted (longer than `secs` when an attack finished what it had begun).
+    secs: f64,
 }
 
 /// The well-behaved clients alone for `o.secs`, or beside attack `name` until it has stopped.
-async fn phase(
-    name: Option<&str>,
-    target: &Arc<Target>,
-    reader: &QuicReader,
-    o: &HostileBenchOptions,
-) -> Result<Phase> {
+async fn phase(name: Option<&str>, target: &Arc<Target>, readers: &Readers, o: &HostileBenchOptions) -> Result<Phase> {
+    let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let well_stop = Arc::new(AtomicBool::new(false));
-    let well = tokio::spawn(well_behaved(target.http, well_stop.clone()));
-    let series = "well.quic".parse()?;
-    let well_quic =
-        tokio::spawn(quic::well_behaved(reader.client.clone(), series, reader.points.clone(), well_stop.clone()));
+    let well = readers.spawn(well_behaved(target.http, well_stop.clone()));
+    let (client, points) = (readers.quic.clone(), readers.points.clone());
+    let well_quic = readers.spawn(quic::well_behaved(client, WELL_QUIC.parse()?, points, well_stop.clone()));
     let attacker = name.map(|n| {
         let (n, o, stop, target) = (n.to_string(), o.clone(), stop.clone(), target.clone());
         tokio::spawn(async move { attack(&n, &target, &o, &stop).await })
@@ -377,7 +435,7 @@ async fn phase(
     well_stop.store(true, Ordering::Relaxed);
     let http = well.await?.context("the well-behaved HTTP client")?;
     let quic = well_quic.await?.context("the well-behaved QUIC client")?;
-    Ok(Phase { http, quic, statuses: statuses? })
+    Ok(Phase { http, quic, statuses: statuses?, secs: started.elapsed().as_secs_f64() })
 }
 
 /// Runs the benchmark with a node process of `binary` and returns its JSON document.
@@ -412,10 +470,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     // The well-behaved SDK client holds a certificate of its own: the idle-connection attacker
     // uses the cluster's client certificate, whose connections the node caps.
     let steady_tls = pki::issue(&cluster.pki_dir(), "steady", Role::Client)?;
-    let quic_client = timeshard_sdk::Client::connect(cluster.addr(0), &steady_tls).await?;
-    let points: Vec<Point> = (0..WELL_POINTS).map(|i| Point::new((T + i) * 1_000_000_000, i as f64)).collect();
-    quic_client.write(&"well.quic".parse()?, &points).await?;
-    let reader = QuicReader { client: quic_client, points };
+    let readers = Readers::start(cluster.addr(0), steady_tls).await?;
     let target = Arc::new(Target {
         http: addr,
         quic: quic::QuicTarget {
@@ -425,8 +480,15 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
         },
     });
     let started_rss = peak_rss(pid);
+    // The machine's load when the attacks start: the ratios depend on the cores left over.
+    let load_average: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
 
-    let base = phase(None, &target, &reader, o).await?;
+    let cpu_at_start = cpu_time(pid);
+    let base = phase(None, &target, &readers, o).await?;
+    let base_cpu = (cpu_time(pid).saturating_sub(cpu_at_start)).as_secs_f64();
     let base_p99 = base.http.percentile_ms(99.0);
     let base_quic_p99 = base.quic.percentile_ms(99.0);
     println!(
@@ -438,16 +500,20 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     let mut attacks = Vec::new();
     let mut worst: (f64, f64, u64) = (0.0, 0.0, 0);
     for name in ATTACKS {
-        reset_peak_rss(pid);
-        let Phase { http, quic, statuses } = phase(Some(name), &target, &reader, o).await?;
-        let survived = cluster.is_running(0) && c.get("/ping").await.is_ok_and(|a| a.status == 204);
+        let _ = procfs::reset_peak(pid);
+        let (rss_at_start, cpu_at_start, own_cpu_at_start) = (rss(pid), cpu_time(pid), cpu_time(std::process::id()));
+        let Phase { http, quic, statuses, secs } = phase(Some(name), &target, &readers, o).await?;
+        let node_cpu = (cpu_time(pid).saturating_sub(cpu_at_start)).as_secs_f64();
+        let own_cpu = (cpu_time(std::process::id()).saturating_sub(own_cpu_at_start)).as_secs_f64();
+        // On a new connection: the node closes idle ones after its header timeout.
+        let survived = cluster.is_running(0) && ping(addr).await;
         let peak = peak_rss(pid);
         let (p99, quic_p99) = (http.percentile_ms(99.0), quic.percentile_ms(99.0));
         let (http_ratio, quic_ratio) = (ratio(p99, base_p99), ratio(quic_p99, base_quic_p99));
         worst = (worst.0.max(http_ratio), worst.1.max(quic_ratio), worst.2.max(peak));
         println!(
             "{name}: {} reads, p99 {p99:.2} ms ({http_ratio:.2} x); QUIC p99 {quic_p99:.2} ms ({quic_ratio:.2} x); \
-             peak RSS {} MiB of {} MiB, survived {survived}, attacker got {:?}",
+             peak RSS {} MiB of {} MiB, survived {survived}, attacker got {:?} ({secs:.1} s, node CPU {node_cpu:.1} s)",
             http.len(),
             peak >> 20,
             o.budget >> 20,
@@ -464,14 +530,19 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             "quic_p99_ratio": round3(quic_ratio),
             "peak_rss_bytes": peak,
             "peak_rss_over_budget": round3(peak as f64 / o.budget as f64),
+            "rss_at_start_bytes": rss_at_start,
             "statuses": statuses.json(),
+            "secs": round3(secs),
+            "node_cpu_s": round3(node_cpu),
+            "bench_cpu_s": round3(own_cpu),
             "survived": survived,
         }));
         if !survived {
             break;
         }
     }
-    reader.client.close().await;
+    readers.quic.clone().close().await;
+    drop(readers);
     cluster.shutdown().await?;
     Ok(json!({
         "baseline_p99_ms": round3(base_p99),
@@ -479,11 +550,13 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
         "baseline_reads": base.http.len(),
         "baseline_quic_p99_ms": round3(base_quic_p99),
         "baseline_quic_reads": base.quic.len(),
+        "baseline_node_cpu_s": round3(base_cpu),
         "attacks": attacks,
         "worst_p99_ratio": round3(worst.0),
         "worst_quic_p99_ratio": round3(worst.1),
         "max_peak_rss_bytes": worst.2,
         "budget_bytes": o.budget,
+        "load_average_1m": load_average,
         "started_rss_bytes": started_rss,
         "floor": floor,
         "settings": {"secs": o.secs, "series": o.series, "slowloris": o.slowloris, "bodies": o.bodies,
