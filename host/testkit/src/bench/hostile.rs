@@ -2,19 +2,23 @@
 //! QUIC, costs a well-behaved client, on one node process over loopback with the default memory
 //! budget.
 //!
-//! A client reads 100 points of one series through `/v1/read` in a loop, first alone (the
-//! baseline), then during each attack in turn; each attack gets the node to itself apart from
-//! that client. Beside it, an SDK client with a certificate of its own reads 100 points over
-//! QUIC every 5 ms (the `quic_` keys). Per attack: the HTTP client's read p99 and its ratio to
-//! the baseline's, the same for the QUIC client, the node's peak resident memory during the
-//! attack (Linux: `VmHWM`, reset before each attack to what is resident then,
-//! `rss_at_start_bytes`) against its budget, what the attacker got, whether the node survived,
-//! and the CPU time of the node and of this process (`bench_cpu_s`: attackers and clients)
-//! during it, beside the machine's load average at the start. The attackers run in this
-//! process and share the machine's cores with the node; the two clients run on a thread of
-//! their own, so they never wait behind the attackers' tasks. An attack that is a fixed amount
-//! of work (a round of connections, a request in flight) finishes it after `secs`, and the
-//! clients read until it has.
+//! Each attack gets a node process of its own (the node is started anew on the same data
+//! before every attack but the first), so that what one attack leaves resident neither counts
+//! against the next nor pushes the node over its budget before the next begins. On that
+//! process, a client reads 100 points of one series through `/v1/read` in a loop, first alone
+//! for `secs` (the attack's baseline), then during the attack; beside it, an SDK client with a
+//! certificate of its own reads 100 points over QUIC every 5 ms (the `quic_` keys). Per attack:
+//! the HTTP client's read p99 and its ratio to its baseline's, the same for the QUIC client,
+//! the node's peak resident memory during the attack (Linux: `VmHWM`, reset before the attack
+//! to what is resident then, `rss_at_start_bytes`) against its budget and what stays resident
+//! after it (`rss_after_bytes`), what the attacker got, whether the node survived, and the CPU
+//! time of the node and of this process (`bench_cpu_s`: attackers and clients) during it. The
+//! top-level `baseline_` keys are the medians of the attacks' baselines; `load_average_1m` is
+//! the machine's when the attacks begin. The attackers run in this process and share the
+//! machine's cores with the node; the two clients run on a thread of their own, so they never
+//! wait behind the attackers' tasks. An attack that is a fixed amount of work (a round of
+//! connections, a request in flight) finishes it after `secs`, and the clients read until it
+//! has.
 //!
 //! HTTP attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
 //! series key; an aggregate of 100,000 windows x the wide series; slowloris connections that
@@ -365,6 +369,8 @@ async fn attack(name: &str, target: &Target, o: &HostileBenchOptions, stop: &Arc
 /// their latency is the node's and the machine's, not a wait behind the attackers' tasks.
 struct Readers {
     runtime: Option<tokio::runtime::Runtime>,
+    /// The SDK client's certificate.
+    tls: TlsFiles,
     /// The SDK client (its endpoint driven by `runtime`), and the points it reads back.
     quic: timeshard_sdk::Client,
     points: Vec<Point>,
@@ -378,10 +384,25 @@ impl Readers {
             .thread_name("well-behaved")
             .enable_all()
             .build()?;
-        let quic = runtime.spawn(async move { timeshard_sdk::Client::connect(addr, &tls).await }).await??;
+        let quic = Readers::connect_on(&runtime, addr, tls.clone()).await?;
         let points: Vec<Point> = (0..WELL_POINTS).map(|i| Point::new((T + i) * 1_000_000_000, i as f64)).collect();
         quic.write(&WELL_QUIC.parse()?, &points).await?;
-        Ok(Readers { runtime: Some(runtime), quic, points })
+        Ok(Readers { runtime: Some(runtime), tls, quic, points })
+    }
+
+    /// Connects the SDK client again, to a node process started anew at `addr`.
+    async fn reconnect(&mut self, addr: SocketAddr) -> Result<()> {
+        let runtime = self.runtime.as_ref().expect("running until dropped");
+        self.quic = Readers::connect_on(runtime, addr, self.tls.clone()).await?;
+        Ok(())
+    }
+
+    async fn connect_on(
+        runtime: &tokio::runtime::Runtime,
+        addr: SocketAddr,
+        tls: TlsFiles,
+    ) -> Result<timeshard_sdk::Client> {
+        Ok(runtime.spawn(async move { timeshard_sdk::Client::connect(addr, &tls).await }).await??)
     }
 
     fn spawn<F: std::future::Future<Output = Result<Latencies>> + Send + 'static>(
@@ -450,9 +471,8 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     options.memory.budget = ByteSize(o.budget);
     options.log = "warn".into();
     eprintln!("starting one node in {} (memory budget {} MiB)", dir.display(), o.budget >> 20);
-    let cluster = LocalCluster::start_converged(options).await?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
     let addr = cluster.http_addr(0).context("the node serves no HTTP")?;
-    let pid = cluster.pid(0).context("the node has no process id")?;
     let client = cluster.client(0).await?;
     let floor = Floor::measure(cluster.dir(), &client).await?;
     client.close().await;
@@ -467,53 +487,61 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             bail!("loading the data: {} {}", a.status, a.text());
         }
     }
+    drop(c);
     // The well-behaved SDK client holds a certificate of its own: the idle-connection attacker
     // uses the cluster's client certificate, whose connections the node caps.
     let steady_tls = pki::issue(&cluster.pki_dir(), "steady", Role::Client)?;
-    let readers = Readers::start(cluster.addr(0), steady_tls).await?;
-    let target = Arc::new(Target {
-        http: addr,
-        quic: quic::QuicTarget {
-            addr: cluster.addr(0),
-            tls: cluster.client_tls(),
-            per_identity: LimitsConfig::default().max_connections_per_identity,
-        },
-    });
-    let started_rss = peak_rss(pid);
+    let mut readers = Readers::start(cluster.addr(0), steady_tls).await?;
+    let started_rss = rss(cluster.pid(0).context("the node has no process id")?);
     // The machine's load when the attacks start: the ratios depend on the cores left over.
     let load_average: f64 = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0);
 
-    let cpu_at_start = cpu_time(pid);
-    let base = phase(None, &target, &readers, o).await?;
-    let base_cpu = (cpu_time(pid).saturating_sub(cpu_at_start)).as_secs_f64();
-    let base_p99 = base.http.percentile_ms(99.0);
-    let base_quic_p99 = base.quic.percentile_ms(99.0);
-    println!(
-        "baseline: {} reads, p99 {base_p99:.2} ms; QUIC {} reads, p99 {base_quic_p99:.2} ms",
-        base.http.len(),
-        base.quic.len()
-    );
     let ratio = |p99: f64, base: f64| if base > 0.0 { p99 / base } else { 0.0 };
     let mut attacks = Vec::new();
+    let mut baselines = Vec::new();
     let mut worst: (f64, f64, u64) = (0.0, 0.0, 0);
-    for name in ATTACKS {
+    for (k, name) in ATTACKS.iter().enumerate() {
+        if k > 0 {
+            // A node process started anew for each attack: what an attack leaves resident
+            // (allocators keep freed memory) must not count against the next, nor push the node
+            // over its budget so that the next attack's requests are refused before they reach
+            // the limit they test.
+            cluster.terminate(0).await?;
+            cluster.restart(0).await?;
+            readers.reconnect(cluster.addr(0)).await?;
+        }
+        let pid = cluster.pid(0).context("the node has no process id")?;
+        let target = Arc::new(Target {
+            http: cluster.http_addr(0).context("the node serves no HTTP")?,
+            quic: quic::QuicTarget {
+                addr: cluster.addr(0),
+                tls: cluster.client_tls(),
+                per_identity: LimitsConfig::default().max_connections_per_identity,
+            },
+        });
+        // The baseline right before each attack, on the same process, so that a machine whose
+        // load changes during the run compares like with like.
+        let base = phase(None, &target, &readers, o).await?;
+        let (base_p99, base_quic_p99) = (base.http.percentile_ms(99.0), base.quic.percentile_ms(99.0));
+
         let _ = procfs::reset_peak(pid);
         let (rss_at_start, cpu_at_start, own_cpu_at_start) = (rss(pid), cpu_time(pid), cpu_time(std::process::id()));
         let Phase { http, quic, statuses, secs } = phase(Some(name), &target, &readers, o).await?;
         let node_cpu = (cpu_time(pid).saturating_sub(cpu_at_start)).as_secs_f64();
         let own_cpu = (cpu_time(std::process::id()).saturating_sub(own_cpu_at_start)).as_secs_f64();
         // On a new connection: the node closes idle ones after its header timeout.
-        let survived = cluster.is_running(0) && ping(addr).await;
-        let peak = peak_rss(pid);
+        let survived = cluster.is_running(0) && ping(target.http).await;
+        let (peak, rss_after) = (peak_rss(pid), rss(pid));
         let (p99, quic_p99) = (http.percentile_ms(99.0), quic.percentile_ms(99.0));
         let (http_ratio, quic_ratio) = (ratio(p99, base_p99), ratio(quic_p99, base_quic_p99));
         worst = (worst.0.max(http_ratio), worst.1.max(quic_ratio), worst.2.max(peak));
         println!(
-            "{name}: {} reads, p99 {p99:.2} ms ({http_ratio:.2} x); QUIC p99 {quic_p99:.2} ms ({quic_ratio:.2} x); \
-             peak RSS {} MiB of {} MiB, survived {survived}, attacker got {:?} ({secs:.1} s, node CPU {node_cpu:.1} s)",
+            "{name}: {} reads, p99 {p99:.2} ms ({http_ratio:.2} x {base_p99:.2} ms); QUIC p99 {quic_p99:.2} ms \
+             ({quic_ratio:.2} x {base_quic_p99:.2} ms); peak RSS {} MiB of {} MiB, survived {survived}, attacker got \
+             {:?} ({secs:.1} s, node CPU {node_cpu:.1} s)",
             http.len(),
             peak >> 20,
             o.budget >> 20,
@@ -525,18 +553,22 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             "p99_ms": round3(p99),
             "p50_ms": round3(http.percentile_ms(50.0)),
             "p99_ratio": round3(http_ratio),
+            "baseline_p99_ms": round3(base_p99),
             "quic_reads": quic.len(),
             "quic_p99_ms": round3(quic_p99),
             "quic_p99_ratio": round3(quic_ratio),
+            "baseline_quic_p99_ms": round3(base_quic_p99),
             "peak_rss_bytes": peak,
             "peak_rss_over_budget": round3(peak as f64 / o.budget as f64),
             "rss_at_start_bytes": rss_at_start,
+            "rss_after_bytes": rss_after,
             "statuses": statuses.json(),
             "secs": round3(secs),
             "node_cpu_s": round3(node_cpu),
             "bench_cpu_s": round3(own_cpu),
             "survived": survived,
         }));
+        baselines.push(base);
         if !survived {
             break;
         }
@@ -544,13 +576,14 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     readers.quic.clone().close().await;
     drop(readers);
     cluster.shutdown().await?;
+    let baseline_median =
+        |f: &dyn Fn(&Phase) -> f64| round3(crate::stats::median(&baselines.iter().map(f).collect::<Vec<f64>>()));
     Ok(json!({
-        "baseline_p99_ms": round3(base_p99),
-        "baseline_p50_ms": round3(base.http.percentile_ms(50.0)),
-        "baseline_reads": base.http.len(),
-        "baseline_quic_p99_ms": round3(base_quic_p99),
-        "baseline_quic_reads": base.quic.len(),
-        "baseline_node_cpu_s": round3(base_cpu),
+        "baseline_p99_ms": baseline_median(&|b| b.http.percentile_ms(99.0)),
+        "baseline_p50_ms": baseline_median(&|b| b.http.percentile_ms(50.0)),
+        "baseline_reads": baseline_median(&|b| b.http.len() as f64),
+        "baseline_quic_p99_ms": baseline_median(&|b| b.quic.percentile_ms(99.0)),
+        "baseline_quic_reads": baseline_median(&|b| b.quic.len() as f64),
         "attacks": attacks,
         "worst_p99_ratio": round3(worst.0),
         "worst_quic_p99_ratio": round3(worst.1),
