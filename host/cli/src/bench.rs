@@ -33,9 +33,9 @@ pub(crate) enum BenchCommand {
     /// The HTTP side: line protocol on one node and on 3 (RF 3, W 2), remote write, and
     /// `/query` windows over a day, on node processes.
     Http(HttpArgs),
-    /// Hostile input over HTTP, on one node process: a well-behaved client's read p99 during
-    /// each attack against its p99 without one, and the node's peak RSS against its memory
-    /// budget.
+    /// Hostile input over HTTP and QUIC, on one node process: a well-behaved client's read p99
+    /// during each attack against its p99 without one, and the node's peak RSS against its
+    /// memory budget.
     #[command(after_help = HOSTILE_EXAMPLES)]
     Hostile(HostileArgs),
     /// Data following membership on node processes: rebalancing when nodes join, idle

@@ -141,13 +141,23 @@ fn bench_hostile_quick_writes_its_document() {
     let doc = bench(dir.path(), &["hostile", "--quick", "--dir", work.to_str().unwrap()]);
     assert_keys(&doc, &["baseline_p99_ms", "attacks", "worst_p99_ratio", "max_peak_rss_bytes", "budget_bytes"]);
     let attacks = doc["attacks"].as_array().expect("a list of attacks");
-    assert_eq!(attacks.len(), 8, "{doc}");
+    assert_eq!(attacks.len(), 10, "{doc}");
     for a in attacks {
         assert_eq!(a["survived"], true, "{a}");
         assert!(a["reads"].as_u64().is_some_and(|n| n > 0), "the client was served during {a}");
+        assert!(a["quic_reads"].as_u64().is_some_and(|n| n > 0), "the QUIC client was served during {a}");
         assert!(a["p99_ratio"].as_f64().is_some_and(|r| r > 0.0), "{a}");
         assert!(a["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0), "{a}");
     }
+    let got = |name: &str, what: &str| {
+        let a = attacks.iter().find(|a| a["attack"] == name).expect(name);
+        a["statuses"][what].as_u64().unwrap_or(0)
+    };
+    // Every nested envelope is refused as malformed, never answered.
+    assert!(got("located_nested_100000", "Malformed") > 0, "{doc}");
+    assert_eq!(got("located_nested_100000", "answered"), 0, "{doc}");
+    // The per-certificate cap refuses most of a round of 300.
+    assert!(got("quic_idle_connections", "refused") >= 200, "{doc}");
     assert_eq!(doc["budget_bytes"], 256 << 20);
     assert_floor(&doc);
 }

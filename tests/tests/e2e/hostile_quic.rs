@@ -9,46 +9,23 @@
 //! - clients holding every client request slot while a peer replicates writes (two node
 //!   processes).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use futures::StreamExt;
-use timeshard_node::admission::CLOSE_TOO_MANY;
 use timeshard_node::config::{ClassConfig, NodeConfig, TlsConfig};
 use timeshard_node::pki::{self, Role};
 use timeshard_node::{RunningNode, budget};
-use timeshard_proto::geo::GeoPoint;
 use timeshard_proto::wire::{self, ErrorCode, Request, Response};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::Client;
-use timeshard_sdk::tls::{self, Identity, NODE_NAME, TlsFiles};
+use timeshard_sdk::tls::TlsFiles;
 use timeshard_sdk::transport;
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+use timeshard_testkit::raw_quic::{self, Outcome};
 
 use crate::NODE;
-
-/// A raw QUIC endpoint holding `tls`'s certificate, for hand-made bytes and many connections.
-fn raw_endpoint(tls: &TlsFiles) -> Result<quinn::Endpoint> {
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-    endpoint.set_default_client_config(tls::client_config(&Identity::load(tls)?)?);
-    Ok(endpoint)
-}
-
-async fn raw(endpoint: &quinn::Endpoint, addr: SocketAddr) -> Result<quinn::Connection> {
-    Ok(endpoint.connect(addr, NODE_NAME)?.await?)
-}
-
-/// Sends `bytes` on a new stream and reads the one answer.
-async fn exchange(conn: &quinn::Connection, bytes: &[u8]) -> Result<Response> {
-    let (mut send, mut recv) = conn.open_bi().await?;
-    send.write_all(bytes).await?;
-    let _ = send.finish();
-    let body = transport::read_frame_bytes(&mut recv, 16 << 20).await?;
-    Ok(wire::decode(&body)?)
-}
 
 fn expect_error(resp: Response, code: ErrorCode) -> String {
     match resp {
@@ -98,18 +75,6 @@ fn single_class() -> Vec<ClassConfig> {
     vec![ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }]
 }
 
-/// A frame of `depth` located envelopes around a request for the newest point of a series.
-fn nested_located(depth: usize) -> Vec<u8> {
-    let at = GeoPoint::new(33.75, -84.39).unwrap();
-    let body_of = |r: &Request| wire::encode(r, u32::MAX).unwrap()[wire::HEADER_BYTES..].to_vec();
-    let latest = Request::Latest { series: "located.one".into(), before: i64::MAX / 2 };
-    let one = body_of(&Request::Located { at, request: Box::new(latest.clone()) });
-    let inner = body_of(&latest);
-    let mut body = one[..one.len() - inner.len()].repeat(depth);
-    body.extend_from_slice(&inner);
-    [&(body.len() as u32).to_be_bytes()[..], &body].concat()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn located_envelopes_nested_100_000_deep_get_a_clear_error() -> Result<()> {
     let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
@@ -119,18 +84,21 @@ async fn located_envelopes_nested_100_000_deep_get_a_clear_error() -> Result<()>
     cluster.client(0).await?.write(&"located.one".parse()?, &[p]).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let steady = well_behaved(cluster.client(0).await?, "steady.nested".parse()?, stop.clone());
-    let endpoint = raw_endpoint(&cluster.client_tls())?;
-    let conn = raw(&endpoint, cluster.addr(0)).await?;
+    let endpoint = raw_quic::endpoint(&cluster.client_tls())?;
+    let conn = raw_quic::connect(&endpoint, cluster.addr(0)).await?;
     // Over and over for a second, so the well-behaved client runs during the attack.
     let attack = Instant::now();
     while attack.elapsed() < Duration::from_secs(1) {
         for depth in [2, 1_000, 100_000] {
-            let msg = expect_error(exchange(&conn, &nested_located(depth)).await?, ErrorCode::Malformed);
+            let msg = expect_error(
+                raw_quic::exchange(&conn, &raw_quic::nested_located(depth, "located.one")).await?,
+                ErrorCode::Malformed,
+            );
             assert!(msg.contains("a located request carries another located request"), "{depth}: {msg}");
         }
     }
     // One envelope is a request like any other.
-    let one = exchange(&conn, &nested_located(1)).await?;
+    let one = raw_quic::exchange(&conn, &raw_quic::nested_located(1, "located.one")).await?;
     assert!(matches!(one, Response::Latest { point: Some(got) } if got == p), "{one:?}");
     stop.store(true, Ordering::Relaxed);
     let steady = steady.await??;
@@ -171,8 +139,8 @@ async fn frames_declaring_16_mib_cost_what_arrives_and_over_limit_ones_are_refus
     let stop = Arc::new(AtomicBool::new(false));
     let client = Client::connect(node.addr(), &client_tls).await?;
     let steady = well_behaved(client, "steady.frames".parse()?, stop.clone());
-    let endpoint = raw_endpoint(&client_tls)?;
-    let conn = raw(&endpoint, node.addr()).await?;
+    let endpoint = raw_quic::endpoint(&client_tls)?;
+    let conn = raw_quic::connect(&endpoint, node.addr()).await?;
 
     // 100 streams, each declaring 16 MiB (the limit) and sending ten bytes, left open.
     const STREAMS: usize = 100;
@@ -206,7 +174,7 @@ async fn frames_declaring_16_mib_cost_what_arrives_and_over_limit_ones_are_refus
     }
 
     // A declaration over the limit is refused before anything is read or charged.
-    let msg = expect_error(exchange(&conn, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await?, ErrorCode::TooLarge);
+    let msg = expect_error(raw_quic::exchange(&conn, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await?, ErrorCode::TooLarge);
     assert!(msg.contains("4294967295 bytes exceeds the limit of 16777216 bytes"), "{msg}");
     assert_eq!(ledger.frames(), 0);
     // A whole frame near the limit still goes through (and is charged only while it is read).
@@ -215,7 +183,7 @@ async fn frames_declaring_16_mib_cost_what_arrives_and_over_limit_ones_are_refus
     let big = Request::Write { batch: vec![wire::WriteSeries { series: "big.frame".into(), points }] };
     let frame = wire::encode(&big, 16 << 20)?;
     assert!(frame.len() > 1 << 20, "{}", frame.len());
-    let resp = exchange(&conn, &frame).await?;
+    let resp = raw_quic::exchange(&conn, &frame).await?;
     assert!(matches!(resp, Response::Written { points: 100_000, .. }), "{resp:?}");
     assert_eq!(ledger.frames(), 0);
 
@@ -230,29 +198,6 @@ async fn frames_declaring_16_mib_cost_what_arrives_and_over_limit_ones_are_refus
 
 /// Idle connections one client certificate opens at once.
 const FLOOD: usize = 10_000;
-
-/// What became of one connection of the flood.
-enum Outcome {
-    Open(quinn::Connection),
-    /// Closed by the node's cap, with its reason.
-    Refused(String),
-    /// Anything else (a handshake that timed out under the load).
-    Failed(String),
-}
-
-impl Outcome {
-    fn of(connected: Result<quinn::Connection, quinn::ConnectionError>) -> Outcome {
-        match connected {
-            Ok(c) => Outcome::Open(c),
-            Err(quinn::ConnectionError::ApplicationClosed(close))
-                if close.error_code.into_inner() == u64::from(CLOSE_TOO_MANY) =>
-            {
-                Outcome::Refused(String::from_utf8_lossy(&close.reason).into_owned())
-            }
-            Err(e) => Outcome::Failed(e.to_string()),
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_idle_connections_from_one_certificate_are_capped() -> Result<()> {
@@ -276,37 +221,10 @@ async fn thousands_of_idle_connections_from_one_certificate_are_capped() -> Resu
     let steady = well_behaved(Client::connect(addr, &steady_tls).await?, "steady.conns".parse()?, stop.clone());
 
     let started = Instant::now();
-    let endpoint = raw_endpoint(&cluster.client_tls())?;
-    let outcomes: Vec<Outcome> = futures::stream::iter(0..FLOOD)
-        .map(|_| {
-            let endpoint = endpoint.clone();
-            async move {
-                match endpoint.connect(addr, NODE_NAME) {
-                    Ok(connecting) => Outcome::of(connecting.await),
-                    Err(e) => Outcome::Failed(e.to_string()),
-                }
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await;
+    let endpoint = raw_quic::endpoint(&cluster.client_tls())?;
+    let outcomes = raw_quic::flood(&endpoint, addr, FLOOD, 64).await;
     let opened_in = started.elapsed();
-    // The node closes the excess as soon as their handshakes show who they are; the close
-    // reaches this side a moment later (longer on a loaded machine).
-    let still_open =
-        |o: &[Outcome]| o.iter().filter(|o| matches!(o, Outcome::Open(c) if c.close_reason().is_none())).count();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    while still_open(&outcomes) > per_identity && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let outcomes: Vec<Outcome> = outcomes
-        .into_iter()
-        .map(|o| match o {
-            Outcome::Open(c) if c.close_reason().is_some() => Outcome::of(Err(c.close_reason().unwrap())),
-            other => other,
-        })
-        .collect();
+    let outcomes = raw_quic::settle(outcomes, per_identity, Duration::from_secs(10)).await;
     let conns: Vec<&quinn::Connection> =
         outcomes.iter().filter_map(|o| if let Outcome::Open(c) = o { Some(c) } else { None }).collect();
     let reasons: Vec<&String> =
@@ -365,8 +283,8 @@ async fn clients_holding_every_request_slot_do_not_starve_replication() -> Resul
     let cluster = LocalCluster::start_converged(options).await?;
     // Clients of node 0 hold its client slots: streams that declare a frame and send none of
     // it, each waiting out the request timeout, opened again as they end.
-    let endpoint = raw_endpoint(&cluster.client_tls())?;
-    let conn = raw(&endpoint, cluster.addr(0)).await?;
+    let endpoint = raw_quic::endpoint(&cluster.client_tls())?;
+    let conn = raw_quic::connect(&endpoint, cluster.addr(0)).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut hogs = Vec::new();
     for _ in 0..16 {

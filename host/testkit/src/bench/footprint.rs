@@ -31,6 +31,7 @@ use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, LocalCluster};
 use crate::datasets::{T0, pmu_point, pmu_series};
+use crate::procfs;
 use crate::stats::{median, round3};
 
 /// What `bench footprint` runs; `Default` is the benchmark as specified.
@@ -72,33 +73,6 @@ impl FootprintOptions {
     pub fn quick() -> FootprintOptions {
         FootprintOptions { rate: 2_000, secs: 3, idle_secs: 1, policy_batches: 5, ..FootprintOptions::default() }
     }
-}
-
-/// Resident set and virtual size of process `pid`, in bytes.
-fn memory_of(pid: u32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading /proc/<pid>/status")?;
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|v| v * 1024)
-    };
-    Ok((kib("VmRSS:").context("no VmRSS")?, kib("VmSize:").context("no VmSize")?))
-}
-
-/// User + system CPU time of process `pid` so far.
-fn cpu_of(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).context("reading /proc/<pid>/stat")?;
-    // Fields after the command name (which may hold spaces): state is the 3rd field, utime
-    // and stime the 14th and 15th.
-    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).context("short stat")?.iter().filter_map(|f| f.parse::<u64>().ok()).sum();
-    // Linux reports these in USER_HZ, 100 per second on every architecture it exposes to user
-    // space that way.
-    Ok(Duration::from_millis(ticks * 10))
 }
 
 fn mb(bytes: u64) -> f64 {
@@ -157,7 +131,7 @@ async fn idle_node(
     options.log = "warn".into();
     let node = LocalCluster::start_converged(options).await?;
     tokio::time::sleep(Duration::from_secs(o.idle_secs)).await;
-    let (rss, vsz) = memory_of(pid(&node, 0)?)?;
+    let procfs::Memory { rss, virt: vsz, .. } = procfs::memory(pid(&node, 0)?)?;
     let floor = if floor {
         let client = node.client(0).await?;
         let f = Floor::measure(node.dir(), &client).await?;
@@ -189,7 +163,7 @@ async fn ingest(binary: &Path, dir: &Path, o: &FootprintOptions) -> Result<Inges
     let keys: Vec<_> = (0..series).map(pmu_series).collect();
     let now = timeshard_clock::now_ns();
     let pids: Vec<u32> = (0..3).map(|i| pid(&cluster, i)).collect::<Result<_>>()?;
-    let cpu0: Vec<Duration> = pids.iter().map(|&p| cpu_of(p)).collect::<Result<_>>()?;
+    let cpu0: Vec<Duration> = pids.iter().map(|&p| procfs::cpu_time(p)).collect::<Result<_>>()?;
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,8 +190,8 @@ async fn ingest(binary: &Path, dir: &Path, o: &FootprintOptions) -> Result<Inges
     let mut rss = Vec::new();
     let mut cpu_pct = Vec::new();
     for (p, c0) in pids.iter().zip(&cpu0) {
-        rss.push(memory_of(*p)?.0);
-        cpu_pct.push(100.0 * (cpu_of(*p)? - *c0).as_secs_f64() / elapsed.as_secs_f64());
+        rss.push(procfs::memory(*p)?.rss);
+        cpu_pct.push(100.0 * (procfs::cpu_time(*p)? - *c0).as_secs_f64() / elapsed.as_secs_f64());
     }
     client.close().await;
     cluster.shutdown().await?;

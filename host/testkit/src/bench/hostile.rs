@@ -1,18 +1,32 @@
-//! `timeshard bench hostile`: what each HTTP attack of the hostile-input issue costs a
-//! well-behaved client, on one node process over loopback with the default memory budget.
+//! `timeshard bench hostile`: what each attack of the hostile-input issue, over HTTP and over
+//! QUIC, costs a well-behaved client, on one node process over loopback with the default memory
+//! budget.
 //!
-//! A client reads 100 points of one series through `/v1/read` in a loop, first alone (the
-//! baseline), then during each attack in turn; each attack gets the node to itself apart from
-//! that client. Per attack: the client's read p99 and its ratio to the baseline's, the node's
-//! peak resident memory during the attack (Linux: `VmHWM`, reset before each attack) against
-//! its budget, the statuses the attacker got, and whether the node survived. The attackers run
-//! in this process and share the machine's cores with the node.
+//! Each attack gets a node process of its own (the node is started anew on the same data
+//! before every attack but the first), so that what one attack leaves resident neither counts
+//! against the next nor pushes the node over its budget before the next begins. On that
+//! process, a client reads 100 points of one series through `/v1/read` in a loop, first alone
+//! for `secs` (the attack's baseline), then during the attack; beside it, an SDK client with a
+//! certificate of its own reads 100 points over QUIC every 5 ms (the `quic_` keys). Per attack:
+//! the HTTP client's read p99 and its ratio to its baseline's, the same for the QUIC client,
+//! the node's peak resident memory during the attack (Linux: `VmHWM`, reset before the attack
+//! to what is resident then, `rss_at_start_bytes`) against its budget and what stays resident
+//! after it (`rss_after_bytes`), what the attacker got, whether the node survived, and the CPU
+//! time of the node and of this process (`bench_cpu_s`: attackers and clients) during it. The
+//! top-level `baseline_` keys are the medians of the attacks' baselines; `load_average_1m` is
+//! the machine's when the attacks begin. The attackers run in this process and share the
+//! machine's cores with the node; the two clients run on a thread of their own, so they never
+//! wait behind the attackers' tasks. An attack that is a fixed amount of work (a round of
+//! connections, a request in flight) finishes it after `secs`, and the clients read until it
+//! has.
 //!
-//! Attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
+//! HTTP attacks: InfluxQL `WHERE` clauses nested 10,000 and 200,000 deep; a 20 MB line; a 1 MB
 //! series key; an aggregate of 100,000 windows x the wide series; slowloris connections that
 //! send a header byte a second; concurrent 32 MiB bodies; concurrent gzip bodies that inflate
-//! to 30 MiB. The QUIC attacks (nested located envelopes, idle connections) are measured by the
-//! end-to-end tests, not here yet.
+//! to 30 MiB. QUIC attacks ([`quic`]): frames of located envelopes nested 100,000 deep, and
+//! rounds of 10,000 idle connections from one client certificate. What the attacker got is
+//! counted by HTTP status (0: closed without one), by the wire error code of the QUIC answers,
+//! and by `open`, `refused` (the per-certificate cap) and `failed` for the connections.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,7 +38,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use timeshard_node::budget::ByteSize;
-use timeshard_node::config::ClassConfig;
+use timeshard_node::config::{ClassConfig, LimitsConfig};
+use timeshard_node::pki::{self, Role};
+use timeshard_proto::Point;
+use timeshard_sdk::tls::TlsFiles;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -32,7 +49,10 @@ use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
 use crate::http_client::{HttpClient, encode};
+use crate::procfs;
 use crate::stats::{Latencies, round3};
+
+mod quic;
 
 /// What `bench hostile` runs; `Default` is the benchmark as specified.
 #[derive(Clone, Debug)]
@@ -47,20 +67,37 @@ pub struct HostileBenchOptions {
     pub slowloris: usize,
     /// Large bodies (and, a sixteenth of them, gzip bodies) sent at once.
     pub bodies: usize,
+    /// Connections of each round of the idle-connection attack.
+    pub idle_connections: usize,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
 
 impl Default for HostileBenchOptions {
     fn default() -> Self {
-        HostileBenchOptions { secs: 10, budget: 256 << 20, series: 10_000, slowloris: 1_000, bodies: 256, dir: None }
+        HostileBenchOptions {
+            secs: 10,
+            budget: 256 << 20,
+            series: 10_000,
+            slowloris: 1_000,
+            bodies: 256,
+            idle_connections: 10_000,
+            dir: None,
+        }
     }
 }
 
 impl HostileBenchOptions {
     /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
     pub fn quick() -> HostileBenchOptions {
-        HostileBenchOptions { secs: 2, series: 500, slowloris: 50, bodies: 16, ..HostileBenchOptions::default() }
+        HostileBenchOptions {
+            secs: 2,
+            series: 500,
+            slowloris: 50,
+            bodies: 16,
+            idle_connections: 300,
+            ..HostileBenchOptions::default()
+        }
     }
 }
 
@@ -80,19 +117,23 @@ const ATTACKS: &[&str] = &[
     "slowloris",
     "bodies_32mib",
     "gzip_30mib",
+    "located_nested_100000",
+    "quic_idle_connections",
 ];
 
 /// Peak resident bytes of `pid` since start or its last reset (Linux: `VmHWM`; 0 elsewhere).
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb =
-        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok());
-    kb.unwrap_or(0u64) * 1024
+    procfs::memory(pid).map_or(0, |m| m.peak)
 }
 
-/// Starts `pid`'s peak resident memory over from its current (Linux: `clear_refs` 5).
-fn reset_peak_rss(pid: u32) {
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+/// Resident bytes of `pid` now (0 where `/proc` cannot tell).
+fn rss(pid: u32) -> u64 {
+    procfs::memory(pid).map_or(0, |m| m.rss)
+}
+
+/// CPU time `pid` has used so far (zero where `/proc` cannot tell).
+fn cpu_time(pid: u32) -> Duration {
+    procfs::cpu_time(pid).unwrap_or_default()
 }
 
 /// Sends one request by hand (`head` without its final blank line), the body whole; the
@@ -111,13 +152,14 @@ async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Result<u16> {
     Ok(text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0))
 }
 
-/// Statuses an attacker got, by code (0: closed without an answer).
+/// What an attacker got, counted by answer: an HTTP status (0: closed without an answer), a
+/// wire error code, or what became of a connection.
 #[derive(Default)]
-struct Statuses(BTreeMap<u16, u64>);
+struct Statuses(BTreeMap<String, u64>);
 
 impl Statuses {
-    fn add(&mut self, status: u16) {
-        *self.0.entry(status).or_default() += 1;
+    fn add(&mut self, what: impl ToString) {
+        *self.0.entry(what.to_string()).or_default() += 1;
     }
 
     fn merge(&mut self, other: Statuses) {
@@ -127,18 +169,25 @@ impl Statuses {
     }
 
     fn json(&self) -> serde_json::Value {
-        json!(self.0.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>())
+        json!(self.0.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>())
     }
 }
 
-/// The well-behaved client: reads its series until `stop`, checking every answer.
+/// The well-behaved client: reads its series until `stop`, checking every answer. It connects
+/// again when an answer says `Connection: close` (the node's `max_requests_per_connection`),
+/// as a keep-alive client does; that read's time includes the new connection.
 async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latencies> {
     let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
     let path = format!("/v1/read?series=well&start={}&end={}", T * 1_000_000_000, (T + WELL_POINTS) * 1_000_000_000);
     let mut lat = Latencies::default();
+    let mut closed = false;
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
+        if closed {
+            client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+        }
         let a = client.get(&path).await?;
+        closed = a.headers.get(http::header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         if a.status != 200 {
             bail!("the well-behaved read got {}: {}", a.status, a.text());
         }
@@ -151,11 +200,20 @@ async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latenci
     Ok(lat)
 }
 
+/// Whether the node answers `GET /ping` on a new connection.
+async fn ping(addr: SocketAddr) -> bool {
+    match HttpClient::connect(addr, Some(HTTP_TOKEN)).await {
+        Ok(mut c) => c.get("/ping").await.is_ok_and(|a| a.status == 204),
+        Err(_) => false,
+    }
+}
+
 /// One attacker's requests, repeated until `stop`; `parallel` of them at once.
-async fn repeat<F, Fut>(parallel: usize, stop: &Arc<AtomicBool>, request: F) -> Result<Statuses>
+async fn repeat<F, Fut, K>(parallel: usize, stop: &Arc<AtomicBool>, request: F) -> Result<Statuses>
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<u16>> + Send,
+    Fut: std::future::Future<Output = Result<K>> + Send,
+    K: ToString + Send + 'static,
 {
     let request = Arc::new(request);
     let tasks: Vec<_> = (0..parallel)
@@ -226,8 +284,16 @@ async fn slowloris(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Result
     Ok(statuses)
 }
 
+/// Where the attacks aim.
+struct Target {
+    /// The node's HTTP side.
+    http: SocketAddr,
+    quic: quic::QuicTarget,
+}
+
 /// Runs attack `name` until `stop`.
-async fn attack(name: &str, addr: SocketAddr, o: &HostileBenchOptions, stop: &Arc<AtomicBool>) -> Result<Statuses> {
+async fn attack(name: &str, target: &Target, o: &HostileBenchOptions, stop: &Arc<AtomicBool>) -> Result<Statuses> {
+    let addr = target.http;
     let host = format!("Host: {addr}");
     let nested = |depth: usize| {
         let q = format!("SELECT value FROM m WHERE {}a = 'b'{}", "(".repeat(depth), ")".repeat(depth));
@@ -292,27 +358,105 @@ async fn attack(name: &str, addr: SocketAddr, o: &HostileBenchOptions, stop: &Ar
             })
             .await
         }
+        "located_nested_100000" => quic::nested_located(&target.quic, stop).await,
+        "quic_idle_connections" => quic::idle_connections(&target.quic, o.idle_connections, stop).await,
         other => bail!("unknown attack {other}"),
     }
 }
 
-/// The well-behaved client alone for `o.secs`, or beside attack `name`: its latencies and the
-/// attacker's statuses.
-async fn phase(name: Option<&str>, addr: SocketAddr, o: &HostileBenchOptions) -> Result<(Latencies, Statuses)> {
+/// The well-behaved clients, on a runtime of their own: one thread apart from the attackers'
+/// tasks, as a client in another process would be (the machine's cores are still shared), so
+/// their latency is the node's and the machine's, not a wait behind the attackers' tasks.
+struct Readers {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// The SDK client's certificate.
+    tls: TlsFiles,
+    /// The SDK client (its endpoint driven by `runtime`), and the points it reads back.
+    quic: timeshard_sdk::Client,
+    points: Vec<Point>,
+}
+
+impl Readers {
+    /// Connects the SDK client to `addr` with `tls` and writes its points.
+    async fn start(addr: SocketAddr, tls: TlsFiles) -> Result<Readers> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("well-behaved")
+            .enable_all()
+            .build()?;
+        let quic = Readers::connect_on(&runtime, addr, tls.clone()).await?;
+        let points: Vec<Point> = (0..WELL_POINTS).map(|i| Point::new((T + i) * 1_000_000_000, i as f64)).collect();
+        quic.write(&WELL_QUIC.parse()?, &points).await?;
+        Ok(Readers { runtime: Some(runtime), tls, quic, points })
+    }
+
+    /// Connects the SDK client again, to a node process started anew at `addr`.
+    async fn reconnect(&mut self, addr: SocketAddr) -> Result<()> {
+        let runtime = self.runtime.as_ref().expect("running until dropped");
+        self.quic = Readers::connect_on(runtime, addr, self.tls.clone()).await?;
+        Ok(())
+    }
+
+    async fn connect_on(
+        runtime: &tokio::runtime::Runtime,
+        addr: SocketAddr,
+        tls: TlsFiles,
+    ) -> Result<timeshard_sdk::Client> {
+        Ok(runtime.spawn(async move { timeshard_sdk::Client::connect(addr, &tls).await }).await??)
+    }
+
+    fn spawn<F: std::future::Future<Output = Result<Latencies>> + Send + 'static>(
+        &self,
+        f: F,
+    ) -> tokio::task::JoinHandle<Result<Latencies>> {
+        self.runtime.as_ref().expect("running until dropped").spawn(f)
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        // A runtime dropped in an asynchronous context would block it.
+        if let Some(r) = self.runtime.take() {
+            r.shutdown_background();
+        }
+    }
+}
+
+/// The SDK client's series.
+const WELL_QUIC: &str = "well.quic";
+
+/// What the well-behaved clients measured during one phase, and what the attacker got.
+struct Phase {
+    http: Latencies,
+    quic: Latencies,
+    statuses: Statuses,
+    /// How long the phase lasted (longer than `secs` when an attack finished what it had begun).
+    secs: f64,
+}
+
+/// The well-behaved clients alone for `o.secs`, or beside attack `name` until it has stopped.
+async fn phase(name: Option<&str>, target: &Arc<Target>, readers: &Readers, o: &HostileBenchOptions) -> Result<Phase> {
+    let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
-    let well = tokio::spawn(well_behaved(addr, stop.clone()));
+    let well_stop = Arc::new(AtomicBool::new(false));
+    let well = readers.spawn(well_behaved(target.http, well_stop.clone()));
+    let (client, points) = (readers.quic.clone(), readers.points.clone());
+    let well_quic = readers.spawn(quic::well_behaved(client, WELL_QUIC.parse()?, points, well_stop.clone()));
     let attacker = name.map(|n| {
-        let (n, o, stop) = (n.to_string(), o.clone(), stop.clone());
-        tokio::spawn(async move { attack(&n, addr, &o, &stop).await })
+        let (n, o, stop, target) = (n.to_string(), o.clone(), stop.clone(), target.clone());
+        tokio::spawn(async move { attack(&n, &target, &o, &stop).await })
     });
     tokio::time::sleep(Duration::from_secs(o.secs)).await;
     stop.store(true, Ordering::Relaxed);
-    let lat = well.await?.context("the well-behaved client")?;
+    // The clients read until the attacker has finished what it had begun.
     let statuses = match attacker {
-        Some(a) => tokio::time::timeout(Duration::from_secs(120), a).await.context("the attack did not stop")??,
+        Some(a) => tokio::time::timeout(Duration::from_secs(600), a).await.context("the attack did not stop")??,
         None => Ok(Statuses::default()),
-    }?;
-    Ok((lat, statuses))
+    };
+    well_stop.store(true, Ordering::Relaxed);
+    let http = well.await?.context("the well-behaved HTTP client")?;
+    let quic = well_quic.await?.context("the well-behaved QUIC client")?;
+    Ok(Phase { http, quic, statuses: statuses?, secs: started.elapsed().as_secs_f64() })
 }
 
 /// Runs the benchmark with a node process of `binary` and returns its JSON document.
@@ -327,9 +471,8 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     options.memory.budget = ByteSize(o.budget);
     options.log = "warn".into();
     eprintln!("starting one node in {} (memory budget {} MiB)", dir.display(), o.budget >> 20);
-    let cluster = LocalCluster::start_converged(options).await?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
     let addr = cluster.http_addr(0).context("the node serves no HTTP")?;
-    let pid = cluster.pid(0).context("the node has no process id")?;
     let client = cluster.client(0).await?;
     let floor = Floor::measure(cluster.dir(), &client).await?;
     client.close().await;
@@ -344,56 +487,114 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
             bail!("loading the data: {} {}", a.status, a.text());
         }
     }
-    let started_rss = peak_rss(pid);
+    drop(c);
+    // The well-behaved SDK client holds a certificate of its own: the idle-connection attacker
+    // uses the cluster's client certificate, whose connections the node caps.
+    let steady_tls = pki::issue(&cluster.pki_dir(), "steady", Role::Client)?;
+    let mut readers = Readers::start(cluster.addr(0), steady_tls).await?;
+    let started_rss = rss(cluster.pid(0).context("the node has no process id")?);
+    // The machine's load when the attacks start: the ratios depend on the cores left over.
+    let load_average: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
 
-    let (base, _) = phase(None, addr, o).await?;
-    let base_p99 = base.percentile_ms(99.0);
-    println!("baseline: {} reads, p99 {base_p99:.2} ms", base.len());
+    let ratio = |p99: f64, base: f64| if base > 0.0 { p99 / base } else { 0.0 };
     let mut attacks = Vec::new();
-    let mut worst: (f64, u64) = (0.0, 0);
-    for name in ATTACKS {
-        reset_peak_rss(pid);
-        let (lat, statuses) = phase(Some(name), addr, o).await?;
-        let survived = cluster.is_running(0) && c.get("/ping").await.is_ok_and(|a| a.status == 204);
-        let peak = peak_rss(pid);
-        let p99 = lat.percentile_ms(99.0);
-        let ratio = if base_p99 > 0.0 { p99 / base_p99 } else { 0.0 };
-        worst = (worst.0.max(ratio), worst.1.max(peak));
+    let mut baselines = Vec::new();
+    let mut worst: (f64, f64, u64) = (0.0, 0.0, 0);
+    for (k, name) in ATTACKS.iter().enumerate() {
+        if k > 0 {
+            // A node process started anew for each attack: what an attack leaves resident
+            // (allocators keep freed memory) must not count against the next, nor push the node
+            // over its budget so that the next attack's requests are refused before they reach
+            // the limit they test.
+            cluster.terminate(0).await?;
+            cluster.restart(0).await?;
+            readers.reconnect(cluster.addr(0)).await?;
+        }
+        let pid = cluster.pid(0).context("the node has no process id")?;
+        let target = Arc::new(Target {
+            http: cluster.http_addr(0).context("the node serves no HTTP")?,
+            quic: quic::QuicTarget {
+                addr: cluster.addr(0),
+                tls: cluster.client_tls(),
+                per_identity: LimitsConfig::default().max_connections_per_identity,
+            },
+        });
+        // The baseline right before each attack, on the same process, so that a machine whose
+        // load changes during the run compares like with like.
+        let base = phase(None, &target, &readers, o).await?;
+        let (base_p99, base_quic_p99) = (base.http.percentile_ms(99.0), base.quic.percentile_ms(99.0));
+
+        let _ = procfs::reset_peak(pid);
+        let (rss_at_start, cpu_at_start, own_cpu_at_start) = (rss(pid), cpu_time(pid), cpu_time(std::process::id()));
+        let Phase { http, quic, statuses, secs } = phase(Some(name), &target, &readers, o).await?;
+        let node_cpu = (cpu_time(pid).saturating_sub(cpu_at_start)).as_secs_f64();
+        let own_cpu = (cpu_time(std::process::id()).saturating_sub(own_cpu_at_start)).as_secs_f64();
+        // On a new connection: the node closes idle ones after its header timeout.
+        let survived = cluster.is_running(0) && ping(target.http).await;
+        let (peak, rss_after) = (peak_rss(pid), rss(pid));
+        let (p99, quic_p99) = (http.percentile_ms(99.0), quic.percentile_ms(99.0));
+        let (http_ratio, quic_ratio) = (ratio(p99, base_p99), ratio(quic_p99, base_quic_p99));
+        worst = (worst.0.max(http_ratio), worst.1.max(quic_ratio), worst.2.max(peak));
         println!(
-            "{name}: {} reads, p99 {p99:.2} ms ({ratio:.2} x), peak RSS {} MiB of {} MiB, survived {survived}, \
-             attacker got {:?}",
-            lat.len(),
+            "{name}: {} reads, p99 {p99:.2} ms ({http_ratio:.2} x {base_p99:.2} ms); QUIC p99 {quic_p99:.2} ms \
+             ({quic_ratio:.2} x {base_quic_p99:.2} ms); peak RSS {} MiB of {} MiB, survived {survived}, attacker got \
+             {:?} ({secs:.1} s, node CPU {node_cpu:.1} s)",
+            http.len(),
             peak >> 20,
             o.budget >> 20,
             statuses.0
         );
         attacks.push(json!({
             "attack": name,
-            "reads": lat.len(),
+            "reads": http.len(),
             "p99_ms": round3(p99),
-            "p50_ms": round3(lat.percentile_ms(50.0)),
-            "p99_ratio": round3(ratio),
+            "p50_ms": round3(http.percentile_ms(50.0)),
+            "p99_ratio": round3(http_ratio),
+            "baseline_p99_ms": round3(base_p99),
+            "quic_reads": quic.len(),
+            "quic_p99_ms": round3(quic_p99),
+            "quic_p99_ratio": round3(quic_ratio),
+            "baseline_quic_p99_ms": round3(base_quic_p99),
             "peak_rss_bytes": peak,
             "peak_rss_over_budget": round3(peak as f64 / o.budget as f64),
+            "rss_at_start_bytes": rss_at_start,
+            "rss_after_bytes": rss_after,
             "statuses": statuses.json(),
+            "secs": round3(secs),
+            "node_cpu_s": round3(node_cpu),
+            "bench_cpu_s": round3(own_cpu),
             "survived": survived,
         }));
+        baselines.push(base);
         if !survived {
             break;
         }
     }
+    readers.quic.clone().close().await;
+    drop(readers);
     cluster.shutdown().await?;
+    let baseline_median =
+        |f: &dyn Fn(&Phase) -> f64| round3(crate::stats::median(&baselines.iter().map(f).collect::<Vec<f64>>()));
     Ok(json!({
-        "baseline_p99_ms": round3(base_p99),
-        "baseline_p50_ms": round3(base.percentile_ms(50.0)),
-        "baseline_reads": base.len(),
+        "baseline_p99_ms": baseline_median(&|b| b.http.percentile_ms(99.0)),
+        "baseline_p50_ms": baseline_median(&|b| b.http.percentile_ms(50.0)),
+        "baseline_reads": baseline_median(&|b| b.http.len() as f64),
+        "baseline_quic_p99_ms": baseline_median(&|b| b.quic.percentile_ms(99.0)),
+        "baseline_quic_reads": baseline_median(&|b| b.quic.len() as f64),
         "attacks": attacks,
         "worst_p99_ratio": round3(worst.0),
-        "max_peak_rss_bytes": worst.1,
+        "worst_quic_p99_ratio": round3(worst.1),
+        "max_peak_rss_bytes": worst.2,
         "budget_bytes": o.budget,
+        "load_average_1m": load_average,
         "started_rss_bytes": started_rss,
         "floor": floor,
         "settings": {"secs": o.secs, "series": o.series, "slowloris": o.slowloris, "bodies": o.bodies,
-            "well_behaved": "GET /v1/read of 100 points in a loop, one connection"},
+            "located_depth": quic::LOCATED_DEPTH, "idle_connections": o.idle_connections,
+            "well_behaved": "GET /v1/read of 100 points in a loop, one connection",
+            "well_behaved_quic": "SDK read of 100 points every 5 ms, a certificate of its own"},
     }))
 }

@@ -104,12 +104,8 @@ impl ServeProcess {
 
     /// Resident memory now and at its peak, in MiB, from /proc.
     pub fn rss_mb(&self) -> Option<(f64, f64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let field = |name: &str| -> Option<f64> {
-            let line = status.lines().find(|l| l.starts_with(name))?;
-            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb / 1024.0)
-        };
-        Some((field("VmRSS:")?, field("VmHWM:")?))
+        let m = crate::procfs::memory(self.pid()?).ok()?;
+        let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+        Some((mib(m.rss), mib(m.peak)))
     }
 }
