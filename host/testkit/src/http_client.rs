@@ -125,3 +125,29 @@ pub fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Sends one request by hand on a fresh connection, as an attacker holding the cluster's token
+/// would (a request without one is refused before its body is read): `head` is the request
+/// line and headers without the final blank line; `Content-Length`, `Connection: close` and
+/// the token are added, then the body whole. Returns what the node sent before it closed, and
+/// whether it closed within `wait` (if not, what arrived so far). The node may answer, and
+/// close, before the whole body is sent: that is an answer too.
+pub async fn raw_request(
+    addr: SocketAddr,
+    head: &str,
+    body: &[u8],
+    wait: std::time::Duration,
+) -> Result<(Vec<u8>, bool)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "{head}\r\n{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        crate::cluster::HTTP_AUTHORIZATION,
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).await?;
+    let _ = tcp.write_all(body).await;
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(wait, tcp.read_to_end(&mut answer)).await.is_ok();
+    Ok((answer, closed))
+}

@@ -12,7 +12,7 @@ use anyhow::Context;
 use timeshard_node::config::ClassConfig;
 use timeshard_node::http::HttpConfig;
 use timeshard_testkit::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
-use timeshard_testkit::http_client::{HttpClient, encode};
+use timeshard_testkit::http_client::{HttpClient, encode, raw_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -36,19 +36,10 @@ struct Raw {
     body: String,
 }
 
-/// Sends `head` (request line and headers, without the blank line) and `body` on a fresh
-/// connection, with `Content-Length`, `Connection: close` and the cluster's token (attacks by a
-/// client holding one, a stolen one say, reach every limit, where a request without one is
-/// refused before its body is read), and reads the whole answer.
+/// Sends `head` and `body` by hand ([`raw_request`]) and reads the whole answer.
 async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> anyhow::Result<Raw> {
-    let mut tcp = TcpStream::connect(addr).await?;
-    let request =
-        format!("{head}\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-    tcp.write_all(request.as_bytes()).await?;
-    // The node may answer (and close) before the whole body is sent: that is an answer too.
-    let _ = tcp.write_all(body).await;
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut answer)).await.context("no answer")?;
+    let (answer, closed) = raw_request(addr, head, body, Duration::from_secs(30)).await?;
+    anyhow::ensure!(closed, "no answer");
     parse(&answer)
 }
 

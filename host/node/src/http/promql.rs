@@ -384,6 +384,11 @@ pub async fn remote_read(State(s): State<AppState>, Body(body): Body) -> Respons
     response
 }
 
+/// The series of `source` that hold samples, borrowed (not copied).
+fn with_samples(source: &MemorySource) -> Vec<(&Labels, &[Sample])> {
+    source.iter().filter(|(_, samples)| !samples.is_empty()).collect()
+}
+
 async fn read(s: &AppState, body: &[u8]) -> Response {
     let text = |status: StatusCode, message: String| (status, message).into_response();
     let limits = limits(s);
@@ -405,15 +410,9 @@ async fn read(s: &AppState, body: &[u8]) -> Response {
             }
         }
     }
-    let series = |source: &MemorySource| -> Vec<(Labels, Vec<Sample>)> {
-        source.iter().filter(|(_, samples)| !samples.is_empty()).map(|(l, v)| (l.clone(), v.to_vec())).collect()
-    };
     match request.response {
         ResponseType::Samples => {
-            let all: Vec<Vec<(Labels, Vec<Sample>)>> = results.iter().map(series).collect();
-            let body = remote_read::sampled_response(
-                all.iter().map(|query| query.iter().map(|(l, v)| (l, v.as_slice())).collect::<Vec<_>>()),
-            );
+            let body = remote_read::sampled_response(results.iter().map(with_samples));
             let headers = [
                 (header::CONTENT_TYPE, HeaderValue::from_static(remote_read::SAMPLED_CONTENT_TYPE)),
                 (header::CONTENT_ENCODING, HeaderValue::from_static("snappy")),
@@ -424,8 +423,8 @@ async fn read(s: &AppState, body: &[u8]) -> Response {
             let mut out = Vec::new();
             for (i, source) in results.iter().enumerate() {
                 let mut encoder = remote_read::StreamEncoder::new(i, remote_read::DEFAULT_FRAME_BYTES);
-                for (labels, samples) in series(source) {
-                    if let Some(frame) = encoder.push(&labels, &samples) {
+                for (labels, samples) in with_samples(source) {
+                    if let Some(frame) = encoder.push(labels, samples) {
                         out.extend_from_slice(&frame);
                     }
                 }

@@ -48,7 +48,7 @@ use tokio::net::TcpStream;
 use super::WorkDir;
 use super::floor::Floor;
 use crate::cluster::{ClusterOptions, HTTP_AUTHORIZATION, HTTP_TOKEN, LocalCluster};
-use crate::http_client::{HttpClient, encode};
+use crate::http_client::{HttpClient, encode, raw_request};
 use crate::procfs;
 use crate::stats::{Latencies, round3};
 
@@ -136,18 +136,10 @@ fn cpu_time(pid: u32) -> Duration {
     procfs::cpu_time(pid).unwrap_or_default()
 }
 
-/// Sends one request by hand (`head` without its final blank line), the body whole; the
-/// answer's status, or 0 when the node closed without one.
+/// Sends one request by hand ([`raw_request`]); the answer's status, or 0 when the node closed
+/// without one.
 async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Result<u16> {
-    let mut tcp = TcpStream::connect(addr).await?;
-    // With the cluster's token: an attacker holding one reaches every limit.
-    let request =
-        format!("{head}\r\n{HTTP_AUTHORIZATION}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-    tcp.write_all(request.as_bytes()).await?;
-    // The node may answer (and close) before the whole body is sent: that is an answer too.
-    let _ = tcp.write_all(body).await;
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut answer)).await;
+    let (answer, _) = raw_request(addr, head, body, Duration::from_secs(60)).await?;
     let text = String::from_utf8_lossy(&answer[..answer.len().min(64)]).into_owned();
     Ok(text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0))
 }

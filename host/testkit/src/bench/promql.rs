@@ -188,13 +188,14 @@ pub async fn measure(node: SocketAddr, token: &str, dir: &Path, seconds: i64, re
     let bodies = bodies(seconds);
     write_all(node, Some(token), &bodies).await?;
     let ours = time_queries(node, Some(token), seconds, reps, "").await?;
-    let theirs = match victoria_metrics() {
+    let victoria = victoria_metrics();
+    let theirs = match &victoria {
         None => {
             println!("PromQL: no VictoriaMetrics binary (victoria-metrics on the PATH or $VICTORIA_METRICS_BIN)");
             None
         }
         Some(bin) => {
-            let vm = start_victoria(&bin, &dir.join("victoria-metrics")).await?;
+            let vm = start_victoria(bin, &dir.join("victoria-metrics")).await?;
             write_all(vm.addr, None, &bodies).await?;
             // Makes what was written searchable now, not after VictoriaMetrics' flush interval.
             HttpClient::connect(vm.addr, None).await?.get("/internal/force_flush").await?;
@@ -222,7 +223,7 @@ pub async fn measure(node: SocketAddr, token: &str, dir: &Path, seconds: i64, re
         json!({"series": SERIES, "scrape_s": SCRAPE_MS / 1000, "seconds": seconds, "reps": reps,
             "quantum_s": QUANTUM.as_secs(),
             "samples": SERIES * (seconds * 1000 / SCRAPE_MS) as usize,
-            "victoria_metrics": victoria_metrics().map(|p| p.display().to_string())}),
+            "victoria_metrics": victoria.map(|p| p.display().to_string())}),
     );
     Ok(Value::Object(keys))
 }
