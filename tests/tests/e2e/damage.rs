@@ -121,7 +121,10 @@ async fn anti_entropy_restores_damaged_blocks_streaming_about_what_differed() ->
     );
     assert!(s.bytes_fetched >= damaged, "the damaged blocks come back whole");
     assert!(s.bytes_fetched <= damaged + damaged / 2 + (64 << 10), "fetched far more than what differed");
-    assert!(s.bytes_fetched < total / 4);
+    // The damage itself is 15-30 % of the store (blocks differ in size); a repair that resent
+    // everything would fetch the whole store.
+    assert!(damaged < total / 2, "the test damaged {damaged} of {total} bytes");
+    assert!(s.bytes_fetched < total / 2, "fetched {} of a {total}-byte store: a full resend", s.bytes_fetched);
 
     let client = cluster.client(DAMAGED).await?;
     let read = acked.missing_through(&client).await?;
