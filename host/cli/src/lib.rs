@@ -93,6 +93,7 @@ fn init_logging(default: &str) {
 
 /// Entry point of the `timeshard` binary.
 pub fn main() -> std::process::ExitCode {
+    timeshard_alloc::configure();
     let cli = Cli::parse();
     init_logging(if matches!(cli.command, Command::Node(_)) { "info" } else { "warn" });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

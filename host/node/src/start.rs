@@ -397,6 +397,7 @@ fn data_path(
         coordinator.clone(),
         config.repair.clone(),
         config.limits.wire(),
+        crate::repair::alone::PeersSeen::load(&config.data_dir, !config.bootstrap.is_empty()),
     ));
     Ok(DataPath { hints, replica, coordinator, repair, control_policies })
 }

@@ -22,6 +22,7 @@
 //!   everything.
 //! - [`read_repair`]: the task that sends the queued read repairs.
 
+pub mod alone;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;
@@ -67,6 +68,8 @@ pub struct Repair {
     fetch_pace: Mutex<Pace>,
     push_pace: Mutex<Pace>,
     settle: Mutex<Settle>,
+    /// Whether this node has been alone since its data began.
+    peers_seen: alone::PeersSeen,
     /// Registrations every owner confirmed, in the view of this generation.
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
     /// Asks the driver for a round now.
@@ -86,6 +89,7 @@ impl Repair {
         coordinator: Arc<Coordinator>,
         cfg: RepairConfig,
         limits: Limits,
+        peers_seen: alone::PeersSeen,
     ) -> Repair {
         let now = timeshard_clock::instant();
         let state = coordinator.repair().clone();
@@ -100,6 +104,7 @@ impl Repair {
             fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
+            peers_seen,
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),
             refusals: Default::default(),

@@ -5,6 +5,9 @@
 //! - `line_protocol_points_per_s_cluster`: the same against 3 nodes at RF 3, W 2, the
 //!   connections spread over the nodes;
 //! - `remote_write_samples_per_s`: one node, Prometheus remote-write requests of the same size;
+//! - `*_overloaded_pct`: requests the node answered 503 (its memory budget), each sent again
+//!   after a pause as Telegraf and Prometheus do; `*_rss_mb_peak`: the node's peak resident
+//!   memory during each single-node phase, beside `memory_budget_mb`;
 //! - `query_1m_windows_day_ms`: `/query` of mean, min, max and count in 1-minute windows over
 //!   one day of one `pmu` series (5,184,000 points, written over line protocol and sealed);
 //! - `promql_range_rate_1d_1m_ms`, `promql_sum_by_1d_5m_ms` and their VictoriaMetrics
@@ -128,16 +131,57 @@ enum Kind {
     RemoteWrite,
 }
 
+/// What one ingest run measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ingested {
+    /// Points acknowledged per second.
+    points_per_s: f64,
+    /// Requests sent, and those answered 503 (memory budget or another limit: retried after a
+    /// pause, as Telegraf and Prometheus retry).
+    requests: u64,
+    overloaded: u64,
+}
+
+/// Pause before a request the node refused as overloaded is sent again.
+const OVERLOADED_PAUSE: Duration = Duration::from_millis(20);
+
+/// Posts `body` to `path` until the node takes it (204) and returns how many times it answered
+/// 503 first (each sent again after [`OVERLOADED_PAUSE`], on a new connection: a body refused
+/// before it was read leaves the connection closed); any other answer is an error.
+async fn post_until_taken(
+    client: &mut HttpClient,
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<u64> {
+    let body = bytes::Bytes::from(body);
+    let mut refused = 0;
+    loop {
+        let a = client.post(path, body.clone()).await?;
+        match a.status.as_u16() {
+            204 => return Ok(refused),
+            503 => {
+                refused += 1;
+                tokio::time::sleep(OVERLOADED_PAUSE).await;
+                *client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+            }
+            status => bail!("{path} answered {status}: {}", a.text()),
+        }
+    }
+}
+
 /// Points per second acknowledged by `connections` clients of `addrs` (round robin) sending
-/// for `secs`.
-async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &HttpBenchOptions) -> Result<f64> {
+/// for `secs`; a request answered 503 is sent again after [`OVERLOADED_PAUSE`] and counted.
+async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &HttpBenchOptions) -> Result<Ingested> {
     let points = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let overloaded = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(o.secs);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..o.connections {
         let addr = addrs[c % addrs.len()];
-        let (points, batch) = (points.clone(), o.batch);
+        let (points, requests, overloaded, batch) = (points.clone(), requests.clone(), overloaded.clone(), o.batch);
         tasks.push(tokio::spawn(async move {
             let mut client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
             let mut b = 0u64;
@@ -146,10 +190,9 @@ async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &Http
                     Kind::LineProtocol => ("/write", lines(run, c, b, batch).into_bytes(), batch),
                     Kind::RemoteWrite => ("/api/v1/write", samples(run, c, b, batch), batch),
                 };
-                let a = client.post(path, body).await?;
-                if a.status != 204 {
-                    bail!("{path} answered {}: {}", a.status, a.text());
-                }
+                let refused = post_until_taken(&mut client, addr, path, body).await?;
+                requests.fetch_add(1 + refused, Ordering::Relaxed);
+                overloaded.fetch_add(refused, Ordering::Relaxed);
                 points.fetch_add(n as u64, Ordering::Relaxed);
                 b += 1;
             }
@@ -159,20 +202,31 @@ async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &Http
     for t in tasks {
         t.await??;
     }
-    Ok(points.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    Ok(Ingested {
+        points_per_s: points.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
+        requests: requests.load(Ordering::Relaxed),
+        overloaded: overloaded.load(Ordering::Relaxed),
+    })
 }
 
+/// The median rate of `o.reps` runs, the runs, and the share of requests answered 503 over all
+/// of them (percent).
 async fn ingest_median(
     addrs: &[std::net::SocketAddr],
     kind: Kind,
     first_run: usize,
     o: &HttpBenchOptions,
-) -> Result<(f64, Vec<f64>)> {
+) -> Result<(f64, Vec<f64>, f64)> {
     let mut runs = Vec::new();
+    let (mut requests, mut overloaded) = (0, 0);
     for r in 0..o.reps {
-        runs.push(ingest(addrs, kind, first_run + r, o).await?.round());
+        let run = ingest(addrs, kind, first_run + r, o).await?;
+        runs.push(run.points_per_s.round());
+        requests += run.requests;
+        overloaded += run.overloaded;
     }
-    Ok((median(&runs), runs))
+    let overloaded_pct = if requests == 0 { 0.0 } else { 100.0 * overloaded as f64 / requests as f64 };
+    Ok((median(&runs), runs, round3(overloaded_pct)))
 }
 
 async fn start(nodes: usize, dir: &Path, binary: &Path) -> Result<LocalCluster> {
@@ -227,10 +281,7 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
                     let p = pmu_point(1, k);
                     let _ = writeln!(body, "pmu.phase,bus=1,site=day value={} {}", p.value, p.ts);
                 }
-                let a = client.post("/write", body).await?;
-                if a.status != 204 {
-                    bail!("/write answered {}: {}", a.status, a.text());
-                }
+                post_until_taken(&mut client, addr, "/write", body.into_bytes()).await?;
                 i = end;
             }
             anyhow::Ok(())
@@ -285,30 +336,57 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
     client.close().await;
     println!("{}", floor.summary());
 
-    let (lp, lp_runs) = ingest_median(&[addr], Kind::LineProtocol, 0, o).await?;
+    let pid = single.pid(0).context("the node's process id")?;
+    // Peak resident memory of the node while a phase ran, in MiB (the peak is started over
+    // before each phase).
+    let phase_peak_mb = |pid| -> Result<f64> {
+        let peak = crate::procfs::memory(pid)?.peak;
+        crate::procfs::reset_peak(pid)?;
+        Ok(round3(peak as f64 / f64::from(1 << 20)))
+    };
+    phase_peak_mb(pid)?;
+    let (lp, lp_runs, lp_overloaded) = ingest_median(&[addr], Kind::LineProtocol, 0, o).await?;
+    let lp_rss = phase_peak_mb(pid)?;
     println!(
-        "line protocol, one node: {lp:.0} points/s (runs {lp_runs:?}; {} connections, {} lines per request)",
+        "line protocol, one node: {lp:.0} points/s (runs {lp_runs:?}; {} connections, {} lines per request); \
+         {lp_overloaded} % of requests answered 503; node peak RSS {lp_rss} MiB",
         o.connections, o.batch
     );
-    let (rw, rw_runs) = ingest_median(&[addr], Kind::RemoteWrite, 100, o).await?;
-    println!("remote write, one node: {rw:.0} samples/s (runs {rw_runs:?})");
+    let (rw, rw_runs, rw_overloaded) = ingest_median(&[addr], Kind::RemoteWrite, 100, o).await?;
+    let rw_rss = phase_peak_mb(pid)?;
+    println!(
+        "remote write, one node: {rw:.0} samples/s (runs {rw_runs:?}); {rw_overloaded} % answered 503; \
+         node peak RSS {rw_rss} MiB"
+    );
     let (lat, points) = query_day(addr, o).await?;
     let (q50, q99) = (lat.percentile_ms(50.0), lat.percentile_ms(99.0));
-    println!("/query 1-minute windows over {} points: p50 {q50:.2} ms, p99 {q99:.2} ms", points);
+    let query_rss = phase_peak_mb(pid)?;
+    println!(
+        "/query 1-minute windows over {} points: p50 {q50:.2} ms, p99 {q99:.2} ms; node peak RSS {query_rss} MiB \
+         (writing the day and querying it)",
+        points
+    );
     let promql = super::promql::measure(addr, HTTP_TOKEN, dir, o.promql_seconds, o.query_reps.min(10)).await?;
     single.shutdown().await?;
 
     eprintln!("starting 3 nodes (RF 3, W 2)");
     let cluster = start(3, &dir.join("cluster"), binary).await?;
     let addrs: Vec<_> = (0..3).map(|i| cluster.http_addr(i).context("a node serves no HTTP")).collect::<Result<_>>()?;
-    let (lpc, lpc_runs) = ingest_median(&addrs, Kind::LineProtocol, 200, o).await?;
-    println!("line protocol, 3 nodes RF 3 W 2: {lpc:.0} points/s (runs {lpc_runs:?})");
+    let (lpc, lpc_runs, lpc_overloaded) = ingest_median(&addrs, Kind::LineProtocol, 200, o).await?;
+    println!("line protocol, 3 nodes RF 3 W 2: {lpc:.0} points/s (runs {lpc_runs:?}); {lpc_overloaded} % answered 503");
     cluster.shutdown().await?;
 
     let mut doc = json!({
         "line_protocol_points_per_s": lp,
         "line_protocol_points_per_s_cluster": lpc,
         "remote_write_samples_per_s": rw,
+        "line_protocol_overloaded_pct": lp_overloaded,
+        "line_protocol_overloaded_pct_cluster": lpc_overloaded,
+        "remote_write_overloaded_pct": rw_overloaded,
+        "line_protocol_rss_mb_peak": lp_rss,
+        "remote_write_rss_mb_peak": rw_rss,
+        "query_day_rss_mb_peak": query_rss,
+        "memory_budget_mb": timeshard_node::budget::MemoryConfig::default().budget.0 >> 20,
         "query_1m_windows_day_ms": round3(q50),
         "floor": floor,
         "query_1m_windows_day_p99_ms": round3(q99),
