@@ -28,6 +28,8 @@ pub fn configure() {
 
 /// The two options as mimalloc sees them (purge delay, arena eager commit).
 #[allow(unsafe_code)]
+// `c_long` is i64 on x86_64 and aarch64 Linux but i32 on armv7.
+#[allow(clippy::useless_conversion)]
 pub fn options() -> (i64, i64) {
     // SAFETY: plain getters of mimalloc's option table.
     unsafe { (i64::from(mi_option_get(PURGE_DELAY)), i64::from(mi_option_get(ARENA_EAGER_COMMIT))) }

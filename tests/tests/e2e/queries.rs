@@ -164,8 +164,14 @@ async fn windows_and_series_lists_cover_every_acknowledged_point() -> anyhow::Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_alone_since_its_data_began_settles_and_reads_summaries() -> anyhow::Result<()> {
     let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
-    options.classes =
-        vec![ClassConfig { name: "all".into(), quantum: std::time::Duration::from_secs(1), ..Default::default() }];
+    options.classes = vec![ClassConfig {
+        name: "all".into(),
+        quantum: std::time::Duration::from_secs(1),
+        rf: 1,
+        w: 1,
+        r: 1,
+        ..Default::default()
+    }];
     let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
     let key = datasets::pmu_series(1);

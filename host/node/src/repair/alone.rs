@@ -18,17 +18,23 @@ const MARKER: &str = "peers_seen";
 
 #[derive(Debug)]
 pub struct PeersSeen {
-    marker: PathBuf,
+    /// `None`: nowhere to record it (a node that had peers from the start).
+    marker: Option<PathBuf>,
     seen: AtomicBool,
 }
 
 impl PeersSeen {
+    /// A node that counts as having had peers.
+    pub fn not_alone() -> PeersSeen {
+        PeersSeen { marker: None, seen: AtomicBool::new(true) }
+    }
+
     /// The record of the node whose data lives in `data_dir`, started with bootstrap peers or
     /// not.
     pub fn load(data_dir: &Path, has_bootstrap: bool) -> PeersSeen {
         let marker = data_dir.join(MARKER);
         let seen = has_bootstrap || marker.exists();
-        PeersSeen { marker, seen: AtomicBool::new(seen) }
+        PeersSeen { marker: Some(marker), seen: AtomicBool::new(seen) }
     }
 
     /// Takes the number of neighbours a round found; the first time there are any, writes the
@@ -37,10 +43,11 @@ impl PeersSeen {
         if neighbours == 0 || self.seen.swap(true, Ordering::AcqRel) {
             return;
         }
+        let Some(marker) = &self.marker else { return };
         // Should the marker not be written, the node is still not alone in this process; a
         // restart would take it for a lone node only if its peers never come back.
-        if let Err(e) = timeshard_control_api::files::write_atomic(&self.marker, b"", false) {
-            warn!(error = %e, path = %self.marker.display(), "cannot record that this node has peers");
+        if let Err(e) = timeshard_control_api::files::write_atomic(marker, b"", false) {
+            warn!(error = %e, path = %marker.display(), "cannot record that this node has peers");
         }
     }
 
@@ -58,6 +65,7 @@ mod tests {
     fn a_node_with_bootstrap_peers_or_a_marker_is_not_alone() {
         let dir = tempfile::tempdir().unwrap();
         assert!(!PeersSeen::load(dir.path(), true).alone_ever());
+        assert!(!PeersSeen::not_alone().alone_ever());
         let lone = PeersSeen::load(dir.path(), false);
         assert!(lone.alone_ever());
         lone.note_neighbours(0);

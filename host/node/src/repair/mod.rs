@@ -89,7 +89,6 @@ impl Repair {
         coordinator: Arc<Coordinator>,
         cfg: RepairConfig,
         limits: Limits,
-        peers_seen: alone::PeersSeen,
     ) -> Repair {
         let now = timeshard_clock::instant();
         let state = coordinator.repair().clone();
@@ -104,13 +103,20 @@ impl Repair {
             fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
-            peers_seen,
+            peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),
             refusals: Default::default(),
             cfg,
             coordinator,
         }
+    }
+
+    /// The record of whether this node has been alone since its data began (without it, the
+    /// node counts as one that has had peers).
+    pub fn with_peers_seen(mut self, peers_seen: alone::PeersSeen) -> Repair {
+        self.peers_seen = peers_seen;
+        self
     }
 
     /// Peer requests refused by placement, by kind (counted here and by the server).

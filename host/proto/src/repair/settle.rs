@@ -221,8 +221,8 @@ mod tests {
     /// isolated or restarted node counted itself settled.
     #[test]
     fn a_round_that_reached_no_neighbour_is_not_complete() {
-        assert!(!Settle::round_complete(0, 0));
-        assert!(!Settle::round_complete(3, 2));
-        assert!(Settle::round_complete(3, 3));
+        assert!(!Settle::round_complete(0, 0, false));
+        assert!(!Settle::round_complete(3, 2, false));
+        assert!(Settle::round_complete(3, 3, false));
     }
 }
