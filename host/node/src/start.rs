@@ -389,15 +389,18 @@ fn data_path(
         )
         .with_budget(budget),
     );
-    let repair = Arc::new(Repair::new(
-        me,
-        dht.clone(),
-        view.clone(),
-        store.clone(),
-        coordinator.clone(),
-        config.repair.clone(),
-        config.limits.wire(),
-    ));
+    let repair = Arc::new(
+        Repair::new(
+            me,
+            dht.clone(),
+            view.clone(),
+            store.clone(),
+            coordinator.clone(),
+            config.repair.clone(),
+            config.limits.wire(),
+        )
+        .with_peers_seen(crate::repair::alone::PeersSeen::load(&config.data_dir, !config.bootstrap.is_empty())),
+    );
     Ok(DataPath { hints, replica, coordinator, repair, control_policies })
 }
 

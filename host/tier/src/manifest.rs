@@ -80,6 +80,50 @@ pub fn empty_summary() -> Summary {
     Summary { count: 0, min: 0.0, max: 0.0, sum: 0.0, first: zero, last: zero, digest: 0 }
 }
 
+/// Checks what a part's summary must satisfy, so that a damaged manifest (a flipped byte) fails
+/// naming its file instead of answering window aggregates with a wrong summary: its first and
+/// last points lie in the quantum, in order, within `[min, max]`, and the sum within
+/// `count × [min, max]`; a part of one point has first = last and min = max = sum = its value.
+/// An empty part carries nothing to check. NaN values pass the comparisons they make
+/// meaningless.
+fn check_summary(quantum: &Quantum, s: &Summary) -> Result<(), String> {
+    if s.count == 0 {
+        return Ok(());
+    }
+    let in_quantum = |ts| quantum.start <= ts && ts < quantum.end();
+    if !in_quantum(s.first.ts) || !in_quantum(s.last.ts) {
+        return Err(format!(
+            "first or last point ({}, {}) outside its quantum [{}, {})",
+            s.first.ts,
+            s.last.ts,
+            quantum.start,
+            quantum.end()
+        ));
+    }
+    if s.first.ts > s.last.ts {
+        return Err(format!("first point at {} after the last at {}", s.first.ts, s.last.ts));
+    }
+    // `false` only when both are numbers and out of order.
+    let le = |a: f64, b: f64| a.partial_cmp(&b) != Some(std::cmp::Ordering::Greater);
+    if !le(s.min, s.max) || ![s.first.value, s.last.value].iter().all(|&v| le(s.min, v) && le(v, s.max)) {
+        return Err(format!("values out of [min, max] = [{}, {}]", s.min, s.max));
+    }
+    if s.count == 1 {
+        let one = s.first.value.to_bits();
+        if s.first != s.last || [s.last.value, s.min, s.max, s.sum].iter().any(|v| v.to_bits() != one) {
+            return Err("of one point whose first, last, min, max and sum differ".into());
+        }
+        return Ok(());
+    }
+    // A relative tolerance for rounding in the sum of `count` values.
+    let n = s.count as f64;
+    let slack = (s.min.abs().max(s.max.abs()) * n) * 1e-9;
+    if !le(s.min * n - slack, s.sum) || !le(s.sum, s.max * n + slack) {
+        return Err(format!("sum {} outside {} x [{}, {}]", s.sum, s.count, s.min, s.max));
+    }
+    Ok(())
+}
+
 /// An opened manifest: its export, header and Parquet metadata.
 #[derive(Debug)]
 pub struct Manifest {
@@ -182,6 +226,8 @@ impl Manifest {
                     last: Point { ts: lts[r], value: lv[r], event: le[r] as u64 },
                     digest: dg[r] as u64,
                 };
+                check_summary(&quantum, &summary)
+                    .map_err(|why| Error::corrupt(&path, format!("row {}: summary {why}", a + r)))?;
                 out.push(Entry {
                     series,
                     quantum,
@@ -193,5 +239,55 @@ impl Manifest {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    fn quantum() -> Quantum {
+        Quantum::at(600 * S, QuantumLen::new(60 * S).unwrap()).unwrap()
+    }
+
+    fn summary(points: &[Point]) -> Summary {
+        Summary::of(points).unwrap()
+    }
+
+    #[test]
+    fn summaries_of_real_parts_pass() {
+        let q = quantum();
+        assert!(check_summary(&q, &summary(&[Point::new(600 * S, 1.5)])).is_ok());
+        assert!(
+            check_summary(
+                &q,
+                &summary(&[Point::new(601 * S, -3.0), Point::new(630 * S, 2.0), Point::new(659 * S, 0.1)])
+            )
+            .is_ok()
+        );
+        assert!(check_summary(&q, &summary(&[Point::new(601 * S, f64::NAN), Point::new(602 * S, 1.0)])).is_ok());
+        assert!(check_summary(&q, &empty_summary()).is_ok());
+    }
+
+    /// The hostile-archive test's damage: a flipped byte in a manifest moved a part's last
+    /// point out of its quantum, and a single settled node answered windows from that summary.
+    #[test]
+    fn a_damaged_summary_is_refused() {
+        let q = quantum();
+        let good = summary(&[Point::new(600 * S, 1.5)]);
+        let mut late = good;
+        late.last.ts = (600 + 673) * S;
+        assert!(check_summary(&q, &late).unwrap_err().contains("outside its quantum"));
+        let mut other = good;
+        other.sum = 2.5;
+        assert!(check_summary(&q, &other).is_err());
+        let mut two = summary(&[Point::new(601 * S, 1.0), Point::new(602 * S, 3.0)]);
+        two.sum = 1e9;
+        assert!(check_summary(&q, &two).unwrap_err().contains("sum"));
+        let mut outside = two;
+        outside.min = 2.0;
+        assert!(check_summary(&q, &outside).is_err());
     }
 }

@@ -155,3 +155,46 @@ async fn windows_and_series_lists_cover_every_acknowledged_point() -> anyhow::Re
     assert_eq!(cluster.shutdown().await?, 5);
     Ok(())
 }
+
+/// A node alone since its data began (no bootstrap peers, never another member) settles once
+/// its catch-up round ran, so its replica answers count and window reads use block summaries.
+/// Before, a round that reached no neighbour never completed: a single node never settled, and
+/// every window read reconciled the raw points of every block (a day's 1-minute windows took
+/// 750 ms instead of 27 ms in `bench http`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_alone_since_its_data_began_settles_and_reads_summaries() -> anyhow::Result<()> {
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = vec![ClassConfig {
+        name: "all".into(),
+        quantum: std::time::Duration::from_secs(1),
+        rf: 1,
+        w: 1,
+        r: 1,
+        ..Default::default()
+    }];
+    let mut cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+    let key = datasets::pmu_series(1);
+    let points: Vec<Point> = datasets::pmu_points(1, 0, 6_000).collect();
+    client.write(&key, &points).await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cluster.status(0).await?.repair.settled {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "a lone node did not settle within 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let range = TimeRange::new(T0, T0 + 100 * SEC).unwrap();
+    let windows = client.aggregate(&key, range, 10 * SEC).await?;
+    assert_windows(&windows, &points, &range, 10 * SEC);
+    client.close().await;
+    // Restarted, it is still alone (no marker of peers in its data directory): it settles again.
+    cluster.terminate(0).await?;
+    cluster.restart(0).await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cluster.status(0).await?.repair.settled {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the restarted lone node did not settle within 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(!cluster.data_dir(0).join("peers_seen").exists());
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}

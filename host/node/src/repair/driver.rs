@@ -135,7 +135,12 @@ impl Repair {
             .take_until(stop.cancelled())
             .collect()
             .await;
-        let mut complete = timeshard_proto::repair::Settle::round_complete(neighbours.len(), results.len());
+        self.peers_seen.note_neighbours(neighbours.len());
+        let mut complete = timeshard_proto::repair::Settle::round_complete(
+            neighbours.len(),
+            results.len(),
+            self.peers_seen.alone_ever(),
+        );
         let mut fetched = 0;
         for (peer, result) in results {
             match result {

@@ -22,6 +22,7 @@
 //!   everything.
 //! - [`read_repair`]: the task that sends the queued read repairs.
 
+pub mod alone;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;
@@ -67,6 +68,8 @@ pub struct Repair {
     fetch_pace: Mutex<Pace>,
     push_pace: Mutex<Pace>,
     settle: Mutex<Settle>,
+    /// Whether this node has been alone since its data began.
+    peers_seen: alone::PeersSeen,
     /// Registrations every owner confirmed, in the view of this generation.
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
     /// Asks the driver for a round now.
@@ -100,12 +103,20 @@ impl Repair {
             fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
+            peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),
             refusals: Default::default(),
             cfg,
             coordinator,
         }
+    }
+
+    /// The record of whether this node has been alone since its data began (without it, the
+    /// node counts as one that has had peers).
+    pub fn with_peers_seen(mut self, peers_seen: alone::PeersSeen) -> Repair {
+        self.peers_seen = peers_seen;
+        self
     }
 
     /// Peer requests refused by placement, by kind (counted here and by the server).

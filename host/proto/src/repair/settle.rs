@@ -84,12 +84,16 @@ impl Settle {
 
     /// Whether a round pulled from every neighbour it should: it asked `asked` neighbours (those
     /// up) and `pulled` of them completed. A round that reached no neighbour (an isolated node,
-    /// a restarted one whose peers are all down to it) proves nothing: it never completes, so
-    /// the node never settles on it. A node alone in its view therefore stays unsettled, and
-    /// reads count its answers only when nothing settled answers (degraded), which is right:
-    /// it cannot know what it missed.
-    pub fn round_complete(asked: usize, pulled: usize) -> bool {
-        asked > 0 && pulled == asked
+    /// a restarted one whose peers are all down to it) proves nothing and never completes, so
+    /// the node never settles on it and reads count its answers only when nothing settled
+    /// answers (degraded): it cannot know what it missed. The one exception is a node that has
+    /// been alone since its data began (`alone_ever`: no bootstrap peers, never another member
+    /// in its view): every write it ever acknowledged came to it, so it holds every block.
+    pub fn round_complete(asked: usize, pulled: usize, alone_ever: bool) -> bool {
+        if asked == 0 {
+            return alone_ever;
+        }
+        pulled == asked
     }
 
     /// Records that a round which started at `started` completed a pull from every neighbour
@@ -134,6 +138,15 @@ impl Pace {
 mod tests {
     use super::*;
     use crate::Id;
+
+    #[test]
+    fn a_round_that_reached_no_one_completes_only_for_a_node_alone_since_its_data_began() {
+        assert!(Settle::round_complete(2, 2, false));
+        assert!(!Settle::round_complete(2, 1, false));
+        assert!(!Settle::round_complete(0, 0, false), "a restarted node whose peers are down");
+        assert!(Settle::round_complete(0, 0, true), "a single-node deployment settles");
+        assert!(!Settle::round_complete(1, 0, true), "once it has a neighbour, it must reach it");
+    }
 
     #[test]
     fn a_node_settles_after_a_catch_up_round_started_late_enough() {
@@ -208,8 +221,8 @@ mod tests {
     /// isolated or restarted node counted itself settled.
     #[test]
     fn a_round_that_reached_no_neighbour_is_not_complete() {
-        assert!(!Settle::round_complete(0, 0));
-        assert!(!Settle::round_complete(3, 2));
-        assert!(Settle::round_complete(3, 3));
+        assert!(!Settle::round_complete(0, 0, false));
+        assert!(!Settle::round_complete(3, 2, false));
+        assert!(Settle::round_complete(3, 3, false));
     }
 }
