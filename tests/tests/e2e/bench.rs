@@ -122,10 +122,19 @@ fn bench_http_quick_writes_its_document() {
             "line_protocol_points_per_s",
             "line_protocol_points_per_s_cluster",
             "remote_write_samples_per_s",
+            "live_line_protocol_points_per_s",
+            "live_overloaded_pct",
+            "live_rss_mb_peak",
             "query_1m_windows_day_ms",
         ],
     );
-    for key in ["line_protocol_points_per_s", "line_protocol_points_per_s_cluster", "remote_write_samples_per_s"] {
+    for key in [
+        "line_protocol_points_per_s",
+        "line_protocol_points_per_s_cluster",
+        "remote_write_samples_per_s",
+        "live_line_protocol_points_per_s",
+        "live_rss_mb_peak",
+    ] {
         assert!(doc[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {doc}");
     }
     // Ten minutes of 60 Hz data, every point counted by the query.

@@ -5,6 +5,8 @@
 //! - `line_protocol_points_per_s_cluster`: the same against 3 nodes at RF 3, W 2, the
 //!   connections spread over the nodes;
 //! - `remote_write_samples_per_s`: one node, Prometheus remote-write requests of the same size;
+//! - `live_line_protocol_points_per_s`: the same with timestamps near now (quanta still open),
+//!   with `live_overloaded_pct` and `live_rss_mb_peak`;
 //! - `*_overloaded_pct`: requests the node answered 503 (its memory budget), each sent again
 //!   after a pause as Telegraf and Prometheus do; `*_rss_mb_peak`: the node's peak resident
 //!   memory during each single-node phase, beside `memory_budget_mb`;
@@ -104,6 +106,22 @@ fn lines(run: usize, c: usize, b: u64, batch: usize) -> String {
     out
 }
 
+/// `batch` lines of [`SERIES`] buses (site `live<run>c<c>`) stamped from now on, a microsecond
+/// apart within a series: live data, in quanta still open.
+fn live_lines(run: usize, c: usize, batch: usize) -> String {
+    let per_series = (batch / SERIES).max(1) as u64;
+    let now = timeshard_clock::now_ns();
+    let mut out = String::with_capacity(batch * 64);
+    for j in 0..per_series {
+        for bus in 0..SERIES as u32 {
+            let p = pmu_point(bus, j);
+            let _ =
+                writeln!(out, "pmu.phase,bus={bus},site=live{run}c{c} value={} {}", p.value, now + j as i64 * 1_000);
+        }
+    }
+    out
+}
+
 /// The same points as a remote-write request.
 fn samples(run: usize, c: usize, b: u64, batch: usize) -> Vec<u8> {
     let per_series = (batch / SERIES).max(1) as u64;
@@ -129,6 +147,8 @@ fn samples(run: usize, c: usize, b: u64, batch: usize) -> Vec<u8> {
 enum Kind {
     LineProtocol,
     RemoteWrite,
+    /// Line protocol with timestamps near now (open quanta).
+    LiveLineProtocol,
 }
 
 /// What one ingest run measured.
@@ -189,6 +209,7 @@ async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &Http
                 let (path, body, n) = match kind {
                     Kind::LineProtocol => ("/write", lines(run, c, b, batch).into_bytes(), batch),
                     Kind::RemoteWrite => ("/api/v1/write", samples(run, c, b, batch), batch),
+                    Kind::LiveLineProtocol => ("/write", live_lines(run, c, batch).into_bytes(), batch),
                 };
                 let refused = post_until_taken(&mut client, addr, path, body).await?;
                 requests.fetch_add(1 + refused, Ordering::Relaxed);
@@ -358,6 +379,12 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
         "remote write, one node: {rw:.0} samples/s (runs {rw_runs:?}); {rw_overloaded} % answered 503; \
          node peak RSS {rw_rss} MiB"
     );
+    let (live, live_runs, live_overloaded) = ingest_median(&[addr], Kind::LiveLineProtocol, 300, o).await?;
+    let live_rss = phase_peak_mb(pid)?;
+    println!(
+        "live line protocol (timestamps near now), one node: {live:.0} points/s (runs {live_runs:?}); \
+         {live_overloaded} % answered 503; node peak RSS {live_rss} MiB"
+    );
     let (lat, points) = query_day(addr, o).await?;
     let (q50, q99) = (lat.percentile_ms(50.0), lat.percentile_ms(99.0));
     let query_rss = phase_peak_mb(pid)?;
@@ -385,13 +412,16 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
         "remote_write_overloaded_pct": rw_overloaded,
         "line_protocol_rss_mb_peak": lp_rss,
         "remote_write_rss_mb_peak": rw_rss,
+        "live_line_protocol_points_per_s": live,
+        "live_overloaded_pct": live_overloaded,
+        "live_rss_mb_peak": live_rss,
         "query_day_rss_mb_peak": query_rss,
         "memory_budget_mb": timeshard_node::budget::MemoryConfig::default().budget.0 >> 20,
         "query_1m_windows_day_ms": round3(q50),
         "floor": floor,
         "query_1m_windows_day_p99_ms": round3(q99),
         "query_points": points,
-        "runs": {"line_protocol": lp_runs, "line_protocol_cluster": lpc_runs, "remote_write": rw_runs},
+        "runs": {"live_line_protocol": live_runs, "line_protocol": lp_runs, "line_protocol_cluster": lpc_runs, "remote_write": rw_runs},
         "settings": {"connections": o.connections, "batch": o.batch, "secs": o.secs, "reps": o.reps,
             "query_reps": o.query_reps, "series_per_connection": SERIES, "fsync": "durable"},
     });
