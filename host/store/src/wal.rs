@@ -182,17 +182,27 @@ struct Shared {
 pub(crate) struct Wal {
     backend: Arc<dyn Backend>,
     fsync: FsyncPolicy,
+    /// A flush that leaves the segment this large makes the next one start a new segment, so
+    /// segments stay near this size however far maintenance lags behind.
+    segment_bytes: u64,
     shared: Mutex<Shared>,
     cond: Condvar,
 }
 
 impl Wal {
-    /// A writer that starts a new segment after `last_seq`; `segments` are the live ones with
-    /// their sizes.
-    pub fn new(backend: Arc<dyn Backend>, fsync: FsyncPolicy, last_seq: u64, segments: BTreeMap<u64, u64>) -> Wal {
+    /// A writer that starts a new segment after `last_seq`, and a new one whenever a segment
+    /// reaches `segment_bytes`; `segments` are the live ones with their sizes.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        fsync: FsyncPolicy,
+        segment_bytes: u64,
+        last_seq: u64,
+        segments: BTreeMap<u64, u64>,
+    ) -> Wal {
         Wal {
             backend,
             fsync,
+            segment_bytes,
             shared: Mutex::new(Shared {
                 queued: Vec::new(),
                 queued_defs: Vec::new(),
@@ -284,6 +294,9 @@ impl Wal {
         match result {
             Ok(()) => {
                 g.seq_len += out.len() as u64;
+                if g.seq_len >= self.segment_bytes {
+                    g.start_new = true;
+                }
                 g.defined = defined;
                 *g.segments.entry(seq).or_default() += out.len() as u64;
                 *g.unapplied.entry(seq).or_default() += writers;
@@ -438,7 +451,7 @@ mod tests {
     fn concurrent_writers_share_fsyncs_and_all_land() {
         let b = crate::faulty_disk::FaultyDisk::new();
         b.set_sync_delay(std::time::Duration::from_millis(2));
-        let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, 0, BTreeMap::new()));
+        let wal = Arc::new(Wal::new(Arc::new(b.clone()), FsyncPolicy::Durable, u64::MAX, 0, BTreeMap::new()));
         let q = Quantum::at(0, QuantumLen::new(1_000_000).unwrap()).unwrap();
         let key: SeriesKey = "m".parse().unwrap();
         std::thread::scope(|s| {

@@ -34,8 +34,10 @@
 //!   Disjoint parts make a block's count and digest sums of its frames' summaries and of a
 //!   running digest of its open points, so listing blocks decodes nothing.
 //! - Locks: `state` (RwLock) is never held across I/O. Maintenance snapshots what it needs,
-//!   does its I/O unlocked, then applies the result; it is serialised by `maint`, which ingest
-//!   never waits for (the pressure valve only `try_lock`s it).
+//!   does its I/O unlocked, then applies the result; it is serialised by `maint`. Ingest waits
+//!   for it only when the log has grown past twice [`DiskConfig::max_wal_bytes`] (maintenance
+//!   fell behind): the writer then checkpoints itself, so the log, and the replay at open, stay
+//!   bounded whatever the load (the memory valve only `try_lock`s it).
 //! - The log may be cut at segment `s` once every point logged in segments before `s` is in a
 //!   sealed block listed in the index: blocks remember the oldest segment of their open
 //!   points, and the log pins segments with writes logged but not yet applied.
@@ -118,7 +120,8 @@ pub struct DiskConfig {
     /// pins the log longer, whatever its quantum length or timestamps.
     pub max_open_age_ns: i64,
     /// Past this many bytes of log, the blocks pinning its older half are checkpointed at once
-    /// (default 64 MiB): bounds the log, and the replay at open, under heavy ingest.
+    /// (default 64 MiB): bounds the log, and the replay at open, under heavy ingest. Past twice
+    /// this, writers wait and checkpoint themselves until maintenance has caught up.
     pub max_wal_bytes: u64,
     /// Checkpoint frames of one block above which maintenance merges the newest ones even when
     /// they differ in size (default 8).
@@ -500,7 +503,8 @@ impl DiskStore {
     pub fn open_with_backend(backend: Arc<dyn Backend>, mut config: DiskConfig) -> Result<DiskStore, StoreError> {
         config.max_block_points = config.max_block_points.clamp(1, block::MAX_POINTS / 2);
         let found = recover::recover(&*backend, &config)?;
-        let wal = Wal::new(backend.clone(), config.fsync, found.last_wal_seq, found.wal_segments);
+        let wal =
+            Wal::new(backend.clone(), config.fsync, config.wal_segment_bytes, found.last_wal_seq, found.wal_segments);
         let retention = RwLock::new(config.retention.clone());
         Ok(DiskStore {
             backend,

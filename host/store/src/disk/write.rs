@@ -69,6 +69,9 @@ impl DiskStore {
         if self.read_state().open_points > self.config.max_open_points {
             self.relieve_pressure();
         }
+        if self.wal.bytes() > self.log_hard_limit() {
+            self.relieve_log()?;
+        }
         Ok(WriteStats { new_points })
     }
 
@@ -216,6 +219,32 @@ impl DiskStore {
         if let Err(e) = self.seal_step(&mut m, None, Some(target), &mut report) {
             self.problem(format!("sealing to relieve memory pressure failed: {e}"));
         }
+    }
+
+    /// Log bytes past which a writer checkpoints itself (twice `max_wal_bytes`).
+    fn log_hard_limit(&self) -> u64 {
+        self.config.max_wal_bytes.saturating_mul(2)
+    }
+
+    /// Checkpoints until the log is back under its hard limit, waiting for a maintenance step
+    /// in progress first: the back-pressure that keeps the log (and the replay after a crash)
+    /// bounded when maintenance falls behind ingest. Each pass seals the blocks pinning the
+    /// log's older half and removes the segments they freed; it stops when a pass frees nothing.
+    fn relieve_log(&self) -> Result<(), StoreError> {
+        let mut m = self.lock_maint();
+        let mut report = MaintenanceReport::default();
+        for _ in 0..8 {
+            let before = self.wal.bytes();
+            if before <= self.log_hard_limit() {
+                break;
+            }
+            self.seal_step(&mut m, None, None, &mut report)?;
+            self.checkpoint_step(&mut m, &mut report)?;
+            if self.wal.bytes() >= before {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn commit_and_apply(

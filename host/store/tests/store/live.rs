@@ -270,3 +270,55 @@ fn a_crash_during_live_ingest_replays_a_bounded_log_and_loses_nothing() {
     );
     assert!(died >= 6, "only {died} runs crashed mid-ingest");
 }
+
+/// Maintenance that never runs (a node whose maintenance task lags far behind ingest, as under
+/// CPU starvation): writers checkpoint the log themselves once it passes twice
+/// `max_wal_bytes`, so the log and a crash's replay stay bounded, with every point kept.
+/// (The log used to grow by every write until maintenance ran again: a SIGKILL test on a
+/// loaded machine replayed 4 MB against a 1 MiB bound.)
+#[test]
+fn writers_bound_the_log_when_maintenance_falls_behind() {
+    let cfg = DiskConfig { max_open_age_ns: i64::MAX / 4, ..live_config() };
+    let disk = FaultyDisk::new();
+    let store = open(&disk, cfg.clone());
+    let t0 = now_ns();
+    // Each writer its own series, so every write lands after the frames (as live data does).
+    let keys = |t: u64| -> Vec<(SeriesKey, QuantumLen)> {
+        vec![
+            (format!("lag.long{{w={t}}}").parse().unwrap(), year()),
+            (format!("lag.short{{w={t}}}").parse().unwrap(), ten_s()),
+        ]
+    };
+    let written: Mutex<Vec<(SeriesKey, QuantumLen, Point)>> = Mutex::new(Vec::new());
+    let peak = AtomicI64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (written, peak, store) = (&written, &peak, &store);
+            let keys = keys(t);
+            s.spawn(move || {
+                for i in 0..2_000i64 {
+                    let (key, len) = &keys[(i % 2) as usize];
+                    let pts: Vec<Point> = (0..50)
+                        .map(|j| Point { ts: t0 + i * 10_000_000 + j * 1_000, event: t, value: j as f64 })
+                        .collect();
+                    store.write(&blocks(key, *len, &pts)).unwrap();
+                    written.lock().unwrap().extend(pts.iter().map(|p| (key.clone(), *len, *p)));
+                    peak.fetch_max(store.stats().wal_bytes as i64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let points = written.into_inner().unwrap();
+    let logged: u64 = points.len() as u64 * 12;
+    let peak = peak.load(Ordering::Relaxed) as u64;
+    println!("{} points, about {logged} bytes logged; log peak {peak} bytes", points.len());
+    assert!(logged > 8 * cfg.max_wal_bytes, "the test must log far more than the bound");
+    // Twice the bound, plus the segment being written and what the two writers flush at once.
+    let bound = 2 * cfg.max_wal_bytes + 2 * cfg.wal_segment_bytes;
+    assert!(peak <= bound, "the log reached {peak} bytes with no maintenance (bound {bound})");
+    drop(store);
+    let store = open(&disk.crash(5), cfg);
+    let (_, bytes) = replayed(&store);
+    assert!(bytes <= bound, "the restart replayed {bytes} bytes of log");
+    assert_all_there(&store, &points);
+}

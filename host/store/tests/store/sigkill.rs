@@ -222,8 +222,9 @@ fn acknowledged_batches_survive_sigkill_mid_ingest() {
             stats.wal_bytes, stats.wal_segments, stats.open_points
         );
         if mode == Mode::Live {
-            // Every batch is about 2.2 kB of log, so a killed round has written megabytes; the
-            // bound is 1 MiB plus the segments being written (256 KiB each).
+            // Every batch is about 2.2 kB of log, so a killed round has written megabytes. Past
+            // twice the 1 MiB bound writers checkpoint themselves (so a loaded machine that
+            // starves maintenance cannot break this), plus the segment being written (256 KiB).
             assert!(stats.wal_bytes < 3 << 20, "live round {round}: the restart replayed {} bytes", stats.wal_bytes);
         }
     }
