@@ -11,6 +11,8 @@
 //! A target never trusts its input for a size: the decoders take explicit limits, and the limits
 //! used here are the node's defaults.
 
+#[cfg(feature = "node")]
+pub mod fleet;
 pub mod seeds;
 
 use std::sync::Arc;
@@ -49,13 +51,15 @@ pub const TARGETS: &[Target] = &[
     ("policy_signature", policy_signature),
     #[cfg(feature = "node")]
     ("node_config", node_config),
+    #[cfg(feature = "node")]
+    ("gossip_entry", gossip_entry),
 ];
 
 /// The node's default limit on one message (16 MiB) and on a request body (32 MiB).
 const MESSAGE_LIMIT: usize = 16 << 20;
 const BODY_LIMIT: usize = 32 << 20;
 /// A fixed "now" (2023-11-14T22:13:20Z), so a crash replays exactly.
-const NOW_NS: i64 = 1_700_000_000_000_000_000;
+pub(crate) const NOW_NS: i64 = 1_700_000_000_000_000_000;
 
 /// A peer's or client's request frame body: decoded, then checked as the server checks it.
 pub fn wire_request(data: &[u8]) {
@@ -405,4 +409,20 @@ pub fn node_config(data: &[u8]) {
     let printed = toml::to_string(&cfg).expect("a valid configuration prints");
     let again = NodeConfig::parse(&printed, path).expect("a printed configuration reads back");
     assert_eq!(toml::to_string(&again).expect("it prints"), printed);
+}
+
+/// A peer's membership entry, decoded and checked as a node checks gossip before merging it
+/// (certificate chain to the fleet CA, a node's certificate whose key hashes to the entry's id,
+/// the signature, the incarnation bound). Whatever is accepted speaks for its own node only.
+#[cfg(feature = "node")]
+pub fn gossip_entry(data: &[u8]) {
+    use timeshard_proto::membership::GossipEntry;
+    let Ok(entry) = postcard::from_bytes::<GossipEntry>(data) else { return };
+    let now = u64::try_from(NOW_NS).expect("a positive time");
+    if fleet::fleet().checker.check(&entry, now).is_ok() {
+        let proof = entry.proof.as_ref().expect("an accepted entry is signed");
+        let cert = rustls_pki_types::CertificateDer::from(proof.chain[0].as_slice());
+        let peer = timeshard_sdk::tls::PeerIdentity::of_certificate(&cert).expect("an accepted certificate reads");
+        assert!(peer.is_node && peer.id == entry.member.id, "an entry accepted for a node its key is not");
+    }
 }

@@ -140,6 +140,15 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         let defaults = timeshard_node::config::NodeConfig::default();
         out.push(("node_config", "defaults", toml::to_string(&defaults).expect("defaults print").into_bytes()));
         out.push(("node_config", "deploy-example", include_bytes!("../../deploy/node.toml").to_vec()));
+        let fleet = crate::fleet::fleet();
+        let now = u64::try_from(crate::NOW_NS).expect("a positive time");
+        let encode = |e: &timeshard_proto::membership::GossipEntry| postcard::to_stdvec(e).expect("an entry encodes");
+        out.push(("gossip_entry", "signed", encode(&crate::fleet::signed_entry(&fleet.node, now))));
+        out.push(("gossip_entry", "client", encode(&crate::fleet::signed_entry(&fleet.client, now))));
+        out.push(("gossip_entry", "other-ca", encode(&crate::fleet::signed_entry(&fleet.stranger, now))));
+        let mut tampered = crate::fleet::signed_entry(&fleet.node, now);
+        tampered.member.status = timeshard_proto::membership::MemberStatus::Left;
+        out.push(("gossip_entry", "tampered", encode(&tampered)));
     }
     out
 }

@@ -48,3 +48,20 @@ fn the_encoders_seeds_replay_without_a_crash() {
         target(&bytes);
     }
 }
+
+/// The committed signed entry (made by another process) still verifies: the fuzz fleet's keys
+/// derive from a fixed seed, so mutations of it reach the signature and incarnation checks
+/// instead of all failing at the certificate chain.
+#[cfg(feature = "node")]
+#[test]
+fn the_committed_signed_gossip_entry_verifies() {
+    let bytes =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/gossip_entry/signed")).expect("the seed");
+    let entry: timeshard_proto::membership::GossipEntry = postcard::from_bytes(&bytes).expect("it decodes");
+    let now = 1_700_000_000_000_000_000;
+    assert_eq!(timeshard_fuzz::fleet::fleet().checker.check(&entry, now), Ok(()));
+    let other =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/gossip_entry/other-ca")).expect("the seed");
+    let entry: timeshard_proto::membership::GossipEntry = postcard::from_bytes(&other).expect("it decodes");
+    assert!(timeshard_fuzz::fleet::fleet().checker.check(&entry, now).is_err());
+}
