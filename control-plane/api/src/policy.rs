@@ -160,7 +160,8 @@ pub struct PolicyLoadError {
     pub error: String,
 }
 
-/// `POST /v1/policies?name=N&version=V&kind=K` (operator): the body is the module's bytes.
+/// `POST /v1/policies?name=N&version=V&kind=K[&min_version=M]` (operator): the body is the
+/// module's bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UploadQuery {
@@ -168,6 +169,10 @@ pub struct UploadQuery {
     pub version: String,
     /// `ingest` or `query`; text so that a wrong one gets a clear answer.
     pub kind: String,
+    /// Revoke the versions of this name below this one (a semantic version, at most
+    /// `version`): the signature carries it, and nodes that install the module refuse them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<String>,
 }
 
 /// One uploaded version (`policy list`, `policy show`, and the answer to an upload).

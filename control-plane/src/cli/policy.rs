@@ -42,6 +42,10 @@ pub enum PolicyCommand {
         /// ingest or query.
         #[arg(long)]
         kind: String,
+        /// Revoke the versions of this name below this one (a semantic version, at most
+        /// --version): nodes that install this module refuse them from then on, even signed.
+        #[arg(long, value_name = "VERSION")]
+        min_version: Option<String>,
         /// The component (.wasm).
         module: PathBuf,
         #[command(flatten)]
@@ -107,9 +111,12 @@ fn split_policy(text: &str) -> anyhow::Result<(String, String)> {
 
 pub async fn policy(cmd: PolicyCommand) -> anyhow::Result<()> {
     match cmd {
-        PolicyCommand::Upload { name, version, kind, module, conn } => {
+        PolicyCommand::Upload { name, version, kind, min_version, module, conn } => {
             let bytes = std::fs::read(&module).with_context(|| format!("cannot read {}", module.display()))?;
-            let path = format!("{}?name={name}&version={version}&kind={kind}", paths::POLICIES);
+            let mut path = format!("{}?name={name}&version={version}&kind={kind}", paths::POLICIES);
+            if let Some(min) = &min_version {
+                path.push_str(&format!("&min_version={min}"));
+            }
             let up: Uploaded = Client::new(&conn)?.send_bytes(Method::POST, &path, bytes).await?;
             let p = &up.policy;
             if up.created {

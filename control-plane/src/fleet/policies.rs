@@ -75,7 +75,15 @@ impl Fleet {
             });
         }
         let key = store::policy_key(self.db.pool(), self.db.kek(), &mut w, now).await?;
-        let signature = signing::sign(&key, wasm, &id).to_text();
+        let signature = match &query.min_version {
+            Some(min) => signing::sign_revoking_below(&key, wasm, &id, min).map_err(|e| Error::PolicyInvalid {
+                name: name.clone(),
+                version: version.clone(),
+                reason: e.to_string(),
+            })?,
+            None => signing::sign(&key, wasm, &id),
+        }
+        .to_text();
         sqlx::query(
             "INSERT INTO policy_blobs (sha256, size, wasm_base64) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
         )

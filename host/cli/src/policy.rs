@@ -31,6 +31,10 @@ pub(crate) enum PolicyCommand {
         /// ingest or query.
         #[arg(long)]
         kind: timeshard_policy::Kind,
+        /// Revoke the versions of this name below this one (a semantic version, at most
+        /// --version): nodes that install this module refuse them from then on, even signed.
+        #[arg(long, value_name = "VERSION")]
+        min_version: Option<String>,
         /// The component (.wasm) to sign.
         module: PathBuf,
     },
@@ -49,10 +53,13 @@ pub(crate) fn run(cmd: PolicyCommand) -> Result<()> {
             println!("add this line to trusted_keys in the nodes' [policy] section:");
             println!("{}", key.public().to_text());
         }
-        PolicyCommand::Sign { key, name, version, kind, module } => {
+        PolicyCommand::Sign { key, name, version, kind, min_version, module } => {
             let identity = signing::Identity::new(timeshard_policy::PolicyRef::new(&name, &version)?, kind);
-            let sig = signing::sign_file(&key, &module, &identity)?;
+            let sig = signing::sign_file(&key, &module, &identity, min_version.as_deref())?;
             println!("signed {} as {identity} -> {}", module.display(), sig.display());
+            if let Some(min) = min_version {
+                println!("nodes that install it refuse {name} below {min} from then on");
+            }
         }
     }
     Ok(())

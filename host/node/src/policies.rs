@@ -16,6 +16,9 @@ use tracing::warn;
 
 use crate::config::NodeConfig;
 
+/// The file in the data directory that keeps revoked policy versions.
+pub const FLOORS_FILE: &str = "policy-floors.json";
+
 /// Points a quantum may hold for a query policy to run over it on its owner.
 const MAX_SUMMARIZE_POINTS: usize = 20_000_000;
 
@@ -27,7 +30,12 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
     if section.modules.is_empty() && section.trusted_keys.is_empty() && !enrolled {
         return Ok(None);
     }
-    let (registry, report) = Registry::from_config(&budgeted(config), &config.base_dir)?;
+    let mut section = budgeted(config);
+    // Revoked versions (a signature's minimum version) stay revoked across restarts.
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|source| PolicyError::Io { path: config.data_dir.clone(), source })?;
+    section.floors_file = Some(config.data_dir.join(FLOORS_FILE));
+    let (registry, report) = Registry::from_config(&section, &config.base_dir)?;
     tracing::info!(
         pulley = registry.is_pulley(),
         instances = registry.limits().max_instances,

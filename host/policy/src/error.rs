@@ -44,6 +44,13 @@ pub enum PolicyError {
          --version VERSION --kind KIND`)"
     )]
     WrongIdentity { policy: String, signed: String },
+    /// A version that a trusted signature's minimum version revoked (see
+    /// [`crate::signing`]): refused even with a valid signature.
+    #[error(
+        "policy {policy} is revoked: a signed module installed before revoked the versions of {name} below \
+         {floor}; install {name} {floor} or later"
+    )]
+    Revoked { policy: String, name: String, floor: String },
     /// A signature of the old format (over the bytes only), which the node does not accept.
     #[error(
         "policy {policy} carries a signature of the old format (timeshard-policy-signature-v1, over the bytes \
@@ -166,6 +173,7 @@ impl PolicyError {
             | Untrusted { .. }
             | BadSignature { .. }
             | WrongIdentity { .. }
+            | Revoked { .. }
             | LegacySignature { .. } => FailureKind::Signature,
             Malformed { .. } => FailureKind::Malformed,
             ForbiddenImport { .. } => FailureKind::ForbiddenImport,

@@ -81,6 +81,8 @@ pub mod component;
 pub mod engine;
 mod error;
 #[cfg(feature = "runtime")]
+pub mod floors;
+#[cfg(feature = "runtime")]
 mod host_log;
 #[cfg(feature = "runtime")]
 pub mod pool;

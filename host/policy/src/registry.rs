@@ -25,6 +25,7 @@ use timeshard_proto::{Point, SeriesKey, TimeRange};
 
 use crate::call::{self, Loaded};
 use crate::engine::{CallLimits, Limits, Runtime};
+use crate::floors::Floors;
 use crate::signing::{self, Identity, Signature, SigningError, TrustedKeys};
 use crate::stats::{CallCounters, CallStats};
 use crate::{Failure, IngestOutcome, Kind, Params, Partial, PolicyError, PolicyRef, PolicySpec, QueryResult};
@@ -209,6 +210,10 @@ pub struct Config {
     pub modules: Vec<ModuleConfig>,
     #[serde(default)]
     pub bindings: Bindings,
+    /// Where revoked versions are kept across restarts (see [`crate::floors`]): the node sets
+    /// it to a file in its data directory; never read from configuration.
+    #[serde(skip)]
+    pub floors_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -280,6 +285,8 @@ struct Installed {
     /// Shared with the entry this one replaces when that was the same version with the same
     /// bytes: re-applying a configuration does not reset what the node reports.
     calls: Arc<CallCounters>,
+    /// Its signature's minimum version: installing it revokes its name's versions below.
+    min_version: Option<semver::Version>,
 }
 
 /// Gives each of `loaded` the counters of the same version with the same bytes in `old`.
@@ -309,6 +316,20 @@ impl State {
             None => self.current.get(&spec.name)?,
         };
         self.installed.get(&PolicyRef { name: spec.name.clone(), version: version.clone() })
+    }
+
+    /// The floors raised by the minimum versions of what this state installs, and this state
+    /// without the versions those floors revoke (and without a revoked current version).
+    fn revoking(&mut self, floors: &Floors) -> Option<Floors> {
+        let minimums =
+            self.installed.iter().filter_map(|(id, i)| i.min_version.as_ref().map(|m| (id.name.as_str(), m)));
+        let raised = floors.raised(minimums)?;
+        self.installed.retain(|id, _| raised.admit(id).is_ok());
+        let installed = &self.installed;
+        self.current.retain(|name, version| {
+            installed.contains_key(&PolicyRef { name: name.clone(), version: version.clone() })
+        });
+        Some(raised)
     }
 
     fn installed_list(&self) -> String {
@@ -364,6 +385,8 @@ pub struct Registry {
     /// Whether old signatures (bytes only) are accepted, with a warning.
     allow_v1: AtomicBool,
     state: RwLock<Arc<State>>,
+    /// Revoked versions, by name. Changed only under `write`.
+    floors: Mutex<Floors>,
     /// Serialises installs and rebindings, so two of them never build on the same old state.
     write: Mutex<()>,
 }
@@ -386,8 +409,37 @@ impl Registry {
             trusted: RwLock::new(trusted),
             allow_v1: AtomicBool::new(false),
             state: RwLock::new(Arc::new(State::default())),
+            floors: Mutex::new(Floors::default()),
             write: Mutex::new(()),
         })
+    }
+
+    /// Keeps revoked versions in `path` (read now, rewritten whenever a signature raises a
+    /// floor), so they stay revoked across restarts. Call before installing anything.
+    pub fn keep_floors_in(&self, path: &Path) -> Result<(), PolicyError> {
+        *self.floors.lock().unwrap_or_else(|e| e.into_inner()) = Floors::open(path)?;
+        Ok(())
+    }
+
+    /// The lowest version of `name` that may still be installed, if a signature revoked older
+    /// ones.
+    pub fn floor(&self, name: &str) -> Option<semver::Version> {
+        self.floors.lock().unwrap_or_else(|e| e.into_inner()).of(name).cloned()
+    }
+
+    /// Swaps in `next` after revoking what its modules' minimum versions revoke and checking
+    /// `bindings` (when given) against the result; the raised floors are saved first. On an
+    /// error nothing changes.
+    fn commit(&self, mut next: State, bindings: Option<&Bindings>) -> Result<(), PolicyError> {
+        let mut floors = self.floors.lock().unwrap_or_else(|e| e.into_inner());
+        let raised = next.revoking(&floors);
+        next.check(bindings.unwrap_or(&next.bindings))?;
+        if let Some(raised) = raised {
+            raised.save()?;
+            *floors = raised;
+        }
+        *self.state.write().unwrap() = Arc::new(next);
+        Ok(())
     }
 
     /// A registry set up from the node's `[policy]` configuration, with paths relative to
@@ -395,6 +447,9 @@ impl Registry {
     /// without them.
     pub fn from_config(config: &Config, base_dir: &Path) -> Result<(Registry, ApplyReport), PolicyError> {
         let registry = Registry::new(config.limits(), config.trusted()?)?;
+        if let Some(path) = &config.floors_file {
+            registry.keep_floors_in(path)?;
+        }
         registry.allow_v1.store(config.allow_v1_signatures, Ordering::Relaxed);
         let report = registry.apply(config, base_dir);
         Ok((registry, report))
@@ -500,11 +555,14 @@ impl Registry {
                 next.current.insert(id.name.clone(), id.version.clone());
             }
         }
-        let next = match next.check(&bindings) {
-            Ok(()) => {
-                next.bindings = bindings;
-                report.installed = loaded.iter().map(|i| i.loaded.id.clone()).collect();
-                next
+        let mut checked = next.clone();
+        checked.bindings = bindings.clone();
+        match self.commit(checked, None) {
+            Ok(()) => report.installed = self.kept(&loaded),
+            Err(e @ PolicyError::Io { .. }) => {
+                // The floors could not be saved: nothing changes, every module counts as failed.
+                let reason = e.to_string();
+                report.failed.extend(loaded.iter().map(|i| (i.loaded.id.clone(), PolicyError::Config(reason.clone()))));
             }
             Err(e) => {
                 report.bindings_error = Some(e);
@@ -519,11 +577,20 @@ impl Registry {
                         Err(e) => report.failed.push((id, e)),
                     }
                 }
-                next
+                // A binding that pins a version the new modules revoke keeps the old state.
+                if let Err(e) = self.commit(next, None) {
+                    report.failed.extend(report.installed.drain(..).map(|id| (id, PolicyError::Config(e.to_string()))));
+                }
             }
-        };
-        *self.state.write().unwrap() = Arc::new(next);
+        }
         report
+    }
+
+    /// Which of `loaded` the registry runs now (a later module's minimum version may have
+    /// revoked an earlier one of the same name).
+    fn kept(&self, loaded: &[Arc<Installed>]) -> Vec<PolicyRef> {
+        let state = self.snapshot();
+        loaded.iter().map(|i| i.loaded.id.clone()).filter(|id| state.installed.contains_key(id)).collect()
     }
 
     /// Verifies, compiles and installs a module, and makes it the current version of its
@@ -536,7 +603,7 @@ impl Registry {
         keep_counters(&old, &mut installed);
         let [installed] = installed;
         let next = old.with(installed)?;
-        *self.state.write().unwrap() = Arc::new(next);
+        self.commit(next, None)?;
         Ok(module.policy)
     }
 
@@ -563,6 +630,7 @@ impl Registry {
                 SigningError::Legacy => PolicyError::LegacySignature { policy: label.clone() },
                 other => PolicyError::MalformedSignature { policy: label.clone(), reason: other.to_string() },
             })?;
+        self.floors.lock().unwrap_or_else(|e| e.into_inner()).admit(&module.policy)?;
         if verified.legacy {
             tracing::warn!(
                 policy = %label,
@@ -588,6 +656,7 @@ impl Registry {
             sha256: signing::hex(&sha256),
             signed_by,
             calls: Arc::default(),
+            min_version: verified.min_version.clone(),
         }))
     }
 

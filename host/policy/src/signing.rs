@@ -17,6 +17,7 @@
 //! version 1.3.0
 //! kind ingest
 //! sha256 <the module's sha256>
+//! min-version 1.3.0          (optional: versions of this name below it are revoked)
 //! sig <64-byte ed25519 signature over the signed message below, hex>
 //! ```
 //!
@@ -29,12 +30,19 @@
 //! version 1.3.0
 //! kind ingest
 //! sha256 <hex>
+//! min-version 1.3.0          (only when the signature carries one)
 //! ```
 //!
 //! So a signature binds the exact bytes (through their hash) *and* what they may be installed
 //! as: a signed `noop` cannot be installed as `pmu-validate`, a query policy as an ingest
 //! policy, or version 1.0.0 as 1.1.0 ([`verify`] refuses each with
 //! [`SigningError::WrongIdentity`]).
+//!
+//! A *minimum version* revokes the versions of the name below it: a node that installed a
+//! module signed with `min-version 1.3.0` refuses `pmu-validate` 1.2.x and older from then on,
+//! even with valid signatures (it remembers the floor across restarts), so a vulnerable old
+//! version cannot be reinstated by replaying its signed files. Versions are compared as
+//! semantic versions; a signature's minimum may not exceed its own version.
 //!
 //! The first format, `timeshard-policy-signature-v1` (the same lines without `name`, `version`
 //! and `kind`, signing the module's bytes only), bound no identity. [`verify`] refuses it
@@ -78,6 +86,12 @@ pub enum SigningError {
     /// A valid signature, made for another name, version or kind than the module is installed as.
     #[error("it was signed as {signed}, not as {installing}")]
     WrongIdentity { signed: Identity, installing: Identity },
+    /// A minimum version that is not a semantic version, or is above the signed version.
+    #[error(
+        "minimum version {min:?} cannot go with version {version:?}: both must be semantic versions (1.3.0), \
+         and the minimum may not exceed the version signed"
+    )]
+    BadMinimum { min: String, version: String },
     /// A signature of the first format, which covers the bytes only, where it is not allowed.
     #[error(
         "its signature is of the old format (timeshard-policy-signature-v1), which does not bind the \
@@ -107,16 +121,31 @@ impl fmt::Display for Identity {
     }
 }
 
-/// The bytes a v2 signature signs: its tag, the identity and the hash, one per line.
-fn signed_message(identity: &Identity, sha256: &[u8; 32]) -> Vec<u8> {
-    format!(
+/// The bytes a v2 signature signs: its tag, the identity, the hash and the minimum version if
+/// any, one per line.
+fn signed_message(identity: &Identity, sha256: &[u8; 32], min_version: Option<&semver::Version>) -> Vec<u8> {
+    let mut text = format!(
         "{SIGNATURE_TAG}\nname {}\nversion {}\nkind {}\nsha256 {}\n",
         identity.policy.name,
         identity.policy.version,
         identity.kind,
         hex(sha256)
-    )
-    .into_bytes()
+    );
+    if let Some(min) = min_version {
+        text.push_str(&format!("min-version {min}\n"));
+    }
+    text.into_bytes()
+}
+
+/// Checks that `min` may go with a signature of `version` (see [`SigningError::BadMinimum`]).
+fn check_minimum(min: &str, version: &str) -> Result<semver::Version, SigningError> {
+    let bad = || SigningError::BadMinimum { min: min.to_string(), version: version.to_string() };
+    let parsed_min = semver::Version::parse(min).map_err(|_| bad())?;
+    let parsed_version = semver::Version::parse(version).map_err(|_| bad())?;
+    if parsed_min > parsed_version {
+        return Err(bad());
+    }
+    Ok(parsed_min)
 }
 
 /// The sha256 of `bytes`: the content hash under which compiled components are cached.
@@ -186,16 +215,20 @@ pub struct Signature {
     /// What it was signed as; `None` for the first format, which signed the bytes only.
     identity: Option<Identity>,
     sha256: [u8; 32],
+    /// Versions of the name below this one are revoked (v2 only).
+    min_version: Option<semver::Version>,
     sig: ed25519_dalek::Signature,
 }
 
 /// A signature that [`verify`] accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verified<'a> {
     /// The trusted key that signed.
     pub key: &'a PublicKey,
     /// Whether it is of the old format (accepted only when allowed): warn about it.
     pub legacy: bool,
+    /// The versions of the module's name below this one are revoked.
+    pub min_version: Option<semver::Version>,
 }
 
 /// Generates a new signing key from the operating system's random number generator.
@@ -208,14 +241,29 @@ pub fn generate_keypair() -> Result<SecretKey, SigningError> {
 /// Signs a module's hash and its identity (the current format).
 pub fn sign(key: &SecretKey, module: &[u8], identity: &Identity) -> Signature {
     let hash = sha256(module);
-    let sig = key.0.sign(&signed_message(identity, &hash));
-    Signature { key: key.public(), identity: Some(identity.clone()), sha256: hash, sig }
+    let sig = key.0.sign(&signed_message(identity, &hash, None));
+    Signature { key: key.public(), identity: Some(identity.clone()), sha256: hash, min_version: None, sig }
+}
+
+/// Signs like [`sign`], revoking the versions of the module's name below `min_version` on every
+/// node that installs it. Both versions must be semantic versions, the minimum at most the
+/// module's own.
+pub fn sign_revoking_below(
+    key: &SecretKey,
+    module: &[u8],
+    identity: &Identity,
+    min_version: &str,
+) -> Result<Signature, SigningError> {
+    let min = check_minimum(min_version, &identity.policy.version)?;
+    let hash = sha256(module);
+    let sig = key.0.sign(&signed_message(identity, &hash, Some(&min)));
+    Ok(Signature { key: key.public(), identity: Some(identity.clone()), sha256: hash, min_version: Some(min), sig })
 }
 
 /// Signs a module's bytes only, in the first format, which binds no identity. Nodes refuse such
 /// signatures unless configured otherwise; this exists to test that and to migrate.
 pub fn sign_v1(key: &SecretKey, module: &[u8]) -> Signature {
-    Signature { key: key.public(), identity: None, sha256: sha256(module), sig: key.0.sign(module) }
+    Signature { key: key.public(), identity: None, sha256: sha256(module), min_version: None, sig: key.0.sign(module) }
 }
 
 /// Checks that `signature` is by one of `trusted`, covers exactly `module`, and was made for
@@ -240,17 +288,18 @@ pub fn verify<'a>(
             return Err(SigningError::Legacy);
         }
         key.0.verify_strict(module, &signature.sig).map_err(|_| mismatch())?;
-        return Ok(Verified { key, legacy: true });
+        return Ok(Verified { key, legacy: true, min_version: None });
     };
     // First that the signature is the key's, over what it claims; then that the claim is this.
-    key.0.verify_strict(&signed_message(signed, &signature.sha256), &signature.sig).map_err(|_| mismatch())?;
+    let message = signed_message(signed, &signature.sha256, signature.min_version.as_ref());
+    key.0.verify_strict(&message, &signature.sig).map_err(|_| mismatch())?;
     if sha256(module) != signature.sha256 {
         return Err(mismatch());
     }
     if signed != installing {
         return Err(SigningError::WrongIdentity { signed: signed.clone(), installing: installing.clone() });
     }
-    Ok(Verified { key, legacy: false })
+    Ok(Verified { key, legacy: false, min_version: signature.min_version.clone() })
 }
 
 /// The path of the detached signature of `module`: `MODULE.wasm.sig`.
@@ -261,13 +310,22 @@ pub fn signature_path(module: &Path) -> PathBuf {
 }
 
 /// Signs the module file at `module` as `identity` with the key file at `key` and writes the
-/// detached signature next to it (`MODULE.wasm.sig`). Returns the signature's path.
-pub fn sign_file(key: &Path, module: &Path, identity: &Identity) -> Result<PathBuf, SigningError> {
+/// detached signature next to it (`MODULE.wasm.sig`), revoking the versions of its name below
+/// `min_version` when given ([`sign_revoking_below`]). Returns the signature's path.
+pub fn sign_file(
+    key: &Path,
+    module: &Path,
+    identity: &Identity,
+    min_version: Option<&str>,
+) -> Result<PathBuf, SigningError> {
     let key = SecretKey::read(key)?;
     let bytes = std::fs::read(module).map_err(|source| SigningError::Io { path: module.to_path_buf(), source })?;
+    let signature = match min_version {
+        Some(min) => sign_revoking_below(&key, &bytes, identity, min)?,
+        None => sign(&key, &bytes, identity),
+    };
     let path = signature_path(module);
-    std::fs::write(&path, sign(&key, &bytes, identity).to_text())
-        .map_err(|source| SigningError::Io { path: path.clone(), source })?;
+    std::fs::write(&path, signature.to_text()).map_err(|source| SigningError::Io { path: path.clone(), source })?;
     Ok(path)
 }
 
@@ -357,14 +415,22 @@ impl Signature {
         &self.sha256
     }
 
+    /// The version below which the signature revokes its name's versions, if it carries one.
+    pub fn min_version(&self) -> Option<&semver::Version> {
+        self.min_version.as_ref()
+    }
+
     /// The signature file's text.
     pub fn to_text(&self) -> String {
         let (sig, sha) = (hex(&self.sig.to_bytes()), hex(&self.sha256));
         match &self.identity {
-            Some(id) => format!(
-                "{SIGNATURE_TAG}\nkey {}\nname {}\nversion {}\nkind {}\nsha256 {sha}\nsig {sig}\n",
-                self.key, id.policy.name, id.policy.version, id.kind
-            ),
+            Some(id) => {
+                let min = self.min_version.as_ref().map(|m| format!("min-version {m}\n")).unwrap_or_default();
+                format!(
+                    "{SIGNATURE_TAG}\nkey {}\nname {}\nversion {}\nkind {}\nsha256 {sha}\n{min}sig {sig}\n",
+                    self.key, id.policy.name, id.policy.version, id.kind
+                )
+            }
             None => format!("{SIGNATURE_V1_TAG}\nkey {}\nsha256 {sha}\nsig {sig}\n", self.key),
         }
     }
@@ -379,7 +445,7 @@ impl Signature {
             _ => return Err(bad(format!("the first line is not `{SIGNATURE_TAG}`"))),
         };
         let (mut key, mut sha, mut sig) = (None, None, None);
-        let (mut name, mut version, mut kind) = (None, None, None);
+        let (mut name, mut version, mut kind, mut min) = (None, None, None, None);
         for line in lines {
             let (field, value) =
                 line.split_once(' ').ok_or_else(|| bad(format!("line {line:?} is not `field value`")))?;
@@ -393,6 +459,7 @@ impl Signature {
                 "kind" if v2 => {
                     kind = Some(value.parse::<Kind>().map_err(|e| bad(format!("kind: {e}")))?);
                 }
+                "min-version" if v2 => min = Some(value.to_string()),
                 other => return Err(bad(format!("unknown field {other:?}"))),
             }
         }
@@ -405,10 +472,15 @@ impl Signature {
         } else {
             None
         };
+        let min_version = match (&min, &identity) {
+            (Some(m), Some(id)) => Some(check_minimum(m, &id.policy.version).map_err(|e| bad(e.to_string()))?),
+            _ => None,
+        };
         Ok(Signature {
             key: key.ok_or_else(|| bad("no `key` line".into()))?,
             identity,
             sha256: sha.ok_or_else(|| bad("no `sha256` line".into()))?,
+            min_version,
             sig: ed25519_dalek::Signature::from_bytes(&sig.ok_or_else(|| bad("no `sig` line".into()))?),
         })
     }
@@ -527,6 +599,31 @@ mod tests {
     }
 
     #[test]
+    fn a_minimum_version_is_signed_and_cannot_be_stripped_or_raised() {
+        let key = generate_keypair().unwrap();
+        let trusted = TrustedKeys::new([key.public()]);
+        let me = id("pmu-validate", "1.3.0", Kind::Ingest);
+        let sig = sign_revoking_below(&key, b"v1.3 bytes", &me, "1.3.0").unwrap();
+        let text = sig.to_text();
+        assert!(text.contains("\nmin-version 1.3.0\n"), "{text}");
+        assert_eq!(Signature::from_text(&text).unwrap(), sig);
+        let ok = verify(&trusted, b"v1.3 bytes", &me, &sig, false).unwrap();
+        assert_eq!(ok.min_version, Some(semver::Version::new(1, 3, 0)));
+        // Taking the line out, or changing it, breaks the signature.
+        let stripped = Signature::from_text(&text.replace("min-version 1.3.0\n", "")).unwrap();
+        assert!(matches!(verify(&trusted, b"v1.3 bytes", &me, &stripped, false), Err(SigningError::Mismatch { .. })));
+        let lowered = Signature::from_text(&text.replace("min-version 1.3.0", "min-version 1.0.0")).unwrap();
+        assert!(matches!(verify(&trusted, b"v1.3 bytes", &me, &lowered, false), Err(SigningError::Mismatch { .. })));
+        // A minimum above the version signed, or not a semantic version, is refused.
+        for (min, version) in [("1.4.0", "1.3.0"), ("latest", "1.3.0"), ("1.0.0", "v1")] {
+            let err = sign_revoking_below(&key, b"x", &id("p", version, Kind::Ingest), min).unwrap_err();
+            assert!(matches!(err, SigningError::BadMinimum { .. }), "{min} with {version}: {err}");
+        }
+        let above = text.replace("min-version 1.3.0", "min-version 2.0.0");
+        assert!(Signature::from_text(&above).unwrap_err().to_string().contains("minimum version"));
+    }
+
+    #[test]
     fn old_signatures_only_when_allowed() {
         let key = generate_keypair().unwrap();
         let trusted = TrustedKeys::new([key.public()]);
@@ -566,7 +663,7 @@ mod tests {
         let module = dir.path().join("m.wasm");
         std::fs::write(&module, b"\0asm bytes").unwrap();
         let me = id("m", "0.1.0", Kind::Ingest);
-        let sig_path = sign_file(&path, &module, &me).unwrap();
+        let sig_path = sign_file(&path, &module, &me, None).unwrap();
         assert_eq!(sig_path, dir.path().join("m.wasm.sig"));
         let sig = Signature::read(&sig_path).unwrap();
         verify(&TrustedKeys::new([key.public()]), b"\0asm bytes", &me, &sig, false).unwrap();

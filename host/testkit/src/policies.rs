@@ -54,7 +54,7 @@ impl PolicySection {
         let copy = self.dir.join(format!("{name}.wasm"));
         std::fs::copy(&built, &copy).with_context(|| format!("copying {}", built.display()))?;
         let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0")?, kind);
-        signing::sign_file(&self.key_file, &copy, &identity)?;
+        signing::sign_file(&self.key_file, &copy, &identity, None)?;
         Ok(copy)
     }
 
@@ -64,7 +64,7 @@ impl PolicySection {
         let path = self.dir.join(format!("{name}.wasm"));
         std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
         let identity = signing::Identity::new(PolicyRef::new(name, "1.0.0")?, kind);
-        signing::sign_file(&self.key_file, &path, &identity)?;
+        signing::sign_file(&self.key_file, &path, &identity, None)?;
         Ok(path)
     }
 

@@ -7,7 +7,8 @@
 //! back on its own. A module signed for another name or kind is refused by the node. A node
 //! restarted while the control plane is away runs its modules from its cache. Queries
 //! during a rollout of a query policy run one version or fail naming both. Every scenario runs
-//! on SQLite and on PostgreSQL with two `serve` instances.
+//! on SQLite and on PostgreSQL with two `serve` instances. A version revoked by a newer
+//! signature's minimum version is refused when rolled out again, also after a restart (SQLite).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -450,6 +451,70 @@ async fn queries_across_versions(backend: Backend) -> anyhow::Result<()> {
     }
     assert_eq!(cluster.shutdown().await?, 6);
     Ok(())
+}
+
+/// `rms` 1.1.0 uploaded with a minimum version of 1.1.0 revokes 1.0.0. Rolling 1.0.0 out again
+/// (a rollback, or whoever holds the control plane replaying an old signed version) is refused
+/// by both nodes, which report it and keep running 1.1.0; a node restarted into that desired
+/// state still refuses 1.0.0 (the revocation is kept in its data directory).
+async fn revoked_versions_stay_revoked(backend: Backend) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("timeshard-revoke-").tempdir()?;
+    let control = ControlPlane::start(CONTROL, backend, dir.path()).await?;
+    control.cli(&["class", "set", "pmu", "--prefix", "pmu.", "--quantum", "10s", "--rf", "2"]).await?;
+    let (mut options, _) = ClusterOptions::for_tests(2, NODE);
+    options.dir = dir.path().join("nodes");
+    let mut cluster = control.enroll_cluster_labelled(options, &["site=atl".into(), "site=atl".into()]).await?;
+    cluster.wait_converged(Duration::from_secs(60)).await?;
+    let upload = |version: &'static str, min: Option<&'static str>| {
+        let mut args = vec!["policy", "upload", "--name", "rms", "--version", version, "--kind", "query"];
+        args.extend(min.map(|m| ["--min-version", m]).into_iter().flatten());
+        let module = guest("rms");
+        let control = &control;
+        async move {
+            let mut args: Vec<&str> = args;
+            args.push(&module);
+            control.cli(&args).await
+        }
+    };
+    upload("1.0.0", None).await?;
+    upload("1.1.0", Some("1.1.0")).await?;
+    let roll_out = |version: &'static str| {
+        let control = &control;
+        async move {
+            let policy = format!("rms@{version}");
+            control.cli(&["rollout", "start", &policy, "--series", "pmu.", "--canary", "0", "--waves", "100%"]).await
+        }
+    };
+    roll_out("1.0.0").await?;
+    runs(&cluster, &[0, 1], "rms", "1.0.0").await?;
+    roll_out("1.1.0").await?;
+    runs(&cluster, &[0, 1], "rms", "1.1.0").await?;
+
+    let ids: Vec<String> = (0..2).map(|i| cluster.id(i).to_hex()).collect();
+    let revoked = |i: usize| {
+        let (control, id) = (&control, ids[i].clone());
+        async move {
+            let devices = control.devices().await?;
+            let d = devices.iter().find(|d| d.node_id == id).expect("an enrolled node");
+            Ok(d.policy_errors.iter().any(|e| e.name == "rms" && e.version == "1.0.0" && e.error.contains("revoked")))
+        }
+    };
+    roll_out("1.0.0").await?;
+    for i in 0..2 {
+        within(ROLLOUT_BOUND, &format!("node {i} reports 1.0.0 revoked"), || revoked(i)).await?;
+        assert_eq!(versions(&cluster, i, "rms").await?, ["1.1.0"], "node {i} keeps running 1.1.0");
+    }
+    assert!(cluster.terminate(1).await?);
+    cluster.restart(1).await?;
+    within(ROLLOUT_BOUND, "the restarted node still refuses 1.0.0", || revoked(1)).await?;
+    assert_eq!(versions(&cluster, 1, "rms").await?, Vec::<String>::new(), "nothing revoked runs");
+    assert_eq!(cluster.shutdown().await?, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_revoked_policy_versions_stay_revoked() -> anyhow::Result<()> {
+    revoked_versions_stay_revoked(Backend::Sqlite).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -145,7 +145,8 @@ fn a_node_configures_itself_from_toml_and_reloads() {
     for (guest, version, kind) in [("pmu-validate", "1.0.0", Kind::Ingest), ("rms", "0.1.0", Kind::Query)] {
         let path = dir.path().join(format!("{guest}.wasm"));
         std::fs::write(&path, wasm(guest)).unwrap();
-        signing::sign_file(&key_path, &path, &Identity::new(PolicyRef::new(guest, version).unwrap(), kind)).unwrap();
+        signing::sign_file(&key_path, &path, &Identity::new(PolicyRef::new(guest, version).unwrap(), kind), None)
+            .unwrap();
     }
     let public = std::fs::read_to_string(dir.path().join("policy.key.pub")).unwrap();
     let toml = format!(
@@ -237,7 +238,7 @@ impl ConfigDir {
             let path = self.dir.path().join(&file);
             std::fs::write(&path, wasm(guest)).unwrap();
             let identity = Identity::new(PolicyRef::new(name, version).unwrap(), kind.parse().unwrap());
-            signing::sign_file(&self.key_path, &path, &identity).unwrap();
+            signing::sign_file(&self.key_path, &path, &identity, None).unwrap();
             toml += &format!("[[modules]]\nname = {name:?}\nversion = {version:?}\nkind = {kind:?}\nwasm = {file:?}\n");
         }
         toml::from_str(&(toml + bindings)).unwrap()
@@ -302,4 +303,70 @@ fn refused_bindings_keep_the_old_ones_with_the_modules_they_use() {
     assert_eq!(report.installed.len(), 1, "{report:?}");
     assert_eq!(registry.ingest(&series(), points(&[1.0])).unwrap().policy.unwrap().name, "noop");
     assert_eq!(registry.running().len(), 2);
+}
+
+/// A signature's minimum version revokes the older versions of its name: they stop running
+/// when it is installed, are refused afterwards whatever their signature, and stay refused in
+/// a new registry over the same floors file (a restart, or old signed files replayed by
+/// whoever can push configuration to the node).
+#[test]
+fn a_minimum_version_revokes_older_versions_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let floors = dir.path().join("policy-floors.json");
+    let f = Fixture::new();
+    f.registry.keep_floors_in(&floors).unwrap();
+    let old = || f.module("unit-convert", "1.0.0", Kind::Ingest, settings(&[("scale", "1000")]));
+    f.registry.install(old()).unwrap();
+    let run = |r: &Registry| r.ingest(&series(), points(&[2.0])).unwrap();
+    f.registry
+        .bind(Bindings(vec![Binding { ingest: Some("unit-convert".parse().unwrap()), ..Binding::default() }]))
+        .unwrap();
+    assert_eq!(run(&f.registry).keep[0].value, 2000.0);
+
+    // 1.3.0, signed revoking everything below it.
+    let policy = PolicyRef::new("unit-convert", "1.3.0").unwrap();
+    let bytes = wasm("unit-convert");
+    let sig =
+        signing::sign_revoking_below(&f.key, &bytes, &Identity::new(policy.clone(), Kind::Ingest), "1.3.0").unwrap();
+    let mut fixed = f.module("unit-convert", "1.3.0", Kind::Ingest, settings(&[("scale", "10")]));
+    fixed.signature = Some(sig.to_text());
+    f.registry.install(fixed).unwrap();
+    assert_eq!(run(&f.registry).keep[0].value, 20.0);
+    let running: Vec<String> = f.registry.running().iter().map(|r| r.policy.to_string()).collect();
+    assert_eq!(running, ["unit-convert@1.3.0"], "the revoked version stopped running");
+    assert_eq!(f.registry.floor("unit-convert"), Some(semver::Version::new(1, 3, 0)));
+
+    // The old version, validly signed, is refused now, and after a restart.
+    let err = f.registry.install(old()).unwrap_err();
+    assert!(matches!(err, PolicyError::Revoked { .. }), "{err}");
+    assert!(err.to_string().contains("below 1.3.0"), "{err}");
+    let restarted = Registry::new(test_limits(), signing::TrustedKeys::new([f.key.public()])).unwrap();
+    restarted.keep_floors_in(&floors).unwrap();
+    let report = restarted.apply_modules(vec![old()], Vec::new(), Bindings::default());
+    assert!(report.installed.is_empty(), "{report:?}");
+    assert!(matches!(report.failed[0].1, PolicyError::Revoked { .. }), "{report:?}");
+    // A later version is fine; a registry that keeps no floors (no file) knows nothing of it.
+    f.registry.install(f.module("unit-convert", "1.4.0", Kind::Ingest, Settings::default())).unwrap();
+    let forgetful = Registry::new(test_limits(), signing::TrustedKeys::new([f.key.public()])).unwrap();
+    forgetful.install(old()).unwrap();
+}
+
+/// A binding that pins a version the new module would revoke blocks the install, naming it;
+/// nothing changes until the binding is moved.
+#[test]
+fn a_pinned_binding_blocks_revoking_its_version() {
+    let f = Fixture::new();
+    f.registry.install(f.module("unit-convert", "1.0.0", Kind::Ingest, Settings::default())).unwrap();
+    f.registry
+        .bind(Bindings(vec![Binding { ingest: Some("unit-convert@1.0.0".parse().unwrap()), ..Binding::default() }]))
+        .unwrap();
+    let policy = PolicyRef::new("unit-convert", "2.0.0").unwrap();
+    let bytes = wasm("unit-convert");
+    let sig = signing::sign_revoking_below(&f.key, &bytes, &Identity::new(policy, Kind::Ingest), "2.0.0").unwrap();
+    let mut next = f.module("unit-convert", "2.0.0", Kind::Ingest, Settings::default());
+    next.signature = Some(sig.to_text());
+    let err = f.registry.install(next).unwrap_err();
+    assert!(err.to_string().contains("unit-convert@1.0.0"), "{err}");
+    assert_eq!(f.registry.floor("unit-convert"), None);
+    assert_eq!(f.registry.running().len(), 1);
 }

@@ -98,7 +98,7 @@ async fn pushdown_in(
     std::fs::copy(rms_wasm, &wasm).context("copying the rms component")?;
     let identity =
         signing::Identity::new(timeshard_policy::PolicyRef::new("rms", "1.0.0")?, timeshard_policy::Kind::Query);
-    signing::sign_file(&key_file, &wasm, &identity)?;
+    signing::sign_file(&key_file, &wasm, &identity, None)?;
     let mut options = ClusterOptions::new(args.nodes, dir.join("cluster"), binary);
     options.log = "warn".into();
     options.policy = toml::from_str(&format!(
