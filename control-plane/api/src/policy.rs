@@ -13,6 +13,10 @@ use crate::selector::Selector;
 
 /// Largest module the control plane accepts (and a node fetches).
 pub const MAX_MODULE_BYTES: usize = 4 << 20;
+
+/// Longest offline signature an upload may carry, in its hex form (a signature file is about
+/// 400 bytes).
+pub const MAX_UPLOAD_SIGNATURE: usize = 4096;
 /// Most stages of a rollout (canary and waves).
 pub const MAX_STAGES: usize = 16;
 /// Most settings (`config` values) of one policy.
@@ -173,6 +177,27 @@ pub struct UploadQuery {
     /// `version`): the signature carries it, and nodes that install the module refuse them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_version: Option<String>,
+    /// The module's offline signature (a control plane started with `--policy-public-key`):
+    /// the signature file's text in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl UploadQuery {
+    /// The offline signature's text, if the upload carries one.
+    pub fn signature_text(&self) -> Result<Option<String>, String> {
+        let Some(encoded) = &self.signature else { return Ok(None) };
+        if encoded.len() > MAX_UPLOAD_SIGNATURE {
+            return Err(format!("the signature is {} bytes long, more than {MAX_UPLOAD_SIGNATURE}", encoded.len()));
+        }
+        let bytes = crate::token::unhex(encoded).ok_or("the signature is not hex")?;
+        String::from_utf8(bytes).map(Some).map_err(|_| "the signature is not text".to_string())
+    }
+
+    /// `text` as the `signature` parameter carries it.
+    pub fn encode_signature(text: &str) -> String {
+        crate::token::hex(text.as_bytes())
+    }
 }
 
 /// One uploaded version (`policy list`, `policy show`, and the answer to an upload).

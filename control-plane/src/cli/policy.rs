@@ -8,8 +8,8 @@ use anyhow::Context;
 use http::Method;
 use timeshard_control_api::api::paths;
 use timeshard_control_api::policy::{
-    PolicySettings, PolicyVersionInfo, RolloutAction, RolloutSpec, RolloutStatus, SeriesSelector, Uploaded,
-    parse_percent, parse_waves,
+    PolicySettings, PolicyVersionInfo, RolloutAction, RolloutSpec, RolloutStatus, SeriesSelector, UploadQuery,
+    Uploaded, parse_percent, parse_waves,
 };
 use timeshard_control_api::state::Selector;
 
@@ -26,7 +26,13 @@ Examples:
 
 An upload is checked (a component of the kind's world, importing only the host's logging,
 under 4 MiB), stored by its SHA-256 and signed with the fleet's policy key, which nodes trust.
-A name and version always mean the same bytes.";
+A name and version always mean the same bytes.
+
+Signing offline (the service started with --policy-public-key policy.pub signs nothing):
+  timeshard-control policy keygen --out policy.key > policy.pub     # on the operator's machine
+  timeshard-control policy sign --key policy.key --name pmu-validate --version 1.3.0 --kind ingest pmu_validate.wasm
+  timeshard-control policy upload --name pmu-validate --version 1.3.0 --kind ingest \
+      --signature pmu_validate.wasm.sig pmu_validate.wasm";
 
 /// `policy ...`.
 #[derive(Debug, clap::Subcommand)]
@@ -46,6 +52,10 @@ pub enum PolicyCommand {
         /// --version): nodes that install this module refuse them from then on, even signed.
         #[arg(long, value_name = "VERSION")]
         min_version: Option<String>,
+        /// The module's offline signature (`policy sign`), for a service started with
+        /// --policy-public-key.
+        #[arg(long, value_name = "FILE")]
+        signature: Option<PathBuf>,
         /// The component (.wasm).
         module: PathBuf,
         #[command(flatten)]
@@ -65,6 +75,31 @@ pub enum PolicyCommand {
         json: bool,
         #[command(flatten)]
         conn: Connection,
+    },
+    /// Make an offline policy signing key (on an operator's machine, not the service's): writes
+    /// the secret key file and prints the public key line for `serve --policy-public-key`.
+    Keygen {
+        /// Where to write the secret key (mode 0600; never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Sign a module offline as one name, version and kind; writes MODULE.wasm.sig next to it.
+    Sign {
+        /// The secret key file from `policy keygen`.
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        version: String,
+        /// ingest or query.
+        #[arg(long)]
+        kind: timeshard_policy::Kind,
+        /// Revoke the versions of this name below this one (see `policy upload`).
+        #[arg(long, value_name = "VERSION")]
+        min_version: Option<String>,
+        /// The component (.wasm).
+        module: PathBuf,
     },
     /// Write a version's module and its signature (MODULE.sig) to files, e.g. for nodes that
     /// are configured by hand.
@@ -111,19 +146,38 @@ fn split_policy(text: &str) -> anyhow::Result<(String, String)> {
 
 pub async fn policy(cmd: PolicyCommand) -> anyhow::Result<()> {
     match cmd {
-        PolicyCommand::Upload { name, version, kind, min_version, module, conn } => {
+        PolicyCommand::Keygen { out } => {
+            if out.exists() {
+                anyhow::bail!("{} exists; a signing key is never overwritten", out.display());
+            }
+            let key = timeshard_policy::signing::generate_keypair()?;
+            key.write(&out)?;
+            eprintln!("wrote the secret key to {}; keep it off the service and the nodes", out.display());
+            println!("{}", key.public().to_text());
+            Ok(())
+        }
+        PolicyCommand::Sign { key, name, version, kind, min_version, module } => {
+            use timeshard_policy::signing;
+            let identity = signing::Identity::new(timeshard_policy::PolicyRef::new(&name, &version)?, kind);
+            let sig = signing::sign_file(&key, &module, &identity, min_version.as_deref())?;
+            println!("signed {} as {identity} -> {}", module.display(), sig.display());
+            Ok(())
+        }
+        PolicyCommand::Upload { name, version, kind, min_version, signature, module, conn } => {
             let bytes = std::fs::read(&module).with_context(|| format!("cannot read {}", module.display()))?;
             let mut path = format!("{}?name={name}&version={version}&kind={kind}", paths::POLICIES);
             if let Some(min) = &min_version {
                 path.push_str(&format!("&min_version={min}"));
             }
+            if let Some(file) = &signature {
+                let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+                path.push_str(&format!("&signature={}", UploadQuery::encode_signature(&text)));
+            }
             let up: Uploaded = Client::new(&conn)?.send_bytes(Method::POST, &path, bytes).await?;
             let p = &up.policy;
             if up.created {
-                println!(
-                    "uploaded {}@{} ({} policy), sha256 {}, signed by the fleet's key",
-                    p.name, p.version, p.kind, p.sha256
-                );
+                let by = if signature.is_some() { "its offline signature checked" } else { "signed by the fleet's key" };
+                println!("uploaded {}@{} ({} policy), sha256 {}, {by}", p.name, p.version, p.kind, p.sha256);
             } else {
                 println!("{}@{} was already uploaded with these bytes (sha256 {})", p.name, p.version, p.sha256);
             }

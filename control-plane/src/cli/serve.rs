@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// Longest a client may take to send a request's body (slower: 408).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
+    /// Sign policies offline: the public key file (or line) of the key made by
+    /// `timeshard-control policy keygen`. Devices pin it when they enroll; the service signs no
+    /// policy and accepts only uploads signed with it (`policy upload --signature`).
+    #[arg(long, value_name = "FILE")]
+    pub policy_public_key: Option<PathBuf>,
     /// The key-encryption key the stored keys are sealed under (64 hex digits), made here on
     /// first start if missing. Default: `<data-dir>/key-encryption-key`; required with
     /// --database unless TIMESHARD_CONTROL_KEK holds the key itself.
@@ -188,7 +193,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let kek = load_kek(&args)?;
     let db = Db::connect(&url, kek).await.with_context(|| format!("database {}", redact(&url)))?;
     let backend = db.backend();
-    let policy = Policy { cert_lifetime: args.cert_lifetime, ..Policy::default() };
+    let offline_policy_key = match &args.policy_public_key {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Some(
+                timeshard_policy::signing::PublicKey::from_text(&text)
+                    .with_context(|| format!("{}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let policy = Policy { cert_lifetime: args.cert_lifetime, offline_policy_key, ..Policy::default() };
     let fleet = Fleet::open(db, policy).await?;
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
     let mut addr = listener.local_addr()?;

@@ -38,11 +38,19 @@ pub struct Policy {
     pub cert_lifetime: Duration,
     /// Longest an enrollment token may live.
     pub max_token_lifetime: Duration,
+    /// Policies are signed offline with this key, which devices pin when they enroll: the
+    /// service signs nothing and accepts only uploads that carry this key's signature. `None`:
+    /// the service signs with a key of its own, kept in the database.
+    pub offline_policy_key: Option<timeshard_policy::signing::PublicKey>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { cert_lifetime: Duration::from_secs(7 * 86_400), max_token_lifetime: Duration::from_secs(30 * 86_400) }
+        Policy {
+            cert_lifetime: Duration::from_secs(7 * 86_400),
+            max_token_lifetime: Duration::from_secs(30 * 86_400),
+            offline_policy_key: None,
+        }
     }
 }
 
@@ -62,7 +70,7 @@ impl Fleet {
     /// Opens the fleet in `db`, creating its CA on first use.
     pub async fn open(db: Db, policy: Policy) -> Result<Arc<Fleet>> {
         let ca = db.fleet_ca(crate::time::now_ms()).await?;
-        let state = load_state(&db, &ca).await?;
+        let state = load_state(&db, &ca, &policy).await?;
         let (tx, _) = watch::channel(Arc::new(state));
         Ok(Arc::new(Fleet { db, ca, policy, state: tx, refresh: Notify::new(), reported: Notify::new() }))
     }
@@ -87,7 +95,7 @@ impl Fleet {
         if self.db.generation().await? == self.current().generation {
             return Ok(());
         }
-        let state = load_state(&self.db, &self.ca).await?;
+        let state = load_state(&self.db, &self.ca, &self.policy).await?;
         self.state.send_if_modified(|current| {
             if state.generation > current.generation {
                 *current = Arc::new(state);
@@ -124,7 +132,7 @@ fn sign_revocations(ca: &FleetCa, state: &FleetState) -> Result<SignedRevocation
 /// The fleet-wide desired state at the current generation. Reads the generation before
 /// and after: every change raises it, so equal values mean the reads in between saw one
 /// committed state (on either backend, without a snapshot isolation level).
-async fn load_state(db: &Db, ca: &FleetCa) -> Result<FleetState> {
+async fn load_state(db: &Db, ca: &FleetCa, policy: &Policy) -> Result<FleetState> {
     loop {
         let row = sqlx::query("SELECT generation, changed_at_ms FROM fleet WHERE id = 1").fetch_one(db.pool()).await?;
         let generation: i64 = row.try_get("generation")?;
@@ -146,7 +154,10 @@ async fn load_state(db: &Db, ca: &FleetCa) -> Result<FleetState> {
                 .iter()
                 .map(|r| r.try_get::<String, _>("node_id"))
                 .collect::<Result<Vec<_>, _>>()?;
-        let policies = store::load_table(db.pool()).await?;
+        let mut policies = store::load_table(db.pool()).await?;
+        if let Some(key) = &policy.offline_policy_key {
+            policies.key = Some(key.to_text());
+        }
         let http_tokens = http_tokens::load_entries(db.pool(), changed_at).await?;
         if db.generation().await? == generation as u64 {
             let state = FleetState::new(generation as u64, classes, configs, revoked);

@@ -31,12 +31,58 @@ pub fn identity(name: &str, version: &str, kind: &str) -> Result<Identity> {
 }
 
 impl Fleet {
+    /// The key nodes trust for policies: the offline key, or the service's own (made by the
+    /// first upload, which changes no generation).
+    pub async fn policy_public_key(&self) -> Result<Option<String>> {
+        match &self.policy.offline_policy_key {
+            Some(key) => Ok(Some(key.to_text())),
+            None => store::public_key(self.db.pool()).await,
+        }
+    }
+
     /// `POST /v1/policies` (operator): checks the module, stores it by hash and signs it. The
     /// same bytes under the same name and version again change nothing.
+    ///
+    /// With an offline policy key ([`super::Policy::offline_policy_key`]) the upload must carry
+    /// its signature, made with that key for this name, version, kind and these bytes; it is
+    /// stored as it is. Without one, a signature is refused and the service signs.
     pub async fn upload_policy(&self, caller: &Caller, query: UploadQuery, wasm: &[u8]) -> Result<Uploaded> {
         caller.require(Role::Operator)?;
         let id = identity(&query.name, &query.version, &query.kind)?;
         let (name, version) = (&id.policy.name, &id.policy.version);
+        let invalid = |reason: String| Error::PolicyInvalid { name: name.clone(), version: version.clone(), reason };
+        let signature = query.signature_text().map_err(&invalid)?;
+        let offline = match (&self.policy.offline_policy_key, signature) {
+            (Some(key), Some(text)) => {
+                if query.min_version.is_some() {
+                    return Err(invalid(
+                        "policies are signed offline here: the minimum version is part of the signature \
+                         (`timeshard-control policy sign --min-version`), not of the upload"
+                            .into(),
+                    ));
+                }
+                let parsed = signing::Signature::from_text(&text).map_err(|e| invalid(e.to_string()))?;
+                signing::verify(&signing::TrustedKeys::new([*key]), wasm, &id, &parsed, false).map_err(|e| {
+                    invalid(format!("its signature is refused: {e}; sign with the fleet's offline key"))
+                })?;
+                Some(text)
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    "this control plane signs no policy: sign the module offline with the fleet's key \
+                     (`timeshard-control policy sign`) and upload it with --signature"
+                        .into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "this control plane signs policies itself: upload without --signature, or start it with \
+                     --policy-public-key to sign offline"
+                        .into(),
+                ));
+            }
+            (None, None) => None,
+        };
         if wasm.len() > MAX_MODULE_BYTES {
             return Err(Error::ModuleTooLarge { size: wasm.len(), limit: MAX_MODULE_BYTES });
         }
@@ -74,16 +120,19 @@ impl Fleet {
                 uploaded: id.kind.to_string(),
             });
         }
-        let key = store::policy_key(self.db.pool(), self.db.kek(), &mut w, now).await?;
-        let signature = match &query.min_version {
-            Some(min) => signing::sign_revoking_below(&key, wasm, &id, min).map_err(|e| Error::PolicyInvalid {
-                name: name.clone(),
-                version: version.clone(),
-                reason: e.to_string(),
-            })?,
-            None => signing::sign(&key, wasm, &id),
-        }
-        .to_text();
+        let signature = match offline {
+            Some(text) => text,
+            None => {
+                let key = store::policy_key(self.db.pool(), self.db.kek(), &mut w, now).await?;
+                match &query.min_version {
+                    Some(min) => {
+                        signing::sign_revoking_below(&key, wasm, &id, min).map_err(|e| invalid(e.to_string()))?
+                    }
+                    None => signing::sign(&key, wasm, &id),
+                }
+                .to_text()
+            }
+        };
         sqlx::query(
             "INSERT INTO policy_blobs (sha256, size, wasm_base64) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
         )

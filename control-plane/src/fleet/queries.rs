@@ -24,8 +24,7 @@ impl Fleet {
             ca_pem: self.ca.cert_pem().to_string(),
             generation: state.generation,
             digest: state.digest.clone(),
-            // Made by the first upload, which changes no generation.
-            policy_key: super::store::public_key(self.db.pool()).await?,
+            policy_key: self.policy_public_key().await?,
         })
     }
 

@@ -37,6 +37,8 @@ pub struct ControlPlane {
     /// [`ControlPlane::start_again`], since enrolled nodes remember the address.
     addrs: Vec<SocketAddr>,
     services: Vec<ServeProcess>,
+    /// Arguments every `serve` gets besides the storage and address.
+    serve_args: Vec<String>,
     admin_token: String,
     admin: Admin,
     _postgres: Option<ThrowawayPostgres>,
@@ -50,7 +52,19 @@ impl ControlPlane {
     /// Starts `exe serve --init` (the `timeshard-control` binary) on `backend`, with its state
     /// in `dir` (SQLite) or a new throwaway PostgreSQL server.
     pub async fn start(exe: impl Into<PathBuf>, backend: Backend, dir: &Path) -> Result<ControlPlane> {
+        ControlPlane::start_with(exe, backend, dir, Vec::new()).await
+    }
+
+    /// [`ControlPlane::start`] with more `serve` arguments (e.g. `--policy-public-key FILE`),
+    /// kept for [`ControlPlane::start_again`].
+    pub async fn start_with(
+        exe: impl Into<PathBuf>,
+        backend: Backend,
+        dir: &Path,
+        serve_args: Vec<String>,
+    ) -> Result<ControlPlane> {
         let exe = exe.into();
+        let extra: Vec<&str> = serve_args.iter().map(String::as_str).collect();
         let (storage, instances, postgres) = match backend {
             Backend::Sqlite => (Storage::Sqlite(dir.join("control-data")), 1, None),
             Backend::Postgres => {
@@ -59,15 +73,15 @@ impl ControlPlane {
                 (Storage::Postgres(url), 2, Some(pg))
             }
         };
-        let first = ServeProcess::start(&exe, &storage, true, &[]).await?;
+        let first = ServeProcess::start(&exe, &storage, true, &extra).await?;
         let admin_token = first.admin_token.clone().context("`serve --init` printed no admin token")?;
         let mut services = vec![first];
         for _ in 1..instances {
-            services.push(ServeProcess::start(&exe, &storage, false, &[]).await?);
+            services.push(ServeProcess::start(&exe, &storage, false, &extra).await?);
         }
         let addrs = services.iter().map(|s| addr_of(&s.url)).collect::<Result<Vec<_>>>()?;
         let admin = Admin::new(&services[0].url, &admin_token)?;
-        Ok(ControlPlane { exe, storage, addrs, services, admin_token, admin, _postgres: postgres })
+        Ok(ControlPlane { exe, storage, addrs, services, serve_args, admin_token, admin, _postgres: postgres })
     }
 
     /// `https://HOST:PORT` of every instance.
@@ -127,12 +141,20 @@ impl ControlPlane {
 
     /// Starts the instances again on their old addresses.
     pub async fn start_again(&mut self) -> Result<()> {
+        let args = self.serve_args.clone();
+        self.start_again_with(args).await
+    }
+
+    /// Starts the instances again on their old addresses with other `serve` arguments.
+    pub async fn start_again_with(&mut self, serve_args: Vec<String>) -> Result<()> {
         if !self.services.is_empty() {
             bail!("the control plane is running");
         }
+        let extra: Vec<&str> = serve_args.iter().map(String::as_str).collect();
         for &addr in &self.addrs {
-            self.services.push(ServeProcess::start_on(&self.exe, &self.storage, addr, false, &[]).await?);
+            self.services.push(ServeProcess::start_on(&self.exe, &self.storage, addr, false, &extra).await?);
         }
+        self.serve_args = serve_args;
         Ok(())
     }
 

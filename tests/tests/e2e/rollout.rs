@@ -512,6 +512,102 @@ async fn revoked_versions_stay_revoked(backend: Backend) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `timeshard-control policy upload` of the module at `module` as query policy `rms@version`.
+async fn upload_rms(
+    control: &ControlPlane,
+    module: &str,
+    version: &str,
+    signature: Option<&str>,
+) -> anyhow::Result<String> {
+    let mut args = vec!["policy", "upload", "--name", "rms", "--version", version, "--kind", "query"];
+    if let Some(sig) = signature {
+        args.extend(["--signature", sig]);
+    }
+    args.push(module);
+    control.cli(&args).await
+}
+
+/// Offline signing: the service started with `--policy-public-key` signs nothing and takes only
+/// uploads signed with that key; the node pins the key it was told at enrollment. The same
+/// database served again without the flag (a service that now signs with a key of its own, as
+/// a compromised one could) gets its modules refused by the node, which keeps running the
+/// offline-signed version.
+async fn offline_signing_and_a_pinned_key(backend: Backend) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("timeshard-offline-").tempdir()?;
+    let (key, public) = (dir.path().join("policy.key"), dir.path().join("policy.pub"));
+    let out = tokio::process::Command::new(CONTROL)
+        .args(["policy", "keygen", "--out", key.to_str().unwrap()])
+        .output()
+        .await?;
+    anyhow::ensure!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&public, &out.stdout)?;
+    let serve_args = vec!["--policy-public-key".to_string(), public.display().to_string()];
+    let mut control = ControlPlane::start_with(CONTROL, backend, dir.path(), serve_args).await?;
+    control.cli(&["class", "set", "pmu", "--prefix", "pmu.", "--quantum", "10s", "--rf", "1"]).await?;
+    let (mut options, _) = ClusterOptions::for_tests(1, NODE);
+    options.dir = dir.path().join("nodes");
+    let cluster = control.enroll_cluster_labelled(options, &["site=atl".into()]).await?;
+    cluster.wait_converged(Duration::from_secs(60)).await?;
+
+    // The module, copied so that its signature file lands beside the copy.
+    let module = dir.path().join("rms.wasm");
+    std::fs::copy(guest("rms"), &module)?;
+    let module = module.display().to_string();
+    let unsigned = upload_rms(&control, &module, "1.0.0", None).await.unwrap_err().to_string();
+    assert!(unsigned.contains("signs no policy"), "{unsigned}");
+    let sign = |version: &str| {
+        let args = [
+            "policy",
+            "sign",
+            "--key",
+            key.to_str().unwrap(),
+            "--name",
+            "rms",
+            "--version",
+            version,
+            "--kind",
+            "query",
+            &module,
+        ];
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        async move {
+            let out = tokio::process::Command::new(CONTROL).args(&args).output().await?;
+            anyhow::ensure!(out.status.success(), "sign: {}", String::from_utf8_lossy(&out.stderr));
+            Ok::<_, anyhow::Error>(format!("{}.sig", args[args.len() - 1]))
+        }
+    };
+    let sig = sign("1.0.0").await?;
+    // A signature made for another version is refused by the service.
+    let wrong = upload_rms(&control, &module, "1.0.1", Some(&sig)).await.unwrap_err().to_string();
+    assert!(wrong.contains("signature is refused"), "{wrong}");
+    upload_rms(&control, &module, "1.0.0", Some(&sig)).await?;
+    control.cli(&["rollout", "start", "rms@1.0.0", "--series", "pmu.", "--canary", "0", "--waves", "100%"]).await?;
+    runs(&cluster, &[0], "rms", "1.0.0").await?;
+    let pinned = std::fs::read_to_string(cluster.data_dir(0).join("control").join("policy-key"))?;
+    assert_eq!(pinned.trim(), std::fs::read_to_string(&public)?.trim(), "the node pinned the offline key");
+
+    // The same fleet served without offline signing: the service signs 2.0.0 with its own key.
+    control.stop().await?;
+    control.start_again_with(Vec::new()).await?;
+    upload_rms(&control, &module, "2.0.0", None).await?;
+    control.cli(&["rollout", "start", "rms@2.0.0", "--series", "pmu.", "--canary", "0", "--waves", "100%"]).await?;
+    let id = cluster.id(0).to_hex();
+    within(ROLLOUT_BOUND, "the node refuses 2.0.0, signed by a key it never pinned", || async {
+        let devices = control.devices().await?;
+        let d = devices.iter().find(|d| d.node_id == id).expect("the enrolled node");
+        Ok(d.policy_errors.iter().any(|e| e.version == "2.0.0" && e.error.contains("does not trust")))
+    })
+    .await?;
+    assert_eq!(versions(&cluster, 0, "rms").await?, ["1.0.0"], "the offline-signed version keeps running");
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_offline_policy_signing_with_a_pinned_key() -> anyhow::Result<()> {
+    offline_signing_and_a_pinned_key(Backend::Sqlite).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_revoked_policy_versions_stay_revoked() -> anyhow::Result<()> {
     revoked_versions_stay_revoked(Backend::Sqlite).await

@@ -9,6 +9,12 @@
 //! version of its name that ran before; the node reports it. A node that cannot reach the
 //! control plane runs what its cache holds.
 //!
+//! The fleet's policy key is pinned the first time the node is told it (at enrollment, or at
+//! the first upload of a fleet that had none), in `<data_dir>/control/policy-key`: a control
+//! plane that later names another key is not believed, so a compromised service cannot make
+//! the nodes trust a key of its own (with offline signing, `serve --policy-public-key`, it
+//! holds no key that nodes trust at all).
+//!
 //! [`bindings`] (which series get which module) is pure; the rest reads and writes the cache.
 
 use std::collections::BTreeMap;
@@ -26,6 +32,8 @@ use tracing::{info, warn};
 
 /// The cache's directory under the enrollment's (`<data_dir>/control`).
 pub const MODULES_DIR: &str = "modules";
+/// The pinned policy key's file under the enrollment's directory.
+pub const PINNED_KEY_FILE: &str = "policy-key";
 
 /// What the control plane tells the node to run, as last applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,6 +59,50 @@ pub struct Applied {
 /// The module cache of the node whose data directory is `data_dir`.
 pub fn cache_dir(data_dir: &Path) -> PathBuf {
     data_dir.join(timeshard_control_api::files::CONTROL_DIR).join(MODULES_DIR)
+}
+
+/// The fleet's policy key the node trusts: the one pinned in `control_dir`, else `offered`
+/// (the control plane's), which is pinned then. Another key offered later is refused, loudly.
+pub fn pinned_key(control_dir: &Path, offered: Option<&str>) -> Option<signing::PublicKey> {
+    let path = control_dir.join(PINNED_KEY_FILE);
+    let offered = offered.and_then(|text| {
+        signing::PublicKey::from_text(text)
+            .inspect_err(|e| warn!(error = %e, "the fleet's policy key from the control plane is unreadable"))
+            .ok()
+    });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let pinned = signing::PublicKey::from_text(&text)
+                .inspect_err(|e| warn!(path = %path.display(), error = %e, "the pinned policy key is unreadable; trusting no fleet key"))
+                .ok()?;
+            if let Some(other) = offered.filter(|k| *k != pinned) {
+                warn!(
+                    path = %path.display(),
+                    pinned = %pinned,
+                    offered = %other,
+                    "the control plane names another policy key than the one pinned at enrollment; refusing it \
+                     (modules it signed will not load). To trust a new key, remove the pinned key file (path) on the device"
+                );
+            }
+            Some(pinned)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = offered?;
+            if let Err(e) = std::fs::create_dir_all(control_dir)
+                .map_err(|e| e.to_string())
+                .and_then(|()| write_atomic(&path, key.to_text().as_bytes(), false).map_err(|e| e.to_string()))
+            {
+                warn!(path = %path.display(), error = %e, "cannot pin the fleet's policy key; trusting it for now");
+            } else {
+                info!(key = %key, "pinned the fleet's policy key");
+            }
+            Some(key)
+        }
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the pinned policy key; trusting no fleet key");
+            None
+        }
+    }
 }
 
 /// The cache file of the module whose hash is `sha256`.
@@ -188,12 +240,8 @@ pub fn apply(
         warn!(error = %e, "the [policy] section's trusted_keys are unreadable");
         Vec::new()
     });
-    if let Some(key) = &control.key {
-        match signing::PublicKey::from_text(key) {
-            Ok(k) => keys.push(k),
-            Err(e) => warn!(error = %e, "the fleet's policy key from the control plane is unreadable"),
-        }
-    }
+    let control_dir = dir.parent().unwrap_or(dir);
+    keys.extend(pinned_key(control_dir, control.key.as_deref()));
     registry.set_trusted(TrustedKeys::new(keys));
 
     let (mut modules, mut missing) = (Vec::new(), Vec::new());
@@ -249,6 +297,20 @@ pub fn apply(
 mod tests {
     use super::*;
     use timeshard_control_api::policy::PolicySettings;
+
+    #[test]
+    fn the_first_policy_key_offered_is_pinned_and_another_is_not_believed() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("control");
+        let (a, b) = (signing::generate_keypair().unwrap().public(), signing::generate_keypair().unwrap().public());
+        assert_eq!(pinned_key(&control, None), None, "nothing offered, nothing pinned");
+        assert_eq!(pinned_key(&control, Some(&a.to_text())), Some(a));
+        assert_eq!(pinned_key(&control, Some(&b.to_text())), Some(a), "another key is refused");
+        assert_eq!(pinned_key(&control, None), Some(a), "the pin holds without the control plane");
+        assert_eq!(pinned_key(&control, Some("not a key")), Some(a));
+        std::fs::remove_file(control.join(PINNED_KEY_FILE)).unwrap();
+        assert_eq!(pinned_key(&control, Some(&b.to_text())), Some(b), "removing the pin by hand re-pins");
+    }
 
     fn assignment(name: &str, kind: Kind, prefix: &str, bound: bool) -> PolicyAssignment {
         PolicyAssignment {
