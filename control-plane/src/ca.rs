@@ -150,7 +150,9 @@ impl FleetCa {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         let not_after_ms = now_ms + crate::time::ms(lifetime);
-        params.not_before = at(now_ms - crate::time::ms(BACKDATE));
+        // At most a tenth of the lifetime: nodes renew after two thirds of not_before..not_after,
+        // and 5 minutes back would make a short-lived certificate due at once, again and again.
+        params.not_before = at(now_ms - crate::time::ms(BACKDATE.min(lifetime / 10)));
         params.not_after = at(not_after_ms);
         let serial = random_serial();
         params.serial_number = Some(serial.clone());
@@ -212,6 +214,14 @@ mod tests {
             .collect();
         assert_eq!(sans, vec![format!("DNSName({NODE_NAME})")]);
         assert_eq!(parsed.validity().not_after.timestamp() * 1000, signed.not_after_ms);
+        // Backdated 5 minutes for lagging clocks, but never more than a tenth of the lifetime:
+        // a 1-minute certificate backdated 5 minutes was due for renewal the moment it arrived.
+        assert!(now / 1000 - parsed.validity().not_before.timestamp() >= 299);
+        let short = ca.sign_node(&csr, now, Duration::from_secs(60)).unwrap();
+        let der = timeshard_control_api::tls::certs_from_pem("c", &short.pem).unwrap().remove(0);
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let backdated = now / 1000 - parsed.validity().not_before.timestamp();
+        assert!((5..=7).contains(&backdated), "backdated {backdated} s");
     }
 
     #[test]

@@ -205,8 +205,8 @@ impl NodeClient {
         self.not_after
     }
 
-    /// Whether two thirds of the certificate's lifetime have passed (10 days before expiry
-    /// with the default 30 days), so renewal has a third of it to succeed.
+    /// Whether two thirds of the certificate's lifetime have passed (about 2 days before expiry
+    /// with the default 7 days), so renewal has a third of it to succeed.
     pub fn renewal_due(&self, now: SystemTime) -> bool {
         let life = self.not_after.duration_since(self.not_before).unwrap_or_default();
         now >= self.not_before + life * 2 / 3

@@ -176,7 +176,8 @@ pub async fn policy(cmd: PolicyCommand) -> anyhow::Result<()> {
             let up: Uploaded = Client::new(&conn)?.send_bytes(Method::POST, &path, bytes).await?;
             let p = &up.policy;
             if up.created {
-                let by = if signature.is_some() { "its offline signature checked" } else { "signed by the fleet's key" };
+                let by =
+                    if signature.is_some() { "its offline signature checked" } else { "signed by the fleet's key" };
                 println!("uploaded {}@{} ({} policy), sha256 {}, {by}", p.name, p.version, p.kind, p.sha256);
             } else {
                 println!("{}@{} was already uploaded with these bytes (sha256 {})", p.name, p.version, p.sha256);

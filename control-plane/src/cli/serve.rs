@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// Create the first admin API token and print it (only on a fleet without API tokens).
     #[arg(long)]
     pub init: bool,
-    /// Lifetime of node certificates; nodes renew after two thirds of it.
+    /// Lifetime of node certificates (at least 1m; under 1h only for tests); nodes renew after
+    /// two thirds of it.
     #[arg(long, default_value = "7days", value_parser = humantime::parse_duration)]
     pub cert_lifetime: Duration,
     /// Connections accepted at once.
@@ -187,8 +188,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => Some(lock_data_dir(&args.data_dir)?),
         Some(_) => None,
     };
+    if args.cert_lifetime < Duration::from_secs(60) {
+        anyhow::bail!("--cert-lifetime must be at least 1m (nodes renew after two thirds of it)");
+    }
     if args.cert_lifetime < Duration::from_secs(3600) {
-        anyhow::bail!("--cert-lifetime must be at least 1h (nodes renew after two thirds of it)");
+        eprintln!(
+            "warning: --cert-lifetime {} is meant for tests: nodes renew every {} and stop talking once a renewal \
+             is missed by a third of it",
+            humantime::format_duration(args.cert_lifetime),
+            humantime::format_duration(args.cert_lifetime * 2 / 3)
+        );
     }
     let kek = load_kek(&args)?;
     let db = Db::connect(&url, kek).await.with_context(|| format!("database {}", redact(&url)))?;

@@ -53,6 +53,7 @@ mod policies;
 mod promql_oracle;
 mod queries;
 mod read_repair;
+mod renewal;
 mod retention;
 mod rogue_device;
 mod rollout;

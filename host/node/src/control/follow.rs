@@ -106,6 +106,14 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                     answer = &mut watch => break answer,
                     _ = tick.tick() => {}
                 }
+                // Renewal waits for no answer: a watch may last WATCH_WAIT, a short-lived
+                // certificate not that long.
+                if unreachable.is_none()
+                    && agent.client().renewal_due(SystemTime::now())
+                    && Instant::now() >= renew_after
+                {
+                    break Ok(None);
+                }
                 let marks = Marks::of(&node);
                 if unreachable.is_none() && report::due(marks, reported, last_report) {
                     match agent.client().report(&report::report(&node, &agent, refused.as_ref())).await {
