@@ -258,10 +258,10 @@ pub enum ClassCommand {
         /// Replicas per block.
         #[arg(long)]
         rf: Option<u8>,
-        /// Acknowledgements a write waits for.
+        /// Acknowledgements a write waits for (default 2, at most --rf).
         #[arg(long)]
         w: Option<u8>,
-        /// Replicas a read asks.
+        /// Replicas a read asks (default 2, at most --rf).
         #[arg(long)]
         r: Option<u8>,
         /// How long points are kept (by event time).
@@ -358,8 +358,9 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                     class.format = format.unwrap_or(class.format);
                     class.quantum = quantum.unwrap_or(class.quantum);
                     class.rf = rf.unwrap_or(class.rf);
-                    class.w = w.unwrap_or(class.w);
-                    class.r = r.unwrap_or(class.r);
+                    // Quorums not given fit a smaller RF (`--rf 1` alone means W = R = 1).
+                    class.w = w.unwrap_or(class.w.min(class.rf));
+                    class.r = r.unwrap_or(class.r.min(class.rf));
                     if retention.is_some() || keep_forever {
                         class.retention = retention;
                     }
