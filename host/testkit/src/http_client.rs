@@ -108,7 +108,34 @@ impl HttpClient {
     pub async fn post(&mut self, path: &str, body: impl Into<Bytes>) -> Result<Answer> {
         self.send(Method::POST, path, &[], body).await
     }
+
+    /// Sends a request until the node answers anything but 503 Service Unavailable (its memory
+    /// budget or another limit), as Telegraf and Prometheus retry: each 503 is followed by
+    /// [`OVERLOADED_PAUSE`] and a new connection (a body refused before it was read leaves the
+    /// connection closed; plain HTTP only). Returns the answer and how many 503s came first.
+    pub async fn send_until_taken(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<(Answer, u64)> {
+        let body = body.into();
+        let mut refused = 0;
+        loop {
+            let answer = self.send(method.clone(), path, headers, body.clone()).await?;
+            if answer.status != StatusCode::SERVICE_UNAVAILABLE {
+                return Ok((answer, refused));
+            }
+            refused += 1;
+            tokio::time::sleep(OVERLOADED_PAUSE).await;
+            *self = HttpClient::connect(self.addr, self.token.as_deref()).await?;
+        }
+    }
 }
+
+/// Pause before a request a node refused as overloaded (503) is sent again.
+pub const OVERLOADED_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 async fn tcp(addr: SocketAddr) -> Result<tokio::net::TcpStream> {
     let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("cannot connect to {addr}"))?;

@@ -162,36 +162,18 @@ struct Ingested {
     overloaded: u64,
 }
 
-/// Pause before a request the node refused as overloaded is sent again.
-const OVERLOADED_PAUSE: Duration = Duration::from_millis(20);
-
 /// Posts `body` to `path` until the node takes it (204) and returns how many times it answered
-/// 503 first (each sent again after [`OVERLOADED_PAUSE`], on a new connection: a body refused
-/// before it was read leaves the connection closed); any other answer is an error.
-async fn post_until_taken(
-    client: &mut HttpClient,
-    addr: std::net::SocketAddr,
-    path: &str,
-    body: Vec<u8>,
-) -> Result<u64> {
-    let body = bytes::Bytes::from(body);
-    let mut refused = 0;
-    loop {
-        let a = client.post(path, body.clone()).await?;
-        match a.status.as_u16() {
-            204 => return Ok(refused),
-            503 => {
-                refused += 1;
-                tokio::time::sleep(OVERLOADED_PAUSE).await;
-                *client = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
-            }
-            status => bail!("{path} answered {status}: {}", a.text()),
-        }
+/// 503 first ([`HttpClient::send_until_taken`]); any other answer is an error.
+async fn post_until_taken(client: &mut HttpClient, path: &str, body: Vec<u8>) -> Result<u64> {
+    let (a, refused) = client.send_until_taken(hyper::Method::POST, path, &[], body).await?;
+    if a.status.as_u16() != 204 {
+        bail!("{path} answered {}: {}", a.status, a.text());
     }
+    Ok(refused)
 }
 
 /// Points per second acknowledged by `connections` clients of `addrs` (round robin) sending
-/// for `secs`; a request answered 503 is sent again after [`OVERLOADED_PAUSE`] and counted.
+/// for `secs`; a request answered 503 is sent again after a pause and counted.
 async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &HttpBenchOptions) -> Result<Ingested> {
     let points = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
@@ -211,7 +193,7 @@ async fn ingest(addrs: &[std::net::SocketAddr], kind: Kind, run: usize, o: &Http
                     Kind::RemoteWrite => ("/api/v1/write", samples(run, c, b, batch), batch),
                     Kind::LiveLineProtocol => ("/write", live_lines(run, c, batch).into_bytes(), batch),
                 };
-                let refused = post_until_taken(&mut client, addr, path, body).await?;
+                let refused = post_until_taken(&mut client, path, body).await?;
                 requests.fetch_add(1 + refused, Ordering::Relaxed);
                 overloaded.fetch_add(refused, Ordering::Relaxed);
                 points.fetch_add(n as u64, Ordering::Relaxed);
@@ -302,7 +284,7 @@ async fn query_day(addr: std::net::SocketAddr, o: &HttpBenchOptions) -> Result<(
                     let p = pmu_point(1, k);
                     let _ = writeln!(body, "pmu.phase,bus=1,site=day value={} {}", p.value, p.ts);
                 }
-                post_until_taken(&mut client, addr, "/write", body.into_bytes()).await?;
+                post_until_taken(&mut client, "/write", body.into_bytes()).await?;
                 i = end;
             }
             anyhow::Ok(())

@@ -77,32 +77,18 @@ fn bodies(seconds: i64) -> Vec<Vec<u8>> {
 }
 
 /// Sends every body as a remote-write request; one answered 503 (a node's memory budget) is
-/// sent again after a pause on a new connection, as Prometheus retries.
+/// sent again ([`HttpClient::send_until_taken`]), as Prometheus retries.
 async fn write_all(addr: SocketAddr, token: Option<&str>, bodies: &[Vec<u8>]) -> Result<()> {
     let mut client = HttpClient::connect(addr, token).await?;
+    let headers = [
+        ("content-type", "application/x-protobuf"),
+        ("content-encoding", "snappy"),
+        ("x-prometheus-remote-write-version", "0.1.0"),
+    ];
     for body in bodies {
-        loop {
-            let a = client
-                .send(
-                    hyper::Method::POST,
-                    "/api/v1/write",
-                    &[
-                        ("content-type", "application/x-protobuf"),
-                        ("content-encoding", "snappy"),
-                        ("x-prometheus-remote-write-version", "0.1.0"),
-                    ],
-                    body.clone(),
-                )
-                .await?;
-            if a.status == hyper::StatusCode::SERVICE_UNAVAILABLE {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                client = HttpClient::connect(addr, token).await?;
-                continue;
-            }
-            if !a.status.is_success() {
-                bail!("remote write to {addr} answered {}: {}", a.status, a.text());
-            }
-            break;
+        let (a, _) = client.send_until_taken(hyper::Method::POST, "/api/v1/write", &headers, body.clone()).await?;
+        if !a.status.is_success() {
+            bail!("remote write to {addr} answered {}: {}", a.status, a.text());
         }
     }
     Ok(())
