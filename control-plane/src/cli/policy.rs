@@ -76,31 +76,9 @@ pub enum PolicyCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Make an offline policy signing key (on an operator's machine, not the service's): writes
-    /// the secret key file and prints the public key line for `serve --policy-public-key`.
-    Keygen {
-        /// Where to write the secret key (mode 0600; never overwritten).
-        #[arg(long)]
-        out: PathBuf,
-    },
-    /// Sign a module offline as one name, version and kind; writes MODULE.wasm.sig next to it.
-    Sign {
-        /// The secret key file from `policy keygen`.
-        #[arg(long)]
-        key: PathBuf,
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        version: String,
-        /// ingest or query.
-        #[arg(long)]
-        kind: timeshard_policy::Kind,
-        /// Revoke the versions of this name below this one (see `policy upload`).
-        #[arg(long, value_name = "VERSION")]
-        min_version: Option<String>,
-        /// The component (.wasm).
-        module: PathBuf,
-    },
+    /// Offline signing, on an operator's machine (not the service's): `keygen`, `sign`.
+    #[command(flatten)]
+    Signing(timeshard_policy::commands::SigningCommand),
     /// Write a version's module and its signature (MODULE.sig) to files, e.g. for nodes that
     /// are configured by hand.
     Download {
@@ -146,23 +124,7 @@ fn split_policy(text: &str) -> anyhow::Result<(String, String)> {
 
 pub async fn policy(cmd: PolicyCommand) -> anyhow::Result<()> {
     match cmd {
-        PolicyCommand::Keygen { out } => {
-            if out.exists() {
-                anyhow::bail!("{} exists; a signing key is never overwritten", out.display());
-            }
-            let key = timeshard_policy::signing::generate_keypair()?;
-            key.write(&out)?;
-            eprintln!("wrote the secret key to {}; keep it off the service and the nodes", out.display());
-            println!("{}", key.public().to_text());
-            Ok(())
-        }
-        PolicyCommand::Sign { key, name, version, kind, min_version, module } => {
-            use timeshard_policy::signing;
-            let identity = signing::Identity::new(timeshard_policy::PolicyRef::new(&name, &version)?, kind);
-            let sig = signing::sign_file(&key, &module, &identity, min_version.as_deref())?;
-            println!("signed {} as {identity} -> {}", module.display(), sig.display());
-            Ok(())
-        }
+        PolicyCommand::Signing(cmd) => Ok(timeshard_policy::commands::run(cmd)?),
         PolicyCommand::Upload { name, version, kind, min_version, signature, module, conn } => {
             let bytes = std::fs::read(&module).with_context(|| format!("cannot read {}", module.display()))?;
             let mut path = format!("{}?name={name}&version={version}&kind={kind}", paths::POLICIES);

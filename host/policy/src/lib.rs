@@ -76,6 +76,8 @@
 mod bindings;
 #[cfg(feature = "runtime")]
 mod call;
+#[cfg(feature = "cli")]
+pub mod commands;
 pub mod component;
 #[cfg(feature = "runtime")]
 pub mod engine;
