@@ -32,8 +32,6 @@ pub fn open(config: &NodeConfig, enrolled: bool) -> Result<Option<Arc<Registry>>
     }
     let mut section = budgeted(config);
     // Revoked versions (a signature's minimum version) stay revoked across restarts.
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|source| PolicyError::Io { path: config.data_dir.clone(), source })?;
     section.floors_file = Some(config.data_dir.join(FLOORS_FILE));
     let (registry, report) = Registry::from_config(&section, &config.base_dir)?;
     tracing::info!(

@@ -85,6 +85,9 @@ impl Floors {
         let Some(path) = &self.file else { return Ok(()) };
         let text = serde_json::to_string_pretty(&self.by_name).expect("names and versions serialize");
         let tmp = path.with_extension("tmp");
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
         {
             use std::io::Write;
             let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
