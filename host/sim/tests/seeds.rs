@@ -63,6 +63,20 @@ fn seed_0_in_coi_reads_through_a_partition_are_not_stale() {
     assert!(stale.is_empty(), "{stale:#?}");
 }
 
+/// Bug 5: a coordinator cut off from both in-CoI owners by a one-way partition had two
+/// stand-ins acknowledge an in-CoI write; a read through a node that reached the owners asked
+/// them and missed it. In-CoI writes now count only in-CoI owners
+/// (`placement::in_coi_write_quorum`).
+#[test]
+fn seed_3_in_coi_writes_count_no_stand_ins() {
+    let out = timeshard_sim::run(3, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    assert!(
+        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Partition { one_way: true, .. })),
+        "seed 3 no longer cuts the fleet one way; find another seed for this bug"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}
+
 /// A seed with every fault family that passes every property: crashes, partitions, lossy
 /// links, disk faults, skewed clocks, a departure.
 #[test]
