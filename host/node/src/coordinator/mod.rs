@@ -217,8 +217,9 @@ impl Coordinator {
     ///
     /// For a DHT block: the local node first (no network), then those up, and peers that are
     /// down or failed lately last; R of the class. For a CoI block read by a coordinator
-    /// inside the context of interest: the in-CoI replicas first and R = n_in - W_in + 1,
-    /// so the read overlaps every write quorum; from outside, every owner by distance from
+    /// inside the context of interest: only the in-CoI replicas, every one of them settled
+    /// (R = n_in, strict), so the read overlaps every write quorum even across views that
+    /// differ for a moment; from outside, every owner by distance from
     /// this node and R = 1 (the fastest replica: eventual). Inside or outside is decided by
     /// the location the client declared ([`client_at`]), else by this node's.
     fn read_plan(&self, target: &Target, class: &SeriesClass) -> ReadPlan {
