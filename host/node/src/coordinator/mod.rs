@@ -317,7 +317,7 @@ impl Coordinator {
             ))),
             ReadOutcome::Unsettled => Err(unavailable(format!(
                 "only {} of the {r} in-CoI owners needed answered settled for {} (the others are catching up \
-                 after a membership or location change, and may lack acknowledged writes); retry shortly",
+                 after a start, a departure or a location change, and may lack acknowledged writes); retry shortly",
                 answers.iter().filter(|a| a.settled).count(),
                 what(),
             ))),
