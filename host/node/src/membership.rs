@@ -52,6 +52,16 @@ struct OwnerCache {
     serving: Option<Arc<Ring>>,
 }
 
+/// What runs, under the view's lock, whenever the owner-relevant part of the view changed
+/// ([`View::on_change`]).
+pub struct ChangeHook(Box<dyn Fn(&Membership) + Send + Sync>);
+
+impl std::fmt::Debug for ChangeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChangeHook")
+    }
+}
+
 /// This node's membership view.
 #[derive(Debug)]
 pub struct View {
@@ -63,6 +73,7 @@ pub struct View {
     generation: watch::Sender<u64>,
     attest: Arc<Attest>,
     revocations: Arc<Revocations>,
+    on_change: std::sync::OnceLock<ChangeHook>,
 }
 
 /// Nanoseconds since the Unix epoch: a node's incarnation.
@@ -88,6 +99,7 @@ impl View {
             generation,
             revocations: Arc::new(Revocations::new(attest.clone())),
             attest,
+            on_change: std::sync::OnceLock::new(),
         }
     }
 
@@ -143,6 +155,15 @@ impl View {
         entries
     }
 
+    /// Runs `hook` with the new view whenever its generation changes (the owners may have
+    /// changed), before anyone can read that view: repair marks this node unsettled there, so
+    /// no read counts this node's answers for blocks the new view gives it and it lacks. The
+    /// hook runs under the view's lock and must not call back into the view. Set once; a
+    /// second hook is refused (returns false).
+    pub fn on_change(&self, hook: impl Fn(&Membership) + Send + Sync + 'static) -> bool {
+        self.on_change.set(ChangeHook(Box::new(hook))).is_ok()
+    }
+
     /// This node.
     pub fn me(&self) -> Contact {
         self.me
@@ -159,6 +180,12 @@ impl View {
         let before = state.generation();
         let out = f(&mut state);
         let after = state.generation();
+        // Under the lock: nothing reads the new view (placement included) before the hook ran.
+        if after != before
+            && let Some(hook) = self.on_change.get()
+        {
+            (hook.0)(&state);
+        }
         drop(state);
         if after != before {
             self.generation.send_replace(after);
@@ -505,6 +532,31 @@ mod tests {
         assert_eq!(a.counts(), Counts { up: 2, down: 0, gone: 0 });
         let bm = a.members().into_iter().find(|(m, _)| m.id == b.me().id).unwrap().0;
         assert_eq!(bm.config_digest, 7, "the configuration digest travels with the entry");
+    }
+
+    /// Issue 24: repair noticed a location change only when its task next looked at the view
+    /// (after a round in progress), so reads placed by the new view counted this node's
+    /// answers as settled for series it had just taken over. The hook sees every change that
+    /// moves owners with the new view, before the change is published to subscribers.
+    #[test]
+    fn the_change_hook_sees_each_new_view_before_it_is_published() {
+        let dir = fleet(2);
+        let (a, b) = (view(dir.path(), 0, 0), view(dir.path(), 1, 0));
+        let changes = a.subscribe();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (log, probe) = (seen.clone(), changes.clone());
+        assert!(a.on_change(move |m| {
+            let published = *probe.borrow();
+            log.lock().unwrap().push((m.eligible().len(), m.located().len(), published == m.generation()));
+        }));
+        assert!(!a.on_change(|_| {}), "one hook per view");
+        exchange(&a, &b);
+        b.set_location(Some(GeoPoint::new(33.75, -84.39).unwrap()));
+        exchange(&a, &b);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.first(), Some(&(2, 0, false)), "a new member, before subscribers hear of it");
+        assert_eq!(seen.last(), Some(&(2, 1, false)), "b's new location, before subscribers hear of it");
+        assert!(changes.has_changed().unwrap());
     }
 
     /// A rogue member (a valid node certificate of its own) forges entries about others: it

@@ -6,8 +6,9 @@
 //!
 //! "Gives" is generous enough for views that differ for a while (a join, a departure): for a
 //! DHT block, the read candidates (the owners, then the next closest members that still serve,
-//! up to `2 * rf + 2`); for a CoI block, the owners and their sloppy-quorum substitutes. A
-//! node always answers itself (its own certificate, as the inspection tools use it).
+//! up to `2 * rf + 2`); for a CoI block, the owners and the other located members in
+//! placement order (a location change moves CoI owners anywhere among them). A node always
+//! answers itself (its own certificate, as the inspection tools use it).
 //!
 //! Not covered here: index blocks of the quantum index, which are placed by the series they
 //! index (the replica cannot place them from the block alone) and pass; client reads

@@ -15,7 +15,9 @@
 //! hold every block they own, [`crate::repair::settle`]) count towards R; an unsettled answer
 //! (a node that just joined, or took over from a departed one, and is still pulling) is kept
 //! for the merge but makes the read ask one candidate more. So after a join the read falls
-//! back to the previous owners until the new ones have caught up.
+//! back to the previous owners until the new ones have caught up. When every candidate was
+//! asked and fewer than R settled answers came, the merge stands, except for a strict read
+//! ([`ReadQuorum::strict`], inside a context of interest), which fails instead.
 //!
 //! Implementation notes: stored data is a set of points, so the union of replicas' points is
 //! what a quorum acknowledged, and merging never loses an acknowledged point. The first of
@@ -139,6 +141,8 @@ pub struct ReadQuorum {
     in_flight: usize,
     settled: usize,
     answered: usize,
+    /// Only settled answers may stand ([`ReadQuorum::strict`]).
+    strict: bool,
 }
 
 /// How a read of one block ended.
@@ -151,12 +155,24 @@ pub enum ReadOutcome {
     Merged,
     /// Fewer than R answered at all.
     Short,
+    /// A strict read ([`ReadQuorum::strict`]): R or more answered, but fewer than R of them
+    /// were settled. The merge may miss an acknowledged write; the read fails, retryably.
+    Unsettled,
 }
 
 impl ReadQuorum {
     /// A read needing `r` settled answers from `candidates` candidates.
     pub fn new(candidates: usize, r: usize) -> ReadQuorum {
-        ReadQuorum { r: r.max(1), candidates, next: 0, in_flight: 0, settled: 0, answered: 0 }
+        ReadQuorum { r: r.max(1), candidates, next: 0, in_flight: 0, settled: 0, answered: 0, strict: false }
+    }
+
+    /// A read whose answer must come from `r` settled replicas, never from the merge of
+    /// unsettled ones: an in-CoI quorum read, promised to return every write acknowledged
+    /// before it began. Its candidates are the in-CoI owners; one that catches up (it may own
+    /// blocks it does not hold yet, after a location or membership change) cannot stand in
+    /// for a settled one, so the read ends [`ReadOutcome::Unsettled`] instead of `Merged`.
+    pub fn strict(candidates: usize, r: usize) -> ReadQuorum {
+        ReadQuorum { strict: true, ..ReadQuorum::new(candidates, r) }
     }
 
     /// The candidates to ask next: as many as it takes to reach R settled answers if all of
@@ -191,6 +207,8 @@ impl ReadQuorum {
     pub fn outcome(&self) -> ReadOutcome {
         if self.settled >= self.r {
             ReadOutcome::Settled
+        } else if self.answered >= self.r && self.strict {
+            ReadOutcome::Unsettled
         } else if self.answered >= self.r {
             ReadOutcome::Merged
         } else {
@@ -307,7 +325,10 @@ mod tests {
     /// Drives a quorum over candidates that answer settled (`Some(true)`), unsettled
     /// (`Some(false)`) or fail (`None`); returns the candidates asked, in order.
     fn drive(answers: &[Option<bool>], r: usize) -> (Vec<usize>, ReadOutcome) {
-        let mut q = ReadQuorum::new(answers.len(), r);
+        drive_quorum(ReadQuorum::new(answers.len(), r), answers)
+    }
+
+    fn drive_quorum(mut q: ReadQuorum, answers: &[Option<bool>]) -> (Vec<usize>, ReadOutcome) {
         let mut asked = Vec::new();
         let mut pending: std::collections::VecDeque<usize> = q.to_ask().collect();
         asked.extend(pending.iter().copied());
@@ -351,6 +372,20 @@ mod tests {
         assert_eq!(outcome, ReadOutcome::Short);
         let (_, outcome) = drive(&[], 2);
         assert_eq!(outcome, ReadOutcome::Short);
+    }
+
+    /// Issue 24 (seed 2): every location cleared at once, the in-CoI owners a coordinator
+    /// still placed by both answered unsettled, and the merge of their answers (older points)
+    /// stood as an in-CoI quorum read. A strict read fails instead.
+    #[test]
+    fn a_strict_read_never_stands_on_unsettled_answers() {
+        let strict = |answers: &[Option<bool>], r| drive_quorum(ReadQuorum::strict(answers.len(), r), answers);
+        assert_eq!(strict(&[Some(false), Some(false)], 2), (vec![0, 1], ReadOutcome::Unsettled));
+        assert_eq!(strict(&[Some(true), Some(false)], 2).1, ReadOutcome::Unsettled);
+        assert_eq!(strict(&[Some(true), Some(true)], 2).1, ReadOutcome::Settled);
+        assert_eq!(strict(&[Some(false), None], 2).1, ReadOutcome::Short);
+        // R of 1 over three owners: an unsettled first answer makes it ask on.
+        assert_eq!(strict(&[Some(false), Some(true), Some(true)], 1), (vec![0, 1], ReadOutcome::Settled));
     }
 
     proptest! {

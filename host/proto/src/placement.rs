@@ -71,8 +71,8 @@ pub struct Owners {
     pub owners: Vec<Contact>,
     /// How many of `owners` are synchronous (in-CoI for a CoI block).
     pub synchronous: usize,
-    /// For a CoI block: the other located members, closest first (sloppy-quorum substitutes
-    /// and further read candidates). Empty for a DHT block (reads go on along the ring).
+    /// For a CoI block: the other located members, closest first (further read candidates
+    /// from outside the context of interest; repair's peers). Empty for a DHT block (reads go on along the ring).
     pub fallback: Vec<Contact>,
     /// For a CoI block: some out-of-CoI replica is closer than `out_coi_dist`.
     pub out_short: bool,
@@ -92,6 +92,36 @@ pub fn owners_of<M: Members + ?Sized>(target: &Target, eligible: &M, located: &[
             Owners { synchronous: p.in_coi.len(), owners: p.owners(), fallback: p.fallback, out_short: p.out_short }
         }
     }
+}
+
+/// Whom a write of a CoI block waits for: its in-CoI owners, and only they (FogStore: every
+/// read and write quorum from inside the context of interest is a majority of the in-CoI
+/// replicas; out-of-CoI replicas are written asynchronously and never counted). No other
+/// member stands in for an in-CoI owner that is down: an acknowledgement held only by a stand-in
+/// would be missed by an in-CoI quorum read once the owner is back (until a hint arrives).
+/// Returns the in-CoI owners (those `is_up` rejects included: they fail or get a hint, and
+/// count as failures), or [`InCoiShort`] when fewer than `w` of them are up: the write must
+/// then be refused, retryably, before anything is sent.
+pub fn in_coi_write_quorum(placed: &Owners, w: usize, is_up: impl Fn(&Id) -> bool) -> Result<Vec<Contact>, InCoiShort> {
+    let in_coi = &placed.owners[..placed.synchronous.min(placed.owners.len())];
+    let (up, down): (Vec<Contact>, Vec<Contact>) = in_coi.iter().partition(|c| is_up(&c.id));
+    if up.len() < w {
+        return Err(InCoiShort { up: up.len(), n_in: in_coi.len(), w, down });
+    }
+    Ok(in_coi.to_vec())
+}
+
+/// Too few in-CoI owners of a block are up for a write's quorum ([`in_coi_write_quorum`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InCoiShort {
+    /// In-CoI owners up.
+    pub up: usize,
+    /// In-CoI owners.
+    pub n_in: usize,
+    /// Acknowledgements the write needs.
+    pub w: usize,
+    /// The in-CoI owners down.
+    pub down: Vec<Contact>,
 }
 
 /// Members that can name the `k` closest to an id (XOR): a plain list, or a sorted ring
@@ -414,6 +444,25 @@ mod tests {
                 proptest::prop_assert!(r.len() == 1 || (points <= max_points && bytes <= max_bytes));
             }
         }
+    }
+
+    /// Issue 24 (seed 3): with both in-CoI owners cut off from the coordinator, a write was
+    /// acknowledged by two stand-ins and an in-CoI read, which asks the owners, missed it.
+    /// Only in-CoI owners count; too few up refuses the write, naming the ones down.
+    #[test]
+    fn in_coi_writes_count_only_in_coi_owners() {
+        let c = |n: &[u8], port: u16| Contact { id: Id::sha1(n), addr: ([127, 0, 0, 1], port).into() };
+        let (a, b, out, spare) = (c(b"a", 1), c(b"b", 2), c(b"out", 3), c(b"spare", 4));
+        let placed = Owners { owners: vec![a, b, out], synchronous: 2, fallback: vec![spare], out_short: false };
+        let all_up = |_: &Id| true;
+        assert_eq!(in_coi_write_quorum(&placed, 2, all_up), Ok(vec![a, b]));
+        // One in-CoI owner down: the out-of-CoI owner and the spare are up, yet do not count.
+        let short = in_coi_write_quorum(&placed, 2, |id| *id != b.id).unwrap_err();
+        assert_eq!(short, InCoiShort { up: 1, n_in: 2, w: 2, down: vec![b] });
+        // n_in 3, W 2: one owner down still leaves a quorum; the down one is still a target.
+        let placed = Owners { owners: vec![a, b, spare, out], synchronous: 3, fallback: vec![], out_short: false };
+        assert_eq!(in_coi_write_quorum(&placed, 2, |id| *id != b.id), Ok(vec![a, b, spare]));
+        assert_eq!(in_coi_write_quorum(&placed, 2, |id| *id == out.id).unwrap_err().up, 0);
     }
 
     #[test]

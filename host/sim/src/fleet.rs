@@ -37,7 +37,7 @@ pub const JOIN_LOCATIONS: [&str; 3] = ["33.760,-84.420", "39.739,-104.990", "33.
 pub const CLIENT_LOCATION: (f64, f64) = (33.749, -84.388);
 
 /// The series classes every node runs: a DHT class and a context-of-interest class (n_in 2:
-/// W 2, R 1 over the in-CoI replicas).
+/// W 2 of the in-CoI replicas, R 1 derived; reads inside the CoI ask both, settled).
 pub fn classes() -> Vec<ClassConfig> {
     vec![
         ClassConfig {

@@ -32,6 +32,8 @@ fn one_seed_twice_gives_the_same_history_bit_for_bit() {
 
 /// Bug 1: with every node's location cleared (a rollout), every CoI block was displaced with
 /// no owner to go to, and dropped on every replica: all acknowledged CoI points were lost.
+/// Bug 6 on the same run: right after the clearing, both in-CoI owners a coordinator still
+/// placed by answered unsettled and the merge of their answers stood (see seed 4).
 #[test]
 fn seed_2_clearing_every_location_loses_no_acknowledged_point() {
     let out = timeshard_sim::run(2, &opts()).unwrap();
@@ -39,8 +41,11 @@ fn seed_2_clearing_every_location_loses_no_acknowledged_point() {
         out.plan.steps.iter().any(|(_, a)| *a == Action::ClearLocations),
         "seed 2 no longer clears the locations; find another seed for this bug"
     );
-    let lost: Vec<_> =
-        out.failures.iter().filter(|f| [property::LAST_COPY, property::ACKED_READABLE].contains(&f.property)).collect();
+    let lost: Vec<_> = out
+        .failures
+        .iter()
+        .filter(|f| [property::LAST_COPY, property::ACKED_READABLE, property::STALE_IN_COI].contains(&f.property))
+        .collect();
     assert!(lost.is_empty(), "{lost:#?}");
 }
 
@@ -61,6 +66,50 @@ fn seed_0_in_coi_reads_through_a_partition_are_not_stale() {
     let stale: Vec<_> =
         out.failures.iter().filter(|f| f.property == property::STALE_IN_COI && at(&f.detail) < moved).collect();
     assert!(stale.is_empty(), "{stale:#?}");
+}
+
+/// Bug 5: a coordinator cut off from both in-CoI owners by a one-way partition had two
+/// stand-ins acknowledge an in-CoI write; a read through a node that reached the owners asked
+/// them and missed it. In-CoI writes now count only in-CoI owners
+/// (`placement::in_coi_write_quorum`).
+#[test]
+fn seed_3_in_coi_writes_count_no_stand_ins() {
+    let out = timeshard_sim::run(3, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    assert!(
+        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Partition { one_way: true, .. })),
+        "seed 3 no longer cuts the fleet one way; find another seed for this bug"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}
+
+/// Bug 6: after a member cleared its location, the new in-CoI owners were rightly unsettled,
+/// but an in-CoI read that found no settled owner let the merge of their answers stand (older
+/// points). In-CoI reads are strict now (`ReadQuorum::strict`): they fail, retryably, until R
+/// in-CoI owners answer settled.
+#[test]
+fn seed_4_in_coi_reads_do_not_stand_on_unsettled_owners() {
+    let out = timeshard_sim::run(4, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    assert!(
+        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Relocate(_, None))),
+        "seed 4 no longer clears a node's location; find another seed for this bug"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}
+
+/// Bug 7: a node learnt that another cleared its location (so it now owned CoI series it did
+/// not hold); `latest` asked which index blocks hold entries of R of the class (1) in-CoI
+/// owner, itself, which lacked them and still said it was settled (its repair task had not
+/// looked at the new view yet), and came back empty. `latest` now asks as every in-CoI read
+/// does (every in-CoI owner, settled), and settledness follows the view inside its update
+/// (`View::on_change`); either closes this seed.
+#[test]
+fn seed_109_a_new_owner_is_unsettled_before_any_read_places_by_the_new_view() {
+    let out = timeshard_sim::run(109, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    assert!(
+        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Relocate(_, None))),
+        "seed 109 no longer clears a node's location; find another seed for this bug"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
 }
 
 /// A seed with every fault family that passes every property: crashes, partitions, lossy

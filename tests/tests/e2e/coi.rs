@@ -5,8 +5,9 @@
 //! Points of Atlanta series (fixed historical timestamps, and live ones near now) are
 //! acknowledged through an Atlanta node. Then every Atlanta node is killed with SIGKILL: every
 //! acknowledged point still reads back, one by one, from the far replicas, through Houston;
-//! writes go on (sloppy quorum on the nearest nodes up). When Atlanta comes back, it catches
-//! up: its own quorum reads see every point, those written while it was down included.
+//! writes to Atlanta's series are refused, retryably, naming the in-CoI owners down (no other
+//! node stands in for them: an in-CoI quorum read would miss what only a stand-in holds). When
+//! Atlanta comes back, the retried write is acknowledged and its quorum reads see every point.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -120,7 +121,8 @@ async fn a_region_down_loses_no_acknowledged_point() -> anyhow::Result<()> {
     );
     println!("{checked} points read back from the far replicas {:?} after the kill", killed.elapsed());
 
-    // Writes go on once the others see Atlanta down (suspect_after 3 s): a sloppy quorum.
+    // Writes to Atlanta's series are refused once the others see Atlanta down (suspect_after
+    // 3 s): only in-CoI owners count towards the write's quorum. Nothing is written.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let during: SeriesKey = "traffic.speed{geohash=dn5bpsb,seg=0}".parse()?;
     let now = timeshard_clock::now_ns();
@@ -128,16 +130,23 @@ async fn a_region_down_loses_no_acknowledged_point() -> anyhow::Result<()> {
         .map(|i| Point::new(now + i * 1_000_000, i as f64))
         .chain((0..200).map(|i| Point::new(T0 + 100_000_000_000 + i, 0.5)))
         .collect();
-    far.write(&during, &new_points).await?;
-    ledger.ack(&during, &new_points);
+    let err = far.write(&during, &new_points).await.expect_err("no in-CoI owner is up: refused");
+    assert!(err.to_string().contains("in-CoI owners") && err.to_string().contains("retry"), "{err}");
     let (_, lost) = missing(&ledger, &far).await?;
-    assert!(lost.is_empty(), "points written during the outage: {:?}", &lost[..lost.len().min(5)]);
+    assert!(lost.is_empty(), "a refused write lost nothing: {:?}", &lost[..lost.len().min(5)]);
 
-    // Atlanta comes back and catches up (hints, handoff from the stand-ins, anti-entropy):
-    // an Atlanta client, inside the CoI, reads by quorum over the in-CoI replicas.
+    // Atlanta comes back; the client retries its write (idempotent) until it is acknowledged,
+    // then an Atlanta client, inside the CoI, reads by quorum over the in-CoI replicas.
     for i in ATLANTA {
         cluster.restart(i).await?;
     }
+    let back = Instant::now();
+    while let Err(e) = far.write(&during, &new_points).await {
+        assert!(back.elapsed() < Duration::from_secs(60), "writes still refused after Atlanta came back: {e}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    ledger.ack(&during, &new_points);
+    println!("the retried write was acknowledged {:?} after Atlanta's restart", back.elapsed());
     let back = Instant::now();
     loop {
         let atl = cluster.client(0).await?;

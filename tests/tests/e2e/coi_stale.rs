@@ -58,6 +58,9 @@ async fn in_coi_quorum_reads_never_see_a_stale_point() -> anyhow::Result<()> {
     options.locations = LOCATIONS.iter().map(|l| Some(l.to_string())).collect();
     options.wan_emulation = Some(WanEmulation { per_hop_ms: 0.2, route_factor: 1.5 });
     let cluster = LocalCluster::start_converged(options).await?;
+    // In-CoI reads need every in-CoI owner settled (they fail, retryably, while one catches
+    // up): a fresh node is not until its first catch-up round.
+    cluster.wait_settled(Duration::from_secs(60)).await?;
 
     let series: Vec<SeriesKey> =
         (0..3).map(|i| format!("traffic.speed{{geohash=dn5bpsb,seg={i}}}").parse()).collect::<Result<_, _>>()?;

@@ -29,10 +29,11 @@ impl Coordinator {
             time::quanta(whole, key::index_quantum()).map(|(quantum, range)| BlockPart { quantum, range }).collect();
 
         // Which index blocks hold entries: one window per block, from R settled replicas
-        // (further candidates while owners catch up), merged.
+        // (further candidates while owners catch up; inside the CoI every in-CoI owner,
+        // settled), merged.
         let at = self.target(&series, meta, &class)?;
-        let candidates = self.read_candidates(&at, &class);
-        let r = usize::from(class.replication.r);
+        let plan = self.read_plan(&at, &class);
+        let (candidates, r) = (plan.candidates, plan.r);
         let width = key::index_quantum().ns();
         let n = parts.len();
         let ask = |c: Contact| {
@@ -45,7 +46,7 @@ impl Coordinator {
             }
         };
         let what = || format!("the quantum index of {series}");
-        let answers = Self::ask_candidates(&candidates, r, what, ask).await?;
+        let answers = Self::ask_candidates(&candidates, r, plan.strict, what, ask).await?;
         let held = |i: usize| answers.iter().any(|a| a.value[i].iter().any(|w: &WindowStats| w.count > 0));
 
         let span = span_ns(class.quantum);

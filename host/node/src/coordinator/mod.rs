@@ -217,8 +217,9 @@ impl Coordinator {
     ///
     /// For a DHT block: the local node first (no network), then those up, and peers that are
     /// down or failed lately last; R of the class. For a CoI block read by a coordinator
-    /// inside the context of interest: the in-CoI replicas first and R = n_in - W_in + 1,
-    /// so the read overlaps every write quorum; from outside, every owner by distance from
+    /// inside the context of interest: only the in-CoI replicas, every one of them settled
+    /// (R = n_in, strict), so the read overlaps every write quorum even across views that
+    /// differ for a moment; from outside, every owner by distance from
     /// this node and R = 1 (the fastest replica: eventual). Inside or outside is decided by
     /// the location the client declared ([`client_at`]), else by this node's.
     fn read_plan(&self, target: &Target, class: &SeriesClass) -> ReadPlan {
@@ -228,7 +229,7 @@ impl Coordinator {
             let mut owners = self.view.owners(target.id, target.rf);
             owners.sort_by_key(rank);
             let candidates = self.view.read_candidates(&owners, &target.id, target.rf);
-            return ReadPlan { owners, candidates, r: usize::from(class.replication.r) };
+            return ReadPlan { owners, candidates, r: usize::from(class.replication.r), strict: false };
         };
         let placed = self.view.owners_of(target);
         let here = self.view.location();
@@ -242,33 +243,34 @@ impl Coordinator {
         let mut fallback = placed.fallback;
         let bound = 2 * target.rf + 2;
         if inside {
-            // A write counts stand-ins towards W for in-CoI owners it sees down (write.rs), so
-            // an owner only marked down may lack an acknowledged write while it counts itself
-            // settled: R of the n_in owners would not meet the write, and a stand-in on this
-            // side of a partition need not be the one the write used. Every in-CoI owner must
-            // answer (R = n_in) and only they are asked: with one unreachable the read fails
-            // (retryable) rather than answer stale. (Open: a write whose in-CoI owners were
-            // both down, read after they are back, before its hints arrive.)
+            // Only the in-CoI owners are asked, every one must answer settled (R = n_in), and
+            // the merge of unsettled answers never stands (strict): with one unreachable or
+            // catching up the read fails, retryably, rather than answer stale. Writes count
+            // only in-CoI owners (write.rs), so R = n_in - W + 1 would meet them too; asking
+            // every owner also covers an owner a write placed by a view that differed
+            // (a location or membership change gossip had not spread yet).
             let (near, rest) = owners.split_at_mut(placed.synchronous);
             near.sort_by_key(rank);
             rest.sort_by_key(|c| (rank(c), far(c)));
             let candidates = near.to_vec();
             let r = placed.synchronous.max(1);
-            return ReadPlan { owners, candidates, r };
+            return ReadPlan { owners, candidates, r, strict: true };
         }
         owners.sort_by_key(|c| (rank(c), far(c)));
         fallback.sort_by_key(|c| (rank(c), far(c)));
         let candidates = owners.iter().chain(&fallback).take(bound.max(owners.len())).copied().collect();
-        ReadPlan { owners, candidates, r: 1 }
+        ReadPlan { owners, candidates, r: 1, strict: false }
     }
 
     /// Asks the `candidates` of a block in order with `ask` until `r` settled replicas answered
     /// ([`ReadQuorum`]): an unsettled answer (a node still catching up) is kept but makes the
     /// read ask the next candidate, as does a failure. Returns every answer with who gave it;
-    /// fails if fewer than `r` answered at all.
+    /// fails if fewer than `r` answered at all, or, for a `strict` read (in-CoI), fewer than
+    /// `r` settled.
     async fn ask_candidates<T, F, Fut>(
         candidates: &[Contact],
         r: usize,
+        strict: bool,
         what: impl FnOnce() -> String,
         ask: F,
     ) -> Result<Vec<Answer<T>>, ErrorReply>
@@ -276,7 +278,8 @@ impl Coordinator {
         F: Fn(Contact) -> Fut,
         Fut: std::future::Future<Output = Result<(T, bool), ErrorReply>>,
     {
-        let mut quorum = ReadQuorum::new(candidates.len(), r);
+        let mut quorum =
+            if strict { ReadQuorum::strict(candidates.len(), r) } else { ReadQuorum::new(candidates.len(), r) };
         let mut in_flight = FuturesUnordered::new();
         let launch = |i: usize| {
             let c = candidates[i];
@@ -304,15 +307,21 @@ impl Coordinator {
             }
             in_flight.extend(quorum.to_ask().map(launch));
         }
-        if quorum.outcome() == ReadOutcome::Short {
-            return Err(unavailable(format!(
+        match quorum.outcome() {
+            ReadOutcome::Settled | ReadOutcome::Merged => Ok(answers),
+            ReadOutcome::Short => Err(unavailable(format!(
                 "only {} of the {r} replicas needed answered for {}{}",
                 answers.len(),
                 what(),
                 last_error.map(|e| format!(": {}", e.message)).unwrap_or_default()
-            )));
+            ))),
+            ReadOutcome::Unsettled => Err(unavailable(format!(
+                "only {} of the {r} in-CoI owners needed answered settled for {} (the others are catching up \
+                 after a start, a departure or a location change, and may lack acknowledged writes); retry shortly",
+                answers.iter().filter(|a| a.settled).count(),
+                what(),
+            ))),
         }
-        Ok(answers)
     }
 
     /// The nodes a read of block `target` asks, in order: its owners (local first, those up
@@ -344,7 +353,7 @@ impl Coordinator {
         after: Option<PointKey>,
         limit: usize,
     ) -> Result<Vec<Point>, ErrorReply> {
-        let ReadPlan { owners, candidates, r } = self.read_plan(target, class);
+        let ReadPlan { owners, candidates, r, strict } = self.read_plan(target, class);
         let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX).min(self.limits().max_page_points);
         // Each answer: its points, and whether they are everything the replica holds of the
         // part (it was not cut at the limit).
@@ -369,7 +378,7 @@ impl Coordinator {
             }
         };
         let what = || format!("{series} at quantum {}", quantum.start);
-        let answers = Self::ask_candidates(&candidates, r, what, fetch).await?;
+        let answers = Self::ask_candidates(&candidates, r, strict, what, fetch).await?;
         let mut union = merge_replica_answers(answers.iter().map(|a| a.value.0.clone()), &part);
         if let Some(a) = after {
             union.retain(|p| p.key() > a);
@@ -396,6 +405,8 @@ struct ReadPlan {
     candidates: Vec<Contact>,
     /// Settled answers needed.
     r: usize,
+    /// Whether only settled answers may stand (an in-CoI read, [`ReadQuorum::strict`]).
+    strict: bool,
 }
 
 /// One candidate's answer to a read.

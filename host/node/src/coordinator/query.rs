@@ -289,14 +289,14 @@ impl Coordinator {
         push_down: &Q,
     ) -> Result<Q::Answer, ErrorReply> {
         let target = self.target(series, placement_id(series, &part.quantum, &self.classes()), class)?;
-        let candidates = self.read_candidates(&target, class);
+        let plan = self.read_plan(&target, class);
         let ask = |c: Contact| async move {
             let resp = self.replica_call(&c, push_down.request(vec![part])).await?;
             push_down.parse(resp, 1).map(|(mut answers, settled)| (answers.swap_remove(0), settled))
         };
-        let r = self.read_r(&target, class);
+        let r = plan.r;
         let what = || format!("{series} at quantum {}", part.quantum.start);
-        let answers = Self::ask_candidates(&candidates, r, what, ask).await?;
+        let answers = Self::ask_candidates(&plan.candidates, r, plan.strict, what, ask).await?;
         if answers.iter().all(|a| a.settled) {
             let values = answers.into_iter().map(|a| a.value).collect();
             if let Some(answer) = agreement::agreed(values, r, |a, b| push_down.agree(a, b)) {

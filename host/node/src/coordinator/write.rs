@@ -188,10 +188,12 @@ impl Coordinator {
 
     /// The nodes a write of `item` goes to, and those of them whose acknowledgements count
     /// towards its W. For a DHT block: its owners, all counted. For a CoI block: every owner
-    /// (out-of-CoI ones are written asynchronously: not counted, hinted when they fail), the
-    /// in-CoI ones counted; when fewer than W of those are up (their region is down), a
-    /// sloppy quorum: the next located members up (in-CoI widening order, then out-of-CoI)
-    /// stand in for the down ones, which get hints, and repair hands the blocks back later.
+    /// (out-of-CoI ones are written asynchronously: not counted, hinted when they fail), and
+    /// only the in-CoI ones counted ([`placement::in_coi_write_quorum`]). No stand-in counts
+    /// for an in-CoI owner that is down: an in-CoI read asks the in-CoI owners and would miss
+    /// a write only a stand-in holds. While fewer than W in-CoI owners are up (their region is
+    /// down or cut off from this node) the write is refused, retryably, before anything is
+    /// sent; the owners down get hints of writes that did reach W.
     fn write_owners(&self, item: &Item) -> Result<(Vec<Contact>, Vec<Contact>), ErrorReply> {
         let placed = self.view.owners_of(&item.target);
         let Some(site) = &item.target.site else {
@@ -210,29 +212,21 @@ impl Coordinator {
                 site.coi.n_out,
             )));
         }
-        let (in_coi, out_coi) = placed.owners.split_at(placed.synchronous);
-        let mut counted: Vec<Contact> = in_coi.iter().filter(|c| self.view.is_up(&c.id)).copied().collect();
-        let mut all = placed.owners.clone();
-        if counted.len() < need {
-            let down = in_coi.len() - counted.len();
-            let stand_ins: Vec<Contact> =
-                placed.fallback.iter().chain(out_coi).filter(|c| self.view.is_up(&c.id)).take(down).copied().collect();
-            for c in &stand_ins {
-                if !all.iter().any(|o| o.id == c.id) {
-                    all.push(*c);
-                }
-            }
-            counted.extend(stand_ins);
-        }
-        if counted.len() < need {
-            return Err(unavailable(format!(
-                "only {} node(s) with a location are up to store {}; the write needs {need}: nothing was written; \
-                 retry once nodes are back",
-                counted.len(),
-                item.describe()
-            )));
-        }
-        Ok((all, counted))
+        let counted = placement::in_coi_write_quorum(&placed, need, |id| self.view.is_up(id)).map_err(|short| {
+            let down: Vec<String> = short.down.iter().map(|c| c.addr.to_string()).collect();
+            unavailable(format!(
+                "only {} of the {} in-CoI owners of {} are up ({} down: {}); an in-CoI write needs {} of them \
+                 (other nodes do not stand in, so that every in-CoI quorum read sees it): nothing was written; \
+                 retry once they are back",
+                short.up,
+                short.n_in,
+                item.describe(),
+                down.len(),
+                down.join(", "),
+                short.w,
+            ))
+        })?;
+        Ok((placed.owners, counted))
     }
 
     /// The requests of a write: per owner node, its blocks packed within the limits and its

@@ -8,7 +8,9 @@
 //! ([`super::handoff`]).
 //!
 //! Settledness ([`repair::Settle`]): the node starts unsettled, and becomes unsettled whenever the view
-//! drops a member (gone, left, leaving, revoked: its blocks may now be this node's). Once
+//! drops a member (gone, left, leaving, revoked: its blocks may now be this node's) or a
+//! location changes so that it may own CoI series it lacks, at once, inside the view's update
+//! (`follow_view`), so no read placed by the new view counts it as settled. Once
 //! `catch_up_delay` has passed since, it runs **catch-up** rounds that include recently
 //! written blocks, retried every few seconds until one has pulled from every neighbour that is
 //! up; then it is settled and says so in its replica answers.
@@ -27,10 +29,11 @@ use timeshard_clock::instant;
 
 use futures::StreamExt;
 use timeshard_clock::now_ns;
+use timeshard_proto::placement::coi::Located;
 use timeshard_proto::repair;
 use timeshard_proto::{Contact, Id};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::Repair;
 use super::session::Taken;
@@ -44,15 +47,20 @@ const CATCH_UP_RETRY: Duration = Duration::from_secs(2);
 /// Sessions a round runs at once.
 const SESSIONS_AT_ONCE: usize = 2;
 
+/// What settledness follows of a view: the members that own blocks, and the located ones
+/// with where they are.
+#[allow(clippy::type_complexity)]
+fn snapshot(eligible: &[Contact], located: &[Located]) -> (Vec<Id>, Vec<(Id, f64, f64)>) {
+    let owners = eligible.iter().map(|c| c.id).collect();
+    let located = located.iter().map(|l| (l.contact.id, l.at.lat, l.at.lon)).collect();
+    (owners, located)
+}
+
 impl Repair {
     /// Runs rounds until `stop` fires.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut changes = self.view.subscribe();
-        let mut owners: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
-        let locations = |view: &crate::membership::View| -> Vec<(Id, f64, f64)> {
-            view.placement().2.iter().map(|l| (l.contact.id, l.at.lat, l.at.lon)).collect()
-        };
-        let mut located = locations(&self.view);
+        self.follow_view();
         let jitter = |d: Duration| d + d.mul_f64(timeshard_clock::rng().random_range(0.0..0.1));
         let mut next_round = instant() + jitter(self.cfg.anti_entropy_interval);
         let mut last_round = instant();
@@ -70,20 +78,8 @@ impl Repair {
                     if changed.is_err() {
                         return;
                     }
-                    let now = instant();
-                    let after: Vec<Id> = self.view.eligible().iter().map(|c| c.id).collect();
-                    if self.settle().on_view_change(&owners, &after, now) {
-                        self.state.set_settled(false);
-                        info!(members = after.len(), "a member left the owners: catching up before reads count on this node");
-                    }
-                    let located_now = locations(&self.view);
-                    if self.settle().on_locations_change(&self.me.id, &located, &located_now, now) {
-                        self.state.set_settled(false);
-                        info!(located = located_now.len(), "a location changed: catching up before reads count on this node");
-                    }
-                    owners = after;
-                    located = located_now;
-                    next_round = next_round.min(now + VIEW_CHANGE_PAUSE);
+                    // Settledness already followed the change (`follow_view`); a round soon.
+                    next_round = next_round.min(instant() + VIEW_CHANGE_PAUSE);
                     continue;
                 }
                 _ = self.wake.notified() => {}
@@ -103,6 +99,37 @@ impl Repair {
             if let Err(e) = self.handoff_pass(false).await {
                 debug!(error = %e, "cannot list this node's blocks for handoff; will retry");
             }
+        }
+    }
+
+    /// Makes this node unsettled the moment its view changes in a way that may give it blocks
+    /// it does not hold ([`repair::Settle::on_view_change`], [`repair::Settle::on_locations_change`]),
+    /// from inside the view's update: a read that places a block by the new view never counts
+    /// this node as settled for it, which a task noticing the change later (after a round
+    /// in progress, say) could not promise (issue 24, seed 109).
+    fn follow_view(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        let (_, eligible, located) = self.view.placement();
+        let first = snapshot(&eligible, &located);
+        let last = std::sync::Mutex::new(first);
+        let hooked = self.view.on_change(move |m| {
+            let Some(this) = this.upgrade() else { return };
+            let (owners, located) = snapshot(m.eligible(), m.located());
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            let now = instant();
+            let mut settle = this.settle();
+            if settle.on_view_change(&last.0, &owners, now) {
+                this.state.set_settled(false);
+                info!(members = owners.len(), "a member left the owners: catching up before reads count on this node");
+            }
+            if settle.on_locations_change(&this.me.id, &last.1, &located, now) {
+                this.state.set_settled(false);
+                info!(located = located.len(), "a location changed: catching up before reads count on this node");
+            }
+            *last = (owners, located);
+        });
+        if !hooked {
+            warn!("another repair already follows this view; this one's settledness does not follow it");
         }
     }
 

@@ -248,7 +248,8 @@ impl Inventory {
 
     /// The members `block` may be asked of in this inventory's view: its owners, then (for a
     /// DHT block) the next closest members up to the read candidates, or (for a CoI block)
-    /// the sloppy-quorum substitutes; views that differ for a while still agree on these.
+    /// the other located members in placement order; views that differ for a while still
+    /// agree on these.
     pub fn place_near(&self, block: &BlockRef, classes: &Classes) -> Option<Vec<Contact>> {
         let target = self.place_target(block, classes)?;
         let owners = placement::owners_of(&target, &self.ring, &self.located);

@@ -63,8 +63,9 @@ pub struct CoiPlacement {
     pub in_coi: Vec<Contact>,
     /// Out-of-CoI replicas.
     pub out_coi: Vec<Contact>,
-    /// The remaining located members in in-CoI order (closest first): where writes go when
-    /// the in-CoI replicas are down (sloppy quorum) and where reads look next.
+    /// The remaining located members in in-CoI order (closest first): where reads from
+    /// outside the context of interest look next. Writes never count them (see
+    /// [`super::in_coi_write_quorum`]).
     pub fallback: Vec<Contact>,
     /// The in-CoI radius that held `n_in` members, in metres (more than `in_coi_dist` when it
     /// was widened; `None` when even the whole earth held fewer).

@@ -249,6 +249,9 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
     options.dht.request_timeout = Duration::from_secs(2);
     options.dht.connect_timeout = Duration::from_secs(1);
     let mut cluster = LocalCluster::start_converged(options).await?;
+    // In-CoI reads need every in-CoI owner settled: a fresh node is not until its first
+    // catch-up round.
+    cluster.wait_settled(Duration::from_secs(60)).await?;
     let mut clients = Vec::new();
     for c in 0..args.clients {
         clients.push(Arc::new(cluster.client(ATLANTA[c % ATLANTA.len()]).await?));
