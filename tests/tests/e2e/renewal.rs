@@ -56,8 +56,15 @@ async fn node_certificates_renew_before_they_expire() -> anyhow::Result<()> {
     cluster.restart(1).await?;
     cluster.wait_converged(Duration::from_secs(60)).await?;
     for i in 0..2 {
-        let t = now_ns();
-        cluster.client(i).await?.write(&series, &[write(t, i as f64 + 2.0)]).await?;
+        // A dial that timed out while node 1 restarted is remembered for a moment: retry (writes
+        // are idempotent) for a while, as a client would. Expired certificates would fail every try.
+        let p = write(now_ns(), i as f64 + 2.0);
+        let client = cluster.client(i).await?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while let Err(e) = client.write(&series, &[p]).await {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "node {i} refused writes for 30 s: {e}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     let range = TimeRange::new(t0, now_ns() + 1)?;
     for i in 0..2 {
