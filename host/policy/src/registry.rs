@@ -428,12 +428,12 @@ impl Registry {
     }
 
     /// Swaps in `next` after revoking what its modules' minimum versions revoke and checking
-    /// `bindings` (when given) against the result; the raised floors are saved first. On an
-    /// error nothing changes.
-    fn commit(&self, mut next: State, bindings: Option<&Bindings>) -> Result<(), PolicyError> {
+    /// its bindings against the result; the raised floors are saved first. On an error nothing
+    /// changes.
+    fn commit(&self, mut next: State) -> Result<(), PolicyError> {
         let mut floors = self.floors.lock().unwrap_or_else(|e| e.into_inner());
         let raised = next.revoking(&floors);
-        next.check(bindings.unwrap_or(&next.bindings))?;
+        next.check(&next.bindings)?;
         if let Some(raised) = raised {
             raised.save()?;
             *floors = raised;
@@ -555,9 +555,8 @@ impl Registry {
                 next.current.insert(id.name.clone(), id.version.clone());
             }
         }
-        let mut checked = next.clone();
-        checked.bindings = bindings.clone();
-        match self.commit(checked, None) {
+        next.bindings = bindings;
+        match self.commit(next) {
             Ok(()) => report.installed = self.kept(&loaded),
             Err(e @ PolicyError::Io { .. }) => {
                 // The floors could not be saved: nothing changes, every module counts as failed.
@@ -578,7 +577,7 @@ impl Registry {
                     }
                 }
                 // A binding that pins a version the new modules revoke keeps the old state.
-                if let Err(e) = self.commit(next, None) {
+                if let Err(e) = self.commit(next) {
                     report.failed.extend(report.installed.drain(..).map(|id| (id, PolicyError::Config(e.to_string()))));
                 }
             }
@@ -603,7 +602,7 @@ impl Registry {
         keep_counters(&old, &mut installed);
         let [installed] = installed;
         let next = old.with(installed)?;
-        self.commit(next, None)?;
+        self.commit(next)?;
         Ok(module.policy)
     }
 

@@ -74,10 +74,16 @@ fn seed_0_in_coi_reads_through_a_partition_are_not_stale() {
 /// (`placement::in_coi_write_quorum`).
 #[test]
 fn seed_3_in_coi_writes_count_no_stand_ins() {
-    let out = timeshard_sim::run(3, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    passes_and_plans(3, "cuts the fleet one way", |a| matches!(a, Action::Partition { one_way: true, .. }));
+}
+
+/// Runs `seed` with every fault family: its plan still holds an action `reaches` picks (`what`,
+/// else the seed no longer reaches its bug), and no property fails.
+fn passes_and_plans(seed: u64, what: &str, reaches: impl Fn(&Action) -> bool) {
+    let out = timeshard_sim::run(seed, &Options { faults: Faults::all(), ..opts() }).unwrap();
     assert!(
-        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Partition { one_way: true, .. })),
-        "seed 3 no longer cuts the fleet one way; find another seed for this bug"
+        out.plan.steps.iter().any(|(_, a)| reaches(a)),
+        "seed {seed} no longer {what}; find another seed for this bug"
     );
     assert!(out.failures.is_empty(), "{:#?}", out.failures);
 }
@@ -88,12 +94,7 @@ fn seed_3_in_coi_writes_count_no_stand_ins() {
 /// in-CoI owners answer settled.
 #[test]
 fn seed_4_in_coi_reads_do_not_stand_on_unsettled_owners() {
-    let out = timeshard_sim::run(4, &Options { faults: Faults::all(), ..opts() }).unwrap();
-    assert!(
-        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Relocate(_, None))),
-        "seed 4 no longer clears a node's location; find another seed for this bug"
-    );
-    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+    passes_and_plans(4, "clears a node's location", |a| matches!(a, Action::Relocate(_, None)));
 }
 
 /// Bug 7: a node learnt that another cleared its location (so it now owned CoI series it did
@@ -104,12 +105,7 @@ fn seed_4_in_coi_reads_do_not_stand_on_unsettled_owners() {
 /// (`View::on_change`); either closes this seed.
 #[test]
 fn seed_109_a_new_owner_is_unsettled_before_any_read_places_by_the_new_view() {
-    let out = timeshard_sim::run(109, &Options { faults: Faults::all(), ..opts() }).unwrap();
-    assert!(
-        out.plan.steps.iter().any(|(_, a)| matches!(a, Action::Relocate(_, None))),
-        "seed 109 no longer clears a node's location; find another seed for this bug"
-    );
-    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+    passes_and_plans(109, "clears a node's location", |a| matches!(a, Action::Relocate(_, None)));
 }
 
 /// A seed with every fault family that passes every property: crashes, partitions, lossy
