@@ -49,6 +49,7 @@ pub const TARGETS: &[Target] = &[
     ("control_json", control_json),
     ("policy_module", policy_module),
     ("policy_signature", policy_signature),
+    ("policy_floors", policy_floors),
     #[cfg(feature = "node")]
     ("node_config", node_config),
     #[cfg(feature = "node")]
@@ -389,6 +390,30 @@ pub fn policy_module(data: &[u8]) {
     let Some((&which, module)) = data.split_first() else { return };
     let kind = if which & 1 == 0 { timeshard_policy::Kind::Ingest } else { timeshard_policy::Kind::Query };
     let _ = timeshard_policy::component::inspect(module, kind);
+}
+
+/// The revoked-versions file (`<data_dir>/policy-floors.json`) as a node reads it at start:
+/// whatever it holds, every policy is either admitted or refused, never a panic.
+pub fn policy_floors(data: &[u8]) {
+    let dir = tempfile_dir();
+    let path = dir.join("policy-floors.json");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    if let Ok(floors) = timeshard_policy::floors::Floors::open(&path) {
+        for version in ["0.0.1", "1.3.0", "99.0.0", "latest"] {
+            if let Ok(policy) = timeshard_policy::PolicyRef::new("pmu-validate", version) {
+                let _ = floors.admit(&policy);
+            }
+        }
+    }
+}
+
+/// A directory of this process for targets that must read a file.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("timeshard-fuzz-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 /// Signature and key files as a node reads them.

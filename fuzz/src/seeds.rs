@@ -133,6 +133,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     out.push(("csr", "device", device_csr().into_bytes()));
     out.push(("control_json", "report", br#"{"generation":3,"digest":"ab","health":"ok"}"#.to_vec()));
     out.push(("policy_signature", "key", b"timeshard-policy-public-key-v1 00".to_vec()));
+    out.push(("policy_floors", "one-floor", br#"{"pmu-validate": "1.3.0"}"#.to_vec()));
     // The smallest component: the preamble of the component-model binary format.
     out.push(("policy_module", "empty-component", b"\0\0asm\x0d\0\x01\0".to_vec()));
     #[cfg(feature = "node")]

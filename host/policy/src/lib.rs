@@ -82,7 +82,6 @@ pub mod component;
 #[cfg(feature = "runtime")]
 pub mod engine;
 mod error;
-#[cfg(feature = "runtime")]
 pub mod floors;
 #[cfg(feature = "runtime")]
 mod host_log;
