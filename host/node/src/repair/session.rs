@@ -159,8 +159,9 @@ impl Repair {
             for chunk in blocks.chunks(MAX_REQUEST_BLOCKS) {
                 let mut delivered = HashSet::new();
                 let fetched = self.fetch(&peer, chunk.to_vec(), &pages, &mut delivered).await;
-                // What did not arrive is not taken: the round's other sessions, and the next
-                // rounds (without this peer for it), fetch it from another replica.
+                // What did not arrive is not taken: the round's other sessions may fetch it.
+                // What the peer answered without (not a failed call) is left to other
+                // replicas by the next rounds too.
                 let missing: Vec<&(SeriesKey, Quantum)> = chunk.iter().filter(|b| !delivered.contains(*b)).collect();
                 if !missing.is_empty() {
                     let now = timeshard_clock::instant();
@@ -169,7 +170,9 @@ impl Repair {
                     for (series, quantum) in &missing {
                         let block = BlockRef::Points { series: series.clone(), quantum: *quantum };
                         taken.remove(&block);
-                        undelivered.note(peer.id, block, now);
+                        if fetched.is_ok() {
+                            undelivered.note(peer.id, block, now);
+                        }
                     }
                 }
                 report.blocks_fetched += fetched? - missing.len() as u64;
@@ -208,7 +211,7 @@ impl Repair {
         // A block this peer listed and then did not send lately is left to other replicas.
         let now = timeshard_clock::instant();
         let undelivered = self.undelivered.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = |b: &BlockRef| not_mine(b) || undelivered.pass_over(&peer, b, now);
+        let skip = |b: &BlockRef| not_mine(b) || undelivered.pass_over(peer, b, now);
         let mut registrations = Vec::new();
         let mut blocks = Vec::new();
         for e in to_fetch(entries, &mine, skip) {
