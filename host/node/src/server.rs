@@ -91,6 +91,7 @@ async fn handle_connection(node: Arc<Node>, incoming: Incoming) {
             return;
         }
     };
+    node.net().grant_window(&conn, peer.is_node);
     if peer.is_node {
         node.net().adopt(&conn);
         node.dht().observe_incoming(peer, remote);
