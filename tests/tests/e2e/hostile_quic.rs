@@ -310,7 +310,8 @@ async fn handshakes_from_one_address_past_its_rate_are_refused_before_any_crypto
     let failed: Vec<&String> =
         outcomes.iter().filter_map(|o| if let Outcome::Failed(r) = o { Some(r) } else { None }).collect();
     println!(
-        "{HANDSHAKES} handshakes from one address in {took:?}: {limited} refused by its rate, {open} open, {} failed          ({:?})",
+        "{HANDSHAKES} handshakes from one address in {took:?}: {limited} refused by its rate, {open} open, {} failed \
+         ({:?})",
         failed.len(),
         failed.first()
     );
