@@ -61,7 +61,8 @@ const HOSTILE_EXAMPLES: &str = "\
 Examples:
   timeshard bench hostile --json hostile.json
   timeshard bench hostile --json hostile.json --secs 30 --budget-mib 512
-  timeshard bench hostile --json hostile.json --quick      # check it runs (figures not meaningful)";
+  timeshard bench hostile --json hostile.json --quick      # check it runs (figures not meaningful)
+  timeshard bench hostile --json quic.json --only located_nested_100000,quic_idle_connections";
 
 const FLEET_EXAMPLES: &str = "\
 Examples:
@@ -193,6 +194,9 @@ pub(crate) struct HostileArgs {
     /// The node's memory budget, in MiB.
     #[arg(long, default_value_t = HostileBenchOptions::default().budget >> 20)]
     budget_mib: u64,
+    /// Run only these attacks (comma-separated names, as the JSON document gives them).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Working directory (default: a new temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -371,11 +375,12 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
         }
         BenchCommand::Hostile(a) => {
             let options = if a.quick {
-                HostileBenchOptions { dir: a.dir, ..HostileBenchOptions::quick() }
+                HostileBenchOptions { dir: a.dir, only: a.only, ..HostileBenchOptions::quick() }
             } else {
                 HostileBenchOptions {
                     secs: a.secs,
                     budget: a.budget_mib << 20,
+                    only: a.only,
                     dir: a.dir,
                     ..HostileBenchOptions::default()
                 }

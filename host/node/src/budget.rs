@@ -79,6 +79,62 @@ impl Shares {
         // A series key with its map entry: about 256 bytes.
         usize::try_from(self.caches / 256).unwrap_or(usize::MAX).max(1024)
     }
+
+    /// The QUIC receive windows the queues' share allows. Bytes a peer or client has sent that
+    /// the node has not read yet wait in quinn's buffers, up to a connection's window: a
+    /// stream's bytes behind a gap the sender leaves open cannot be read at all until the
+    /// request times out. They are request bytes the frames' account does not see yet, so
+    /// every allowed connection's window together stays within the queues' share: half of it
+    /// is every connection's first window (`connections`: those the node accepts and those it
+    /// dials), the other half larger windows granted to some of them ([`ReceiveWindows`]).
+    ///
+    /// The number of streams does not change the bound: they share their connection's window
+    /// (the sum of every stream's received bytes counts against it).
+    pub fn receive_windows(&self, connections: usize, max_message_bytes: u32) -> ReceiveWindows {
+        let half = self.queues / 2;
+        // As before windows came from the budget: room for a few whole messages.
+        let largest = u64::from(max_message_bytes).saturating_mul(4).min(u64::from(u32::MAX)).max(MIN_WINDOW);
+        let initial = (half / connections.max(1) as u64).clamp(MIN_WINDOW, largest);
+        let granted = (half / WINDOW_GRANTS).clamp(initial, largest);
+        let grants_per_role = match granted - initial {
+            0 => 0,
+            extra => usize::try_from(half / 2 / extra).unwrap_or(usize::MAX),
+        };
+        let stream = granted.min(u64::from(max_message_bytes) + 8);
+        ReceiveWindows { initial, granted, grants_per_role, stream }
+    }
+}
+
+/// Least receive window of a QUIC connection: a few packets. Past
+/// `queues / 2 / MIN_WINDOW` allowed connections (8192 at the default budget), the first
+/// windows together outgrow their half of the queues' share.
+pub const MIN_WINDOW: u64 = 4 << 10;
+/// Windows granted from the other half of the queues' share, peers and clients together, when
+/// each is as large as the budget allows (512 KiB at the default budget: about 10 MB/s per
+/// connection across 50 ms, far more on a LAN).
+const WINDOW_GRANTS: u64 = 64;
+
+/// QUIC receive windows ([`Shares::receive_windows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveWindows {
+    /// Every connection's window from its first packet (the transport's `receive_window`).
+    pub initial: u64,
+    /// A connection's window once it holds a grant: a connection the node admitted or dialed,
+    /// while grants of its role (peers, clients) last; given back when it closes.
+    pub granted: u64,
+    /// Grants peers may hold at once, and clients apart from them.
+    pub grants_per_role: usize,
+    /// One stream's window (`stream_receive_window`): a whole message, at most a granted window.
+    pub stream: u64,
+}
+
+impl ReceiveWindows {
+    /// Bytes every connection's window may hold together, at most: `connections` first
+    /// windows, and the grants of both roles.
+    pub fn bound(&self, connections: usize) -> u64 {
+        let grants = 2 * self.grants_per_role as u64 * (self.granted - self.initial);
+        (connections as u64).saturating_mul(self.initial).saturating_add(grants)
+    }
 }
 
 /// Why a write was refused.
@@ -352,6 +408,41 @@ mod tests {
         assert_eq!(s.max_open_points(), (96 << 20) / 32);
         assert_eq!(s.policy_instances(16 << 20), 4);
         assert_eq!(s.policy_instances(1 << 30), 1, "at least one instance");
+    }
+
+    #[test]
+    fn quic_receive_windows_stay_within_the_queues_share() {
+        let limits = crate::config::LimitsConfig::default();
+        let connections = 2 * limits.max_connections;
+        let message = limits.max_message_bytes;
+        // The default budget: 4 KiB first windows for 8,192 connections, 512 KiB grants.
+        let s = Shares::of(256 << 20);
+        let w = s.receive_windows(connections, message);
+        assert_eq!(w, ReceiveWindows { initial: 4 << 10, granted: 512 << 10, grants_per_role: 32, stream: 512 << 10 });
+        assert!(w.bound(connections) <= s.queues, "{} of {}", w.bound(connections), s.queues);
+        // What it was before: 64 MiB a connection, 4096 connections a node (256 GiB).
+        assert!(w.bound(connections) < u64::from(message) * 4);
+        // Larger budgets give larger windows, never past four whole messages; the bound holds
+        // at every budget where the first windows are above their floor.
+        for budget_mib in [4u64, 16, 64, 256, 1024, 4096, 65536] {
+            let s = Shares::of(budget_mib << 20);
+            for conns in [1, 64, 1024, connections, 100_000] {
+                let w = s.receive_windows(conns, message);
+                assert!(w.initial >= MIN_WINDOW && w.initial <= w.granted, "{budget_mib} MiB, {conns}: {w:?}");
+                assert!(w.granted <= u64::from(message) * 4, "{budget_mib} MiB, {conns}: {w:?}");
+                assert!(w.stream <= w.granted && w.stream <= u64::from(message) + 8, "{w:?}");
+                let grants = 2 * w.grants_per_role as u64 * (w.granted - w.initial);
+                assert!(grants <= s.queues / 2, "{budget_mib} MiB, {conns}: grants {grants}");
+                if s.queues / 2 / conns as u64 >= MIN_WINDOW {
+                    assert!(w.bound(conns) <= s.queues, "{budget_mib} MiB, {conns}: {} > {}", w.bound(conns), s.queues);
+                }
+            }
+        }
+        let big = Shares::of(64 << 30).receive_windows(connections, message);
+        assert_eq!(big.granted, u64::from(message) * 4, "capped at four messages");
+        assert!(big.initial >= 1 << 20, "{big:?}");
+        // A small message limit caps streams at one message.
+        assert_eq!(Shares::of(256 << 20).receive_windows(16, 65_536).stream, 65_536 + 8);
     }
 
     #[test]

@@ -28,7 +28,8 @@
 //!   [`reconfigure`] (what may change while the node runs, applied whole or not at all),
 //!   [`start`] (wiring a node phase by phase, the tasks it runs with the narrow handles each
 //!   uses, shutdown).
-//! - Front doors: [`server`] (accepting and answering QUIC requests; [`peer_scope`]: what
+//! - Front doors: [`server`] (accepting and answering QUIC requests; [`handshakes`]: new
+//!   handshakes per source address, asked before any crypto; [`peer_scope`]: what
 //!   another node may store, read in bulk and list here, by placement), [`streams`] (requests
 //!   answered with a stream of frames), [`http`] (InfluxDB and Prometheus endpoints, the JSON
 //!   API and `/metrics`), [`control`] (enrolled nodes: following the control plane's desired
@@ -43,6 +44,7 @@ pub mod control;
 pub mod coordinator;
 pub mod dht;
 pub mod faults;
+pub mod handshakes;
 pub mod hints;
 pub mod http;
 pub mod membership;

@@ -9,6 +9,10 @@
 //! handshakes use it, established connections keep theirs. The endpoint also holds the set of
 //! revoked node ids: a connection with a revoked peer is refused once its handshake shows who
 //! it is, in both directions, and connections already open are closed when the set changes.
+//!
+//! What a connection may make the node buffer comes from the memory budget
+//! ([`crate::budget::Shares::receive_windows`]): every connection starts with a small receive
+//! window, and those admitted or dialed get a larger one while grants of their role last.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -25,6 +29,7 @@ use timeshard_sdk::transport::{self, CallError, Traffic};
 use tokio::time::Instant;
 
 use crate::attest::Attest;
+use crate::budget::{ReceiveWindows, Shares};
 use crate::config::NodeConfig;
 
 /// Failures talking to a peer.
@@ -46,6 +51,12 @@ pub enum NetError {
     },
 }
 
+/// The receive windows `cfg`'s memory budget allows its connections: those it accepts and
+/// those it dials, up to `[limits] max_connections` each.
+pub fn receive_windows(cfg: &NodeConfig) -> ReceiveWindows {
+    Shares::of(cfg.memory.budget.0).receive_windows(2 * cfg.limits.max_connections, cfg.limits.max_message_bytes)
+}
+
 /// Builds the QUIC transport settings shared by both directions.
 fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
@@ -53,12 +64,46 @@ fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
     t.max_concurrent_uni_streams(VarInt::from_u32(0));
     t.max_idle_timeout(Some(cfg.dht.idle_timeout.try_into().expect("idle timeout fits a QUIC varint")));
     t.keep_alive_interval(Some(cfg.dht.idle_timeout / 3));
-    // Room for a few maximum-size messages in flight on one connection.
-    let window = u64::from(cfg.limits.max_message_bytes).saturating_mul(4).min(u64::from(u32::MAX));
-    t.receive_window(VarInt::from_u64(window).expect("bounded window"));
-    t.stream_receive_window(VarInt::from_u32(cfg.limits.max_message_bytes.saturating_add(8)));
-    t.send_window(window);
+    // What a peer may make this node buffer comes from the memory budget: a small window for
+    // every connection, a larger one for those given a grant ([`WindowGrants`]).
+    let windows = receive_windows(cfg);
+    t.receive_window(VarInt::from_u64(windows.initial).expect("bounded window"));
+    t.stream_receive_window(VarInt::from_u64(windows.stream).expect("bounded window"));
+    // What this node sends: an answer is encoded whole before it is written, so the window
+    // only decides whether its bytes wait in quinn's buffer or in the frame; room for a few
+    // maximum-size messages in flight.
+    t.send_window(u64::from(cfg.limits.max_message_bytes).saturating_mul(4).min(u64::from(u32::MAX)));
     Arc::new(t)
+}
+
+/// The larger receive windows, handed out from pools the memory budget bounds
+/// ([`Shares::receive_windows`]), apart for peers and for clients so that clients holding every
+/// grant of theirs cannot slow replication and repair.
+#[derive(Debug)]
+struct WindowGrants {
+    windows: ReceiveWindows,
+    peers: Arc<tokio::sync::Semaphore>,
+    clients: Arc<tokio::sync::Semaphore>,
+}
+
+impl WindowGrants {
+    fn new(windows: ReceiveWindows) -> WindowGrants {
+        let pool = || Arc::new(tokio::sync::Semaphore::new(windows.grants_per_role));
+        WindowGrants { windows, peers: pool(), clients: pool() }
+    }
+
+    /// Raises `conn`'s receive window if a grant of its role is left; the grant comes back
+    /// when the connection closes.
+    fn grant(&self, conn: &Connection, peer: bool) {
+        let pool = if peer { &self.peers } else { &self.clients };
+        let Ok(permit) = pool.clone().try_acquire_owned() else { return };
+        conn.set_receive_window(VarInt::from_u64(self.windows.granted).expect("bounded window"));
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            conn.closed().await;
+            drop(permit);
+        });
+    }
 }
 
 /// The endpoint could not be set up.
@@ -149,6 +194,8 @@ pub struct Net {
     request_timeout: Duration,
     connect_timeout: Duration,
     max_pool: AtomicUsize,
+    /// Larger receive windows for connections admitted or dialed.
+    grants: RwLock<Arc<WindowGrants>>,
     on_dialed: std::sync::OnceLock<DialedHook>,
     traffic: Arc<Traffic>,
     revoked: tokio::sync::watch::Sender<Revoked>,
@@ -187,6 +234,7 @@ impl Net {
             request_timeout: cfg.dht.request_timeout,
             connect_timeout: cfg.dht.connect_timeout,
             max_pool: AtomicUsize::new(cfg.limits.max_connections),
+            grants: RwLock::new(Arc::new(WindowGrants::new(receive_windows(cfg)))),
             on_dialed: std::sync::OnceLock::new(),
             traffic: Arc::default(),
             revoked: tokio::sync::watch::Sender::new(Arc::default()),
@@ -223,6 +271,20 @@ impl Net {
     pub fn set_limits(&self, cfg: &NodeConfig, server: quinn::ServerConfig) {
         self.endpoint.set_server_config(Some(server));
         self.max_pool.store(cfg.limits.max_connections, Ordering::Relaxed);
+        let windows = receive_windows(cfg);
+        let mut grants = self.grants.write().unwrap_or_else(|e| e.into_inner());
+        // New pools only when the windows change: connections holding grants of the old ones
+        // keep them until they close (the bound is over by those meanwhile).
+        if grants.windows != windows {
+            *grants = Arc::new(WindowGrants::new(windows));
+        }
+    }
+
+    /// Gives `conn` a larger receive window if grants of its role (`peer`: a node's
+    /// certificate) are left: call once a connection is admitted.
+    pub fn grant_window(&self, conn: &Connection, peer: bool) {
+        let grants = self.grants.read().unwrap_or_else(|e| e.into_inner()).clone();
+        grants.grant(conn, peer);
     }
 
     /// Whether node `id`'s certificate is revoked.
@@ -332,6 +394,7 @@ impl Net {
             conn.close(VarInt::from_u32(CLOSE_REVOKED), b"certificate revoked");
             return Err(NetError::Revoked { addr, id: peer.id });
         }
+        self.grant_window(&conn, PeerIdentity::of_connection(&conn).is_some_and(|p| p.is_node));
         *guard = SlotState { conn: Some(conn.clone()), failed: None };
         if let Some(DialedHook(handler)) = self.on_dialed.get() {
             handler(conn.clone());

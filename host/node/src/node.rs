@@ -21,6 +21,7 @@ use crate::config::{Live, NodeConfig};
 use crate::control::policies::Applied as AppliedPolicies;
 use crate::coordinator::Coordinator;
 use crate::dht::Dht;
+use crate::handshakes::HandshakeLimiter;
 use crate::hints::Hints;
 use crate::http::auth::Tokens;
 use crate::membership::View;
@@ -52,6 +53,8 @@ pub struct Node {
     pub(crate) slots: RequestSlots,
     /// Connections established with the node, per identity.
     pub(crate) connections: Arc<Connections>,
+    /// New handshakes per source address, asked before any crypto.
+    pub(crate) handshakes: Mutex<HandshakeLimiter>,
     pub(crate) config_generation: AtomicU64,
     /// Shared with the membership view, which gossips it with this node's entry.
     pub(crate) config_digest: Arc<AtomicU64>,
@@ -151,6 +154,10 @@ impl Node {
     /// Connections established with the node, per identity.
     pub fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+    /// New handshakes per source address.
+    pub fn handshakes(&self) -> MutexGuard<'_, HandshakeLimiter> {
+        self.handshakes.lock().unwrap_or_else(|e| e.into_inner())
     }
     /// The disk store, when the node runs the disk engine.
     pub fn disk_store(&self) -> Option<&Arc<DiskStore>> {

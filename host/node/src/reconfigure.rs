@@ -217,6 +217,7 @@ impl Node {
                 self.shutdown_signal(),
             );
             self.connections.set_limits(limits.connections());
+            self.handshakes().set_rate(limits.handshakes());
             changed.push("limits".into());
         }
         self.net().set_limits(&config, server);

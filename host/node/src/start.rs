@@ -36,6 +36,7 @@ use crate::control::policies::{self as control_policies, ControlPolicies};
 use crate::coordinator::{Coordinator, ReplicaWrites};
 use crate::dht::{Dht, WanDelay};
 use crate::faults::Faults;
+use crate::handshakes::HandshakeLimiter;
 use crate::hints::{HintError, Hints, replay};
 use crate::http::{self, HttpStartError, Tokens};
 use crate::membership::View;
@@ -150,6 +151,10 @@ impl RunningNode {
             limits: config.limits.wire(),
             slots: RequestSlots::new(config.limits.max_concurrent_requests, config.limits.max_concurrent_peer_requests),
             connections: Connections::new(config.limits.connections()),
+            handshakes: Mutex::new(HandshakeLimiter::new(
+                config.limits.handshakes(),
+                tokio::time::Instant::now().into_std(),
+            )),
             metrics: Arc::new(Metrics::default()),
             http_tokens: {
                 let tokens = Tokens::new(http_tokens(&config)?, !config.http.anonymous, config.http.tokens_in_urls);

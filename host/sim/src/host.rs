@@ -70,6 +70,8 @@ impl Host {
     pub fn run_until(&self, ns: u64) {
         let deadline = self.clock.instant_at(ns);
         let _seams = seams::enter(&self.seams);
+        // `--log` names the host and the window's end (simulation ms) on each line.
+        let _span = tracing::info_span!("host", name = %self.name, t_ms = ns / 1_000_000).entered();
         self.rt.block_on(async move { tokio::time::sleep_until(deadline).await });
     }
 

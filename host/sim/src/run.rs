@@ -127,14 +127,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
         stop: AtomicBool::new(false),
         clock: clients_host.clock(),
     });
-    let spec = PlanSpec {
-        faults: opts.faults.clone(),
-        nodes: opts.nodes,
-        joiners: opts.joiners,
-        start: Duration::from_nanos(WORKLOAD_AT + 2 * SEC),
-        length: Duration::from_secs(opts.fault_secs),
-    };
-    let plan = Plan::draw(seed, &spec);
+    let plan = Plan::draw(seed, &plan_spec(opts));
     let heal_at = WORKLOAD_AT + 2 * SEC + opts.fault_secs * SEC;
     let stop_writes_at = heal_at + 5 * SEC;
     let final_at = heal_at + opts.quiet_secs * SEC;
@@ -223,6 +216,18 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     let failures = check::check(&history);
     world.shutdown();
     Ok(Outcome { seed, plan, history, failures, sim: Duration::from_nanos(t), wall: wall.elapsed() })
+}
+
+/// What the plan of a run with `opts` is drawn for (`Plan::draw` with it gives a seed's plan
+/// without running it).
+pub fn plan_spec(opts: &Options) -> PlanSpec {
+    PlanSpec {
+        faults: opts.faults.clone(),
+        nodes: opts.nodes,
+        joiners: opts.joiners,
+        start: Duration::from_nanos(WORKLOAD_AT + 2 * SEC),
+        length: Duration::from_secs(opts.fault_secs),
+    }
 }
 
 fn endpoint_config(seed: u64) -> quinn::EndpointConfig {

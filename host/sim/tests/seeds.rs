@@ -6,6 +6,7 @@
 
 use timeshard_sim::check::property;
 use timeshard_sim::faults::Action;
+use timeshard_sim::history::Event;
 use timeshard_sim::{Faults, Options};
 
 fn opts() -> Options {
@@ -127,4 +128,55 @@ fn seed_106_a_relocation_does_not_leave_new_owners_answering_as_settled() {
         "seed 106 no longer moves a node; find another seed for this bug"
     );
     assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}
+
+/// Bug 8: a misdirected write left one block of node 1 damaged; after node 0 departed, node 2,
+/// a new third owner of 23 blocks, asked node 1 for them in bulk, and every bulk read failed
+/// whole on the damaged one. The blocks that session planned stayed "taken" for the round,
+/// so node 2's session with node 3, which held them intact, skipped them: 2 copies at the
+/// end, RF 3. A damaged block is now left out of a bulk read, and what a peer did not send is
+/// not taken (`timeshard_proto::repair::Undelivered`).
+#[test]
+fn seed_1042_a_damaged_block_on_one_replica_does_not_keep_a_new_owner_below_rf() {
+    passes_and_plans(1042, "misdirects a write and has a node depart", |a| matches!(a, Action::Misdirect(_)));
+    let plan = timeshard_sim::faults::Plan::draw(1042, &timeshard_sim::run::plan_spec(&opts()));
+    assert!(plan.steps.iter().any(|(_, a)| matches!(a, Action::Depart(_))), "seed 1042 no longer has a node depart");
+}
+
+/// Bug 9: a misdirected write left node 6's copy of a block it no longer owned unreadable
+/// (3 points, against the owners' 11); every handoff pass failed on it (which held back the
+/// other blocks for the same owners too) and it never went: the copies did not converge. A
+/// damaged displaced block now counts as handed off to an owner that holds a copy.
+#[test]
+fn seed_1005_a_damaged_displaced_copy_does_not_stay_forever() {
+    passes_and_plans(1005, "misdirects a write", |a| matches!(a, Action::Misdirect(_)));
+}
+
+/// Bug 10: node 5 moved next to the CoI series (every other location had been cleared, so it
+/// was their only in-CoI owner) while a partition cut it, with nodes 2 and 7, off from the
+/// nodes holding them. Its catch-up round pulled from 2 and 7 only, counted as complete, and
+/// `latest` through that side returned a point 1.2 s older than an acknowledged write. A
+/// round that left out a neighbour down to the node no longer settles it
+/// (`Settle::round_complete`), so no in-CoI read through that side can succeed until the
+/// partition heals: that is checked too, as other fixes moved the run so that the stale
+/// answers themselves no longer show (the reads that still succeeded did).
+#[test]
+fn seed_1046_an_owner_cut_off_by_a_partition_does_not_settle() {
+    let out = timeshard_sim::run(1046, &opts()).unwrap();
+    let moved = out.plan.steps.iter().find(|(_, a)| matches!(a, Action::Relocate(5, Some(_)))).map(|(t, _)| *t);
+    let cut = out.plan.steps.iter().any(
+        |(t, a)| matches!(a, Action::Partition { a, one_way: false, .. } if *a == [2, 5, 7] && moved.is_some_and(|m| *t < m)),
+    );
+    let healed = out.plan.steps.iter().find(|(_, a)| *a == Action::HealAll).map(|(t, _)| *t).expect("a plan heals");
+    let moved = moved.filter(|_| cut).expect("seed 1046 no longer moves node 5 while nodes 2, 5 and 7 are cut off");
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+    let answered: Vec<&Event> = out
+        .history
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(e, Event::Latest { invoked, via, error: None, .. } if (moved..healed).contains(invoked) && [2, 5, 7].contains(via))
+        })
+        .collect();
+    assert!(answered.is_empty(), "in-CoI reads answered by an owner that could not have caught up: {answered:#?}");
 }

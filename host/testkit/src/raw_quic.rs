@@ -53,6 +53,9 @@ pub enum Outcome {
     Open(quinn::Connection),
     /// Closed by the node's connection cap, with its reason.
     Refused(String),
+    /// Refused before any crypto by the node's limit of handshakes per source address
+    /// (`CONNECTION_REFUSED`).
+    RateLimited,
     /// Anything else (a handshake that timed out under the load).
     Failed(String),
 }
@@ -65,6 +68,11 @@ impl Outcome {
                 if close.error_code.into_inner() == u64::from(CLOSE_TOO_MANY) =>
             {
                 Outcome::Refused(String::from_utf8_lossy(&close.reason).into_owned())
+            }
+            Err(quinn::ConnectionError::ConnectionClosed(close))
+                if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+            {
+                Outcome::RateLimited
             }
             Err(e) => Outcome::Failed(e.to_string()),
         }

@@ -6,6 +6,8 @@
 //! - frames that declare 16 MiB and send a few bytes, and a declaration over the limit (an
 //!   in-process node, to read its memory budget's accounting);
 //! - thousands of idle connections from one client certificate (a node process);
+//! - handshakes from one address faster than its rate, refused before any crypto (a node
+//!   process);
 //! - clients holding every client request slot while a peer replicates writes (two node
 //!   processes).
 
@@ -206,6 +208,9 @@ async fn thousands_of_idle_connections_from_one_certificate_are_capped() -> Resu
     // Thousands of handshakes on a debug build share two cores with the test: room for them.
     options.dht.connect_timeout = Duration::from_secs(10);
     options.dht.idle_timeout = Duration::from_secs(10);
+    // What this test checks is the per-certificate cap: the limit of handshakes per address
+    // (every connection here comes from 127.0.0.1) has a test of its own below.
+    options.limits.handshakes_per_sec_per_address = 0;
     let per_identity = options.limits.max_connections_per_identity;
     let cluster = LocalCluster::start_converged(options).await?;
     let addr = cluster.addr(0);
@@ -270,6 +275,68 @@ async fn thousands_of_idle_connections_from_one_certificate_are_capped() -> Resu
         quiet.rounds,
         steady.p99.as_secs_f64() / quiet.p99.as_secs_f64().max(1e-6)
     );
+    assert!(cluster.is_running(0), "the node survives");
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// Handshakes the address-flood test starts, and its limit.
+const HANDSHAKES: usize = 2_000;
+const RATE: u32 = 20;
+const BURST: u32 = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_from_one_address_past_its_rate_are_refused_before_any_crypto() -> Result<()> {
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = single_class();
+    options.limits.handshakes_per_sec_per_address = RATE;
+    options.limits.handshake_burst_per_address = BURST;
+    // Room for the handshakes it does accept on a debug build.
+    options.dht.connect_timeout = Duration::from_secs(10);
+    let cluster = LocalCluster::start_converged(options).await?;
+    let addr = cluster.addr(0);
+    // A well-behaved client from the same address, connected before the flood.
+    let stop = Arc::new(AtomicBool::new(false));
+    let steady = well_behaved(cluster.client(0).await?, "steady.handshakes".parse()?, stop.clone());
+    // Let the start-up's handshakes be paid back.
+    tokio::time::sleep(Duration::from_secs(u64::from(BURST / RATE) + 1)).await;
+
+    let started = Instant::now();
+    let endpoint = raw_quic::endpoint(&cluster.client_tls())?;
+    let outcomes = raw_quic::flood(&endpoint, addr, HANDSHAKES, 64).await;
+    let took = started.elapsed();
+    let limited = outcomes.iter().filter(|o| matches!(o, Outcome::RateLimited)).count();
+    let open = outcomes.iter().filter(|o| matches!(o, Outcome::Open(_))).count();
+    let failed: Vec<&String> =
+        outcomes.iter().filter_map(|o| if let Outcome::Failed(r) = o { Some(r) } else { None }).collect();
+    println!(
+        "{HANDSHAKES} handshakes from one address in {took:?}: {limited} refused by its rate, {open} open, {} failed \
+         ({:?})",
+        failed.len(),
+        failed.first()
+    );
+    // At most the burst and the rate over the flood's time got a handshake; the rest were
+    // refused at once.
+    let allowed = BURST as usize + (took.as_secs_f64() * f64::from(RATE)).ceil() as usize;
+    assert!(HANDSHAKES - limited <= allowed, "{} handshakes went on, the limit allows {allowed}", HANDSHAKES - limited);
+    assert!(open > 0, "the burst is accepted");
+    // Refused quickly: a handshake over the rate ends well before a handshake timeout.
+    let refused_in = Instant::now();
+    let one = raw_quic::flood(&endpoint, addr, 1, 1).await;
+    assert!(matches!(one.as_slice(), [Outcome::RateLimited]), "{one:?}");
+    assert!(refused_in.elapsed() < Duration::from_secs(1), "refused in {:?}", refused_in.elapsed());
+
+    // The established client kept its answers right all along.
+    stop.store(true, Ordering::Relaxed);
+    let steady = steady.await??;
+    assert!(steady.rounds > 0);
+    println!("the well-behaved client's p99 {:?} over {} rounds during the flood", steady.p99, steady.rounds);
+    // The address gets its rate back.
+    drop(outcomes);
+    endpoint.close(0u32.into(), b"done");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let client = cluster.client(0).await.context("a new connection once the address has rested")?;
+    client.status().await?;
     assert!(cluster.is_running(0), "the node survives");
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())

@@ -187,6 +187,12 @@ impl NodeConfig {
         {
             return invalid("limits", "concurrency limits must be positive");
         }
+        if self.limits.handshakes_per_sec_per_address > 0 && self.limits.handshake_burst_per_address == 0 {
+            return invalid(
+                "limits.handshake_burst_per_address",
+                "must be positive while handshakes_per_sec_per_address is (set that to 0 to turn the limit off)",
+            );
+        }
         if self.dht.request_timeout.is_zero() || self.dht.connect_timeout.is_zero() || self.dht.idle_timeout.is_zero() {
             return invalid("dht", "timeouts must be positive");
         }

@@ -12,8 +12,10 @@
 //! location changes so that it may own CoI series it lacks, at once, inside the view's update
 //! (`follow_view`), so no read placed by the new view counts it as settled. Once
 //! `catch_up_delay` has passed since, it runs **catch-up** rounds that include recently
-//! written blocks, retried every few seconds until one has pulled from every neighbour that is
-//! up; then it is settled and says so in its replica answers.
+//! written blocks, retried every few seconds until one has pulled from every neighbour, none
+//! of them down to it (crashed or cut off: it may hold the only copies of blocks this node now
+//! owns; it counts again once back, or once gone); then it is settled and says so in its
+//! replica answers.
 //!
 //! The inventory of the store (every block placed by the current view) is shared by the
 //! rounds, the handoff passes and the sessions this node answers. A round builds a fresh one;
@@ -133,7 +135,8 @@ impl Repair {
         }
     }
 
-    /// One round: a pull from every neighbour that is up. Returns whether every pull completed.
+    /// One round: a pull from every neighbour that is up. Returns whether every pull completed
+    /// and no neighbour was down.
     async fn round(&self, stop: &CancellationToken) -> bool {
         let started = instant();
         let catching = self.settle().catch_up_at().is_some_and(|at| at <= started);
@@ -145,10 +148,8 @@ impl Repair {
                 return false;
             }
         };
-        let neighbours: Vec<Contact> = repair::neighbours(&self.view.serving(), &self.me.id)
-            .into_iter()
-            .filter(|c| self.view.is_up(&c.id))
-            .collect();
+        let (neighbours, down): (Vec<Contact>, Vec<Contact>) =
+            repair::neighbours(&self.view.serving(), &self.me.id).into_iter().partition(|c| self.view.is_up(&c.id));
         // A Vec, not an iterator adapter: a closure held across the awaits trips rustc's `Send`
         // inference for the spawned driver task.
         let taken = Taken::default();
@@ -162,10 +163,11 @@ impl Repair {
             .take_until(stop.cancelled())
             .collect()
             .await;
-        self.peers_seen.note_neighbours(neighbours.len());
+        self.peers_seen.note_neighbours(neighbours.len() + down.len());
         let mut complete = timeshard_proto::repair::Settle::round_complete(
             neighbours.len(),
             results.len(),
+            down.len(),
             self.peers_seen.alone_ever(),
         );
         let mut fetched = 0;

@@ -11,6 +11,9 @@
 //!
 //! Blocks written within `settle_for` are left for a later pass (coordinators may still be
 //! writing them by a previous view), except while leaving.
+//!
+//! A displaced block the store finds damaged has nothing readable to push: it counts as
+//! confirmed by each owner that holds a copy of its own, and stays while one lacks it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use timeshard_proto::repair::{BlockRef, Handoff, MAX_REQUEST_BLOCKS, OwnerCopy};
 use timeshard_proto::wire::{BlockPoints, Request, Response};
 use timeshard_proto::{Contact, Id, Point, SeriesKey};
 use timeshard_store::StoreError;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::Repair;
 use super::inventory::Inventory;
@@ -164,9 +167,10 @@ impl Repair {
             let mut push_series = Vec::new();
             for (&i, theirs) in chunk.iter().zip(digests) {
                 let d = &mut work[i];
+                let holds = theirs.is_some();
                 if d.handoff.on_digest(&owner.id, theirs, d.count) == OwnerCopy::Differs {
                     match &d.block {
-                        BlockRef::Points { .. } => push_blocks.push(i),
+                        BlockRef::Points { .. } => push_blocks.push((i, holds)),
                         BlockRef::Registration { series } => push_series.push((i, series.clone())),
                     }
                 }
@@ -185,27 +189,45 @@ impl Repair {
         Ok(())
     }
 
-    /// Sends the blocks `items` of `work` whole from the local store to `owner`, several small
-    /// blocks (or pages of a large one) per `Store` request, and marks each confirmed by
-    /// `owner` once the request holding its last page was stored.
+    /// Sends the blocks `items` of `work` (each with whether `owner` holds a copy of it) whole
+    /// from the local store to `owner`, several small blocks (or pages of a large one) per
+    /// `Store` request, and marks each confirmed by `owner` once the request holding its last
+    /// page was stored.
+    ///
+    /// A block the store finds damaged has nothing to send, and must not stop the others
+    /// (issue 24, seed 1005: a displaced copy a misdirected write left unreadable kept every
+    /// other block of its owners here, and itself for good). It counts as confirmed by an
+    /// owner that holds a copy: nothing readable of it is lost when it goes. Where an owner
+    /// lacks it, it stays here.
     async fn push_blocks(
         &self,
         owner: &Contact,
-        items: &[usize],
+        items: &[(usize, bool)],
         work: &mut [Displaced],
         report: &mut HandoffReport,
     ) -> Result<(), String> {
         let limit = self.limits.max_batch_points.min(self.limits.max_page_points) as usize;
         let mut batch = PushBatch::default();
-        for &i in items {
+        'blocks: for &(i, owner_holds) in items {
             let BlockRef::Points { series, quantum } = work[i].block.clone() else { continue };
             let mut after = None;
             loop {
                 let (store, s, room) = (self.store.clone(), series.clone(), limit.saturating_sub(batch.points).max(1));
-                let page = timeshard_clock::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
+                let read = timeshard_clock::spawn_blocking(move || store.read_block(&s, quantum.start, after, room))
                     .await
-                    .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
+                let page = match read {
+                    Ok(page) => page,
+                    Err(StoreError::Corrupt(why)) => {
+                        warn!(peer = %owner.id.short(), series = %series, quantum = quantum.start, owner_holds, error = %why,
+                            "a displaced block is damaged here: nothing of it to hand off");
+                        if owner_holds {
+                            work[i].handoff.confirmed(&owner.id);
+                        }
+                        continue 'blocks;
+                    }
+                    Err(e) => return Err(e.to_string()),
+                };
                 if page.points.is_empty() {
                     break;
                 }

@@ -9,8 +9,8 @@
 //! - [`Repair`] (here): one node's repair: the handles its tasks use, the inventory of the
 //!   store they share, the pacing of what it fetches and pushes.
 //! - [`inventory`]: one pass over the store, every block placed by one view.
-//! - [`serve`]: answering a peer's pull session (trees, leaf listings, bulk block reads,
-//!   digests) and listings of this node's blocks.
+//! - [`serve`]: answering a peer's pull session (trees, leaf listings, bulk block reads, which
+//!   leave a damaged block out, digests) and listings of this node's blocks.
 //! - [`session`]: pulling from one peer: compare trees, list differing leaves, fetch and store
 //!   what differs.
 //! - [`pipeline`]: storing what a session fetched while the next page is on the way, several
@@ -36,7 +36,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use timeshard_proto::repair::{Pace, Settle};
+use timeshard_proto::repair::{Pace, Settle, Undelivered};
 use timeshard_proto::wire::Limits;
 use timeshard_proto::{Classes, Contact, SeriesKey};
 use timeshard_store::{Store, StoreError};
@@ -68,6 +68,8 @@ pub struct Repair {
     fetch_pace: Mutex<Pace>,
     push_pace: Mutex<Pace>,
     settle: Mutex<Settle>,
+    /// Blocks peers listed but did not send, left to other replicas a while.
+    undelivered: Mutex<Undelivered>,
     /// Whether this node has been alone since its data began.
     peers_seen: alone::PeersSeen,
     /// Registrations every owner confirmed, in the view of this generation.
@@ -103,6 +105,7 @@ impl Repair {
             fetch_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             push_pace: Mutex::new(Pace::new(cfg.bytes_per_sec, now)),
             settle: Mutex::new(Settle::new(cfg.catch_up_delay, now)),
+            undelivered: Mutex::new(Undelivered::default()),
             peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),

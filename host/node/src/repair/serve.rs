@@ -171,7 +171,7 @@ impl Repair {
 }
 
 /// The points of `blocks` from `after` on, at most `limit` in all (at least the rest of one
-/// block page), and where to go on.
+/// block page), and where to go on. A block the store finds damaged is left out.
 fn read_blocks(
     store: &dyn Store,
     blocks: &[(timeshard_proto::SeriesKey, timeshard_proto::Quantum)],
@@ -185,7 +185,17 @@ fn read_blocks(
         None => (0, None),
     };
     for (i, (series, quantum)) in blocks.iter().enumerate().skip(first) {
-        let page = store.read_block(series, quantum.start, cursor.take(), room)?;
+        let page = match store.read_block(series, quantum.start, cursor.take(), room) {
+            Ok(page) => page,
+            // A damaged block is no copy to send, and must not stop the others: the asker
+            // counts what arrived and takes this block from another replica (issue 24,
+            // seed 1042: one damaged block kept a new owner from every block of its peer).
+            Err(StoreError::Corrupt(why)) => {
+                warn!(series = %series, quantum = quantum.start, error = %why, "left a damaged block out of a bulk read");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         room -= page.points.len().min(room);
         let last = page.points.last().map(Point::key);
         if !page.points.is_empty() {
@@ -267,5 +277,36 @@ mod tests {
         .unwrap();
         assert_eq!(digests[0].map(|d| d.1), Some(5));
         assert_eq!(digests[1..], [None, None]);
+    }
+
+    /// Issue 24, seed 1042: a block the store finds damaged failed the whole bulk read, so a
+    /// new owner pulling from that peer got none of its blocks, round after round. It is left
+    /// out now, and the others are served (the asker takes it from another replica).
+    #[test]
+    fn a_damaged_block_is_left_out_of_a_bulk_read_and_the_others_are_served() {
+        use std::sync::Arc;
+        use timeshard_store::faulty_disk::FaultyDisk;
+        use timeshard_store::{DiskConfig, DiskStore};
+
+        let disk = FaultyDisk::new();
+        let config = DiskConfig { seal_grace_ns: 1_000_000, block_segment_bytes: 1 << 20, ..DiskConfig::default() };
+        let store = DiskStore::open_with_backend(Arc::new(disk.clone()), config).unwrap();
+        let len = QuantumLen::new(1_000_000).unwrap();
+        let series: timeshard_proto::SeriesKey = "m".parse().unwrap();
+        let blocks: Vec<_> = (0..3).map(|q| (series.clone(), len.quantum_of(q * len.ns()))).collect();
+        let points = |q: &timeshard_proto::Quantum| (0..5).map(|k| Point::new(q.start + k, k as f64)).collect();
+        let written: Vec<BlockPoints> =
+            blocks.iter().map(|(s, q)| BlockPoints { series: s.clone(), quantum: *q, points: points(q) }).collect();
+        store.write(&written).unwrap();
+        while store.maintain(i64::MAX / 2).unwrap().more {}
+        // Damage the first sealed frame: the first block.
+        let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+        disk.corrupt(&seg, 40, 0x5a);
+        assert!(store.read_block(&series, blocks[0].1.start, None, 100).is_err(), "the first block is damaged");
+
+        let (page, next) = read_blocks(&store, &blocks, None, 100).unwrap();
+        assert_eq!(next, None);
+        let served: Vec<_> = page.iter().map(|b| (b.quantum, b.points.len())).collect();
+        assert_eq!(served, [(blocks[1].1, 5), (blocks[2].1, 5)]);
     }
 }

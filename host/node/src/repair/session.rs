@@ -4,14 +4,19 @@
 //! small message each way; otherwise bytes follow what differs. Fetched data is paced by the
 //! node's repair token bucket (by bytes), and stored as a union (stores are idempotent sets of
 //! points) by a [`super::pipeline`] storer that runs alongside the fetches.
+//!
+//! A block the peer listed but sent nothing of (its copy is damaged, or went meanwhile) is not
+//! taken: the round's other sessions may fetch it, the session fails (the round does not
+//! count towards settling), and the next rounds leave it to other replicas a while
+//! ([`timeshard_proto::repair::undelivered`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use timeshard_proto::repair::tree::{self, Descent};
 use timeshard_proto::repair::{BlockRef, MAX_LEAF_ENTRIES, MAX_REQUEST_BLOCKS, RepairEntry, RepairScope, to_fetch};
 use timeshard_proto::wire::{Request, Response};
-use timeshard_proto::{Contact, Quantum, SeriesKey};
+use timeshard_proto::{Contact, Id, Quantum, SeriesKey};
 use tokio::sync::mpsc;
 
 use super::Repair;
@@ -30,6 +35,10 @@ pub enum SessionError {
     Unexpected(String),
     #[error("cannot store what was fetched: {0}")]
     Store(String),
+    #[error(
+        "the peer listed {0} blocks it then did not send (damaged or dropped there); other replicas are asked next"
+    )]
+    Undelivered(usize),
 }
 
 /// Blocks a round's sessions fetched, with the digest and count of the copy fetched.
@@ -138,7 +147,7 @@ impl Repair {
                 Response::RepairLeaves { entries, done, .. } => (entries, (done as usize).clamp(1, asked.len())),
                 other => return Err(SessionError::Unexpected(format!("{other:?}"))),
             };
-            let (registrations, blocks) = self.plan(inv, &asked[..done], entries, taken);
+            let (registrations, blocks) = self.plan(inv, &peer.id, &asked[..done], entries, taken);
             report.registrations += registrations.len() as u64;
             if !registrations.is_empty() {
                 let store = self.store.clone();
@@ -148,7 +157,28 @@ impl Repair {
                     .map_err(|e| SessionError::Store(e.to_string()))?;
             }
             for chunk in blocks.chunks(MAX_REQUEST_BLOCKS) {
-                report.blocks_fetched += self.fetch(&peer, chunk.to_vec(), &pages).await?;
+                let mut delivered = HashSet::new();
+                let fetched = self.fetch(&peer, chunk.to_vec(), &pages, &mut delivered).await;
+                // What did not arrive is not taken: the round's other sessions may fetch it.
+                // What the peer answered without (not a failed call) is left to other
+                // replicas by the next rounds too.
+                let missing: Vec<&(SeriesKey, Quantum)> = chunk.iter().filter(|b| !delivered.contains(*b)).collect();
+                if !missing.is_empty() {
+                    let now = timeshard_clock::instant();
+                    let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut undelivered = self.undelivered.lock().unwrap_or_else(|e| e.into_inner());
+                    for (series, quantum) in &missing {
+                        let block = BlockRef::Points { series: series.clone(), quantum: *quantum };
+                        taken.remove(&block);
+                        if fetched.is_ok() {
+                            undelivered.note(peer.id, block, now);
+                        }
+                    }
+                }
+                report.blocks_fetched += fetched? - missing.len() as u64;
+                if !missing.is_empty() {
+                    return Err(SessionError::Undelivered(missing.len()));
+                }
             }
             rest = &rest[done..];
         }
@@ -160,6 +190,7 @@ impl Repair {
     fn plan(
         &self,
         inv: &Inventory,
+        peer: &Id,
         leaves: &[u16],
         entries: Vec<RepairEntry>,
         taken: &Taken,
@@ -177,9 +208,13 @@ impl Repair {
         // The peer lists what it places on this node; a block this node's view does not place
         // here (an index block whose registration is not here yet cannot be placed) is not taken.
         let not_mine = |b: &BlockRef| inv.place(b, &classes).is_some_and(|owners| !owners.iter().any(|c| c.id == me));
+        // A block this peer listed and then did not send lately is left to other replicas.
+        let now = timeshard_clock::instant();
+        let undelivered = self.undelivered.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = |b: &BlockRef| not_mine(b) || undelivered.pass_over(peer, b, now);
         let mut registrations = Vec::new();
         let mut blocks = Vec::new();
-        for e in to_fetch(entries, &mine, not_mine) {
+        for e in to_fetch(entries, &mine, skip) {
             taken.insert(e.block.clone(), (e.digest, e.count));
             match e.block {
                 BlockRef::Registration { series } => registrations.push(series),
@@ -191,12 +226,14 @@ impl Repair {
 
     /// Fetches `blocks` whole from `peer`, page by page, handing each page to the storer
     /// behind `pages` (the next page is fetched while it stores); returns how many blocks were
-    /// asked for. Pacing follows the bytes fetched.
+    /// asked for, and adds to `delivered` each block of which a point arrived (the peer leaves
+    /// out a block it finds damaged). Pacing follows the bytes fetched.
     async fn fetch(
         &self,
         peer: &Contact,
         blocks: Vec<(SeriesKey, Quantum)>,
         pages: &mpsc::Sender<Page>,
+        delivered: &mut HashSet<(SeriesKey, Quantum)>,
     ) -> Result<u64, SessionError> {
         let limit = self.limits.max_page_points.min(self.limits.max_batch_points);
         let mut after = None;
@@ -206,6 +243,7 @@ impl Repair {
                 Response::Blocks { blocks, next } => (blocks, next),
                 other => return Err(SessionError::Unexpected(format!("{other:?}"))),
             };
+            delivered.extend(page.iter().filter(|b| !b.points.is_empty()).map(|b| (b.series.clone(), b.quantum)));
             let bytes = page.iter().map(timeshard_proto::placement::block_bytes).sum::<usize>();
             Counters::add(&self.state.counters.bytes_fetched, bytes as u64);
             // A closed queue means the storer failed; `pull` reports its error.

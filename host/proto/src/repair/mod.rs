@@ -3,6 +3,7 @@
 //! - [`tree`]: digest trees over a set of blocks, and the descent that finds where two differ.
 //! - [`ring`]: the k closest members of a view to an id, fast enough to run once per block.
 //! - [`settle`]: whether a node holds every block it owns, and the pace of transfers.
+//! - [`undelivered`]: blocks a peer listed but did not send, left to other replicas a while.
 //! - This module: the wire types of repair ([`BlockRef`], [`RepairEntry`], [`RepairScope`],
 //!   ...), which blocks to fetch after a comparison ([`to_fetch`]), whom a node pulls from
 //!   ([`neighbours`]), how far a read goes beyond the owners ([`read_candidates`]), and when a
@@ -21,6 +22,7 @@
 pub mod ring;
 pub mod settle;
 pub mod tree;
+pub mod undelivered;
 
 use std::collections::HashMap;
 
@@ -36,6 +38,7 @@ use crate::time::{Quantum, Timestamp};
 pub use ring::Ring;
 pub use settle::{Pace, Settle};
 pub use tree::{Descent, LEAVES, Tree, TreeNode};
+pub use undelivered::Undelivered;
 
 /// Most neighbours a node pulls from: every member when the view holds at most this many,
 /// otherwise this many closest to the node.

@@ -7,8 +7,9 @@
 //! follows locations the same way ([`Settle::on_locations_change`]): a member that moves or
 //! clears its location hands its series to the nearest others, and a node that sets or moves
 //! its own location takes series it never held. After such a change the node
-//! is unsettled until a **catch-up round** completes: a pull from every neighbour that is up,
-//! with recently written blocks included, that started at least `delay` after the change.
+//! is unsettled until a **catch-up round** completes: a pull from every neighbour that serves
+//! (none of them down to this node), with recently written blocks included, that started at
+//! least `delay` after the change.
 //! The delay covers gossip spreading the change (until then coordinators still write to the
 //! previous owners) and the writes in flight when it did: a round started later reads every
 //! acknowledged point from some neighbour.
@@ -83,13 +84,24 @@ impl Settle {
     }
 
     /// Whether a round pulled from every neighbour it should: it asked `asked` neighbours (those
-    /// up) and `pulled` of them completed. A round that reached no neighbour (an isolated node,
-    /// a restarted one whose peers are all down to it) proves nothing and never completes, so
-    /// the node never settles on it and reads count its answers only when nothing settled
-    /// answers (degraded): it cannot know what it missed. The one exception is a node that has
-    /// been alone since its data began (`alone_ever`: no bootstrap peers, never another member
-    /// in its view): every write it ever acknowledged came to it, so it holds every block.
-    pub fn round_complete(asked: usize, pulled: usize, alone_ever: bool) -> bool {
+    /// up), `pulled` of them completed, and it left out `down` neighbours that still serve but
+    /// are down to it. A neighbour down to it, crashed or cut off by a partition, may hold the
+    /// only copies of blocks this node now owns (handoffs move copies around), so a round that
+    /// left one out does not complete (issue 24, seed 1046: a node that moved its location
+    /// during a partition caught up from the two nodes on its side and answered in-CoI reads
+    /// as settled without the blocks on the other). A member stays down until it is back or
+    /// gone (`gone_after`), and then leaves the neighbours.
+    ///
+    /// A round that reached no neighbour (an isolated node, a restarted one whose peers are
+    /// all down to it) proves nothing and never completes, so the node never settles on it and
+    /// reads count its answers only when nothing settled answers (degraded): it cannot know
+    /// what it missed. The one exception is a node that has been alone since its data began
+    /// (`alone_ever`: no bootstrap peers, never another member in its view): every write it
+    /// ever acknowledged came to it, so it holds every block.
+    pub fn round_complete(asked: usize, pulled: usize, down: usize, alone_ever: bool) -> bool {
+        if down > 0 {
+            return false;
+        }
         if asked == 0 {
             return alone_ever;
         }
@@ -141,11 +153,11 @@ mod tests {
 
     #[test]
     fn a_round_that_reached_no_one_completes_only_for_a_node_alone_since_its_data_began() {
-        assert!(Settle::round_complete(2, 2, false));
-        assert!(!Settle::round_complete(2, 1, false));
-        assert!(!Settle::round_complete(0, 0, false), "a restarted node whose peers are down");
-        assert!(Settle::round_complete(0, 0, true), "a single-node deployment settles");
-        assert!(!Settle::round_complete(1, 0, true), "once it has a neighbour, it must reach it");
+        assert!(Settle::round_complete(2, 2, 0, false));
+        assert!(!Settle::round_complete(2, 1, 0, false));
+        assert!(!Settle::round_complete(0, 0, 0, false), "a restarted node whose peers are down");
+        assert!(Settle::round_complete(0, 0, 0, true), "a single-node deployment settles");
+        assert!(!Settle::round_complete(1, 0, 0, true), "once it has a neighbour, it must reach it");
     }
 
     #[test]
@@ -217,12 +229,22 @@ mod tests {
         assert!((wait.as_secs_f64() - 9.1).abs() < 0.01, "{wait:?}");
     }
 
+    /// Issue 24, seed 1046: a node that moved its location while a partition cut it off from
+    /// the nodes holding its new series caught up from the reachable ones only, and answered
+    /// in-CoI `latest` as settled with a point 1.2 s older than an acknowledged write.
+    #[test]
+    fn a_round_that_left_out_a_neighbour_down_to_it_is_not_complete() {
+        assert!(!Settle::round_complete(2, 2, 5, false), "five neighbours across a partition");
+        assert!(!Settle::round_complete(0, 0, 1, true));
+        assert!(Settle::round_complete(7, 7, 0, false));
+    }
+
     /// Issue 24, bug 3: `0 == 0` made a round that reached no neighbour complete, and an
     /// isolated or restarted node counted itself settled.
     #[test]
     fn a_round_that_reached_no_neighbour_is_not_complete() {
-        assert!(!Settle::round_complete(0, 0, false));
-        assert!(!Settle::round_complete(3, 2, false));
-        assert!(Settle::round_complete(3, 3, false));
+        assert!(!Settle::round_complete(0, 0, 0, false));
+        assert!(!Settle::round_complete(3, 2, 0, false));
+        assert!(Settle::round_complete(3, 3, 0, false));
     }
 }

@@ -49,7 +49,8 @@ struct Args {
     /// The simulator's window in microseconds: the network's shortest one-way latency.
     #[arg(long, default_value_t = 2000)]
     window_us: u64,
-    /// Prints the node logs (tracing, filtered by RUST_LOG; default warn).
+    /// Prints the node logs (tracing, filtered by RUST_LOG; default warn), each line with its
+    /// host and simulation time (`host{name=node-3#2 t_ms=41502}`: node 3's second run).
     #[arg(long)]
     log: bool,
 }
@@ -58,8 +59,16 @@ fn main() -> Result<()> {
     let args = Args::parse();
     if args.log {
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into())
+                    // The span that names each line's host and simulation time.
+                    .add_directive("timeshard_sim::host=info".parse().expect("a valid directive")),
+            )
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            // Wall-clock times say nothing here; each line's `host{..t_ms=..}` is its time.
+            .without_time()
             .init();
     }
     let commit = std::env::var("TIMESHARD_COMMIT").unwrap_or_else(|_| "unknown".into());

@@ -309,6 +309,11 @@ impl DiskStore {
         match self.backend.read_at(&path, loc.offset, loc.len as usize) {
             Ok(b) => Ok(b),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Load::Gone),
+            // The index places the frame beyond the segment's end (a misdirected or lost
+            // append): damage, as a failed checksum is, not a passing I/O failure.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(self.corrupt(id, start, loc, format!("{path} ends before the frame ({e})")))
+            }
             Err(e) => Err(Load::Err(io_error(
                 format!("reading the block of series id {id} at quantum {start} from {path}"),
                 e,

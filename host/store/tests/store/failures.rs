@@ -96,6 +96,23 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     assert!(late.is_err(), "the block is still damaged, and says so");
 }
 
+/// A misdirected seal (the append reported success, its bytes went elsewhere) leaves the
+/// index pointing past the segment's end: that block is damaged, as a failed checksum is, so
+/// repair leaves it out and takes it from a replica (issue 24, seed 1005), not a passing I/O
+/// error that stops every other block with it.
+#[test]
+fn a_frame_past_the_end_of_its_segment_is_a_damaged_block() {
+    let disk = FaultyDisk::new();
+    let store = open(&disk, DiskConfig { block_segment_bytes: 1 << 20, ..small_config() });
+    let a: SeriesKey = "misdirected{s=a}".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 10))).unwrap();
+    disk.misdirect_appends(1);
+    settle(&store, i64::MAX / 2);
+    let err = store.read(&a, TimeRange::new(0, 1_000_000).unwrap(), None, 100).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("misdirected{s=a}") && err.to_string().contains("ends before"), "{err}");
+}
+
 #[test]
 fn damaged_log_bytes_in_the_middle_are_skipped_and_reported() {
     let disk = FaultyDisk::new();

@@ -69,6 +69,8 @@ pub struct HostileBenchOptions {
     pub bodies: usize,
     /// Connections of each round of the idle-connection attack.
     pub idle_connections: usize,
+    /// The attacks to run, by name (empty: all of them, in [`ATTACKS`]' order).
+    pub only: Vec<String>,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
@@ -82,6 +84,7 @@ impl Default for HostileBenchOptions {
             slowloris: 1_000,
             bodies: 256,
             idle_connections: 10_000,
+            only: Vec::new(),
             dir: None,
         }
     }
@@ -108,7 +111,7 @@ const WELL_POINTS: i64 = 100;
 const MIB: usize = 1 << 20;
 
 /// The attacks, by the name the JSON document gives them.
-const ATTACKS: &[&str] = &[
+pub const ATTACKS: &[&str] = &[
     "influxql_nested_10000",
     "influxql_nested_200000",
     "line_20mb",
@@ -453,6 +456,9 @@ async fn phase(name: Option<&str>, target: &Arc<Target>, readers: &Readers, o: &
 
 /// Runs the benchmark with a node process of `binary` and returns its JSON document.
 pub async fn run(binary: &Path, o: &HostileBenchOptions) -> Result<serde_json::Value> {
+    if let Some(unknown) = o.only.iter().find(|n| !ATTACKS.contains(&n.as_str())) {
+        bail!("no attack is named {unknown}; the attacks are {}", ATTACKS.join(", "));
+    }
     let dir = WorkDir::new("hostile", o.dir.as_deref());
     measure(binary, dir.path(), o).await
 }
@@ -495,7 +501,8 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
     let mut attacks = Vec::new();
     let mut baselines = Vec::new();
     let mut worst: (f64, f64, u64) = (0.0, 0.0, 0);
-    for (k, name) in ATTACKS.iter().enumerate() {
+    let chosen = ATTACKS.iter().filter(|n| o.only.is_empty() || o.only.iter().any(|c| c == *n));
+    for (k, name) in chosen.enumerate() {
         if k > 0 {
             // A node process started anew for each attack: what an attack leaves resident
             // (allocators keep freed memory) must not count against the next, nor push the node
@@ -585,7 +592,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
         "started_rss_bytes": started_rss,
         "floor": floor,
         "settings": {"secs": o.secs, "series": o.series, "slowloris": o.slowloris, "bodies": o.bodies,
-            "located_depth": quic::LOCATED_DEPTH, "idle_connections": o.idle_connections,
+            "located_depth": quic::LOCATED_DEPTH, "idle_connections": o.idle_connections, "only": o.only,
             "well_behaved": "GET /v1/read of 100 points in a loop, one connection",
             "well_behaved_quic": "SDK read of 100 points every 5 ms, a certificate of its own"},
     }))

@@ -84,7 +84,8 @@ pub(super) async fn nested_located(target: &QuicTarget, stop: &Arc<AtomicBool>) 
 /// Rounds of `n` connections from the attacker's certificate, [`HANDSHAKES_AT_ONCE`] handshakes
 /// at a time, until `stop` (a round begun is finished); the connections a round got are held
 /// idle until the next round has ended. Counts `open` (held after the round), `refused` (closed
-/// by the node's cap) and `failed` (any other end, such as a handshake timeout).
+/// by the node's cap), `rate_limited` (refused before any crypto by the node's limit of
+/// handshakes per address) and `failed` (any other end, such as a handshake timeout).
 pub(super) async fn idle_connections(target: &QuicTarget, n: usize, stop: &Arc<AtomicBool>) -> Result<Statuses> {
     let endpoint = raw_quic::endpoint(&target.tls)?;
     let mut statuses = Statuses::default();
@@ -100,6 +101,7 @@ pub(super) async fn idle_connections(target: &QuicTarget, n: usize, stop: &Arc<A
                     open.push(c);
                 }
                 Outcome::Refused(_) => statuses.add("refused"),
+                Outcome::RateLimited => statuses.add("rate_limited"),
                 Outcome::Failed(_) => statuses.add("failed"),
             }
         }
