@@ -320,11 +320,14 @@ async fn handshakes_from_one_address_past_its_rate_are_refused_before_any_crypto
     let allowed = BURST as usize + (took.as_secs_f64() * f64::from(RATE)).ceil() as usize;
     assert!(HANDSHAKES - limited <= allowed, "{} handshakes went on, the limit allows {allowed}", HANDSHAKES - limited);
     assert!(open > 0, "the burst is accepted");
-    // Refused quickly: a handshake over the rate ends well before a handshake timeout.
+    // Refused quickly: handshakes over the rate end well before a handshake timeout. Many at
+    // once: the flood may end with a few tokens left (its Retries take none) and the bucket
+    // refills by one every 1/RATE s, so a single one may find a token.
     let refused_in = Instant::now();
-    let one = raw_quic::flood(&endpoint, addr, 1, 1).await;
-    assert!(matches!(one.as_slice(), [Outcome::RateLimited]), "{one:?}");
-    assert!(refused_in.elapsed() < Duration::from_secs(1), "refused in {:?}", refused_in.elapsed());
+    let few = raw_quic::flood(&endpoint, addr, 64, 64).await;
+    let few_limited = few.iter().filter(|o| matches!(o, Outcome::RateLimited)).count();
+    assert!(few_limited >= 32, "{few_limited} of 64 refused by the rate");
+    assert!(refused_in.elapsed() < Duration::from_secs(2), "refused in {:?}", refused_in.elapsed());
 
     // The established client kept its answers right all along.
     stop.store(true, Ordering::Relaxed);
@@ -332,7 +335,7 @@ async fn handshakes_from_one_address_past_its_rate_are_refused_before_any_crypto
     assert!(steady.rounds > 0);
     println!("the well-behaved client's p99 {:?} over {} rounds during the flood", steady.p99, steady.rounds);
     // The address gets its rate back.
-    drop(outcomes);
+    drop((outcomes, few));
     endpoint.close(0u32.into(), b"done");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let client = cluster.client(0).await.context("a new connection once the address has rested")?;
