@@ -15,10 +15,6 @@ if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-wasip2" ]; then
     fi
 fi
 
-# scripts/test lints the host workspace through clippy's driver as cargo's wrapper; the guests
-# are a workspace of their own, built as they are (and a test runs this script under that env).
-unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
-
 # Into guest/target whatever CARGO_TARGET_DIR says: that is where the components are read.
 cargo build --release --target wasm32-wasip2 --target-dir target --workspace "$@"
 
