@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use timeshard_clock::now_ns;
 use timeshard_node::config::{ClassConfig, TierConfig};
+use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::{ArchiveReport, Client, WindowStats};
 use timeshard_testkit::cluster::LocalCluster;
@@ -66,12 +67,27 @@ pub fn points(s: u64, from: i64, to: i64, step: i64) -> Vec<Point> {
 }
 
 /// Writes `points` of `series` in batches.
+/// Retries a chunk refused as `Overloaded` (the node past its memory budget: retryable, and
+/// writes are idempotent), as a client should, for up to [`OVERLOADED_RETRY`]. A debug build's
+/// node runs close to its resident ceiling, and one fresh-clone run saw a chunk refused so.
 pub async fn write(client: &Client, series: &SeriesKey, points: &[Point]) -> Result<()> {
     for chunk in points.chunks(20_000) {
-        client.write(series, chunk).await.with_context(|| format!("writing {series}"))?;
+        let started = Instant::now();
+        loop {
+            match client.write(series, chunk).await {
+                Ok(_) => break,
+                Err(e) if e.code() == Some(ErrorCode::Overloaded) && started.elapsed() < OVERLOADED_RETRY => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e).with_context(|| format!("writing {series}")),
+            }
+        }
     }
     Ok(())
 }
+
+/// How long [`write`] retries a chunk the node refuses as overloaded.
+const OVERLOADED_RETRY: Duration = Duration::from_secs(60);
 
 /// Window aggregates of `points` (sorted) over `range`, computed directly: the reference.
 pub fn reference(points: &[Point], range: TimeRange, width: i64) -> Vec<WindowStats> {
