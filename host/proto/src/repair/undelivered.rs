@@ -27,7 +27,11 @@ pub struct Undelivered {
 impl Undelivered {
     /// Records that `peer` listed `block` but sent none of it at `now`.
     pub fn note(&mut self, peer: Id, block: BlockRef, now: Instant) {
-        self.failed.retain(|_, at| now.saturating_duration_since(*at) < UNDELIVERED_FOR);
+        // Expired pairs answer nothing (`pass_over` checks the age): pruned only when full,
+        // not with a pass over the whole record on every block noted.
+        if self.failed.len() >= MAX_UNDELIVERED {
+            self.failed.retain(|_, at| now.saturating_duration_since(*at) < UNDELIVERED_FOR);
+        }
         if self.failed.len() >= MAX_UNDELIVERED {
             let oldest = self.failed.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -42,7 +46,7 @@ impl Undelivered {
         self.failed.get(&(*peer, block.clone())).is_some_and(|at| now.saturating_duration_since(*at) < UNDELIVERED_FOR)
     }
 
-    /// Pairs remembered.
+    /// Pairs remembered (expired ones included until the record fills).
     pub fn len(&self) -> usize {
         self.failed.len()
     }
