@@ -261,7 +261,7 @@ pub fn store_wal_record(data: &[u8]) {
     let _ = timeshard_store::wal::decode(kind, body);
 }
 
-/// A whole data directory: the input is cut into files (log segments, block segments, the
+/// A whole data directory: the input is cut into files (log segments, block segments, `FORMAT`, the
 /// index), either as raw bytes or as intact frames with fuzzed bodies (so the fuzzer reaches
 /// the record decoders past the checksums); then the store opens it and reads everything back.
 pub fn store_open(data: &[u8]) {
@@ -269,11 +269,16 @@ pub fn store_open(data: &[u8]) {
     for (i, file) in data.split(|&b| b == 0xF5).take(8).enumerate() {
         let Some((&how, body)) = file.split_first() else { continue };
         let (path, magic) = match how % 4 {
-            0 => (format!("wal/{:020}.wal", 1 + i), *b"\xA7WAL"),
-            1 => (format!("blocks/{:010}.seg", 1 + i), *b"\xA7BLK"),
-            _ => ("index.log".to_string(), *b"\xA7IDX"),
+            0 => (format!("wal/{:020}.wal", 1 + i), Some(*b"\xA7WAL")),
+            1 => (format!("blocks/{:010}.seg", 1 + i), Some(*b"\xA7BLK")),
+            2 => ("index.log".to_string(), Some(*b"\xA7IDX")),
+            // FORMAT is text, not frames.
+            _ => ("FORMAT".to_string(), None),
         };
-        let bytes = if how & 0x80 == 0 { body.to_vec() } else { frames(magic, body) };
+        let bytes = match magic {
+            Some(magic) if how & 0x80 != 0 => frames(magic, body),
+            _ => body.to_vec(),
+        };
         let _ = timeshard_store::backend::Backend::append(&*disk, &path, &bytes);
     }
     let config = DiskConfig { fsync: timeshard_store::FsyncPolicy::OsBuffered, ..DiskConfig::default() };

@@ -45,6 +45,7 @@
 //!   compacted away (not found): it re-reads the location and retries.
 
 mod blocks;
+mod format_file;
 mod read;
 mod recover;
 mod retain;

@@ -7,6 +7,7 @@ use std::io;
 
 use timeshard_proto::{Quantum, QuantumLen, SeriesKey};
 
+use super::format_file::{self, Declared};
 use super::write::{apply_points, ensure_series};
 use super::{
     BASE_FORMAT, Block, DictEntry, DiskConfig, DiskStore, FORMAT_VERSION, Frames, Maint, SegStat, Series, State,
@@ -18,8 +19,6 @@ use crate::frame;
 use crate::index::{self, Edit, Image, Loc};
 use crate::wal::{self, Def, Record};
 use crate::{MaintenanceReport, StoreError};
-
-pub(super) const FORMAT_PATH: &str = "FORMAT";
 
 /// What opening found on disk: the state to start from and where the log stands.
 pub(super) struct Recovered {
@@ -393,44 +392,56 @@ fn recover_lost_frames(
     overlapping
 }
 
-/// Checks `FORMAT` (creating it for a new directory) and returns the version it declares.
+/// Checks `FORMAT` (creating it for a new directory) and returns the version it declares. A
+/// damaged `FORMAT` in a directory with data is rewritten, like a missing one: the index and
+/// log headers still carry the version and are checked as they are read.
 fn check_format(backend: &dyn Backend, problems: &mut Vec<String>) -> Result<u32, StoreError> {
-    match backend.read_all(FORMAT_PATH) {
-        Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let version =
-                text.lines().find_map(|l| l.strip_prefix("format ")).and_then(|v| v.trim().parse::<u32>().ok());
-            match version {
-                Some(v) if v > FORMAT_VERSION => {
-                    Err(StoreError::UnsupportedFormat { path: FORMAT_PATH.into(), found: v, supported: FORMAT_VERSION })
-                }
-                Some(v) => Ok(v),
-                None => Err(StoreError::Corrupt(format!(
-                    "{FORMAT_PATH} does not name a format version (it reads {text:?}); this does not \
-                     look like a timeshard data directory"
-                ))),
+    let path = format_file::PATH;
+    let has_data = || -> Result<bool, StoreError> {
+        let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
+        Ok(!existing.is_empty() || backend.len(index::PATH).is_ok())
+    };
+    let (version, rewrite) = match backend.read_all(path) {
+        Ok(bytes) => match format_file::parse(&bytes) {
+            Declared::Version { version, .. } if version > FORMAT_VERSION => {
+                return Err(StoreError::UnsupportedFormat {
+                    path: path.into(),
+                    found: version,
+                    supported: FORMAT_VERSION,
+                });
             }
-        }
+            // A file from before the checksum gets one.
+            Declared::Version { version, checked } => (version, !checked),
+            Declared::Damaged(why) if has_data()? => {
+                problems.push(format!("{path} is damaged: {why}; assumed format {FORMAT_VERSION} and rewrote it"));
+                (FORMAT_VERSION, true)
+            }
+            Declared::Damaged(why) => {
+                return Err(StoreError::Corrupt(format!(
+                    "{path}: {why}, and there is no log or index beside it; this does not look like a \
+                     timeshard data directory"
+                )));
+            }
+        },
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let existing = backend.list("wal").map_err(|e| io_error("listing wal/".into(), e))?;
             // A new directory starts at the base format; one with data but no FORMAT may hold
             // anything this build wrote.
-            let version = if !existing.is_empty() || backend.len(index::PATH).is_ok() {
-                problems.push(format!(
-                    "{FORMAT_PATH} was missing in a data directory with data; assumed format {FORMAT_VERSION}"
-                ));
-                FORMAT_VERSION
+            if has_data()? {
+                problems
+                    .push(format!("{path} was missing in a data directory with data; assumed format {FORMAT_VERSION}"));
+                (FORMAT_VERSION, true)
             } else {
-                BASE_FORMAT
-            };
-            let body = format!("timeshard-store\nformat {version}\n");
-            backend
-                .write_atomic(FORMAT_PATH, body.as_bytes())
-                .map_err(|e| io_error(format!("creating {FORMAT_PATH}"), e))?;
-            Ok(version)
+                (BASE_FORMAT, true)
+            }
         }
-        Err(e) => Err(io_error(format!("reading {FORMAT_PATH}"), e)),
+        Err(e) => return Err(io_error(format!("reading {path}"), e)),
+    };
+    if rewrite {
+        backend
+            .write_atomic(path, format_file::body(version).as_bytes())
+            .map_err(|e| io_error(format!("writing {path}"), e))?;
     }
+    Ok(version)
 }
 
 fn replay_segment(

@@ -611,10 +611,10 @@ impl DiskStore {
         if version <= m.format {
             return Ok(());
         }
-        let body = format!("timeshard-store\nformat {version}\n");
+        let path = super::format_file::PATH;
         self.backend
-            .write_atomic(super::recover::FORMAT_PATH, body.as_bytes())
-            .map_err(|e| io_error(format!("raising {} to format {version}", super::recover::FORMAT_PATH), e))?;
+            .write_atomic(path, super::format_file::body(version).as_bytes())
+            .map_err(|e| io_error(format!("raising {path} to format {version}"), e))?;
         m.format = version;
         Ok(())
     }

@@ -229,20 +229,60 @@ fn a_newer_format_is_refused_with_a_clear_error() {
     assert!(err.to_string().contains("upgrade"), "{err}");
 }
 
+/// Seed 3021 of the simulator: a flipped bit in `FORMAT` kept a node with good data from
+/// starting ("FORMAT does not name a format version"). The file is checksummed now; a damaged
+/// one beside a log and index is reported and rewritten, and the data reads.
+#[test]
+fn a_flipped_bit_in_format_is_repaired_when_the_directory_holds_data() {
+    use timeshard_store::Backend;
+    let disk = FaultyDisk::new();
+    let k: SeriesKey = "fmt.flip".parse().unwrap();
+    {
+        let store = open(&disk, small_config());
+        store.write(&blocks(&k, qlen(), &pts(0, 40))).unwrap();
+    }
+    let good = disk.read_all("FORMAT").unwrap();
+    // The version digit: '1' -> '3' would read as a newer format without the checksum.
+    let at = good.iter().position(|b| b.is_ascii_digit()).unwrap();
+    let mut bad = good;
+    bad[at] ^= 0b10;
+    disk.write_atomic("FORMAT", &bad).unwrap();
+    let store = DiskStore::open_with_backend(std::sync::Arc::new(disk.clone()), small_config()).unwrap();
+    assert_eq!(read_all(&store, &k, 100).len(), 40);
+    assert!(store.health().iter().any(|p| p.contains("FORMAT is damaged")), "{:?}", store.health());
+    drop(store);
+    // Rewritten at the newest format (what a missing FORMAT beside data gets), with its checksum.
+    let now = String::from_utf8(disk.read_all("FORMAT").unwrap()).unwrap();
+    assert!(now.starts_with("timeshard-store\nformat 2\ncrc "), "{now:?}");
+}
+
+#[test]
+fn a_damaged_format_with_nothing_beside_it_is_refused() {
+    use timeshard_store::Backend;
+    let disk = FaultyDisk::new();
+    disk.write_atomic("FORMAT", b"not ours\n").unwrap();
+    let err = DiskStore::open_with_backend(std::sync::Arc::new(disk), small_config()).unwrap_err();
+    assert!(err.to_string().contains("does not look like a timeshard data directory"), "{err}");
+}
+
 #[test]
 fn the_format_is_raised_only_when_a_block_first_has_several_frames() {
     use timeshard_store::Backend;
-    let format = |disk: &FaultyDisk| String::from_utf8(disk.read_all("FORMAT").unwrap()).unwrap();
+    // The `format` line (the file also carries a checksum line).
+    let format = |disk: &FaultyDisk| {
+        let text = String::from_utf8(disk.read_all("FORMAT").unwrap()).unwrap();
+        text.lines().find(|l| l.starts_with("format ")).unwrap_or_default().to_string()
+    };
     let disk = FaultyDisk::new();
     let cfg = || DiskConfig { max_open_age_ns: 0, ..small_config() };
     let store = open(&disk, cfg());
-    assert_eq!(format(&disk), "timeshard-store\nformat 1\n", "a new directory is readable by format-1 builds");
+    assert_eq!(format(&disk), "format 1", "a new directory is readable by format-1 builds");
     // Ended quanta seal into one frame each: format 1 still reads everything.
     let old: SeriesKey = "fmt.old".parse().unwrap();
     store.write(&blocks(&old, qlen(), &pts(0, 50))).unwrap();
     settle(&store, 100_000_000);
     drop(store);
-    assert!(format(&disk).ends_with("format 1\n"));
+    assert_eq!(format(&disk), "format 1");
     // A format-1 directory with data opens; a block of a quantum that lasts gets a second
     // checkpoint frame, which format 1 cannot read: the directory says format 2 from then on.
     let store = open(&disk, cfg());
@@ -252,11 +292,11 @@ fn the_format_is_raised_only_when_a_block_first_has_several_frames() {
     let first: Vec<Point> = (0..3).map(|i| Point::new(200_000_000 + i, 1.0)).collect();
     store.write(&blocks(&live, len, &first)).unwrap();
     settle(&store, 200_000_000);
-    assert!(format(&disk).ends_with("format 1\n"), "one checkpoint frame is a plain block");
+    assert!(format(&disk) == "format 1", "one checkpoint frame is a plain block");
     // (One point is less than half of the first frame, so it is not merged into it.)
     store.write(&blocks(&live, len, &[Point::new(300_000_000, 1.0)])).unwrap();
     settle(&store, 300_000_000);
-    assert!(format(&disk).ends_with("format 2\n"), "{}", format(&disk));
+    assert_eq!(format(&disk), "format 2");
     assert_eq!(store.stats().frames, 2 + 5);
     drop(store);
     let store = open(&disk, cfg());
