@@ -316,7 +316,7 @@ pub fn tier_manifest(data: &[u8]) {
     use timeshard_tier::layout::Kind;
     let id = archive_file_id();
     archive(id.path(Kind::Manifest), data, |store| async move {
-        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id).await {
+        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id, None).await {
             let _ = manifest.entries(&*store, None).await;
         }
     });
@@ -346,7 +346,7 @@ pub fn tier_points(data: &[u8]) {
 
 pub(crate) fn archive_file_id() -> timeshard_tier::FileId {
     let day = timeshard_tier::Day::parse("2023-11-14").expect("a valid day");
-    timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1 }
+    timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1, legacy: false }
 }
 
 /// Puts `data` at `path` in an in-memory object store and runs `read` over it.

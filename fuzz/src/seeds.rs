@@ -193,8 +193,9 @@ fn archive_files(key: &SeriesKey, quantum: timeshard_proto::Quantum, points: &[P
         created_ns: crate::NOW_NS,
         value_encoding: "dictionary".into(),
         written_ns: None,
+        row_groups: Vec::new(),
     };
     let entry = Entry { series: key.clone(), quantum, row_start: 0, summary, covers: summary.digest, base: 0 };
-    let manifest = timeshard_tier::write::encode_manifest(&header, &[entry]).expect("a manifest");
+    let manifest = timeshard_tier::write::encode_manifest(&header, &[entry], None).expect("a manifest");
     (file, manifest.to_vec())
 }
