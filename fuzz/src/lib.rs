@@ -320,6 +320,24 @@ pub fn tier_manifest(data: &[u8]) {
             let _ = manifest.entries(&*store, None).await;
         }
     });
+    #[cfg(feature = "node")]
+    sealed_manifest(data);
+}
+
+/// The same bytes as a manifest in a fleet node's folder, opened by a node that checks seals:
+/// the seal's parsing and checks, the footer against the sealed layout, the row groups'
+/// hashes. Whatever opens was sealed by that node.
+#[cfg(feature = "node")]
+fn sealed_manifest(data: &[u8]) {
+    use timeshard_tier::layout::Kind;
+    let id = fleet::sealed_file_id();
+    archive(id.path(Kind::Manifest), data, |store| async move {
+        let keys = &fleet::fleet().archive;
+        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id, Some(keys)).await {
+            assert!(manifest.verified && manifest.header.node == id.node, "a manifest its folder's node did not seal");
+            let _ = manifest.entries(&*store, None).await;
+        }
+    });
 }
 
 /// A points file in the archive: its footer, page index and every column of every row group.

@@ -10,7 +10,15 @@
 //! sequence, points file with its size and rows) and lists, per row group, the byte range of
 //! every column chunk and the SHA-256 of the row group's bytes ([`RowGroupSeal`]). A reader
 //! checks the seal when it opens the manifest, that the footer places every chunk where the
-//! header says, and the hash of each row group it fetches before decoding it. The footer
+//! header says, and the hash of each row group it fetches before decoding it.
+//!
+//! Who wrote it and what it is are told apart: a seal that fails (none, another node's, not
+//! the fleet's, a changed header, a header naming another export) refuses the manifest
+//! ([`Error::Refused`]: skipped, counted, the rest readable), so a node can neither speak for
+//! another nor stop others' reads by writing junk in its own folder beyond its own files; a
+//! sealed manifest whose bytes then differ from what its header says is damage, and fails the
+//! reads that need it naming the file ([`Error::Corrupt`]), like any damaged file, rather than
+//! answering without its blocks. The footer
 //! itself is not signed; what it could still say differently (row-group statistics) only makes
 //! a reader skip or read a row group, never take other bytes. Points files are covered through
 //! the manifest: it records their size, rows and every block's digest, which reads check.
@@ -229,7 +237,7 @@ impl Manifest {
             return Err(corrupt(format!("{} rows but the header lists {} blocks", file.rows(), header.blocks)));
         }
         if verified || !header.row_groups.is_empty() {
-            check_layout(&file, &header).map_err(|reason| Error::Refused { path: path.to_string(), reason })?;
+            check_layout(&file, &header).map_err(corrupt)?;
         }
         Ok(Manifest { id: id.clone(), header, verified, file })
     }
@@ -245,10 +253,10 @@ impl Manifest {
         let range = sealed.range().ok_or_else(|| Error::corrupt(&path, "a row group's chunks overflow"))?;
         let (pages, bytes) = self.file.fetch_range(store, range).await?;
         if seal::sha256(&bytes) != sealed.sha256 {
-            return Err(Error::Refused {
-                path: path.to_string(),
-                reason: format!("row group {rg} does not hash to what its seal says (it was changed after sealing)"),
-            });
+            return Err(Error::corrupt(
+                &path,
+                format!("row group {rg} does not hash to what its header says (it was changed after writing)"),
+            ));
         }
         Ok(pages)
     }
