@@ -173,3 +173,71 @@ async fn damaged_manifests_and_points_files_fail_naming_them_and_the_rest_is_ser
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }
+
+/// A rogue device (issue 25, "The archive"): it holds a valid node certificate of the fleet
+/// and writes to the archive, sealing with its own key a copy of node 0's manifest that says it
+/// is node 0's export, once in its own folder and once in node 0's (a bucket that lets it).
+/// Node 0 refuses both, names and counts them in `timeshard archive status`, and every point
+/// reads back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rogue_devices_manifests_are_refused_and_every_point_reads_back() -> Result<()> {
+    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use timeshard_tier::layout::Kind;
+    use timeshard_tier::manifest::{Header, Manifest};
+
+    let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
+    let root = dir.path().join("archive");
+    options.classes = vec![archived_class("pmu", "pmu.", 1)];
+    options.tier = quick_tier(root.to_str().unwrap());
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+    let now = now_ns();
+    let day = now - 3 * DAY - (now - 3 * DAY).rem_euclid(DAY);
+    let range = TimeRange::new(day, day + DAY)?;
+    let series: SeriesKey = "pmu.freq{bus=0}".parse()?;
+    let data = points(0, range.start(), range.end(), 5 * MIN);
+    write(&client, &series, &data).await?;
+    wait_reports(&cluster, &[0], Duration::from_secs(120), "history archived", |r| {
+        total(r, "pmu", |c| c.dropped_blocks) >= data.len() as u64 && total(r, "pmu", |c| c.pending_blocks) == 0
+    })
+    .await?;
+
+    // The rogue: a node certificate the fleet CA issued, and the archive's files.
+    let files = timeshard_node::pki::issue(&cluster.pki_dir(), "rogue", timeshard_node::pki::Role::Node)?;
+    let rogue = timeshard_tier::seal::Keys::of(&timeshard_sdk::tls::Identity::load(&files)?)?;
+    let victim = cluster.id(0).to_hex();
+    let store =
+        timeshard_tier::Location::parse(root.to_str().context("a UTF-8 path")?)?.open(&[], Duration::from_secs(5))?;
+    let listed: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await?;
+    let genuine = listed
+        .iter()
+        .filter_map(|m| timeshard_tier::FileId::parse(&m.location))
+        .find(|(id, k)| *k == Kind::Manifest && id.node == victim)
+        .context("node 0's manifest")?
+        .0;
+    let manifest = Manifest::open(&*store, &genuine, None).await?;
+    let entries = manifest.entries(&*store, None).await?;
+    let mut planted = Vec::new();
+    for folder in [rogue.node(), victim.clone()] {
+        let id = timeshard_tier::FileId { node: folder, seq: 9, ..genuine.clone() };
+        let header = Header { node: victim.clone(), seq: 9, ..manifest.header.clone() };
+        let bytes = timeshard_tier::write::encode_manifest(&header, &entries, Some(&rogue))?;
+        store.put(&id.path(Kind::Manifest), PutPayload::from(bytes)).await?;
+        planted.push(id.path(Kind::Manifest).to_string());
+    }
+
+    // Past the listing TTL, reads see the planted manifests, refuse them, and read exactly.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        check(&client, std::slice::from_ref(&series), std::slice::from_ref(&data), range, &[], false).await?.0 == 0
+    );
+    let report = client.archive_status().await?;
+    ensure!(report.refused_manifests == 2, "{:?}", report.refused);
+    for p in &planted {
+        ensure!(report.refused.iter().any(|r| r.contains(p.as_str())), "{p} not named in {:?}", report.refused);
+    }
+    ensure!(report.refused.iter().any(|r| r.contains(&format!("sealed by node {}", rogue.node()))));
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
