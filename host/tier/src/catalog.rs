@@ -5,7 +5,10 @@
 //! Every node writes in its own folder, so a listing is one listing of the archive's top (which
 //! node folders exist, kept for a listing TTL) and one of the class's (or partition's)
 //! manifests in each folder, a few at a time; plus the legacy layout's when the top holds one
-//! and the handle reads it. Manifests whose seal does not check are refused: logged and
+//! and the handle reads it. The node's own folder is always listed (its export numbers come
+//! from it); a folder another node made since the top was listed shows a TTL later at most,
+//! which only delays a confirmation or costs a duplicate part that reads drop. Manifests whose
+//! seal does not check are refused: logged and
 //! counted once, remembered, and left out of every answer, so the rest stays readable.
 //!
 //! # Implementation notes
@@ -167,6 +170,9 @@ pub(crate) struct Catalog {
     config: CacheConfig,
     keys: Option<Arc<Keys>>,
     read_legacy: bool,
+    /// This node's folder: always listed, even before a listing of the top shows it (its
+    /// export numbers are taken from it).
+    me: String,
     state: Mutex<State>,
     top: Mutex<Option<Top>>,
     refusals: Mutex<Refusals>,
@@ -194,6 +200,7 @@ impl Catalog {
             config,
             keys: archive.keys.clone(),
             read_legacy: archive.read_legacy,
+            me: archive.node.clone(),
             state: Mutex::new(state),
             top: Mutex::new(None),
             refusals: Mutex::new(Refusals::default()),
@@ -224,6 +231,9 @@ impl Catalog {
         let top = self.top.lock().unwrap_or_else(|e| e.into_inner());
         let top = top.as_ref().expect("listed above");
         let mut owners: Vec<Option<String>> = top.nodes.iter().cloned().map(Some).collect();
+        if top.nodes.binary_search(&self.me).is_err() {
+            owners.push(Some(self.me.clone()));
+        }
         if top.legacy && self.read_legacy {
             owners.push(None);
         }

@@ -333,3 +333,29 @@ async fn a_legacy_archive_is_read_unverified_unless_turned_off() {
     let strict = Archive::with_store(Arc::clone(&store), config).unwrap();
     assert!(read_all(&strict, &class, &s, whole_day(), 500).await.is_empty());
 }
+
+/// The bug this guards against: the top of the archive, listed before a node's first export,
+/// lacked the node's new folder for a listing TTL, so a second export of the same day within
+/// it took export number 1 again and overwrote the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_export_within_the_listing_ttl_never_reuses_a_number() {
+    let keys = Fleet::new().keys();
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut config = quick_config(&keys.node());
+    config.keys = Some(Arc::clone(&keys));
+    config.cache.listing_ttl = std::time::Duration::from_secs(3600);
+    let a = Archive::with_store(Arc::clone(&store), config).unwrap();
+    let class = class("c", 600);
+    let s = series("m{id=1}");
+    let points = day_of_points(0.0);
+    let hot = hot_store(class.quantum, &[(s.clone(), points.clone())]);
+    // A read lists the top (empty) first; then two exports of halves of one day.
+    assert!(read_all(&a, &class, &s, whole_day(), 500).await.is_empty());
+    let blocks = hot_blocks(&*hot);
+    let (first, second) = blocks.split_at(blocks.len() / 2);
+    let r1 = a.export(hot.clone(), &class, first.to_vec()).await.unwrap();
+    let r2 = a.export(hot.clone(), &class, second.to_vec()).await.unwrap();
+    assert_eq!((r1.files[0].seq, r2.files[0].seq), (1, 2));
+    let fresh = node(&store, &keys);
+    assert_eq!(read_all(&fresh, &class, &s, whole_day(), 500).await, points);
+}
