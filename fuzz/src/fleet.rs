@@ -15,6 +15,10 @@ const SKEW: std::time::Duration = std::time::Duration::from_secs(60);
 /// The checking node, and entries' signers: another node, a client, a node of another CA.
 pub struct Fleet {
     pub checker: Attest,
+    /// The checking node's keys for the archive (`tier_manifest`: it checks seals).
+    pub archive: timeshard_tier::seal::Keys,
+    /// `node`'s keys for the archive: they seal the `tier_manifest` seed.
+    pub sealer: timeshard_tier::seal::Keys,
     pub node: (Attest, Identity),
     pub client: (Attest, Identity),
     pub stranger: (Attest, Identity),
@@ -44,14 +48,22 @@ pub fn fleet() -> &'static Fleet {
         let mut pki = Pki::new(&dir.path().join("fleet"), 24).expect("the fleet CA");
         let mut other = Pki::new(&dir.path().join("other"), 25).expect("another CA");
         let checker = identity(&mut pki, "node-0", true);
+        let node = identity(&mut pki, "node-1", true);
         Fleet {
             checker: Attest::new(&checker, SKEW).expect("an attester"),
-            node: signer(identity(&mut pki, "node-1", true)),
+            archive: timeshard_tier::seal::Keys::of(&checker).expect("archive keys"),
+            sealer: timeshard_tier::seal::Keys::of(&node).expect("archive keys"),
+            node: signer(node),
             client: signer(identity(&mut pki, "client", false)),
             stranger: signer(identity(&mut other, "node-0", true)),
             _dir: dir,
         }
     })
+}
+
+/// The manifest of the `tier_manifest` target in the folder of the fleet's `node`.
+pub fn sealed_file_id() -> timeshard_tier::FileId {
+    timeshard_tier::FileId { node: fleet().sealer.node(), ..crate::archive_file_id() }
 }
 
 /// `who`'s own entry at incarnation `now_ns`, signed by `who`.

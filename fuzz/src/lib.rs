@@ -321,7 +321,25 @@ pub fn tier_manifest(data: &[u8]) {
     use timeshard_tier::layout::Kind;
     let id = archive_file_id();
     archive(id.path(Kind::Manifest), data, |store| async move {
-        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id).await {
+        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id, None).await {
+            let _ = manifest.entries(&*store, None).await;
+        }
+    });
+    #[cfg(feature = "node")]
+    sealed_manifest(data);
+}
+
+/// The same bytes as a manifest in a fleet node's folder, opened by a node that checks seals:
+/// the seal's parsing and checks, the footer against the sealed layout, the row groups'
+/// hashes. Whatever opens was sealed by that node.
+#[cfg(feature = "node")]
+fn sealed_manifest(data: &[u8]) {
+    use timeshard_tier::layout::Kind;
+    let id = fleet::sealed_file_id();
+    archive(id.path(Kind::Manifest), data, |store| async move {
+        let keys = &fleet::fleet().archive;
+        if let Ok(manifest) = timeshard_tier::manifest::Manifest::open(&*store, &id, Some(keys)).await {
+            assert!(manifest.verified && manifest.header.node == id.node, "a manifest its folder's node did not seal");
             let _ = manifest.entries(&*store, None).await;
         }
     });
@@ -351,7 +369,7 @@ pub fn tier_points(data: &[u8]) {
 
 pub(crate) fn archive_file_id() -> timeshard_tier::FileId {
     let day = timeshard_tier::Day::parse("2023-11-14").expect("a valid day");
-    timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1 }
+    timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1, legacy: false }
 }
 
 /// Puts `data` at `path` in an in-memory object store and runs `read` over it.

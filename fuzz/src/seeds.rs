@@ -126,7 +126,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     segment.extend_from_slice(&wal);
     out.push(("store_open", "one-segment", [&[0u8][..], &segment].concat()));
 
-    let (points_file, manifest) = archive_files(&key, quantum, &points);
+    let (points_file, manifest) = archive_files(&crate::archive_file_id(), None, &key, quantum, &points);
     out.push(("tier_points", "one-block", points_file));
     out.push(("tier_manifest", "one-block", manifest));
 
@@ -147,6 +147,10 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         out.push(("gossip_entry", "signed", encode(&crate::fleet::signed_entry(&fleet.node, now))));
         out.push(("gossip_entry", "client", encode(&crate::fleet::signed_entry(&fleet.client, now))));
         out.push(("gossip_entry", "other-ca", encode(&crate::fleet::signed_entry(&fleet.stranger, now))));
+        // A manifest sealed by the fleet node whose folder the target puts it in.
+        let id = crate::fleet::sealed_file_id();
+        let (_, sealed) = archive_files(&id, Some(&fleet.sealer), &key, quantum, &points);
+        out.push(("tier_manifest", "sealed", sealed));
         let mut tampered = crate::fleet::signed_entry(&fleet.node, now);
         tampered.member.status = timeshard_proto::membership::MemberStatus::Left;
         out.push(("gossip_entry", "tampered", encode(&tampered)));
@@ -167,8 +171,15 @@ fn device_csr() -> String {
     params.serialize_request(&key).expect("a CSR").pem().expect("PEM")
 }
 
-/// A points file and its manifest as an export writes them, for one block.
-fn archive_files(key: &SeriesKey, quantum: timeshard_proto::Quantum, points: &[Point]) -> (Vec<u8>, Vec<u8>) {
+/// A points file and its manifest (sealed with `keys`, if given) as an export writes them as
+/// `id`, for one block.
+fn archive_files(
+    id: &timeshard_tier::FileId,
+    keys: Option<&timeshard_tier::seal::Keys>,
+    key: &SeriesKey,
+    quantum: timeshard_proto::Quantum,
+    points: &[Point],
+) -> (Vec<u8>, Vec<u8>) {
     use timeshard_tier::layout::Kind;
     use timeshard_tier::manifest::{Entry, FORMAT_VERSION, Header};
     let mut writer = timeshard_tier::write::PointsWriter::new(1 << 20);
@@ -178,7 +189,6 @@ fn archive_files(key: &SeriesKey, quantum: timeshard_proto::Quantum, points: &[P
     let mut file = writer.take_output().to_vec();
     let rest = writer.take_output();
     file.extend_from_slice(&rest);
-    let id = crate::archive_file_id();
     let summary = timeshard_store::Summary::of(points).expect("non-empty");
     let header = Header {
         format: FORMAT_VERSION,
@@ -193,8 +203,9 @@ fn archive_files(key: &SeriesKey, quantum: timeshard_proto::Quantum, points: &[P
         created_ns: crate::NOW_NS,
         value_encoding: "dictionary".into(),
         written_ns: None,
+        row_groups: Vec::new(),
     };
     let entry = Entry { series: key.clone(), quantum, row_start: 0, summary, covers: summary.digest, base: 0 };
-    let manifest = timeshard_tier::write::encode_manifest(&header, &[entry]).expect("a manifest");
+    let manifest = timeshard_tier::write::encode_manifest(&header, &[entry], keys).expect("a manifest");
     (file, manifest.to_vec())
 }

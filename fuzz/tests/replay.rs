@@ -65,3 +65,30 @@ fn the_committed_signed_gossip_entry_verifies() {
     let entry: timeshard_proto::membership::GossipEntry = postcard::from_bytes(&other).expect("it decodes");
     assert!(timeshard_fuzz::fleet::fleet().checker.check(&entry, now).is_err());
 }
+
+/// The committed sealed manifest opens as verified in the folder of the fleet node that sealed
+/// it, so mutations of it reach the seal and row-group checks; in another node's folder it is
+/// refused.
+#[cfg(feature = "node")]
+#[test]
+fn the_committed_sealed_manifest_verifies() {
+    use object_store::ObjectStoreExt as _;
+    use timeshard_tier::layout::Kind;
+    let bytes =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/tier_manifest/sealed")).expect("the seed");
+    let keys = &timeshard_fuzz::fleet::fleet().archive;
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+    runtime.block_on(async {
+        let store = object_store::memory::InMemory::new();
+        let id = timeshard_fuzz::fleet::sealed_file_id();
+        let other = timeshard_tier::FileId { node: keys.node(), ..id.clone() };
+        for at in [&id, &other] {
+            store.put(&at.path(Kind::Manifest), bytes.clone().into()).await.expect("stored");
+        }
+        let manifest = timeshard_tier::manifest::Manifest::open(&store, &id, Some(keys)).await.expect("it verifies");
+        assert!(manifest.verified);
+        assert_eq!(manifest.entries(&store, None).await.expect("its rows hash right").len(), 1);
+        let refused = timeshard_tier::manifest::Manifest::open(&store, &other, Some(keys)).await.unwrap_err();
+        assert!(matches!(refused, timeshard_tier::Error::Refused { .. }), "{refused}");
+    });
+}

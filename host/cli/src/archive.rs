@@ -124,6 +124,19 @@ fn render(r: &ArchiveReport, now: i64) -> String {
     for f in r.uncommitted.iter().chain(&r.dangling) {
         let _ = writeln!(out, "  {f}");
     }
+    if r.refused_manifests > 0 {
+        let _ = writeln!(
+            out,
+            "manifests refused (their seal does not check; their blocks are not read): {}",
+            r.refused_manifests
+        );
+        for f in &r.refused {
+            let _ = writeln!(out, "  {f}");
+        }
+    }
+    if r.legacy_exports > 0 {
+        let _ = writeln!(out, "exports from before node folders (unsealed, read as unverified): {}", r.legacy_exports);
+    }
     if r.last_round_ns > 0 {
         let _ = writeln!(out, "last round: {} ago", duration(now - r.last_round_ns));
     }
@@ -167,7 +180,7 @@ mod tests {
                 pending_blocks: 7,
                 ..ArchiveClassReport::default()
             }],
-            uncommitted: vec!["points/class=pmu/day=2023-11-15/n-0000000002.parquet".into()],
+            uncommitted: vec!["node=n/points/class=pmu/day=2023-11-15/n-0000000002.parquet".into()],
             uncommitted_total: 1,
             last_round_ns: 1_000_000_000,
             last_error: Some("object store failed".into()),

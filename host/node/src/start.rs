@@ -259,7 +259,15 @@ fn open_stores(
     disk: Option<Arc<dyn timeshard_store::backend::Backend>>,
 ) -> Result<Stores, StartError> {
     let (store, disk) = storage::open(config, disk)?;
-    let tier = Tier::open(config, &id.to_hex(), store.clone())?;
+    // The identity again (phase 1 gave it to the network): its key seals archive manifests.
+    let identity = Identity::load(&config.tls_files())?;
+    if identity.id()? != *id {
+        return Err(StartError::Io {
+            what: "the node certificate".into(),
+            source: std::io::Error::other("it changed while the node started; start it again"),
+        });
+    }
+    let tier = Tier::open(config, &identity, store.clone())?;
     let store: Arc<dyn Store> = match tier.archive() {
         Some(_) => Arc::new(TieredStore::new(tier.clone())),
         None => store,

@@ -139,6 +139,12 @@ pub struct ArchiveReport {
     pub last_error: Option<String>,
     pub last_error_ns: i64,
     pub failed_rounds: u32,
+    /// Manifests this node refused because their seal did not check (not sealed by the node
+    /// whose folder they are in, or not by the fleet), and the last few as `path: reason`.
+    pub refused_manifests: u64,
+    pub refused: Vec<String>,
+    /// Exports in the layout from before node folders (read unverified while `read_legacy`).
+    pub legacy_exports: u64,
 }
 
 /// One class in an [`ArchiveReport`].

@@ -2,6 +2,15 @@
 //! manifests say. Loaded lazily per (class, day, series), cached with bounds, and refreshed by
 //! listing the manifests (at most every `listing_ttl`, at once after an export of this process).
 //!
+//! Every node writes in its own folder, so a listing is one listing of the archive's top (which
+//! node folders exist, kept for a listing TTL) and one of the class's (or partition's)
+//! manifests in each folder, a few at a time; plus the legacy layout's when the top holds one
+//! and the handle reads it. The node's own folder is always listed (its export numbers come
+//! from it); a folder another node made since the top was listed shows a TTL later at most,
+//! which only delays a confirmation or costs a duplicate part that reads drop. Manifests whose
+//! seal does not check are refused: logged and
+//! counted once, remembered, and left out of every answer, so the rest stays readable.
+//!
 //! # Implementation notes
 //!
 //! A block may have several parts: its first export, then a part per export of late data that
@@ -15,16 +24,28 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
+use object_store::path::Path;
 use timeshard_proto::{Quantum, SeriesKey};
 use timeshard_store::Summary;
 
 use crate::cache::Lru;
 use crate::error::Error;
-use crate::layout::{Day, FileId, Kind};
+use crate::layout::{self, Day, FileId, Kind, Owner};
 use crate::manifest::Manifest;
 use crate::read::{DictionaryCache, ParquetFile};
+use crate::seal::Keys;
+
+/// Node folders listed at most; more are left out with a warning (a bucket where nodes cannot
+/// make folders of other names never gets near it).
+pub const MAX_NODE_FOLDERS: usize = 4096;
+/// Folders listed at once.
+const LIST_CONCURRENCY: usize = 8;
+/// Refused manifests remembered (each is refused once, then skipped without reading).
+const MAX_REFUSED_KEPT: usize = 4096;
+/// Refusals whose reason is kept for status.
+const REFUSALS_SHOWN: usize = 16;
 
 /// The rows of one block in one points file.
 #[derive(Clone, Debug, PartialEq)]
@@ -130,10 +151,31 @@ struct State {
     points: Lru<FileId, Arc<ParquetFile>>,
 }
 
+/// The archive's top as last listed: node folders, and whether a legacy layout is there.
+struct Top {
+    at: Instant,
+    nodes: Vec<String>,
+    legacy: bool,
+}
+
+#[derive(Default)]
+struct Refusals {
+    files: HashMap<FileId, String>,
+    total: u64,
+    recent: std::collections::VecDeque<(String, String)>,
+}
+
 pub(crate) struct Catalog {
     store: Arc<dyn ObjectStore>,
     config: CacheConfig,
+    keys: Option<Arc<Keys>>,
+    read_legacy: bool,
+    /// This node's folder: always listed, even before a listing of the top shows it (its
+    /// export numbers are taken from it).
+    me: String,
     state: Mutex<State>,
+    top: Mutex<Option<Top>>,
+    refusals: Mutex<Refusals>,
     dictionaries: Arc<DictionaryCache>,
 }
 
@@ -144,7 +186,8 @@ impl std::fmt::Debug for Catalog {
 }
 
 impl Catalog {
-    pub fn new(store: Arc<dyn ObjectStore>, config: CacheConfig) -> Catalog {
+    pub fn new(store: Arc<dyn ObjectStore>, archive: &crate::Config) -> Catalog {
+        let config = archive.cache.clone();
         let state = State {
             listings: HashMap::new(),
             blocks: Lru::new(config.max_parts),
@@ -152,7 +195,81 @@ impl Catalog {
             points: Lru::new(config.max_files),
         };
         let dictionaries = Arc::new(DictionaryCache::new(config.max_dictionary_bytes));
-        Catalog { store, config, state: Mutex::new(state), dictionaries }
+        Catalog {
+            store,
+            config,
+            keys: archive.keys.clone(),
+            read_legacy: archive.read_legacy,
+            me: archive.node.clone(),
+            state: Mutex::new(state),
+            top: Mutex::new(None),
+            refusals: Mutex::new(Refusals::default()),
+            dictionaries,
+        }
+    }
+
+    /// The folders to list: every node's, and the legacy layout's when there is one and it is
+    /// read. The top is listed again when its listing is older than the TTL.
+    async fn owners(&self) -> Result<Vec<Option<String>>, Error> {
+        let fresh = |t: &Option<Top>| t.as_ref().is_some_and(|t| t.at.elapsed() < self.config.listing_ttl);
+        if !fresh(&self.top.lock().unwrap_or_else(|e| e.into_inner())) {
+            let listed =
+                self.store.list_with_delimiter(None).await.map_err(Error::store("list", "the archive's top"))?;
+            let mut nodes: Vec<String> = listed.common_prefixes.iter().filter_map(layout::parse_node_prefix).collect();
+            nodes.sort();
+            if nodes.len() > MAX_NODE_FOLDERS {
+                tracing::warn!(
+                    folders = nodes.len(),
+                    max = MAX_NODE_FOLDERS,
+                    "the archive holds more node folders than are read; the rest are left out"
+                );
+                nodes.truncate(MAX_NODE_FOLDERS);
+            }
+            let legacy = listed.common_prefixes.iter().any(|p| p.as_ref() == layout::MANIFESTS_DIR);
+            *self.top.lock().unwrap_or_else(|e| e.into_inner()) = Some(Top { at: Instant::now(), nodes, legacy });
+        }
+        let top = self.top.lock().unwrap_or_else(|e| e.into_inner());
+        let top = top.as_ref().expect("listed above");
+        let mut owners: Vec<Option<String>> = top.nodes.iter().cloned().map(Some).collect();
+        if top.nodes.binary_search(&self.me).is_err() {
+            owners.push(Some(self.me.clone()));
+        }
+        if top.legacy && self.read_legacy {
+            owners.push(None);
+        }
+        Ok(owners)
+    }
+
+    /// Records that `id` was refused (once per file), and logs it.
+    fn refuse(&self, id: &FileId, error: &Error) {
+        let mut r = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        if r.files.contains_key(id) {
+            return;
+        }
+        tracing::warn!(file = %id.path(Kind::Manifest), error = %error, "archive manifest refused");
+        if r.files.len() >= MAX_REFUSED_KEPT {
+            r.files.clear();
+        }
+        r.files.insert(id.clone(), error.to_string());
+        r.total += 1;
+        if r.recent.len() == REFUSALS_SHOWN {
+            r.recent.pop_front();
+        }
+        let reason = match error {
+            Error::Refused { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        r.recent.push_back((id.path(Kind::Manifest).to_string(), reason));
+    }
+
+    fn is_refused(&self, id: &FileId) -> bool {
+        self.refusals.lock().unwrap_or_else(|e| e.into_inner()).files.contains_key(id)
+    }
+
+    /// Manifests refused so far, and the last few with their reasons.
+    pub fn refused(&self) -> (u64, Vec<(String, String)>) {
+        let r = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        (r.total, r.recent.iter().cloned().collect())
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -171,7 +288,7 @@ impl Catalog {
     pub async fn manifests(&self, class: &str, from: Day, to: Day) -> Result<Vec<(Day, Vec<FileId>)>, Error> {
         let fresh = |s: &State| s.listings.get(class).is_some_and(|l| l.at.elapsed() < self.config.listing_ttl);
         if !fresh(&self.state()) {
-            match self.list(&FileId::class_prefix(Kind::Manifest, class)).await {
+            match self.list(class, None).await {
                 Ok(days) => {
                     self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
                 }
@@ -191,7 +308,7 @@ impl Catalog {
     /// The committed manifests of one partition, listed now (what an exporter bases its
     /// sequence number and diffs on); updates the cached listing.
     pub async fn manifests_now(&self, class: &str, day: Day) -> Result<Vec<FileId>, Error> {
-        let days = self.list(&FileId::partition(Kind::Manifest, class, day)).await?;
+        let days = self.list(class, Some(day)).await?;
         let ids = days.get(&day).cloned().unwrap_or_default();
         if let Some(l) = self.state().listings.get_mut(class) {
             l.days.insert(day, ids.clone());
@@ -199,11 +316,32 @@ impl Catalog {
         Ok(ids)
     }
 
-    async fn list(&self, prefix: &object_store::path::Path) -> Result<BTreeMap<Day, Vec<FileId>>, Error> {
-        let metas: Vec<_> = self.store.list(Some(prefix)).try_collect().await.map_err(Error::store("list", prefix))?;
+    /// The committed manifests of `class` (of one day, or all), in every folder read.
+    async fn list(&self, class: &str, day: Option<Day>) -> Result<BTreeMap<Day, Vec<FileId>>, Error> {
+        let prefixes: Vec<Path> = self
+            .owners()
+            .await?
+            .iter()
+            .map(|o| {
+                let owner = o.as_deref().map_or(Owner::Legacy, Owner::Node);
+                match day {
+                    Some(d) => FileId::partition(owner, Kind::Manifest, class, d),
+                    None => FileId::class_prefix(owner, Kind::Manifest, class),
+                }
+            })
+            .collect();
+        let listings: Vec<Vec<object_store::ObjectMeta>> = futures::stream::iter(prefixes)
+            .map(|prefix| async move {
+                self.store.list(Some(&prefix)).try_collect().await.map_err(Error::store("list", &prefix))
+            })
+            .buffer_unordered(LIST_CONCURRENCY)
+            .try_collect()
+            .await?;
         let mut days: BTreeMap<Day, Vec<FileId>> = BTreeMap::new();
-        for m in metas {
-            if let Some((id, Kind::Manifest)) = FileId::parse(&m.location) {
+        for m in listings.into_iter().flatten() {
+            if let Some((id, Kind::Manifest)) = FileId::parse(&m.location)
+                && (self.read_legacy || !id.legacy)
+            {
                 days.entry(id.day).or_default().push(id);
             }
         }
@@ -213,7 +351,7 @@ impl Catalog {
 
     /// Lists the manifests of `class` now and replaces the cached listing (kept on failure).
     pub async fn relist(&self, class: &str) -> Result<(), Error> {
-        let days = self.list(&FileId::class_prefix(Kind::Manifest, class)).await?;
+        let days = self.list(class, None).await?;
         self.state().listings.insert(class.to_string(), Listing { at: Instant::now(), days });
         Ok(())
     }
@@ -269,9 +407,24 @@ impl Catalog {
         }
         let mut by_quantum: BTreeMap<i64, ArchivedBlock> = BTreeMap::new();
         for id in manifests {
-            let manifest = self.manifest(id).await?;
+            if self.is_refused(id) {
+                continue;
+            }
+            let opened = match self.manifest(id).await {
+                Ok(m) => m.entries(&*self.store, Some(series)).await.map(|e| (m, e)),
+                Err(e) => Err(e),
+            };
+            let (manifest, entries) = match opened {
+                Ok(got) => got,
+                Err(e @ Error::Refused { .. }) => {
+                    self.refuse(id, &e);
+                    self.forget(id);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let file = Arc::new(id.clone());
-            for e in manifest.entries(&*self.store, Some(series)).await? {
+            for e in entries {
                 let part = Part {
                     file: Arc::clone(&file),
                     row_start: e.row_start,
@@ -299,7 +452,7 @@ impl Catalog {
         if let Some(m) = self.state().manifests.get(id) {
             return Ok(m);
         }
-        let m = Arc::new(Manifest::open(&*self.store, id).await?);
+        let m = Arc::new(Manifest::open(&*self.store, id, self.keys.as_deref()).await?);
         self.state().manifests.insert(id.clone(), Arc::clone(&m), 1);
         Ok(m)
     }
@@ -344,7 +497,7 @@ mod tests {
     use timeshard_proto::{Point, QuantumLen};
 
     fn part(points: &[Point], base: u64, covers: u64) -> Part {
-        let file = Arc::new(FileId { class: "c".into(), day: Day(0), node: "n".into(), seq: 1 });
+        let file = Arc::new(FileId { class: "c".into(), day: Day(0), node: "n".into(), seq: 1, legacy: false });
         let summary = Summary::of(points).unwrap_or_else(crate::manifest::empty_summary);
         Part { file, row_start: 0, summary, covers, base, written_ns: 0 }
     }

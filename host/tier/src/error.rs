@@ -25,6 +25,14 @@ pub enum Error {
     /// served; a query that needs this one fails until it is repaired or removed.
     #[error("archive file {path} is corrupt or truncated: {detail}; restore it from a copy, or re-export its blocks")]
     Corrupt { path: String, detail: String },
+    /// A manifest whose seal does not check (unsealed, sealed by another node than the one
+    /// whose folder it sits in, by a certificate not of the fleet, or changed after sealing).
+    /// Its blocks are not read; everything else stays readable.
+    #[error(
+        "archive manifest {path} is refused: {reason}; its blocks are not read. Remove it, or restore the node's \
+         own copy (only the node whose folder it is in may write there)"
+    )]
+    Refused { path: String, reason: String },
     /// A points file just uploaded does not read back as what was written (checked before its
     /// manifest commits it); the export retries it.
     #[error("archive file {path} does not hold what was uploaded: {detail}")]

@@ -4,10 +4,10 @@
 //!
 //! - Names. A class-day's exports by node `n` are numbered 1, 2, ... in the order they commit;
 //!   the next number is one past the highest committed manifest of `n` in that partition, as
-//!   listed when the export starts. A run that crashes before its manifest is written leaves a
+//!   listed when the export starts (in its own folder: `node=<n>/`). A run that crashes before its manifest is written leaves a
 //!   points file nobody reads; the re-run lists the same manifests, takes the same number, and
 //!   overwrites that file. Hence one exporter per node name (the handle serializes its exports).
-//! - What to write. A block whose hot digest a committed part already covers is confirmed
+//! - What to write. A block whose hot digest a committed part (of any node) already covers is confirmed
 //!   without writing. Otherwise its hot points are written, less those the archive already
 //!   holds for the block (late data after an earlier export), with the digest of the archived
 //!   points as the part's `base` and the digest of every hot point read as `covers`.
@@ -190,7 +190,7 @@ impl Archive {
         let catalog = &self.inner.catalog;
         let ids = retry(policy, "listing manifests", || catalog.manifests_now(&class.name, day)).await?;
         let node = &self.inner.config.node;
-        let mut seq = ids.iter().filter(|id| &id.node == node).map(|id| id.seq).max().unwrap_or(0) + 1;
+        let mut seq = ids.iter().filter(|id| &id.node == node && !id.legacy).map(|id| id.seq).max().unwrap_or(0) + 1;
         let mut jobs = Vec::new();
         let mut archived: Option<(SeriesKey, Arc<Vec<ArchivedBlock>>)> = None;
         for (series, quantum) in blocks {
@@ -213,7 +213,7 @@ impl Archive {
         }
         let mut next = 0;
         while next < jobs.len() {
-            let id = FileId { class: class.name.clone(), day, node: node.clone(), seq };
+            let id = FileId { class: class.name.clone(), day, node: node.clone(), seq, legacy: false };
             let encoded = self.write_file(hot, &id, &jobs[next..], report).await?;
             next += encoded.consumed.max(1);
             report.missing.extend(encoded.missing);
@@ -329,8 +329,9 @@ impl Archive {
             created_ns: now_ns(),
             value_encoding: encoded.encoding.to_string(),
             written_ns: jobs[..encoded.consumed.min(jobs.len())].iter().map(|j| j.last_write).max(),
+            row_groups: Vec::new(),
         };
-        let bytes = write::encode_manifest(&header, &encoded.entries)
+        let bytes = write::encode_manifest(&header, &encoded.entries, self.inner.config.keys.as_deref())
             .map_err(|e| Error::Internal(format!("encoding the manifest of {id}: {e}")))?;
         let manifest_path = id.path(Kind::Manifest);
         let policy = &self.inner.config.retry;

@@ -1,14 +1,18 @@
-//! Object names of the archive (FORMAT.md, "Layout"): Hive-style partitions by class and UTC day,
-//! one points file and one manifest per export of a node, named by the exporting node and its
-//! export sequence in that partition.
+//! Object names of the archive (FORMAT.md, "Layout"): each node writes under its own prefix
+//! `node=<node>/` (so object-store credentials can be scoped to it), and below it Hive-style
+//! partitions by class and UTC day, one points file and one manifest per export, named by the
+//! exporting node and its export sequence in that partition.
 //!
 //! ```text
-//! points/class=<class>/day=<YYYY-MM-DD>/<node>-<seq:010>.parquet      the points
-//! manifests/class=<class>/day=<YYYY-MM-DD>/<node>-<seq:010>.parquet   its manifest, written last
+//! node=<node>/points/class=<class>/day=<YYYY-MM-DD>/<node>-<seq:010>.parquet      the points
+//! node=<node>/manifests/class=<class>/day=<YYYY-MM-DD>/<node>-<seq:010>.parquet   its manifest, written last
 //! ```
 //!
-//! Names are pure functions of (class, day, node, seq), and [`FileId::parse`] inverts them, so a
-//! listing is all the catalog needs to know which exports exist.
+//! Archives written before the prefix (`points/...` and `manifests/...` at the top, "legacy")
+//! are still named by [`FileId`] with `legacy` set, read but never written.
+//!
+//! Names are pure functions of (class, day, node, seq, legacy), and [`FileId::parse`] inverts
+//! them, so a listing is all the catalog needs to know which exports exist.
 
 use std::fmt;
 
@@ -22,6 +26,8 @@ pub const DAY_NS: i64 = 86_400 * 1_000_000_000;
 pub const POINTS_DIR: &str = "points";
 /// Top folder of the manifests (commit markers with the block summaries).
 pub const MANIFESTS_DIR: &str = "manifests";
+/// What a node's own top folder starts with: `node=<node>`.
+pub const NODE_PREFIX: &str = "node=";
 /// Longest class or node name accepted in an object name.
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -129,31 +135,70 @@ impl Kind {
     }
 }
 
+/// Whose folder: a node's own (`node=<node>/`), or the top of an archive written before
+/// prefixes (legacy, read only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner<'a> {
+    Node(&'a str),
+    Legacy,
+}
+
+impl Owner<'_> {
+    /// `node=<node>/` or nothing.
+    fn root(self) -> String {
+        match self {
+            Owner::Node(n) => format!("{NODE_PREFIX}{n}/"),
+            Owner::Legacy => String::new(),
+        }
+    }
+}
+
+/// The top folder of node `node`: everything it writes is below it.
+pub fn node_prefix(node: &str) -> Path {
+    Path::from(format!("{NODE_PREFIX}{node}"))
+}
+
+/// The node whose top folder `prefix` is (a common prefix of a listing of the archive's top);
+/// `None` for any other name.
+pub fn parse_node_prefix(prefix: &Path) -> Option<String> {
+    let node = prefix.as_ref().strip_prefix(NODE_PREFIX)?;
+    check_node(node).ok()?;
+    Some(node.to_string())
+}
+
 /// One export: the points file and the manifest of node `node`'s export number `seq` in the
-/// partition (`class`, `day`).
+/// partition (`class`, `day`), under the node's prefix (or at the top, `legacy`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId {
     pub class: String,
     pub day: Day,
     pub node: String,
     pub seq: u64,
+    /// Written before node prefixes: at the archive's top, unsigned (read only).
+    pub legacy: bool,
 }
 
 impl FileId {
-    /// The partition folder `class=<class>/day=<day>` under `kind`'s top folder.
-    pub fn partition(kind: Kind, class: &str, day: Day) -> Path {
-        Path::from(format!("{}/class={class}/day={day}", kind.dir()))
+    /// The partition folder `class=<class>/day=<day>` under `kind`'s folder of `owner`.
+    pub fn partition(owner: Owner<'_>, kind: Kind, class: &str, day: Day) -> Path {
+        Path::from(format!("{}{}/class={class}/day={day}", owner.root(), kind.dir()))
     }
 
-    /// The top folder of `kind` for `class`.
-    pub fn class_prefix(kind: Kind, class: &str) -> Path {
-        Path::from(format!("{}/class={class}", kind.dir()))
+    /// The folder of `kind` for `class` of `owner`.
+    pub fn class_prefix(owner: Owner<'_>, kind: Kind, class: &str) -> Path {
+        Path::from(format!("{}{}/class={class}", owner.root(), kind.dir()))
+    }
+
+    /// Whose folder the export is in.
+    pub fn owner(&self) -> Owner<'_> {
+        if self.legacy { Owner::Legacy } else { Owner::Node(&self.node) }
     }
 
     /// The object name of this export's points file or manifest.
     pub fn path(&self, kind: Kind) -> Path {
         Path::from(format!(
-            "{}/class={}/day={}/{}-{:010}.parquet",
+            "{}{}/class={}/day={}/{}-{:010}.parquet",
+            self.owner().root(),
             kind.dir(),
             self.class,
             self.day,
@@ -163,10 +208,15 @@ impl FileId {
     }
 
     /// The export an object name belongs to, and which of its objects it is; `None` for any
-    /// other name (which the archive ignores).
+    /// other name (which the archive ignores), among them a file in node `a`'s folder named
+    /// as node `b`'s.
     pub fn parse(path: &Path) -> Option<(FileId, Kind)> {
         let parts: Vec<&str> = path.as_ref().split('/').collect();
-        let [dir, class, day, file] = parts.as_slice() else { return None };
+        let (owner, dir, class, day, file) = match parts.as_slice() {
+            [dir, class, day, file] => (None, dir, class, day, file),
+            [owner, dir, class, day, file] => (Some(owner.strip_prefix(NODE_PREFIX)?), dir, class, day, file),
+            _ => return None,
+        };
         let kind = match *dir {
             POINTS_DIR => Kind::Points,
             MANIFESTS_DIR => Kind::Manifest,
@@ -181,14 +231,23 @@ impl FileId {
         if seq.len() != 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let id = FileId { class: class.to_string(), day, node: node.to_string(), seq: seq.parse().ok()? };
+        if owner.is_some_and(|o| o != node) {
+            return None;
+        }
+        let id = FileId {
+            class: class.to_string(),
+            day,
+            node: node.to_string(),
+            seq: seq.parse().ok()?,
+            legacy: owner.is_none(),
+        };
         Some((id, kind))
     }
 }
 
 impl fmt::Display for FileId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "class={}/day={}/{}-{:010}", self.class, self.day, self.node, self.seq)
+        write!(f, "{}class={}/day={}/{}-{:010}", self.owner().root(), self.class, self.day, self.node, self.seq)
     }
 }
 
@@ -210,11 +269,31 @@ mod tests {
 
     #[test]
     fn names_follow_the_layout() {
-        let id = FileId { class: "pmu".into(), day: Day::parse("2023-11-14").unwrap(), node: "a1b2".into(), seq: 7 };
-        assert_eq!(id.path(Kind::Points).as_ref(), "points/class=pmu/day=2023-11-14/a1b2-0000000007.parquet");
-        assert_eq!(id.path(Kind::Manifest).as_ref(), "manifests/class=pmu/day=2023-11-14/a1b2-0000000007.parquet");
+        let id = FileId {
+            class: "pmu".into(),
+            day: Day::parse("2023-11-14").unwrap(),
+            node: "a1b2".into(),
+            seq: 7,
+            legacy: false,
+        };
+        assert_eq!(id.path(Kind::Points).as_ref(), "node=a1b2/points/class=pmu/day=2023-11-14/a1b2-0000000007.parquet");
+        assert_eq!(
+            id.path(Kind::Manifest).as_ref(),
+            "node=a1b2/manifests/class=pmu/day=2023-11-14/a1b2-0000000007.parquet"
+        );
         assert_eq!(FileId::parse(&id.path(Kind::Manifest)), Some((id.clone(), Kind::Manifest)));
+        assert!(id.path(Kind::Points).as_ref().starts_with(node_prefix("a1b2").as_ref()));
+        assert_eq!(parse_node_prefix(&node_prefix("a1b2")).as_deref(), Some("a1b2"));
+        assert_eq!(parse_node_prefix(&Path::from("points")), None);
+        // Archives from before prefixes still name exports.
+        let legacy = FileId { legacy: true, ..id.clone() };
+        assert_eq!(legacy.path(Kind::Points).as_ref(), "points/class=pmu/day=2023-11-14/a1b2-0000000007.parquet");
+        assert_eq!(FileId::parse(&legacy.path(Kind::Points)), Some((legacy, Kind::Points)));
         for other in [
+            // A file in one node's folder named as another's.
+            "node=ffff/manifests/class=pmu/day=2023-11-14/a1b2-0000000007.parquet",
+            "node=/manifests/class=pmu/day=2023-11-14/a1b2-0000000007.parquet",
+            "n=a1b2/manifests/class=pmu/day=2023-11-14/a1b2-0000000007.parquet",
             "points/class=pmu/day=2023-11-14/a1b2-0000000007.parquet#1",
             "points/class=pmu/day=2023-11-14/a1b2-7.parquet",
             "points/class=pmu/day=2023-11-14/extra/a1b2-0000000007.parquet",
@@ -234,8 +313,9 @@ mod tests {
             day in 0i64..84_000,
             seq in 0u64..10_000_000_000,
             kind in prop_oneof![Just(Kind::Points), Just(Kind::Manifest)],
+            legacy in any::<bool>(),
         ) {
-            let id = FileId { class, day: Day(day), node, seq };
+            let id = FileId { class, day: Day(day), node, seq, legacy };
             prop_assert_eq!(FileId::parse(&id.path(kind)), Some((id.clone(), kind)));
             prop_assert_eq!(Day::parse(&Day(day).to_string()), Some(Day(day)));
             prop_assert_eq!(Day::of(Day(day).start()), Day(day));

@@ -3,11 +3,16 @@
 //!
 //! # What it owns
 //!
-//! - The archive's layout and formats (FORMAT.md): Hive-style partitions by class and UTC day,
-//!   one points file per export of a node and class-day (few, large files: rows sorted by series
+//! - The archive's layout and formats (FORMAT.md): a folder per node (`node=<id>/`, the only
+//!   place it writes and deletes), Hive-style partitions by class and UTC day below it, one
+//!   points file per export of a node and class-day (few, large files: rows sorted by series
 //!   and time, row-group statistics and a page index), and a manifest per points file, written
 //!   last, that commits it and lists every block part with its summary ([`layout`],
 //!   [`schema`], [`manifest`]).
+//! - Seals ([`seal`]): each manifest is signed by the node that wrote it with its TLS key, and
+//!   checked on read against the fleet CA and the folder it sits in; a manifest that fails is
+//!   refused (counted, its blocks not read), the rest of the archive stays readable. Archives
+//!   from before folders and seals are read as legacy, unverified (`Config::read_legacy`).
 //! - Export ([`Archive::export`]): exactly-once and resumable. Object names are deterministic
 //!   (class, day, node, and the node's next export number in that partition as the archive
 //!   lists it), so a re-run after a crash at any point rewrites the same objects; blocks whose
@@ -19,7 +24,9 @@
 //!   hot tier waits for before dropping a block ([`Archive::confirmed`]).
 //! - Upkeep: [`Archive::status`] and [`Archive::cleanup`] (uncommitted files after a grace age).
 //! - Retention ([`Archive::set_retention`], [`Archive::expire`]): points past a class's
-//!   retention are hidden from queries, and files wholly past it removed, manifest first.
+//!   retention are hidden from queries, and this node's files wholly past it removed, manifest
+//!   first. Nobody removes another node's files: those of a node that is gone stay readable
+//!   (hidden once past retention) until an operator removes its folder.
 //!
 //! # What it does not own
 //!
@@ -50,6 +57,7 @@
 //!
 //! [`location`] (URLs to object stores), [`layout`] (object names), [`schema`] and [`write`]
 //! (Parquet writers), [`read`] (Parquet readers over object storage), [`manifest`],
+//! [`seal`] (signing and checking manifests),
 //! [`catalog`] (committed blocks, cached), `export` (the exporter), `query` (reads and
 //! aggregates), `upkeep` (status and cleanup), `retention` (hiding and removing expired
 //! data), [`retry`] (backoff and rate limit), and
@@ -74,6 +82,7 @@ pub mod read;
 mod retention;
 pub mod retry;
 pub mod schema;
+pub mod seal;
 mod upkeep;
 pub mod write;
 
@@ -100,6 +109,13 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Retries of object-store work (each upload, listing, read and commit).
     pub retry: RetryPolicy,
+    /// This node's keys: it seals its manifests with them and checks every other node's
+    /// against the fleet CA. `None` (tests, benchmarks) writes unsealed manifests and checks
+    /// none; a node always has keys, and then `node` must be their node id in hex.
+    pub keys: Option<Arc<seal::Keys>>,
+    /// Read exports of an archive written before node folders (at its top, unsealed), as
+    /// unverified. Turn off once none are left, so nothing unsealed is ever read.
+    pub read_legacy: bool,
 }
 
 impl Config {
@@ -110,6 +126,8 @@ impl Config {
             export: ExportConfig::default(),
             cache: CacheConfig::default(),
             retry: RetryPolicy::default(),
+            keys: None,
+            read_legacy: true,
         }
     }
 }
@@ -162,7 +180,16 @@ impl Archive {
 
     fn build(store: Arc<dyn ObjectStore>, local_root: Option<PathBuf>, config: Config) -> Result<Archive, Error> {
         layout::check_node(&config.node)?;
-        let catalog = catalog::Catalog::new(Arc::clone(&store), config.cache.clone());
+        if let Some(keys) = &config.keys
+            && keys.node() != config.node
+        {
+            return Err(Error::InvalidInput(format!(
+                "the archive node name {} is not the node id {} of the keys that seal its manifests",
+                config.node,
+                keys.node()
+            )));
+        }
+        let catalog = catalog::Catalog::new(Arc::clone(&store), &config);
         let rate = retry::RateLimit::new(config.export.rate_limit_bytes_per_s);
         let inner = Inner {
             store,
@@ -191,5 +218,11 @@ impl Archive {
     /// Forgets cached listings, so the next query sees exports of other nodes at once.
     pub fn refresh(&self) {
         self.inner.catalog.refresh();
+    }
+
+    /// Manifests refused so far (each counted once per process), and the last few with the
+    /// reason (see [`Error::Refused`]).
+    pub fn refused(&self) -> (u64, Vec<(String, String)>) {
+        self.inner.catalog.refused()
     }
 }

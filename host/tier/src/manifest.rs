@@ -1,7 +1,27 @@
 //! Manifests: the commit marker of one export, written after its points file, listing every
 //! block part in that file with its summary (FORMAT.md, "Manifests"). A manifest is itself a
 //! small Parquet file (one row per block part, sorted like the points) whose key-value metadata
-//! `timeshard.manifest` holds the [`Header`] as JSON.
+//! `timeshard.manifest` holds the [`Header`] as JSON, and `timeshard.manifest.seal` the
+//! exporting node's signature over it ([`crate::seal`]).
+//!
+//! # What the seal covers
+//!
+//! The node signs the header's exact bytes. The header names the export (class, day, node,
+//! sequence, points file with its size and rows) and lists, per row group, the byte range of
+//! every column chunk and the SHA-256 of the row group's bytes ([`RowGroupSeal`]). A reader
+//! checks the seal when it opens the manifest, that the footer places every chunk where the
+//! header says, and the hash of each row group it fetches before decoding it.
+//!
+//! Who wrote it and what it is are told apart: a seal that fails (none, another node's, not
+//! the fleet's, a changed header, a header naming another export) refuses the manifest
+//! ([`Error::Refused`]: skipped, counted, the rest readable), so a node can neither speak for
+//! another nor stop others' reads by writing junk in its own folder beyond its own files; a
+//! sealed manifest whose bytes then differ from what its header says is damage, and fails the
+//! reads that need it naming the file ([`Error::Corrupt`]), like any damaged file, rather than
+//! answering without its blocks. The footer
+//! itself is not signed; what it could still say differently (row-group statistics) only makes
+//! a reader skip or read a row group, never take other bytes. Points files are covered through
+//! the manifest: it records their size, rows and every block's digest, which reads check.
 
 use object_store::ObjectStore;
 use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
@@ -11,13 +31,46 @@ use timeshard_store::Summary;
 
 use crate::error::Error;
 use crate::layout::{FileId, Kind};
-use crate::read::{ParquetFile, Span};
+use crate::read::{Pages, ParquetFile, Span};
 use crate::schema::manifest as col;
+use crate::seal::{self, Keys, Seal};
 
 /// Key of the header in a manifest's key-value metadata.
 pub const HEADER_KEY: &str = "timeshard.manifest";
+/// Key of the seal in a manifest's key-value metadata.
+pub const SEAL_KEY: &str = "timeshard.manifest.seal";
 /// Manifest format this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
+/// What a node signs for a manifest: this tag, then the header's JSON as stored.
+const SEAL_DOMAIN: &[u8] = b"timeshard archive manifest v1\0";
+/// Most row groups a sealed header lists (a manifest of 2^13 rows a group: 32 M block parts).
+const MAX_SEALED_ROW_GROUPS: usize = 4096;
+
+/// The message a node seals for a header stored as `json`.
+pub fn sealed_bytes(json: &str) -> Vec<u8> {
+    let mut out = SEAL_DOMAIN.to_vec();
+    out.extend_from_slice(json.as_bytes());
+    out
+}
+
+/// Where one row group of a manifest lies and what its bytes hash to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowGroupSeal {
+    /// `[offset, length]` of each column chunk, in column order.
+    pub chunks: Vec<[u64; 2]>,
+    /// SHA-256 (hex) of the bytes from the first chunk's start to the last chunk's end.
+    pub sha256: String,
+}
+
+impl RowGroupSeal {
+    /// The byte range the hash covers.
+    pub fn range(&self) -> Option<std::ops::Range<u64>> {
+        let start = self.chunks.iter().map(|c| c[0]).min()?;
+        let end =
+            self.chunks.iter().map(|c| c[0].checked_add(c[1])).collect::<Option<Vec<u64>>>()?.into_iter().max()?;
+        Some(start..end)
+    }
+}
 
 /// What a manifest says about its export as a whole.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +100,10 @@ pub struct Header {
     /// points from. Absent in files of earlier builds (then `created_ns` stands in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_ns: Option<i64>,
+    /// Each row group's chunks and hash (see the module docs); empty in files of builds
+    /// before seals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub row_groups: Vec<RowGroupSeal>,
 }
 
 impl Header {
@@ -129,21 +186,34 @@ fn check_summary(quantum: &Quantum, s: &Summary) -> Result<(), String> {
 pub struct Manifest {
     pub id: FileId,
     pub header: Header,
+    /// Its seal was checked against the fleet CA and its folder's node (false: a legacy
+    /// manifest, or a handle without keys).
+    pub verified: bool,
     file: ParquetFile,
 }
 
 impl Manifest {
-    /// Reads and checks the footer and header of `id`'s manifest.
-    pub async fn open(store: &dyn ObjectStore, id: &FileId) -> Result<Manifest, Error> {
+    /// Reads and checks the footer and header of `id`'s manifest. With `keys`, a manifest in
+    /// a node's folder must carry a seal of that node ([`Error::Refused`] otherwise); a legacy
+    /// one is read unverified.
+    pub async fn open(store: &dyn ObjectStore, id: &FileId, keys: Option<&Keys>) -> Result<Manifest, Error> {
         let path = id.path(Kind::Manifest);
         let file = ParquetFile::open(store, &path).await?;
         let corrupt = |d: String| Error::corrupt(&path, d);
         let kv = file.meta.file_metadata().key_value_metadata();
-        let json = kv
-            .and_then(|kv| kv.iter().find(|k| k.key == HEADER_KEY))
-            .and_then(|k| k.value.as_deref())
-            .ok_or_else(|| corrupt(format!("no {HEADER_KEY} header")))?;
+        let value = |key: &str| kv.and_then(|kv| kv.iter().find(|k| k.key == key)).and_then(|k| k.value.as_deref());
+        let json = value(HEADER_KEY).ok_or_else(|| corrupt(format!("no {HEADER_KEY} header")))?;
         let header: Header = serde_json::from_str(json).map_err(|e| corrupt(format!("bad header: {e}")))?;
+        let verified = match keys {
+            Some(keys) if !id.legacy => {
+                let refused = |reason: String| Error::Refused { path: path.to_string(), reason };
+                let seal = value(SEAL_KEY).ok_or_else(|| refused("it carries no seal".into()))?;
+                let seal = Seal::parse(seal).map_err(refused)?;
+                keys.check(&sealed_bytes(json), &seal, &id.node, header.created_ns).map_err(refused)?;
+                true
+            }
+            _ => false,
+        };
         if header.format > FORMAT_VERSION {
             return Err(corrupt(format!(
                 "manifest format {} is newer than this build reads ({FORMAT_VERSION}); upgrade timeshard",
@@ -154,12 +224,41 @@ impl Manifest {
         if (header.class.as_str(), header.day.clone(), header.node.as_str(), header.seq) != expected
             || header.points_file != id.path(Kind::Points).as_ref()
         {
-            return Err(corrupt(format!("header {header:?} does not match the object name")));
+            // Sealed by the folder's node but naming another export (another node, say): a
+            // node's claim about others is refused like a bad seal.
+            let detail = format!("header {header:?} does not match the object name");
+            return Err(if verified {
+                Error::Refused { path: path.to_string(), reason: detail }
+            } else {
+                corrupt(detail)
+            });
         }
         if file.rows() != header.blocks {
             return Err(corrupt(format!("{} rows but the header lists {} blocks", file.rows(), header.blocks)));
         }
-        Ok(Manifest { id: id.clone(), header, file })
+        if verified || !header.row_groups.is_empty() {
+            check_layout(&file, &header).map_err(corrupt)?;
+        }
+        Ok(Manifest { id: id.clone(), header, verified, file })
+    }
+
+    /// The bytes of row group `rg`, checked against its hash when the header lists hashes,
+    /// as pages to decode.
+    async fn row_group(&self, store: &dyn ObjectStore, rg: usize, cols: &[usize]) -> Result<Pages, Error> {
+        let Some(sealed) = self.header.row_groups.get(rg) else {
+            let rows = self.file.meta.row_group(rg).num_rows().max(0) as usize;
+            return self.file.fetch(store, &Span { rg, start: 0, end: rows }, cols).await;
+        };
+        let path = self.id.path(Kind::Manifest);
+        let range = sealed.range().ok_or_else(|| Error::corrupt(&path, "a row group's chunks overflow"))?;
+        let (pages, bytes) = self.file.fetch_range(store, range).await?;
+        if seal::sha256(&bytes) != sealed.sha256 {
+            return Err(Error::corrupt(
+                &path,
+                format!("row group {rg} does not hash to what its header says (it was changed after writing)"),
+            ));
+        }
+        Ok(pages)
     }
 
     /// The block parts of `series` (of every series when `None`), sorted by series then quantum.
@@ -172,8 +271,9 @@ impl Manifest {
         for (rg, _) in groups {
             let rows = self.file.meta.row_group(rg).num_rows().max(0) as usize;
             let whole = Span { rg, start: 0, end: rows };
-            let keys_pages = self.file.fetch(store, &whole, &[col::SERIES_KEY]).await?;
-            let keys = self.file.decode::<ByteArrayType>(&keys_pages, &whole, col::SERIES_KEY)?;
+            let all: Vec<usize> = (0..col::NAMES.len()).collect();
+            let group = self.row_group(store, rg, &all).await?;
+            let keys = self.file.decode::<ByteArrayType>(&group, &whole, col::SERIES_KEY)?;
             let (a, b) = match series {
                 Some(s) => {
                     let k = s.as_str().as_bytes();
@@ -187,10 +287,9 @@ impl Manifest {
                 continue;
             }
             let span = Span { rg, start: a, end: b };
-            let cols: Vec<usize> = (1..col::NAMES.len()).collect();
-            let pages = self.file.fetch(store, &span, &cols).await?;
-            let i = |c| self.file.decode::<Int64Type>(&pages, &span, c);
-            let f = |c| self.file.decode::<DoubleType>(&pages, &span, c);
+            let pages = &group;
+            let i = |c| self.file.decode::<Int64Type>(pages, &span, c);
+            let f = |c| self.file.decode::<DoubleType>(pages, &span, c);
             let (qs, qn, rs, rows) = (i(col::QUANTUM_START)?, i(col::QUANTUM_NS)?, i(col::ROW_START)?, i(col::ROWS)?);
             let (min, max, sum) = (f(col::MIN)?, f(col::MAX)?, f(col::SUM)?);
             let (fts, fv, fe) = (i(col::FIRST_TS)?, f(col::FIRST_VALUE)?, i(col::FIRST_EVENT)?);
@@ -240,6 +339,40 @@ impl Manifest {
         }
         Ok(out)
     }
+}
+
+/// Checks that the footer has the manifest schema and places every column chunk where the
+/// sealed header says.
+fn check_layout(file: &ParquetFile, header: &Header) -> Result<(), String> {
+    let want = parquet::schema::types::SchemaDescriptor::new(crate::schema::manifest_schema());
+    let have = file.meta.file_metadata().schema_descr();
+    let same = want.num_columns() == have.num_columns()
+        && want
+            .columns()
+            .iter()
+            .zip(have.columns())
+            .all(|(a, b)| a.path() == b.path() && a.physical_type() == b.physical_type());
+    if !same {
+        return Err("its columns are not the manifest schema".into());
+    }
+    let groups = file.meta.row_groups();
+    if header.row_groups.len() != groups.len() || header.row_groups.len() > MAX_SEALED_ROW_GROUPS {
+        return Err(format!("the seal lists {} row groups, the file has {}", header.row_groups.len(), groups.len()));
+    }
+    for (rg, (sealed, group)) in header.row_groups.iter().zip(groups).enumerate() {
+        let chunks: Vec<[u64; 2]> = group
+            .columns()
+            .iter()
+            .map(|c| {
+                let (a, n) = c.byte_range();
+                [a, n]
+            })
+            .collect();
+        if chunks != sealed.chunks {
+            return Err(format!("row group {rg}'s column chunks are not where the seal places them"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

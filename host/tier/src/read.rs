@@ -225,6 +225,20 @@ impl ParquetFile {
         Ok(Pages(Arc::new(Sparse { parts, size: self.size })))
     }
 
+    /// Fetches bytes `range` of the file whole (e.g. a row group, to check its hash), as pages
+    /// to decode every column chunk within it, and the bytes.
+    pub async fn fetch_range(&self, store: &dyn ObjectStore, range: Range<u64>) -> Result<(Pages, Bytes), Error> {
+        if range.end > self.size || range.start > range.end {
+            return Err(Error::corrupt(&self.path, format!("bytes {range:?} lie beyond the end of the file")));
+        }
+        let bytes = store.get_range(&self.path, range.clone()).await.map_err(Error::store("read", &self.path))?;
+        if bytes.len() as u64 != range.end - range.start {
+            return Err(Error::corrupt(&self.path, format!("bytes {range:?} read back short")));
+        }
+        let pages = Pages(Arc::new(Sparse { parts: vec![(range.start, bytes.clone())], size: self.size }));
+        Ok((pages, bytes))
+    }
+
     /// Decodes rows `span` of column `col` from `pages` (fetched for at least that span).
     pub fn decode<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
         let corrupt = |e: ParquetError| Error::corrupt(&self.path, format!("row group {}, column {col}: {e}", span.rg));

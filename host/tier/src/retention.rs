@@ -13,6 +13,10 @@
 //!   (by event time, when its whole day partition is; by write time, when its `written_ns` is).
 //!   Files are immutable, so the archive is never rewritten to trim them; a file half past
 //!   retention stays until its other half expires too, hidden meanwhile.
+//! - Whose files: a node removes only its own (its folder, and legacy files named after it);
+//!   another node's files are hidden when past retention, never removed here, so a node's
+//!   credentials need delete rights on its own folder only. Files of a node that is gone stay
+//!   (hidden) until an operator removes its folder or a bucket lifecycle rule expires them.
 //! - Order: the manifest first, then the points file. The manifest is the commit marker: once
 //!   it is gone no reader lists the file, and a crash before the points file goes leaves an
 //!   uncommitted file, which [`Archive::cleanup`] removes. Removal takes the export lock, so
@@ -34,7 +38,7 @@ use timeshard_proto::{AgeBy, SeriesClass, Timestamp};
 use crate::Archive;
 use crate::catalog::ArchivedBlock;
 use crate::error::Error;
-use crate::layout::{self, DAY_NS, Day, FileId, Kind};
+use crate::layout::{self, DAY_NS, Day, FileId, Kind, Owner};
 use crate::retry::retry;
 
 /// How long a class's points are kept, measured by event or write time.
@@ -114,7 +118,8 @@ impl Archive {
         Arc::new(blocks.iter().filter_map(|b| b.live(&r, now)).collect())
     }
 
-    /// Removes the exports of `class` whose every point `retention` expired by `now`: each
+    /// Removes this node's exports of `class` whose every point `retention` expired by `now`
+    /// (never another node's, see the module docs): each
     /// manifest first, then its points file (see the module docs). Pass a `now` at least a
     /// listing TTL behind the wall clock, so readers with a cached listing never open a removed
     /// file. Safe to repeat and to interrupt; at most 1000 files a call.
@@ -127,15 +132,28 @@ impl Archive {
         layout::check_class(&class.name)?;
         let _no_export_meanwhile = self.inner.export_lock.lock().await;
         let policy = &self.inner.config.retry;
-        let prefix = FileId::class_prefix(Kind::Manifest, &class.name);
-        let listed: Vec<_> = retry(policy, "listing manifests", || async {
-            self.store().list(Some(&prefix)).try_collect::<Vec<_>>().await.map_err(Error::store("list", &prefix))
-        })
-        .await?;
-        // Per day, the manifests and when each was written (an upper bound of `written_ns`).
+        let me = self.inner.config.node.as_str();
+        let mut listed = Vec::new();
+        for owner in [Owner::Node(me), Owner::Legacy] {
+            let prefix = FileId::class_prefix(owner, Kind::Manifest, &class.name);
+            listed.extend(
+                retry(policy, "listing manifests", || async {
+                    self.store()
+                        .list(Some(&prefix))
+                        .try_collect::<Vec<_>>()
+                        .await
+                        .map_err(Error::store("list", &prefix))
+                })
+                .await?,
+            );
+        }
+        // Per day, this node's manifests and when each was written (an upper bound of
+        // `written_ns`).
         let mut days: BTreeMap<Day, Vec<(FileId, Timestamp)>> = BTreeMap::new();
         for m in listed {
-            if let Some((id, Kind::Manifest)) = FileId::parse(&m.location) {
+            if let Some((id, Kind::Manifest)) = FileId::parse(&m.location)
+                && id.node == me
+            {
                 let modified = m.last_modified.timestamp_nanos_opt().unwrap_or(i64::MAX);
                 days.entry(id.day).or_default().push((id, modified));
             }

@@ -1,6 +1,6 @@
-//! Upkeep of the archive: what it holds (for `timeshard archive status`), and removing points
-//! files that no manifest committed (left by interrupted exports) once they are old enough that
-//! no export can still be writing them.
+//! Upkeep of the archive: what it holds (for `timeshard archive status`), and removing this
+//! node's points files that no manifest committed (left by interrupted exports) once they are
+//! old enough that no export can still be writing them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path as FsPath;
@@ -53,6 +53,12 @@ pub struct ArchiveStatus {
     pub uncommitted: Vec<String>,
     /// Manifests whose points file is missing (damage: their blocks cannot be read).
     pub dangling: Vec<String>,
+    /// Committed exports in the legacy layout (before node folders: unsealed, read as
+    /// unverified while `read_legacy` is on).
+    pub legacy_exports: usize,
+    /// Manifests this handle refused (their seal did not check), and the last few with why.
+    pub refused_manifests: u64,
+    pub refused: Vec<(String, String)>,
     pub last_export: Option<LastExport>,
 }
 
@@ -73,13 +79,9 @@ struct Listed {
 impl Archive {
     async fn list_all(&self) -> Result<Listed, Error> {
         let mut listed = Listed { committed: BTreeMap::new(), points: BTreeMap::new() };
-        for kind in [Kind::Manifest, Kind::Points] {
-            let prefix = object_store::path::Path::from(match kind {
-                Kind::Manifest => crate::layout::MANIFESTS_DIR,
-                Kind::Points => crate::layout::POINTS_DIR,
-            });
+        {
             let metas: Vec<_> =
-                self.store().list(Some(&prefix)).try_collect().await.map_err(Error::store("list", &prefix))?;
+                self.store().list(None).try_collect().await.map_err(Error::store("list", "the archive"))?;
             for m in metas {
                 match FileId::parse(&m.location) {
                     Some((id, Kind::Manifest)) => {
@@ -131,10 +133,12 @@ impl Archive {
             .map(|id| id.path(Kind::Points).to_string())
             .collect();
         let last_export = self.inner.last_export.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        Ok(ArchiveStatus { classes, uncommitted, dangling, last_export })
+        let legacy_exports = listed.committed.keys().filter(|id| id.legacy).count();
+        let (refused_manifests, refused) = self.refused();
+        Ok(ArchiveStatus { classes, uncommitted, dangling, legacy_exports, refused_manifests, refused, last_export })
     }
 
-    /// Removes points files that no manifest commits and that were last written more than
+    /// Removes this node's points files that no manifest commits and that were last written more than
     /// `grace` ago (choose it far longer than an export takes: a day is safe), and for a local
     /// archive, files of uploads interrupted as long ago. Committed files are never touched.
     pub async fn cleanup(&self, grace: Duration) -> Result<CleanupReport, Error> {
@@ -144,7 +148,7 @@ impl Archive {
         let old = |t: Option<SystemTime>| t.is_none_or(|t| now.duration_since(t).unwrap_or_default() >= grace);
         let mut report = CleanupReport::default();
         for (id, (_, modified)) in &listed.points {
-            if listed.committed.contains_key(id) {
+            if listed.committed.contains_key(id) || id.node != self.inner.config.node {
                 continue;
             }
             if !old(*modified) {
@@ -158,7 +162,11 @@ impl Archive {
             }
         }
         if let Some(root) = &self.inner.local_root {
-            remove_interrupted_uploads(root, &|t| old(Some(t)), &mut report.removed);
+            // This node's folder and the legacy layout's (files it was writing before folders).
+            let own = crate::layout::node_prefix(&self.inner.config.node);
+            for dir in [own.as_ref(), crate::layout::POINTS_DIR, crate::layout::MANIFESTS_DIR] {
+                remove_interrupted_uploads(&root.join(dir), &|t| old(Some(t)), &mut report.removed);
+            }
         }
         Ok(report)
     }

@@ -11,8 +11,9 @@ use parquet::file::metadata::{KeyValue, ParquetMetaData};
 use parquet::file::writer::SerializedFileWriter;
 use timeshard_proto::{Point, SeriesKey};
 
-use crate::manifest::{Entry, Header};
+use crate::manifest::{self, Entry, Header, RowGroupSeal};
 use crate::schema::{self, ValueEncoding};
+use crate::seal::{self, Keys};
 
 /// Rows handed to a column writer at once (bounds the temporary per-row series columns).
 const WRITE_BATCH: usize = 8192;
@@ -197,16 +198,15 @@ fn open_file<'a>(
 }
 
 /// Encodes a manifest: one row per block part, sorted by series then quantum, and the header
-/// as the key-value metadata `timeshard.manifest`.
-pub fn encode_manifest(header: &Header, entries: &[Entry]) -> Result<Bytes, ParquetError> {
+/// as the key-value metadata `timeshard.manifest`, with the row groups' chunks and hashes
+/// (see [`crate::manifest`]); sealed with `keys` when given (`timeshard.manifest.seal`).
+/// Row groups are a page long, so a reader checks and decodes no more than a page's rows.
+pub fn encode_manifest(header: &Header, entries: &[Entry], keys: Option<&Keys>) -> Result<Bytes, ParquetError> {
     use schema::manifest as m;
     let props = Arc::new(schema::manifest_properties());
     let mut file = SerializedFileWriter::new(Vec::new(), schema::manifest_schema(), props)?;
-    file.append_key_value_metadata(KeyValue::new(
-        crate::manifest::HEADER_KEY.to_string(),
-        serde_json::to_string(header).map_err(|e| ParquetError::General(e.to_string()))?,
-    ));
-    for chunk in entries.chunks(1 << 16) {
+    let mut groups = Vec::new();
+    for chunk in entries.chunks(schema::PAGE_ROWS) {
         let mut rg = file.next_row_group()?;
         let mut column = 0;
         while let Some(mut col) = rg.next_column()? {
@@ -250,7 +250,32 @@ pub fn encode_manifest(header: &Header, entries: &[Entry]) -> Result<Bytes, Parq
             col.close()?;
             column += 1;
         }
-        rg.close()?;
+        let meta = rg.close()?;
+        let chunks: Vec<[u64; 2]> = meta
+            .columns()
+            .iter()
+            .map(|c| {
+                let (a, n) = c.byte_range();
+                [a, n]
+            })
+            .collect();
+        groups.push(RowGroupSeal { chunks, sha256: String::new() });
     }
+    let written = file.inner();
+    for g in &mut groups {
+        let range = g.range().ok_or_else(|| ParquetError::General("a row group's chunks overflow".into()))?;
+        let bytes = written
+            .get(range.start as usize..range.end as usize)
+            .ok_or_else(|| ParquetError::General("a row group lies beyond what was written".into()))?;
+        g.sha256 = seal::sha256(bytes);
+    }
+    let header = Header { row_groups: groups, ..header.clone() };
+    let json = serde_json::to_string(&header).map_err(|e| ParquetError::General(e.to_string()))?;
+    if let Some(keys) = keys {
+        let seal = keys.seal(&manifest::sealed_bytes(&json)).map_err(|e| ParquetError::General(e.to_string()))?;
+        let seal = serde_json::to_string(&seal).map_err(|e| ParquetError::General(e.to_string()))?;
+        file.append_key_value_metadata(KeyValue::new(manifest::SEAL_KEY.to_string(), seal));
+    }
+    file.append_key_value_metadata(KeyValue::new(manifest::HEADER_KEY.to_string(), json));
     Ok(Bytes::from(file.into_inner()?))
 }

@@ -14,7 +14,7 @@ use timeshard_tier::{Archive, Location};
 
 use crate::archive_support::*;
 
-/// DuckDB over `points/**/*.parquet`: per series and UTC day, count, sum, min, max; then the
+/// DuckDB over `*/points/**/*.parquet` (every node's folder): per series and UTC day, count, sum, min, max; then the
 /// number of duplicate rows. One JSON object per line.
 const DUCKDB_SCRIPT: &str = r#"
 import json, sys
@@ -25,7 +25,7 @@ except ImportError:
 root = sys.argv[1]
 # A slow query would print a progress bar into the JSON on standard output.
 duckdb.execute("SET enable_progress_bar = false")
-files = f"{root}/points/**/*.parquet"
+files = f"{root}/*/points/**/*.parquet"
 rows = duckdb.sql(f"""
     SELECT class, series_key, strftime(timezone('UTC', "timestamp"), '%Y-%m-%d') AS day,
            count(*) AS count, sum(value) AS sum, min(value) AS min, max(value) AS max,
@@ -95,7 +95,7 @@ async fn duckdb_reads_what_the_archive_serves() {
     let ghost =
         Archive::with_store(Arc::new(rehearsal.clone()) as Arc<dyn ObjectStore>, quick_config("node-a")).unwrap();
     ghost.export(hot_pmu.clone(), &pmu, hot_blocks(&*hot_pmu)).await.unwrap();
-    let commit = rehearsal.log().iter().position(|op| op.starts_with("put manifests/")).unwrap();
+    let commit = rehearsal.log().iter().position(|op| op.starts_with("put ") && op.contains("/manifests/")).unwrap();
 
     // The exporting node is killed after its first points file landed, before the manifest.
     let local = Location::parse(root.to_str().unwrap()).unwrap().open(&[], std::time::Duration::from_secs(5)).unwrap();

@@ -1,8 +1,10 @@
 //! Damaged files in the archive (cold tier, in a local directory), read by a restarted node
 //! process: a manifest cut in half, a manifest with a flipped byte, and a points file with a
 //! flipped byte, each of its own UTC day. Reads of a damaged day either give exactly what was
-//! written or fail with an error naming the damaged file; the intact day and the hot data read
-//! back exactly, and the node never panics.
+//! written or fail with an error naming the damaged file, or, for a manifest whose seal no
+//! longer checks (the byte fell in its sealed header), leave that manifest's blocks out while
+//! `timeshard archive status` names it refused; the intact day and the hot data read back
+//! exactly, and the node never panics.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,15 +30,18 @@ fn day_name(start: i64) -> String {
 }
 
 /// Every series read over `range`: exactly `data` within it, or an error naming one of `names`
-/// (when `names` is empty, no error is allowed). Returns how many reads failed.
+/// (when `names` is empty, no error is allowed), or, with `refused_ok`, fewer points (checked
+/// by the caller against the refused manifests). Returns how many reads failed, and how many
+/// of those were short.
 async fn check(
     client: &Client,
     series: &[SeriesKey],
     data: &[Vec<Point>],
     range: TimeRange,
     names: &[String],
-) -> Result<usize> {
-    let mut failed = 0;
+    refused_ok: bool,
+) -> Result<(usize, usize)> {
+    let (mut failed, mut short) = (0, 0);
     for (s, written) in series.iter().zip(data) {
         let want: Vec<Point> = written.iter().filter(|p| range.contains(p.ts)).copied().collect();
         let named = |e: timeshard_sdk::Error| {
@@ -48,7 +53,14 @@ async fn check(
             Ok(())
         };
         match client.read(s, range).await {
-            Ok(got) => ensure!(got == want, "{s} over {range:?}: {} points read, {} written", got.len(), want.len()),
+            Ok(got) if got == want => {}
+            Ok(got) => {
+                ensure!(refused_ok, "{s} over {range:?}: {} points read, {} written", got.len(), want.len());
+                // A refused manifest's blocks are left out of aggregates alike.
+                failed += 1;
+                short += 1;
+                continue;
+            }
             Err(e) => {
                 named(e)?;
                 failed += 1;
@@ -67,7 +79,7 @@ async fn check(
             }
         }
     }
-    Ok(failed)
+    Ok((failed, short))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,7 +113,7 @@ async fn damaged_manifests_and_points_files_fail_naming_them_and_the_rest_is_ser
     })
     .await?;
     for range in &days {
-        ensure!(check(&client, &series, &data, *range, &[]).await? == 0, "before the damage");
+        ensure!(check(&client, &series, &data, *range, &[], false).await?.0 == 0, "before the damage");
     }
     client.close().await;
     assert!(cluster.terminate(0).await?, "the node stops cleanly");
@@ -135,11 +147,21 @@ async fn damaged_manifests_and_points_files_fail_naming_them_and_the_rest_is_ser
     let client = cluster.client(0).await?;
     let mut failed = Vec::new();
     for (d, range) in days.iter().enumerate() {
-        failed.push(check(&client, &series, &data, *range, &names(d)).await.with_context(|| format!("day {d}"))?);
+        let (f, short) =
+            check(&client, &series, &data, *range, &names(d), d == 1).await.with_context(|| format!("day {d}"))?;
+        if short > 0 {
+            let report = client.archive_status().await?;
+            ensure!(
+                report.refused.iter().any(|r| names(d).iter().any(|n| r.contains(n.as_str()))),
+                "day {d}: reads left points out, but no damaged manifest is reported refused: {:?}",
+                report.refused
+            );
+        }
+        failed.push(f);
     }
     ensure!(failed[3] == 0, "the whole day fails nothing: {failed:?}");
     ensure!(failed[0] == SERIES as usize, "a manifest cut in half fails every read of its day: {failed:?}");
-    ensure!(check(&client, &series, &data, hot, &[]).await? == 0, "the hot data");
+    ensure!(check(&client, &series, &data, hot, &[], false).await?.0 == 0, "the hot data");
     let log = std::fs::read_to_string(cluster.log(0)).unwrap_or_default();
     ensure!(!log.contains("panicked"), "the node panicked:\n{log}");
     println!(
@@ -147,6 +169,74 @@ async fn damaged_manifests_and_points_files_fail_naming_them_and_the_rest_is_ser
          flipped byte), {} (points file with a flipped byte), {} (whole); the hot data and every other read exact",
         failed[0], failed[1], failed[2], failed[3]
     );
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// A rogue device (issue 25, "The archive"): it holds a valid node certificate of the fleet
+/// and writes to the archive, sealing with its own key a copy of node 0's manifest that says it
+/// is node 0's export, once in its own folder and once in node 0's (a bucket that lets it).
+/// Node 0 refuses both, names and counts them in `timeshard archive status`, and every point
+/// reads back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rogue_devices_manifests_are_refused_and_every_point_reads_back() -> Result<()> {
+    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use timeshard_tier::layout::Kind;
+    use timeshard_tier::manifest::{Header, Manifest};
+
+    let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
+    let root = dir.path().join("archive");
+    options.classes = vec![archived_class("pmu", "pmu.", 1)];
+    options.tier = quick_tier(root.to_str().unwrap());
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+    let now = now_ns();
+    let day = now - 3 * DAY - (now - 3 * DAY).rem_euclid(DAY);
+    let range = TimeRange::new(day, day + DAY)?;
+    let series: SeriesKey = "pmu.freq{bus=0}".parse()?;
+    let data = points(0, range.start(), range.end(), 5 * MIN);
+    write(&client, &series, &data).await?;
+    wait_reports(&cluster, &[0], Duration::from_secs(120), "history archived", |r| {
+        total(r, "pmu", |c| c.dropped_blocks) >= data.len() as u64 && total(r, "pmu", |c| c.pending_blocks) == 0
+    })
+    .await?;
+
+    // The rogue: a node certificate the fleet CA issued, and the archive's files.
+    let files = timeshard_node::pki::issue(&cluster.pki_dir(), "rogue", timeshard_node::pki::Role::Node)?;
+    let rogue = timeshard_tier::seal::Keys::of(&timeshard_sdk::tls::Identity::load(&files)?)?;
+    let victim = cluster.id(0).to_hex();
+    let store =
+        timeshard_tier::Location::parse(root.to_str().context("a UTF-8 path")?)?.open(&[], Duration::from_secs(5))?;
+    let listed: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(None)).await?;
+    let genuine = listed
+        .iter()
+        .filter_map(|m| timeshard_tier::FileId::parse(&m.location))
+        .find(|(id, k)| *k == Kind::Manifest && id.node == victim)
+        .context("node 0's manifest")?
+        .0;
+    let manifest = Manifest::open(&*store, &genuine, None).await?;
+    let entries = manifest.entries(&*store, None).await?;
+    let mut planted = Vec::new();
+    for folder in [rogue.node(), victim.clone()] {
+        let id = timeshard_tier::FileId { node: folder, seq: 9, ..genuine.clone() };
+        let header = Header { node: victim.clone(), seq: 9, ..manifest.header.clone() };
+        let bytes = timeshard_tier::write::encode_manifest(&header, &entries, Some(&rogue))?;
+        store.put(&id.path(Kind::Manifest), PutPayload::from(bytes)).await?;
+        planted.push(id.path(Kind::Manifest).to_string());
+    }
+
+    // Past the listing TTL, reads see the planted manifests, refuse them, and read exactly.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        check(&client, std::slice::from_ref(&series), std::slice::from_ref(&data), range, &[], false).await?.0 == 0
+    );
+    let report = client.archive_status().await?;
+    ensure!(report.refused_manifests == 2, "{:?}", report.refused);
+    for p in &planted {
+        ensure!(report.refused.iter().any(|r| r.contains(p.as_str())), "{p} not named in {:?}", report.refused);
+    }
+    ensure!(report.refused.iter().any(|r| r.contains(&format!("sealed by node {}", rogue.node()))));
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())

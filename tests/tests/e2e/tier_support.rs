@@ -216,7 +216,8 @@ except ImportError:
 root = sys.argv[1]
 # A slow query would print a progress bar into the JSON on standard output.
 duckdb.execute("SET enable_progress_bar = false")
-manifests = sorted(glob.glob(f"{root}/manifests/**/*.parquet", recursive=True))
+# Every node's folder (node=<id>/manifests/...), and a legacy layout's at the top.
+manifests = sorted(glob.glob(f"{root}/**/manifests/**/*.parquet", recursive=True))
 committed = [m.replace("/manifests/", "/points/") for m in manifests]
 out = {"groups": [], "duplicates_committed": 0, "duplicates_all": 0, "rows_all": 0, "parts": 0, "blocks": 0,
        "late_parts": 0}
@@ -237,11 +238,11 @@ if committed:
     out["parts"], out["blocks"], out["late_parts"] = duckdb.sql(f"""
         SELECT count(*), count(DISTINCT (series_key, quantum_start)), count(*) FILTER (WHERE base <> 0)
         FROM read_parquet({m})""").fetchall()[0]
-every = glob.glob(f"{root}/points/**/*.parquet", recursive=True)
+every = glob.glob(f"{root}/**/points/**/*.parquet", recursive=True)
 if every:
     out["rows_all"], out["duplicates_all"] = duckdb.sql(f"""
         SELECT count(*), count(*) - count(DISTINCT (series_key, "timestamp", value, event_id))
-        FROM read_parquet('{root}/points/**/*.parquet')""").fetchall()[0]
+        FROM read_parquet('{root}/*/points/**/*.parquet')""").fetchall()[0]
 print(json.dumps(out))
 "#;
 

@@ -45,6 +45,10 @@ pub struct TierConfig {
     /// from `interval` with each failed round).
     #[serde(with = "humantime_serde")]
     pub max_backoff: Duration,
+    /// Read exports of an archive written before node folders (`points/` and `manifests/` at
+    /// its top, unsealed) as unverified. Turn off once `timeshard archive status` shows no
+    /// legacy exports, so nothing unsealed is ever read.
+    pub read_legacy: bool,
 }
 
 impl Default for TierConfig {
@@ -60,6 +64,7 @@ impl Default for TierConfig {
             cleanup_grace: Duration::from_secs(86_400),
             listing_ttl: Duration::from_secs(10),
             max_backoff: Duration::from_secs(600),
+            read_legacy: true,
         }
     }
 }

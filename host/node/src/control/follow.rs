@@ -257,7 +257,10 @@ async fn renew(node: &Node, agent: &mut Agent) -> Result<(), AgentError> {
     let config = node.config();
     match Identity::load(&config.tls_files()) {
         Ok(identity) => match node.net().set_identity(&config, &identity) {
-            Ok(()) => info!(not_after_ms = issued.not_after_ms, "renewed the node certificate; new handshakes use it"),
+            Ok(()) => {
+                node.tier().set_identity(&identity);
+                info!(not_after_ms = issued.not_after_ms, "renewed the node certificate; new handshakes use it")
+            }
             Err(e) => error!(error = %e, "the renewed certificate cannot be used; keeping the old one"),
         },
         Err(e) => error!(error = %e, "cannot read the renewed certificate; keeping the old one"),

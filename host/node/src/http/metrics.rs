@@ -101,6 +101,13 @@ pub fn render(node: &Node) -> String {
         "Requests from other nodes refused because placement gives their blocks neither to this node nor to the asker, by kind.",
         by_kind.iter().map(|(labels, n)| (&labels[..], *n)),
     );
+    if let Some(archive) = node.tier().archive() {
+        e.counter(
+            "timeshard_archive_manifests_refused_total",
+            "Archive manifests refused because their seal does not check (not sealed by the node whose folder they are in, or not by the fleet); each is logged with its path and reason once.",
+            archive.refused().0 as f64,
+        );
+    }
     // Replication and membership, as the node's status reports them.
     let st = node.status();
     status(&mut e, &st);

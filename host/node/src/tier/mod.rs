@@ -12,7 +12,9 @@
 //!   each, should it be down or lack them: `timeshard_proto::tier`), and every replica drops its hot copy once the archive holds it,
 //!   checked by its own digest (`Store::drop_block` refuses a copy that changed meanwhile). It
 //!   also applies write-time retention (`age_by = "write"`), which the store does not measure,
-//!   and retention to the archive (one node per class removes expired files).
+//!   and retention to the archive (each node removes its own expired files, and only those).
+//!   The archive seals this node's manifests with its TLS key and checks every other node's
+//!   against the fleet CA ([`Tier::set_identity`] follows certificate renewal).
 //! - [`writes`] keeps the write times of classes aged by write time durably (the store's are
 //!   lost at a restart); [`store::TieredStore`] records them before each write.
 //! - `report` answers `timeshard archive status`.
@@ -35,7 +37,9 @@ use std::time::Duration;
 use timeshard_clock::now_ns;
 use timeshard_proto::class::AgeBy;
 use timeshard_proto::{Classes, SeriesClass, SeriesKey, Timestamp};
+use timeshard_sdk::tls::Identity;
 use timeshard_store::{BlockInfo, Store, StoreError};
+use timeshard_tier::seal::Keys;
 use timeshard_tier::{Archive, CacheConfig, Config, ExportConfig, Retention};
 use tracing::warn;
 
@@ -199,8 +203,6 @@ pub struct Tier {
     drops_file: PathBuf,
     /// Durable write times of blocks of classes aged by write time.
     writes: writes::WriteTimes,
-    /// Per class, the archive retention the export loop last saw and since when.
-    retention_seen: Mutex<HashMap<String, (Retention, Timestamp)>>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -227,10 +229,11 @@ pub enum TierError {
 const DROPS_FILE: &str = "drops.json";
 
 impl Tier {
-    /// The tier of a node named `node` (its id in hex: the name its exports carry) over its hot
-    /// store. Every node has one, idle unless an archive is configured or a class ages by write
-    /// time (a reconfiguration may make it so). Must be called within the node's runtime.
-    pub fn open(config: &NodeConfig, node: &str, hot: Arc<dyn Store>) -> Result<Arc<Tier>, TierError> {
+    /// The tier of the node whose certificate is `identity` (its id in hex names its archive
+    /// folder and exports; its key seals its manifests) over its hot store. Every node has
+    /// one, idle unless an archive is configured or a class ages by write time (a
+    /// reconfiguration may make it so). Must be called within the node's runtime.
+    pub fn open(config: &NodeConfig, identity: &Identity, hot: Arc<dyn Store>) -> Result<Arc<Tier>, TierError> {
         let policy = Policy::of(config)?;
         let t = &config.tier;
         let dir = config.data_dir.join("tier");
@@ -250,8 +253,14 @@ impl Tier {
         let archive = if t.url.is_empty() {
             None
         } else {
+            let keys = Keys::of(identity).map_err(|e| TierError::Archive {
+                url: t.url.clone(),
+                source: Box::new(timeshard_tier::Error::InvalidInput(e.to_string())),
+            })?;
             let archive_config = Config {
-                node: node.to_string(),
+                node: keys.node(),
+                keys: Some(Arc::new(keys)),
+                read_legacy: t.read_legacy,
                 export: ExportConfig {
                     row_group_rows: t.row_group_rows,
                     rate_limit_bytes_per_s: (t.rate_limit_bytes_per_sec > 0).then_some(t.rate_limit_bytes_per_sec),
@@ -281,9 +290,17 @@ impl Tier {
             drops: Mutex::new(drops),
             drops_file,
             writes,
-            retention_seen: Mutex::new(HashMap::new()),
             runtime: tokio::runtime::Handle::current(),
         }))
+    }
+
+    /// Seals this node's manifests with a renewed certificate from now on.
+    pub fn set_identity(&self, identity: &Identity) {
+        if let Some(keys) = self.archive.as_ref().and_then(|a| a.config().keys.as_ref())
+            && let Err(e) = keys.set_identity(identity)
+        {
+            warn!(error = %e, "the renewed certificate cannot seal archive manifests; keeping the old one");
+        }
     }
 
     /// The archive, if one is configured.

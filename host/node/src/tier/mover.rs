@@ -12,8 +12,8 @@
 //!    `exports_now`: the first owner at once, the next ones after `takeover_after` each); the
 //!    archive confirms them, and the next round drops them here, by which time every
 //!    replica's listing can see the export;
-//! 4. removes the archive's files past their class's retention, if this node is first in line
-//!    for the class (`expire_archive`).
+//! 4. removes this node's own archive files past their class's retention (`expire_archive`):
+//!    each node deletes only in its own folder of the archive.
 //!
 //! Blocks past retention are never exported. Blocks of classes aged by write time age from
 //! their durable write times ([`super::writes`]), whose records of blocks gone from the hot
@@ -226,44 +226,26 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
             first_error.get_or_insert(e);
         }
     }
-    if let Err(e) = expire_archive(tier, me, view, now).await {
+    if let Err(e) = expire_archive(tier, now).await {
         warn!(error = %e, "expiring archive files past retention failed");
         first_error.get_or_insert(e);
     }
     first_error.map_or(Ok(()), Err)
 }
 
-/// Removes the archive's files past their class's retention (`timeshard_tier` hides their
-/// points from queries already). One node does it per class, elected like exporters: the first
-/// owner of the class's expiry id at once, each later one `takeover_after` later than the one
-/// before it (it finds nothing left if the first one is up).
-async fn expire_archive(tier: &Arc<Tier>, me: Id, view: &View, now: Timestamp) -> Result<(), RoundError> {
+/// Removes this node's archive files past their class's retention (`timeshard_tier` hides
+/// their points from queries already). Every node removes its own and nothing else, so its
+/// archive credentials need no rights over other nodes' folders; files of a node that left
+/// stay, hidden, until an operator removes its folder (README, "Archive credentials").
+async fn expire_archive(tier: &Arc<Tier>, now: Timestamp) -> Result<(), RoundError> {
     let Some(archive) = tier.archive() else { return Ok(()) };
     let policy = tier.policy();
-    let takeover = i64::try_from(tier.config.takeover_after.as_nanos()).unwrap_or(i64::MAX);
     // Readers with a listing up to a TTL old must never open a removed file.
     let ttl = i64::try_from(tier.config.listing_ttl.as_nanos()).unwrap_or(i64::MAX);
     let mut first_error = None;
     for class in policy.classes.iter() {
         let Some(retention) = policy.tier(class).archive_retention() else { continue };
-        let owners = view.owners(expiry_id(&class.name), usize::from(class.replication.rf));
-        let rank = i64::try_from(export_rank(&owners, me)).unwrap_or(i64::MAX);
-        let wait = takeover.saturating_mul(rank);
-        // A later owner waits from when it learnt the retention too: a new retention expires
-        // old files at once, and the first owner is to have had its turn.
-        let since = {
-            let mut seen = tier.retention_seen.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = seen.entry(class.name.clone()).or_insert((retention, now));
-            if entry.0 != retention {
-                *entry = (retention, now);
-            }
-            entry.1
-        };
-        if now < since.saturating_add(wait) {
-            continue;
-        }
-        let cutoff = now.saturating_sub(ttl).saturating_sub(wait);
-        match archive.expire(class, retention, cutoff).await {
+        match archive.expire(class, retention, now.saturating_sub(ttl)).await {
             Ok(report) => {
                 let mut progress = tier.progress();
                 progress.classes.entry(class.name.clone()).or_default().expired_files += report.removed.len() as u64;
@@ -275,11 +257,6 @@ async fn expire_archive(tier: &Arc<Tier>, me: Id, view: &View, now: Timestamp) -
         }
     }
     first_error.map_or(Ok(()), |e| Err(e.into()))
-}
-
-/// The id whose owners expire the archive files of class `class`.
-fn expiry_id(class: &str) -> Id {
-    Id::sha1(format!("timeshard archive expiry of class {class}").as_bytes())
 }
 
 /// The blocks this node exports now, and those another owner is to export first.

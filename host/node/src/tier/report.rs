@@ -49,9 +49,15 @@ impl Tier {
                     }
                     (report.uncommitted, report.uncommitted_total) = listed(status.uncommitted);
                     (report.dangling, report.dangling_total) = listed(status.dangling);
+                    report.legacy_exports = status.legacy_exports as u64;
                 }
                 Err(e) => report.listing_error = Some(e.to_string()),
             }
+        }
+        if let Some(archive) = self.archive() {
+            let (count, recent) = archive.refused();
+            report.refused_manifests = count;
+            report.refused = recent.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
         }
         let progress = self.progress();
         for (name, c) in &progress.classes {

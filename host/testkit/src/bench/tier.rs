@@ -314,16 +314,15 @@ async fn export(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Resu
 async fn value_encoding(archive: &Archive) -> Result<String, BenchError> {
     let status = archive.status().await.map_err(tier)?;
     let Some(c) = status.classes.first() else { return Ok(String::new()) };
-    let metas: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
-        archive
-            .store()
-            .list(Some(&timeshard_tier::object_store::path::Path::from(format!("manifests/class={}", c.class)))),
-    )
-    .await
-    .map_err(|e| BenchError::Check(e.to_string()))?;
+    use timeshard_tier::layout::{Kind, Owner};
+    let folder = timeshard_tier::FileId::class_prefix(Owner::Node(&archive.config().node), Kind::Manifest, &c.class);
+    let metas: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(archive.store().list(Some(&folder)))
+        .await
+        .map_err(|e| BenchError::Check(e.to_string()))?;
     for m in metas {
         if let Some((id, _)) = timeshard_tier::FileId::parse(&m.location) {
-            let manifest = timeshard_tier::manifest::Manifest::open(&**archive.store(), &id).await.map_err(tier)?;
+            let manifest =
+                timeshard_tier::manifest::Manifest::open(&**archive.store(), &id, None).await.map_err(tier)?;
             return Ok(manifest.header.value_encoding);
         }
     }

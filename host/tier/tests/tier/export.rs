@@ -208,8 +208,8 @@ async fn names_are_checked() {
     let hot = hot_store(class("c", 10).quantum, &[]);
     let err = archive.export(hot, &class("no spaces", 10), Vec::new()).await.unwrap_err();
     assert!(err.to_string().contains("no spaces"), "{err}");
-    let id = FileId { class: "c".into(), day: timeshard_tier::Day(1), node: "n".into(), seq: 3 };
-    assert_eq!(id.to_string(), "class=c/day=1970-01-02/n-0000000003");
+    let id = FileId { class: "c".into(), day: timeshard_tier::Day(1), node: "n".into(), seq: 3, legacy: false };
+    assert_eq!(id.to_string(), "node=n/class=c/day=1970-01-02/n-0000000003");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

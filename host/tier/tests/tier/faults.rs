@@ -36,11 +36,13 @@ fn setup() -> (Arc<MemStore>, timeshard_proto::SeriesClass, Data, Config) {
 }
 
 /// Every row of every points file in `store`, committed or not: what a foreign engine reading
-/// `points/**/*.parquet` sees.
+/// `node=*/points/**/*.parquet` sees.
 async fn all_rows(store: &dyn ObjectStore) -> Vec<(String, Point)> {
-    let metas: Vec<_> = store.list(Some(&"points".into())).try_collect().await.unwrap();
+    let metas: Vec<_> = store.list(None).try_collect().await.unwrap();
     let mut out = Vec::new();
-    for m in metas {
+    for m in metas.into_iter().filter(|m| {
+        matches!(timeshard_tier::FileId::parse(&m.location), Some((_, timeshard_tier::layout::Kind::Points)))
+    }) {
         let file = ParquetFile::open(store, &m.location).await.unwrap();
         for rg in 0..file.meta.num_row_groups() {
             let span = Span { rg, start: 0, end: file.meta.row_group(rg).num_rows() as usize };

@@ -7,3 +7,4 @@ mod faults;
 mod model;
 mod retention;
 mod support;
+mod trust;

@@ -53,8 +53,9 @@ async fn expired_points_vanish_and_their_files_go_manifest_first() {
     assert_eq!(before.len(), 6, "nothing removed by hiding: {before:?}");
 
     // The first day's files go, manifest first: the points delete fails here (as a crash
-    // would stop it), leaving an uncommitted points file and nothing a reader follows.
-    faulty.set_fault(Fault::FailFrom(faulty.ops() + 2));
+    // would stop it), leaving an uncommitted points file and nothing a reader follows. (Two
+    // listings, this node's folder and the legacy layout's, then the manifest's delete.)
+    faulty.set_fault(Fault::FailFrom(faulty.ops() + 3));
     assert!(archive.expire(&class, retention, now_ns()).await.is_err());
     faulty.set_fault(Fault::None);
     let status = archive.status().await.unwrap();
