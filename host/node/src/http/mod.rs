@@ -14,12 +14,14 @@
 //! loopback and checked on every path but `/ping` and `/health`; optional TLS with the node's
 //! fleet certificate. Bounded like the QUIC side: connections, requests per connection,
 //! requests in progress, body size (compressed and decompressed) and the memory bodies take
-//! ([`body`]), header, body and request timeouts. Errors map to statuses in one place
-//! ([`error`]).
+//! ([`body`]), header, body and request timeouts; large bodies are decoded off the async
+//! threads, a core's worth fewer at once than the machine has ([`bulk`]). Errors map to
+//! statuses in one place ([`error`]).
 
 pub mod api;
 pub mod auth;
 pub mod body;
+pub mod bulk;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
@@ -70,6 +72,8 @@ pub struct AppState {
     http: Arc<HttpConfig>,
     sites: Arc<Sites>,
     slots: Arc<Semaphore>,
+    /// Large bodies' decoding, a few at a time off the async threads.
+    bulk: bulk::Bulk,
 }
 
 impl AppState {
@@ -213,6 +217,7 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
         tokens,
         slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
         sites: Arc::new(Sites::new(&http)),
+        bulk: bulk::Bulk::for_this_machine(),
         http: http.clone(),
     };
     let app = router(state);
