@@ -14,7 +14,7 @@
 //! loopback and checked on every path but `/ping` and `/health`; optional TLS with the node's
 //! fleet certificate. Bounded like the QUIC side: connections, requests per connection,
 //! requests in progress, body size (compressed and decompressed) and the memory bodies take
-//! ([`body`]), header, body and request timeouts; large bodies are decoded off the async
+//! ([`body`]), header, body, request and write timeouts ([`stall`]); large bodies are decoded off the async
 //! threads, a core's worth fewer at once than the machine has ([`bulk`]). Errors map to
 //! statuses in one place ([`error`]).
 
@@ -27,6 +27,7 @@ pub mod influxql;
 pub mod metrics;
 pub mod promql;
 pub mod sites;
+pub mod stall;
 pub mod write;
 
 use std::net::SocketAddr;
@@ -54,6 +55,7 @@ pub use auth::Tokens;
 pub use body::Body;
 use error::ApiError;
 use sites::Sites;
+use stall::WriteTimeout;
 
 use crate::audit::Door;
 use crate::node::Node;
@@ -248,6 +250,12 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
             };
             let _ = tcp.set_nodelay(true);
             let (app, acceptor, shutdown, http) = (app.clone(), acceptor.clone(), shutdown.clone(), http.clone());
+            // A client that stops reading its answer is closed after the write timeout.
+            let node = node.clone();
+            let tcp = WriteTimeout::new(tcp, http.write_timeout, move || {
+                node.metrics().record_abandoned_answer(Door::Http);
+                debug!(%remote, "closed a connection whose client took none of its answer in time");
+            });
             tasks.spawn(async move {
                 let _permit = permit;
                 connection(app, &http, acceptor, tcp, remote, shutdown).await;
@@ -261,7 +269,7 @@ async fn connection(
     app: Router,
     http: &HttpConfig,
     acceptor: Option<TlsAcceptor>,
-    tcp: TcpStream,
+    tcp: WriteTimeout<TcpStream>,
     remote: SocketAddr,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
