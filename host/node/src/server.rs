@@ -155,16 +155,8 @@ async fn respond(node: &Node, send: &mut SendStream, resp: &Response, limit: u32
     match tokio::time::timeout(node.config().dht.request_timeout, write).await {
         Ok(Ok(n)) => node.net().traffic().sent(n),
         Ok(Err(e)) => debug!(error = %e, "could not send a response"),
-        Err(_) => abandon(node, send),
+        Err(_) => crate::streams::abandon(node, send),
     }
-}
-
-/// Gives up an answer its caller did not take within `[dht] request_timeout`: resets its
-/// stream and counts it.
-pub(crate) fn abandon(node: &Node, send: &mut SendStream) {
-    let _ = send.reset(VarInt::from_u32(STOP_LIMIT));
-    node.metrics().record_abandoned_answer(Door::Quic);
-    debug!(timeout = ?node.config().dht.request_timeout, "gave up an answer its caller did not take");
 }
 
 async fn serve_stream(

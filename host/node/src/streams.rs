@@ -104,7 +104,7 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
 }
 
 /// Sends one frame; each has `[dht] request_timeout` to be taken, or the stream is reset
-/// ([`crate::server::abandon`]) and the answer ends.
+/// ([`abandon`]) and the answer ends.
 async fn send_frame(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) -> bool {
     let write = transport::write_frame_open(send, resp, limit);
     match tokio::time::timeout(node.config().dht.request_timeout, write).await {
@@ -117,7 +117,7 @@ async fn send_frame(node: &Node, send: &mut SendStream, resp: &Response, limit: 
             false
         }
         Err(_) => {
-            crate::server::abandon(node, send);
+            abandon(node, send);
             false
         }
     }
@@ -126,4 +126,12 @@ async fn send_frame(node: &Node, send: &mut SendStream, resp: &Response, limit: 
 async fn finish_with(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) {
     send_frame(node, send, resp, limit).await;
     let _ = send.finish();
+}
+
+/// Gives up an answer (whole or streamed) its caller did not take within `[dht]
+/// request_timeout`: resets its stream and counts it.
+pub(crate) fn abandon(node: &Node, send: &mut SendStream) {
+    let _ = send.reset(quinn::VarInt::from_u32(timeshard_sdk::transport::STOP_LIMIT));
+    node.metrics().record_abandoned_answer(crate::audit::Door::Quic);
+    debug!(timeout = ?node.config().dht.request_timeout, "gave up an answer its caller did not take");
 }
