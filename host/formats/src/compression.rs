@@ -48,6 +48,21 @@ pub fn gunzip_within(
     }
 }
 
+/// The decompressed length a gzip body's trailer declares (`ISIZE`: its last member's size
+/// modulo 2^32), read without decompressing; `None` when the body is too short or not gzip.
+/// A hint, never trusted as a bound: a member's true size is `ISIZE` plus a multiple of 2^32
+/// and earlier members add to it, so the body holds at least that much, perhaps more. A
+/// caller may refuse a body declaring more than its limit, and charge the declared size
+/// before decompressing; what grows past it is charged by [`gunzip_within`]'s steps.
+pub fn gzip_declared_len(body: &[u8]) -> Option<usize> {
+    // A member is a 10-byte header, the deflate data and an 8-byte trailer (CRC-32, ISIZE).
+    if body.len() < 18 || body[..2] != [0x1f, 0x8b] {
+        return None;
+    }
+    let trailer: [u8; 4] = body[body.len() - 4..].try_into().ok()?;
+    usize::try_from(u32::from_le_bytes(trailer)).ok()
+}
+
 /// Decompresses a gzip body (one or several members) of at most `limit` bytes decompressed.
 pub fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
@@ -112,6 +127,18 @@ mod tests {
             Err(DecompressError::TooLarge { limit: GUNZIP_STEP + 5 })
         );
         assert_eq!(gunzip_within(&gzip(b""), 10, |_| true), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_gzip_trailer_declares_the_last_members_size() {
+        let data = b"m v=1 1\n".repeat(1000);
+        assert_eq!(gzip_declared_len(&gzip(&data)), Some(data.len()));
+        assert_eq!(gzip_declared_len(&gzip(b"")), Some(0));
+        // Two members: the last one's size, a lower bound of the whole.
+        let two = [gzip(&data), gzip(b"b v=2 2\n")].concat();
+        assert_eq!(gzip_declared_len(&two), Some(8));
+        assert_eq!(gzip_declared_len(b"not gzip at all, but long enough"), None);
+        assert_eq!(gzip_declared_len(&gzip(&data)[..17]), None);
     }
 
     #[test]

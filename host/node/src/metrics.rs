@@ -124,6 +124,8 @@ pub struct Metrics {
     /// HTTP answers by status class: 2xx, 3xx, 4xx, 5xx (1xx is not answered).
     http_status: [AtomicU64; 4],
     http_in_flight: AtomicU64,
+    /// Answers given up because their caller stopped reading them: QUIC, HTTP.
+    abandoned_answers: [AtomicU64; 2],
     audit: crate::audit::Audit,
 }
 
@@ -184,6 +186,16 @@ impl Metrics {
 
     pub fn http_in_flight(&self) -> u64 {
         self.http_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts an answer given up at `door`: its caller took none of it for the write timeout.
+    pub fn record_abandoned_answer(&self, door: crate::audit::Door) {
+        self.abandoned_answers[door as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers given up at `door` so far.
+    pub fn abandoned_answers(&self, door: crate::audit::Door) -> u64 {
+        self.abandoned_answers[door as usize].load(Ordering::Relaxed)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Serving requests: the accept loop, one task per connection and per stream, admitted per
 //! caller ([`crate::admission`]: connections per identity, request slots apart for peers and
-//! clients), request frames charged to the memory budget as they are read, and the dispatch of
-//! each request to the DHT, the local replica ([`crate::replica`]), the coordinator or repair.
+//! clients), request frames charged to the memory budget as they are read, answers given up
+//! when their caller does not take them in time, and the dispatch of each request to the DHT,
+//! the local replica ([`crate::replica`]), the coordinator or repair.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,20 +135,27 @@ async fn serve_connection(node: Arc<Node>, conn: Connection, peer: PeerIdentity)
     }
 }
 
+/// Writes `resp` on `send`. A caller has `[dht] request_timeout` to take the answer, as it had to
+/// send its request: one that stops reading would otherwise hold the write back on QUIC flow
+/// control forever, and with it a request slot and the answer's memory. Past it the stream is
+/// reset and the answer counted as abandoned.
 async fn respond(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) {
-    let result = match transport::write_frame(send, resp, limit).await {
-        Err(CallError::Frame(FrameError::TooLarge { len, limit })) => {
-            let e = ErrorReply::new(
-                ErrorCode::Internal,
-                format!("the answer is {len} bytes, over the {limit}-byte message limit; ask for a smaller page"),
-            );
-            transport::write_frame(send, &Response::Error(e), limit).await
+    let write = async {
+        match transport::write_frame(send, resp, limit).await {
+            Err(CallError::Frame(FrameError::TooLarge { len, limit })) => {
+                let e = ErrorReply::new(
+                    ErrorCode::Internal,
+                    format!("the answer is {len} bytes, over the {limit}-byte message limit; ask for a smaller page"),
+                );
+                transport::write_frame(send, &Response::Error(e), limit).await
+            }
+            other => other,
         }
-        other => other,
     };
-    match result {
-        Ok(n) => node.net().traffic().sent(n),
-        Err(e) => debug!(error = %e, "could not send a response"),
+    match tokio::time::timeout(node.config().dht.request_timeout, write).await {
+        Ok(Ok(n)) => node.net().traffic().sent(n),
+        Ok(Err(e)) => debug!(error = %e, "could not send a response"),
+        Err(_) => crate::streams::abandon(node, send),
     }
 }
 

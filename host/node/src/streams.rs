@@ -6,7 +6,8 @@
 //! Producers run apart from the writer: the store is read off the async threads and the
 //! coordinator merges in its own task; both hand frames to the writer through a channel of
 //! [`FRAMES_AHEAD`] frames, and the writer waits on QUIC flow control, so a slow reader holds
-//! the producer back instead of letting frames pile up.
+//! the producer back instead of letting frames pile up; a reader that takes no frame within
+//! `[dht] request_timeout` has its stream reset, which ends the producer too.
 
 use std::sync::Arc;
 
@@ -102,14 +103,21 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
     let _ = send.finish();
 }
 
+/// Sends one frame; each has `[dht] request_timeout` to be taken, or the stream is reset
+/// ([`abandon`]) and the answer ends.
 async fn send_frame(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) -> bool {
-    match transport::write_frame_open(send, resp, limit).await {
-        Ok(n) => {
+    let write = transport::write_frame_open(send, resp, limit);
+    match tokio::time::timeout(node.config().dht.request_timeout, write).await {
+        Ok(Ok(n)) => {
             node.net().traffic().sent(n);
             true
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             debug!(error = %e, "could not send a streamed frame");
+            false
+        }
+        Err(_) => {
+            abandon(node, send);
             false
         }
     }
@@ -118,4 +126,12 @@ async fn send_frame(node: &Node, send: &mut SendStream, resp: &Response, limit: 
 async fn finish_with(node: &Node, send: &mut SendStream, resp: &Response, limit: u32) {
     send_frame(node, send, resp, limit).await;
     let _ = send.finish();
+}
+
+/// Gives up an answer (whole or streamed) its caller did not take within `[dht]
+/// request_timeout`: resets its stream and counts it.
+pub(crate) fn abandon(node: &Node, send: &mut SendStream) {
+    let _ = send.reset(quinn::VarInt::from_u32(timeshard_sdk::transport::STOP_LIMIT));
+    node.metrics().record_abandoned_answer(crate::audit::Door::Quic);
+    debug!(timeout = ?node.config().dht.request_timeout, "gave up an answer its caller did not take");
 }

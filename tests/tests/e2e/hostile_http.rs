@@ -3,7 +3,8 @@
 //! after their timeouts without starving a well-behaved client; connections closed after
 //! their quota of requests; large and many bodies refused within the memory budget, and
 //! oversize aggregates and listings refused with the numbers, while a well-behaved client
-//! keeps getting correct answers.
+//! keeps getting correct answers; clients that stop reading their answers closed after the
+//! write timeout.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -403,12 +404,13 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
         assert!(a.body.contains("512"), "{what}: the key limit is named: {}", &a.body[..a.body.len().min(500)]);
     }
 
-    // 100,000 windows x 10,000 series: refused before anything is read, with the numbers.
+    // 100,000 windows x 10,000 series: refused before anything is read, with the numbers (the
+    // windows allow 10 series: the listing stops at the 11th).
     let q = format!("SELECT mean(value) FROM wide WHERE time >= {}s AND time < {}s GROUP BY time(1s)", T, T + 100_000);
     let a = c.get(&format!("/query?q={}", encode(&q))).await?;
     let text = a.text();
     assert!(
-        text.contains("100000 windows x 10000 series") && text.contains("max_query_windows"),
+        text.contains("100000 windows x more than 10 series") && text.contains("max_query_windows"),
         "{}: {}",
         a.status,
         &text[..text.len().min(500)]
@@ -513,5 +515,88 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
         started_rss >> 20
     );
     cluster.shutdown().await?;
+    Ok(())
+}
+
+/// The `timeshard_abandoned_answers_total` sample of `door` in the node's `/metrics`.
+async fn abandoned_answers(c: &mut HttpClient, door: &str) -> anyhow::Result<u64> {
+    let text = c.get("/metrics").await?.text();
+    let sample = format!("timeshard_abandoned_answers_total{{door=\"{door}\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&sample)).with_context(|| format!("no {sample} in /metrics"))?;
+    Ok(line[sample.len()..].trim().parse::<f64>()? as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_their_answers_are_closed_after_the_write_timeout() -> anyhow::Result<()> {
+    const CONNECTIONS: usize = 3;
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+    // A read of them all answers about 10 MB of JSON: more than the sockets' buffers hold.
+    const POINTS: i64 = 250_000;
+    let (cluster, _dir) = one_node(|h| {
+        h.max_connections = CONNECTIONS;
+        h.write_timeout = WRITE_TIMEOUT;
+    })
+    .await?;
+    let addr = cluster.http_addr(0).unwrap();
+    let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+    let body: String = (0..POINTS).map(|i| format!("big value={i} {}\n", T + i)).collect();
+    let a = c.post("/write?precision=s", body).await?;
+    assert_eq!(a.status, 204, "{}", a.text());
+    drop(c);
+
+    // Every connection the node takes asks for them all and reads none of its answer (a
+    // receive buffer of a few KiB, never read).
+    let ask = format!(
+        "GET /v1/read?series=big&start={}&end={}&limit={POINTS} HTTP/1.1\r\nHost: {addr}\r\n{HTTP_AUTHORIZATION}\r\n\r\n",
+        T * SEC,
+        (T + POINTS) * SEC
+    );
+    let mut unread = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_recv_buffer_size(4 << 10)?;
+        let mut tcp = socket.connect(addr).await?;
+        tcp.write_all(ask.as_bytes()).await?;
+        unread.push(tcp);
+    }
+    let asked = Instant::now();
+    // A well-behaved client waits for a place; the node closes the stalled connections after
+    // the write timeout and serves it (before, it waited for ever).
+    let served = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut c = HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+        let a = c.get(&format!("/v1/read?series=big&start={}&end={}&limit=3", T * SEC, (T + POINTS) * SEC)).await?;
+        anyhow::ensure!(a.status == 200, "{} {}", a.status, a.text());
+        let got: Vec<f64> =
+            a.json()?["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+        anyhow::ensure!(got == [0.0, 1.0, 2.0], "{got:?}");
+        Ok::<_, anyhow::Error>(c)
+    })
+    .await
+    .context("no answer within 60 s: the connections that stopped reading still hold every place")??;
+    let waited = asked.elapsed();
+    println!("a client was served {waited:?} after {CONNECTIONS} connections stopped reading their answers");
+    assert!(waited >= WRITE_TIMEOUT, "served after {waited:?}: the places were not all taken");
+    let mut c = served;
+    // Each of them (one freed place was enough for the read above).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while abandoned_answers(&mut c, "http").await? < CONNECTIONS as u64 {
+        anyhow::ensure!(Instant::now() < deadline, "{} answers counted", abandoned_answers(&mut c, "http").await?);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(abandoned_answers(&mut c, "http").await?, CONNECTIONS as u64);
+    // A stalled connection got part of its answer, then the node closed it.
+    let mut tcp = unread.pop().unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await.context("not closed")?;
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").context("no answer's head")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_string))
+        .context("no Content-Length")?
+        .parse()?;
+    assert!(body.len() < length, "{} bytes of {length}: the whole answer", body.len());
+    assert!(cluster.is_running(0), "the node survives");
     Ok(())
 }

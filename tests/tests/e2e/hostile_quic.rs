@@ -9,7 +9,9 @@
 //! - handshakes from one address faster than its rate, refused before any crypto (a node
 //!   process);
 //! - clients holding every client request slot while a peer replicates writes (two node
-//!   processes).
+//!   processes);
+//! - answers a client never reads, given up after the request timeout so their request slots
+//!   come back (a node process).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -395,5 +397,101 @@ async fn clients_holding_every_request_slot_do_not_starve_replication() -> Resul
         hog.await?;
     }
     assert_eq!(cluster.shutdown().await?, 2);
+    Ok(())
+}
+
+/// The `timeshard_abandoned_answers_total` sample of `door` in the node's `/metrics`.
+async fn abandoned_answers(cluster: &LocalCluster, door: &str) -> Result<u64> {
+    let addr = cluster.http_addr(0).context("the node serves HTTP")?;
+    let mut c =
+        timeshard_testkit::http_client::HttpClient::connect(addr, Some(timeshard_testkit::cluster::HTTP_TOKEN)).await?;
+    let text = c.get("/metrics").await?.text();
+    let sample = format!("timeshard_abandoned_answers_total{{door=\"{door}\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&sample)).with_context(|| format!("no {sample} in /metrics"))?;
+    Ok(line[sample.len()..].trim().parse::<f64>()? as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_nobody_reads_give_their_request_slots_back() -> Result<()> {
+    const SLOTS: usize = 4;
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    const POINTS: i64 = 20_000;
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = single_class();
+    options.limits.max_concurrent_requests = SLOTS;
+    options.dht.request_timeout = TIMEOUT;
+    let cluster = LocalCluster::start_converged(options).await?;
+    let series: SeriesKey = "unread.answers".parse()?;
+    let t0 = timeshard_testkit::datasets::T0;
+    let points: Vec<Point> = (0..POINTS).map(|i| Point::new(t0 + i * 1_000, i as f64)).collect();
+    cluster.client(0).await?.write(&series, &points).await?;
+
+    // A client whose streams take 8 KiB before it reads them, and it never does: a page of
+    // 20,000 points (about 300 KB) waits on QUIC flow control.
+    let mut transport = quinn::TransportConfig::default();
+    transport.stream_receive_window(quinn::VarInt::from_u32(8 << 10));
+    let mut config = timeshard_sdk::tls::client_config(&timeshard_sdk::tls::Identity::load(&cluster.client_tls())?)?;
+    config.transport_config(Arc::new(transport));
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    endpoint.set_default_client_config(config);
+    let hog = raw_quic::connect(&endpoint, cluster.addr(0)).await?;
+    let read =
+        Request::Read { series: series.to_string(), start: t0, end: t0 + POINTS * 1_000, after: None, limit: 100_000 };
+    let frame = wire::encode(&read, 16 << 20)?;
+    let mut unread = Vec::new();
+    for _ in 0..SLOTS {
+        let (mut send, recv) = hog.open_bi().await?;
+        send.write_all(&frame).await?;
+        send.finish()?;
+        unread.push((send, recv));
+    }
+    let asked = Instant::now();
+    // They hold every client slot: another client is refused...
+    let other = raw_quic::connect(&raw_quic::endpoint(&cluster.client_tls())?, cluster.addr(0)).await?;
+    let status = || transport::call(&other, &Request::Status, 1 << 20, Duration::from_secs(5));
+    let overloaded = loop {
+        match status().await {
+            Err(transport::CallError::Remote(e)) if e.code == ErrorCode::Overloaded => break e.message,
+            _ => ensure!(asked.elapsed() < TIMEOUT, "the unread answers never held the client slots"),
+        }
+    };
+    assert!(overloaded.contains("requests from clients"), "{overloaded}");
+    // ... until the answers are given up after the request timeout (before, never).
+    let served = loop {
+        match status().await {
+            Ok(resp) => break resp,
+            Err(transport::CallError::Remote(e)) if e.code == ErrorCode::Overloaded => {
+                ensure!(
+                    asked.elapsed() < 5 * TIMEOUT,
+                    "still overloaded {:?} after the unread answers were asked: their slots never came back",
+                    asked.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    assert!(matches!(served, Response::Status(_)), "{served:?}");
+    println!("client slots back {:?} after {SLOTS} answers nobody read were asked", asked.elapsed());
+    // The unread streams were reset, and the answers counted.
+    let (_, mut recv) = unread.pop().expect("held streams");
+    let read = recv.read_to_end(1 << 30).await;
+    assert!(matches!(read, Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(_)))), "{read:?}");
+    // Each of them (one freed slot was enough for the status above).
+    let deadline = Instant::now() + 5 * TIMEOUT;
+    while abandoned_answers(&cluster, "quic").await? < SLOTS as u64 {
+        ensure!(
+            Instant::now() < deadline,
+            "{} answers counted as abandoned",
+            abandoned_answers(&cluster, "quic").await?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(abandoned_answers(&cluster, "quic").await?, SLOTS as u64);
+    // The node's own answers are whole for a client that reads.
+    let got = cluster.client(0).await?.read(&series, TimeRange::new(t0, t0 + POINTS * 1_000)?).await?;
+    assert_eq!(got, points);
+    assert!(cluster.is_running(0), "the node survives");
+    assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }

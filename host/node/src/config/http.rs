@@ -58,6 +58,10 @@ pub struct HttpConfig {
     /// Bodies are read before the request takes one of `max_concurrent_requests`.
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
+    /// Longest a client may take none of an answer (its socket accepts no byte); it is closed
+    /// after it, so a client that stops reading holds neither its connection nor the answer.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
     /// Requests one connection may carry; the last answer says `Connection: close`.
     pub max_requests_per_connection: usize,
     /// Host names a request's `Host` may name besides IP addresses, `localhost` and
@@ -100,6 +104,7 @@ impl Default for HttpConfig {
             request_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             max_requests_per_connection: 10_000,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -172,10 +177,14 @@ impl HttpConfig {
         {
             return invalid("request_timeout", "the timeout and query limits must be positive".into());
         }
-        if self.header_timeout.is_zero() || self.body_timeout.is_zero() || self.max_requests_per_connection == 0 {
+        if self.header_timeout.is_zero()
+            || self.body_timeout.is_zero()
+            || self.write_timeout.is_zero()
+            || self.max_requests_per_connection == 0
+        {
             return invalid(
                 "header_timeout",
-                "the header and body timeouts and requests per connection must be positive".into(),
+                "the header, body and write timeouts and requests per connection must be positive".into(),
             );
         }
         if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ':', ' ', '*'])) {
@@ -246,5 +255,7 @@ mod tests {
         }
         let err = HttpConfig { body_timeout: Duration::ZERO, ..HttpConfig::default() }.validate().unwrap_err();
         assert!(err.to_string().contains("timeouts"), "{err}");
+        let err = HttpConfig { write_timeout: Duration::ZERO, ..HttpConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("write timeouts"), "{err}");
     }
 }

@@ -75,21 +75,74 @@ async fn run(
     Ok(json!({"results": results}))
 }
 
-async fn list(s: &AppState, filter: timeshard_proto::wire::SeriesFilter) -> Result<Vec<SeriesKey>, ApiError> {
-    let max = s.config().max_query_series;
+/// Most series a statement may read, and which setting says so.
+#[derive(Clone, Copy, Debug)]
+enum SeriesCap {
+    /// `[http] max_query_series`.
+    Series(usize),
+    /// An aggregate's `windows` each: `[http] max_query_windows` over them, `series` at most.
+    Windows { windows: u64, series: usize },
+}
+
+impl SeriesCap {
+    fn most(self) -> usize {
+        match self {
+            SeriesCap::Series(n) | SeriesCap::Windows { series: n, .. } => n,
+        }
+    }
+
+    fn exceeded(self, s: &AppState) -> ApiError {
+        match self {
+            SeriesCap::Series(max) => ApiError::BadRequest(format!(
+                "more than {max} series match ([http] max_query_series); narrow the statement with tags in WHERE"
+            )),
+            SeriesCap::Windows { windows, series } => {
+                let max = s.config().max_query_windows;
+                ApiError::BadRequest(format!(
+                    "the statement asks for {windows} windows x more than {series} series, more than {max} aggregates \
+                     ([http] max_query_windows): use wider windows in GROUP BY time(), a shorter range, or fewer series"
+                ))
+            }
+        }
+    }
+}
+
+/// The series cap of `select` over `range`: for an aggregate, its windows are counted first
+/// and `[http] max_query_windows` over them bounds the series listed, so a statement asking
+/// for too many windows is refused after listing a few series, not the whole dictionary.
+fn series_cap(s: &AppState, select: &Select, range: TimeRange) -> Result<SeriesCap, ApiError> {
+    let max_series = s.config().max_query_series;
+    // Without GROUP BY time(), one window covering the range.
+    let (true, Some(width)) = (select.aggregates(), select.interval) else { return Ok(SeriesCap::Series(max_series)) };
+    let windows = timeshard_proto::window::check_windows(&range, width).map_err(ApiError::BadRequest)?.max(1);
+    let by_windows = usize::try_from(s.config().max_query_windows as u64 / windows).unwrap_or(usize::MAX);
+    if by_windows >= max_series {
+        return Ok(SeriesCap::Series(max_series));
+    }
+    let cap = SeriesCap::Windows { windows, series: by_windows };
+    if by_windows == 0 {
+        return Err(cap.exceeded(s));
+    }
+    Ok(cap)
+}
+
+async fn list(
+    s: &AppState,
+    filter: timeshard_proto::wire::SeriesFilter,
+    cap: SeriesCap,
+) -> Result<Vec<SeriesKey>, ApiError> {
+    let max = cap.most();
     let limit = u32::try_from(max + 1).unwrap_or(u32::MAX).min(s.node.config().limits.max_page_points);
     let (series, more) = s.node.coordinator().list_series(filter, limit).await?;
     if more || series.len() > max {
-        return Err(ApiError::BadRequest(format!(
-            "more than {max} series match ([http] max_query_series); narrow the statement with tags in WHERE"
-        )));
+        return Err(cap.exceeded(s));
     }
     Ok(series)
 }
 
 async fn run_show(s: &AppState, statement: &Statement) -> Result<Vec<Value>, ApiError> {
     let listed = match statement.listing() {
-        Some(filter) => list(s, filter).await?,
+        Some(filter) => list(s, filter, SeriesCap::Series(s.config().max_query_series)).await?,
         None => Vec::new(),
     };
     Ok(answer::show(statement, &listed))
@@ -98,22 +151,17 @@ async fn run_show(s: &AppState, statement: &Statement) -> Result<Vec<Value>, Api
 async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<Value>, ApiError> {
     let range =
         TimeRange::new(select.start, select.end.min(MAX_TIMESTAMP)).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let cap = series_cap(s, select, range)?;
     let mut targets: Vec<(SeriesKey, String)> = Vec::new();
     for (field, metric) in select.fields() {
-        for key in list(s, select.filter(&metric)).await? {
+        for key in list(s, select.filter(&metric), cap).await? {
             if select.matches(&key, &metric) {
                 targets.push((key, field.clone()));
             }
         }
     }
-    if targets.len() > s.config().max_query_series {
-        return Err(ApiError::BadRequest(format!(
-            "more than {} series match ([http] max_query_series); narrow the statement with tags in WHERE",
-            s.config().max_query_series
-        )));
-    }
-    if select.aggregates() {
-        check_windows(s, select, range, targets.len())?;
+    if targets.len() > cap.most() {
+        return Err(cap.exceeded(s));
     }
     // Raw points read by every series together, so the bound holds while reading, not after.
     let read_points = &AtomicUsize::new(0);
@@ -134,23 +182,6 @@ async fn run_select(s: &AppState, select: &Select, epoch: Epoch) -> Result<Vec<V
         }
     }
     Ok(answer::select(select, data, epoch))
-}
-
-/// Refuses an aggregate whose answer would hold more than `[http] max_query_windows` windows
-/// over its `series`, before anything is read.
-fn check_windows(s: &AppState, select: &Select, range: TimeRange, series: usize) -> Result<(), ApiError> {
-    // Without GROUP BY time(), one window covering the range.
-    let Some(width) = select.interval else { return Ok(()) };
-    let windows = timeshard_proto::window::check_windows(&range, width).map_err(ApiError::BadRequest)?;
-    let total = windows.saturating_mul(series as u64);
-    let max = s.config().max_query_windows;
-    if total > max as u64 {
-        return Err(ApiError::BadRequest(format!(
-            "the statement asks for {windows} windows x {series} series = {total} aggregates, more than {max} \
-             ([http] max_query_windows): use wider windows in GROUP BY time(), a shorter range, or fewer series"
-        )));
-    }
-    Ok(())
 }
 
 fn too_many_points(s: &AppState) -> ApiError {

@@ -73,6 +73,13 @@ pub fn render(node: &Node) -> String {
         "Credentials refused (a QUIC handshake without a certificate of the fleet CA, a revoked certificate, an HTTP request without a valid token), by door; each is logged with its source address.",
         failures.iter().map(|(labels, n)| (&labels[..], *n)),
     );
+    let abandoned: Vec<_> =
+        crate::audit::Door::ALL.iter().map(|d| ([("door", d.label())], m.abandoned_answers(*d) as f64)).collect();
+    e.counters(
+        "timeshard_abandoned_answers_total",
+        "Answers given up because their caller stopped reading them (QUIC: an answer frame not taken within [dht] request_timeout, its stream reset; HTTP: no progress on the answer for [http] write_timeout, its connection closed), by door.",
+        abandoned.iter().map(|(labels, n)| (&labels[..], *n)),
+    );
     let revocations = node.view().revocations();
     e.gauge(
         "timeshard_revocations_generation",

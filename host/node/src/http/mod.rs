@@ -14,17 +14,20 @@
 //! loopback and checked on every path but `/ping` and `/health`; optional TLS with the node's
 //! fleet certificate. Bounded like the QUIC side: connections, requests per connection,
 //! requests in progress, body size (compressed and decompressed) and the memory bodies take
-//! ([`body`]), header, body and request timeouts. Errors map to statuses in one place
-//! ([`error`]).
+//! ([`body`]), header, body, request and write timeouts ([`stall`]); large bodies are decoded off the async
+//! threads, a core's worth fewer at once than the machine has ([`bulk`]). Errors map to
+//! statuses in one place ([`error`]).
 
 pub mod api;
 pub mod auth;
 pub mod body;
+pub mod bulk;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
 pub mod promql;
 pub mod sites;
+pub mod stall;
 pub mod write;
 
 use std::net::SocketAddr;
@@ -52,6 +55,7 @@ pub use auth::Tokens;
 pub use body::Body;
 use error::ApiError;
 use sites::Sites;
+use stall::WriteTimeout;
 
 use crate::audit::Door;
 use crate::node::Node;
@@ -70,6 +74,8 @@ pub struct AppState {
     http: Arc<HttpConfig>,
     sites: Arc<Sites>,
     slots: Arc<Semaphore>,
+    /// Large bodies' decoding, a few at a time off the async threads.
+    bulk: bulk::Bulk,
 }
 
 impl AppState {
@@ -213,6 +219,7 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
         tokens,
         slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
         sites: Arc::new(Sites::new(&http)),
+        bulk: bulk::Bulk::for_this_machine(),
         http: http.clone(),
     };
     let app = router(state);
@@ -243,6 +250,12 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
             };
             let _ = tcp.set_nodelay(true);
             let (app, acceptor, shutdown, http) = (app.clone(), acceptor.clone(), shutdown.clone(), http.clone());
+            // A client that stops reading its answer is closed after the write timeout.
+            let node = node.clone();
+            let tcp = WriteTimeout::new(tcp, http.write_timeout, move || {
+                node.metrics().record_abandoned_answer(Door::Http);
+                debug!(%remote, "closed a connection whose client took none of its answer in time");
+            });
             tasks.spawn(async move {
                 let _permit = permit;
                 connection(app, &http, acceptor, tcp, remote, shutdown).await;
@@ -256,7 +269,7 @@ async fn connection(
     app: Router,
     http: &HttpConfig,
     acceptor: Option<TlsAcceptor>,
-    tcp: TcpStream,
+    tcp: WriteTimeout<TcpStream>,
     remote: SocketAddr,
     shutdown: tokio_util::sync::CancellationToken,
 ) {

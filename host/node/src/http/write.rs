@@ -25,60 +25,95 @@ use super::{AppState, Body};
 use crate::budget::{Ledger, OwnedAdmitted, recent_resident_bytes};
 use crate::metrics::Ingest;
 
-/// Bodies larger than this, and all compressed ones, are decompressed and parsed on a blocking
-/// thread.
-const INLINE_BYTES: usize = 256 * 1024;
-
 /// The query parameters of a request.
 pub fn params(query: Option<&str>) -> Result<HashMap<String, String>, ApiError> {
     serde_urlencoded::from_str(query.unwrap_or_default())
         .map_err(|e| ApiError::BadRequest(format!("cannot read the query parameters: {e}")))
 }
 
-/// Runs `work` inline for small bodies and on a blocking thread for large ones.
-async fn cpu<T: Send + 'static>(len: usize, work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
-    if len <= INLINE_BYTES {
-        return Ok(work());
-    }
-    tokio::task::spawn_blocking(work).await.map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))
+/// How a body is encoded (`Content-Encoding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    Gzip,
 }
 
-/// The body, gunzipped if its `Content-Encoding` says gzip, with what decompressing it took
+impl Encoding {
+    fn of(headers: &HeaderMap) -> Result<Encoding, ApiError> {
+        let Some(value) = headers.get(header::CONTENT_ENCODING) else { return Ok(Encoding::Identity) };
+        match String::from_utf8_lossy(value.as_bytes()).trim() {
+            "" | "identity" => Ok(Encoding::Identity),
+            e if e.eq_ignore_ascii_case("gzip") => Ok(Encoding::Gzip),
+            other => Err(ApiError::UnsupportedMediaType(format!(
+                "Content-Encoding {other:?} is not supported: send the body plain or gzip-compressed"
+            ))),
+        }
+    }
+}
+
+/// A gzip body's decompressed size as its trailer declares it, charged to `ledger` before any
+/// of it is inflated: a body declaring more than `limit` is refused as too large, and one the
+/// budget cannot take now is refused at once (retryable), not after inflating part of it.
+/// Returns the charge and the bytes it prepays.
+fn charge_inflated(body: &[u8], limit: usize, ledger: Option<&Arc<Ledger>>) -> Result<Prepaid, ApiError> {
+    let declared = compression::gzip_declared_len(body).unwrap_or(0);
+    if declared > limit {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let Some(ledger) = ledger else { return Ok(Prepaid { charge: None, bytes: declared }) };
+    if declared == 0 {
+        return Ok(Prepaid { charge: None, bytes: 0 });
+    }
+    let charge =
+        ledger.admit_body_owned(declared as u64, recent_resident_bytes()).map_err(|e| ApiError::Node(e.into()))?;
+    Ok(Prepaid { charge: Some(charge), bytes: declared })
+}
+
+/// What was charged for a body's output before it was decompressed.
+struct Prepaid {
+    charge: Option<OwnedAdmitted>,
+    bytes: usize,
+}
+
+/// The body, gunzipped if it is gzip, with what decompressing it took beyond `prepaid`
 /// charged to `ledger` (step by step, before the output grows); hold the charges until the
 /// body's points are stored.
 fn decoded(
-    encoding: Option<&str>,
+    encoding: Encoding,
     body: Bytes,
     limit: usize,
     ledger: Option<Arc<Ledger>>,
+    prepaid: Prepaid,
 ) -> Result<(Bytes, Vec<OwnedAdmitted>), ApiError> {
-    match encoding.map(str::trim) {
-        None | Some("" | "identity") => Ok((body, Vec::new())),
-        Some(e) if e.eq_ignore_ascii_case("gzip") => {
-            let mut charges = Vec::new();
-            let mut refusal = None;
-            let admit = |bytes: usize| {
-                let Some(ledger) = &ledger else { return true };
-                match ledger.admit_body_owned(bytes as u64, recent_resident_bytes()) {
-                    Ok(charge) => charges.push(charge),
-                    Err(e) => refusal = Some(e),
-                }
-                refusal.is_none()
-            };
-            let out = compression::gunzip_within(&body, limit, admit).map_err(|e| match e {
-                compression::DecompressError::TooLarge { limit } => ApiError::TooLarge { limit },
-                compression::DecompressError::Refused { .. } => match refusal.take() {
-                    Some(e) => ApiError::Node(e.into()),
-                    None => ApiError::Internal("decompression was refused without a reason".into()),
-                },
-                other => ApiError::BadRequest(other.to_string()),
-            })?;
-            Ok((Bytes::from(out), charges))
-        }
-        Some(other) => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Encoding {other:?} is not supported: send the body plain or gzip-compressed"
-        ))),
+    if encoding == Encoding::Identity {
+        return Ok((body, Vec::new()));
     }
+    let Prepaid { charge, bytes: mut prepaid } = prepaid;
+    let mut charges: Vec<OwnedAdmitted> = charge.into_iter().collect();
+    let mut refusal = None;
+    let admit = |bytes: usize| {
+        // The declared size first; only output past it (a body that lied) is charged anew.
+        let covered = bytes.min(prepaid);
+        prepaid -= covered;
+        let Some(ledger) = &ledger else { return true };
+        if bytes == covered {
+            return true;
+        }
+        match ledger.admit_body_owned((bytes - covered) as u64, recent_resident_bytes()) {
+            Ok(charge) => charges.push(charge),
+            Err(e) => refusal = Some(e),
+        }
+        refusal.is_none()
+    };
+    let out = compression::gunzip_within(&body, limit, admit).map_err(|e| match e {
+        compression::DecompressError::TooLarge { limit } => ApiError::TooLarge { limit },
+        compression::DecompressError::Refused { .. } => match refusal.take() {
+            Some(e) => ApiError::Node(e.into()),
+            None => ApiError::Internal("decompression was refused without a reason".into()),
+        },
+        other => ApiError::BadRequest(other.to_string()),
+    })?;
+    Ok((Bytes::from(out), charges))
 }
 
 /// Writes a decoded batch through the coordinator, split into writes within the node's limits
@@ -128,16 +163,22 @@ async fn line_protocol(
     let limit = s.config().max_body_bytes;
     let len = body.len();
     let now = timeshard_clock::now_ns();
-    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let ledger = s.node.coordinator().budget().cloned();
-    // A compressed body's size says nothing of the work it makes: inflate it off the runtime.
-    let work = if encoding.is_some() { usize::MAX } else { len };
-    let parsed = cpu(work, move || {
-        let (body, charges) = decoded(encoding.as_deref(), body, limit, ledger)?;
-        Ok::<_, ApiError>((line_protocol::parse(&body, precision, now), charges))
-    });
     let result = async {
-        let (parsed, _charges) = parsed.await??;
+        let encoding = Encoding::of(headers)?;
+        let ledger = s.node.coordinator().budget().cloned();
+        let prepaid = match encoding {
+            Encoding::Gzip => charge_inflated(&body, limit, ledger.as_ref())?,
+            Encoding::Identity => Prepaid { charge: None, bytes: 0 },
+        };
+        // A compressed body's size says nothing of the work it makes: inflate it off the runtime.
+        let work = if encoding == Encoding::Gzip { usize::MAX } else { len };
+        let (parsed, _charges) = s
+            .bulk
+            .run(work, move || {
+                let (body, charges) = decoded(encoding, body, limit, ledger, prepaid)?;
+                Ok::<_, ApiError>((line_protocol::parse(&body, precision, now), charges))
+            })
+            .await??;
         let (stored, rejected, reasons) = store(s, parsed.batch).await?;
         Ok::<_, ApiError>((
             stored,
@@ -222,12 +263,13 @@ pub async fn prometheus(State(s): State<AppState>, headers: HeaderMap, Body(body
     let limit = s.config().max_body_bytes;
     let result = async {
         let _charge = charge_decoded(&s, &body)?;
-        let decoded = cpu(body.len(), move || remote_write::decode(&body, limit)).await?.map_err(|e| match e {
-            remote_write::DecodeError::Decompress(compression::DecompressError::TooLarge { limit }) => {
-                ApiError::TooLarge { limit }
-            }
-            other => ApiError::BadRequest(other.to_string()),
-        })?;
+        let decoded =
+            s.bulk.run(body.len(), move || remote_write::decode(&body, limit)).await?.map_err(|e| match e {
+                remote_write::DecodeError::Decompress(compression::DecompressError::TooLarge { limit }) => {
+                    ApiError::TooLarge { limit }
+                }
+                other => ApiError::BadRequest(other.to_string()),
+            })?;
         let (stored, rejected, reasons) = store(&s, decoded.batch).await?;
         Ok::<_, ApiError>((
             stored,
