@@ -111,6 +111,48 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// An identity's key as a signer, and a checker of node and client chains against its CA: what
+/// signed membership entries and sealed archive manifests both use.
+pub struct Signing {
+    /// Signs with the identity's key.
+    pub signer: Arc<dyn rustls::sign::SigningKey>,
+    /// Checks that a chain leads to the identity's CA (as a TLS server checks a client's).
+    pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl std::fmt::Debug for Signing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signing").field("scheme", &self.signer.algorithm()).finish_non_exhaustive()
+    }
+}
+
+impl Signing {
+    /// The signer and chain checker of `identity`.
+    pub fn of(identity: &Identity) -> Result<Signing, TlsError> {
+        let provider = provider();
+        let signer = provider
+            .key_provider
+            .load_private_key(identity.key.clone_key())
+            .map_err(|e| TlsError::Config(format!("the key cannot sign: {e}")))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Signing { signer, verifier })
+    }
+}
+
+/// Whether the key of `cert` made `signature` over `message` with TLS signature scheme
+/// `scheme` (its code); false for an unknown scheme or a certificate that does not parse.
+pub fn signed_by(cert: &CertificateDer<'_>, scheme: u16, message: &[u8], signature: &[u8]) -> bool {
+    static ALGORITHMS: std::sync::OnceLock<rustls::crypto::WebPkiSupportedAlgorithms> = std::sync::OnceLock::new();
+    let algorithms = ALGORITHMS.get_or_init(|| provider().signature_verification_algorithms);
+    let Some(algs) = algorithms.mapping.iter().find(|(s, _)| u16::from(*s) == scheme).map(|(_, algs)| *algs) else {
+        return false;
+    };
+    let Ok(cert) = webpki::EndEntityCert::try_from(cert) else { return false };
+    algs.iter().any(|alg| cert.verify_signature(*alg, message, signature).is_ok())
+}
+
 /// QUIC client configuration presenting `identity` and trusting its CA.
 pub fn client_config(identity: &Identity) -> Result<quinn::ClientConfig, TlsError> {
     let mut crypto = rustls::ClientConfig::builder_with_provider(provider())

@@ -14,8 +14,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rustls::SignatureScheme;
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::SigningKey;
 use rustls_pki_types::{CertificateDer, UnixTime};
@@ -81,14 +79,8 @@ struct Keys {
 
 impl Keys {
     fn of(identity: &Identity) -> Result<Keys, TlsError> {
-        let provider = tls::provider();
-        let signer = provider
-            .key_provider
-            .load_private_key(identity.key.clone_key())
+        let tls::Signing { signer, verifier } = tls::Signing::of(identity)
             .map_err(|e| TlsError::Config(format!("the node's key cannot sign membership entries: {e}")))?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
         Ok(Keys { chain: identity.chain.clone(), cas: identity.cas.clone(), signer, verifier })
     }
 }
@@ -96,7 +88,6 @@ impl Keys {
 /// Signs this node's entry and checks everyone else's.
 pub struct Attest {
     keys: RwLock<Keys>,
-    algorithms: WebPkiSupportedAlgorithms,
     max_skew: Duration,
     /// SHA-1 of a verified chain's first certificate → when it expires.
     verified: Mutex<HashMap<Id, UnixTime>>,
@@ -117,7 +108,6 @@ impl Attest {
     pub fn new(identity: &Identity, max_skew: Duration) -> Result<Attest, TlsError> {
         Ok(Attest {
             keys: RwLock::new(Keys::of(identity)?),
-            algorithms: tls::provider().signature_verification_algorithms,
             max_skew,
             verified: Mutex::new(HashMap::new()),
             own: Mutex::new(None),
@@ -177,18 +167,7 @@ impl Attest {
             return Err(Refusal::NotThatNode);
         }
         self.verify_chain(&chain, now_ns)?;
-        let end_entity = webpki::EndEntityCert::try_from(&chain[0]).map_err(|_| Refusal::Certificate)?;
-        let algorithms = self
-            .algorithms
-            .mapping
-            .iter()
-            .find(|(scheme, _)| u16::from(*scheme) == proof.scheme)
-            .map(|(_, algs)| *algs)
-            .ok_or(Refusal::Signature)?;
-        let message = member.signed_bytes();
-        algorithms
-            .iter()
-            .any(|alg| end_entity.verify_signature(*alg, &message, &proof.signature).is_ok())
+        tls::signed_by(&chain[0], proof.scheme, &member.signed_bytes(), &proof.signature)
             .then_some(())
             .ok_or(Refusal::Signature)
     }
@@ -196,16 +175,8 @@ impl Attest {
     /// Whether the key of one of the fleet CA certificates made `signature` (TLS scheme
     /// `scheme`) over `message`: how the control plane's revocation list is checked.
     pub fn signed_by_the_ca(&self, message: &[u8], scheme: u16, signature: &[u8]) -> bool {
-        let Some(algorithms) =
-            self.algorithms.mapping.iter().find(|(s, _)| u16::from(*s) == scheme).map(|(_, algs)| *algs)
-        else {
-            return false;
-        };
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-        keys.cas
-            .iter()
-            .filter_map(|ca| webpki::EndEntityCert::try_from(ca).ok())
-            .any(|ca| algorithms.iter().any(|alg| ca.verify_signature(*alg, message, signature).is_ok()))
+        keys.cas.iter().any(|ca| tls::signed_by(ca, scheme, message, signature))
     }
 
     /// Verifies that `chain` leads to the fleet CA as of `now_ns`, remembering the answer

@@ -155,7 +155,7 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn unhex<const N: usize>(s: &str) -> Result<[u8; N], String> {

@@ -12,8 +12,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rustls::SignatureScheme;
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::SigningKey;
 use rustls_pki_types::{CertificateDer, UnixTime};
@@ -75,7 +73,6 @@ struct Own {
 /// A node's keys for the archive: its own (to seal) and the fleet CA (to check others').
 pub struct Keys {
     own: RwLock<Own>,
-    algorithms: WebPkiSupportedAlgorithms,
 }
 
 impl std::fmt::Debug for Keys {
@@ -90,12 +87,7 @@ impl std::fmt::Debug for Keys {
 pub struct KeyError(String);
 
 fn own_of(identity: &Identity) -> Result<Own, KeyError> {
-    let provider = tls::provider();
-    let signer =
-        provider.key_provider.load_private_key(identity.key.clone_key()).map_err(|e| KeyError(e.to_string()))?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
-        .build()
-        .map_err(|e| KeyError(e.to_string()))?;
+    let tls::Signing { signer, verifier } = tls::Signing::of(identity).map_err(|e| KeyError(e.to_string()))?;
     let node =
         identity.chain.first().and_then(node_of).ok_or_else(|| KeyError("it is not a node certificate".into()))?;
     Ok(Own { node, chain: identity.chain.clone(), signer, verifier })
@@ -104,7 +96,7 @@ fn own_of(identity: &Identity) -> Result<Own, KeyError> {
 impl Keys {
     /// The keys of `identity` (a node certificate of the fleet).
     pub fn of(identity: &Identity) -> Result<Keys, KeyError> {
-        Ok(Keys { own: RwLock::new(own_of(identity)?), algorithms: tls::provider().signature_verification_algorithms })
+        Ok(Keys { own: RwLock::new(own_of(identity)?) })
     }
 
     /// Seals with a renewed certificate from now on (it must be the same node's).
@@ -156,32 +148,19 @@ impl Keys {
         verifier.verify_client_cert(first, &chain[1..], at).map_err(|e| {
             format!("the sealing certificate does not chain to the fleet CA at the manifest's time: {e}")
         })?;
-        let end_entity = webpki::EndEntityCert::try_from(first).map_err(|e| format!("bad certificate: {e}"))?;
-        let algorithms = self
-            .algorithms
-            .mapping
-            .iter()
-            .find(|(scheme, _)| u16::from(*scheme) == seal.scheme)
-            .map(|(_, algs)| *algs)
-            .ok_or_else(|| format!("unknown signature scheme {:#06x}", seal.scheme))?;
         let signature = unhex(&seal.signature).ok_or("the signature is not hex")?;
-        algorithms
-            .iter()
-            .any(|alg| end_entity.verify_signature(*alg, message, &signature).is_ok())
+        tls::signed_by(first, seal.scheme, message, &signature)
             .then_some(())
             .ok_or_else(|| "the signature does not match the manifest (it was changed after sealing)".to_string())
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    hex::decode(s).ok()
 }
 
 /// SHA-256 of `bytes` in hex (what a seal covers of a manifest's row groups).
