@@ -126,6 +126,25 @@ impl std::fmt::Debug for Signing {
     }
 }
 
+/// Signature schemes timeshard signs with, in order of preference (the key decides).
+const SIGNATURE_SCHEMES: [rustls::SignatureScheme; 5] = [
+    rustls::SignatureScheme::ED25519,
+    rustls::SignatureScheme::ECDSA_NISTP256_SHA256,
+    rustls::SignatureScheme::ECDSA_NISTP384_SHA384,
+    rustls::SignatureScheme::RSA_PSS_SHA256,
+    rustls::SignatureScheme::RSA_PKCS1_SHA256,
+];
+
+/// Signs `message` with `signer`: the TLS scheme code used and the signature, for
+/// [`signed_by`] to check.
+pub fn sign(signer: &dyn rustls::sign::SigningKey, message: &[u8]) -> Result<(u16, Vec<u8>), TlsError> {
+    let signer = signer
+        .choose_scheme(&SIGNATURE_SCHEMES)
+        .ok_or_else(|| TlsError::Config("the key type signs with no scheme timeshard uses".into()))?;
+    let signature = signer.sign(message).map_err(|e| TlsError::Config(format!("signing failed: {e}")))?;
+    Ok((u16::from(signer.scheme()), signature))
+}
+
 impl Signing {
     /// The signer and chain checker of `identity`.
     pub fn of(identity: &Identity) -> Result<Signing, TlsError> {

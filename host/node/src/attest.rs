@@ -13,22 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use rustls::SignatureScheme;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::SigningKey;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use timeshard_proto::Id;
 use timeshard_proto::membership::{GossipEntry, Member, Proof};
 use timeshard_sdk::tls::{self, Identity, PeerIdentity, TlsError};
-
-/// Signature schemes this node signs with, in order of preference (the key decides).
-const SCHEMES: [SignatureScheme; 5] = [
-    SignatureScheme::ED25519,
-    SignatureScheme::ECDSA_NISTP256_SHA256,
-    SignatureScheme::ECDSA_NISTP384_SHA384,
-    SignatureScheme::RSA_PSS_SHA256,
-    SignatureScheme::RSA_PKCS1_SHA256,
-];
 
 /// Verified chains remembered before the memory is cleared.
 const VERIFIED_MAX: usize = 32_768;
@@ -132,13 +122,8 @@ impl Attest {
             return Some(proof.clone());
         }
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-        let signer = keys.signer.choose_scheme(&SCHEMES)?;
-        let signature = signer.sign(&member.signed_bytes()).ok()?;
-        let proof = Proof {
-            chain: keys.chain.iter().map(|c| c.as_ref().to_vec()).collect(),
-            scheme: u16::from(signer.scheme()),
-            signature,
-        };
+        let (scheme, signature) = tls::sign(&*keys.signer, &member.signed_bytes()).ok()?;
+        let proof = Proof { chain: keys.chain.iter().map(|c| c.as_ref().to_vec()).collect(), scheme, signature };
         *own = Some((member.clone(), proof.clone()));
         Some(proof)
     }

@@ -11,21 +11,11 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rustls::SignatureScheme;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::SigningKey;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use serde::{Deserialize, Serialize};
 use timeshard_sdk::tls::{self, Identity, PeerIdentity};
-
-/// Signature schemes a node seals with, in order of preference (its key decides).
-const SCHEMES: [SignatureScheme; 5] = [
-    SignatureScheme::ED25519,
-    SignatureScheme::ECDSA_NISTP256_SHA256,
-    SignatureScheme::ECDSA_NISTP384_SHA384,
-    SignatureScheme::RSA_PSS_SHA256,
-    SignatureScheme::RSA_PKCS1_SHA256,
-];
 
 /// Most certificates in a seal's chain.
 pub const MAX_CHAIN: usize = 4;
@@ -118,16 +108,8 @@ impl Keys {
     /// Seals `message`.
     pub fn seal(&self, message: &[u8]) -> Result<Seal, KeyError> {
         let own = self.own.read().unwrap_or_else(|e| e.into_inner());
-        let signer = own
-            .signer
-            .choose_scheme(&SCHEMES)
-            .ok_or_else(|| KeyError("its key type signs with no scheme timeshard uses".into()))?;
-        let signature = signer.sign(message).map_err(|e| KeyError(e.to_string()))?;
-        Ok(Seal {
-            scheme: u16::from(signer.scheme()),
-            chain: own.chain.iter().map(|c| hex(c.as_ref())).collect(),
-            signature: hex(&signature),
-        })
+        let (scheme, signature) = tls::sign(&*own.signer, message).map_err(|e| KeyError(e.to_string()))?;
+        Ok(Seal { scheme, chain: own.chain.iter().map(|c| hex(c.as_ref())).collect(), signature: hex(&signature) })
     }
 
     /// Checks that `seal` over `message` was made by node `node` with a certificate of the
