@@ -343,6 +343,19 @@ impl Manifest {
 
 /// Checks that the footer has the manifest schema and places every column chunk where the
 /// sealed header says.
+/// Where each column chunk of a row group lies in its file (`[start, length]`): what a seal
+/// records of a manifest's row groups and a reader checks before trusting them.
+pub fn chunk_ranges(group: &parquet::file::metadata::RowGroupMetaData) -> Vec<[u64; 2]> {
+    group
+        .columns()
+        .iter()
+        .map(|c| {
+            let (start, len) = c.byte_range();
+            [start, len]
+        })
+        .collect()
+}
+
 fn check_layout(file: &ParquetFile, header: &Header) -> Result<(), String> {
     let want = parquet::schema::types::SchemaDescriptor::new(crate::schema::manifest_schema());
     let have = file.meta.file_metadata().schema_descr();
@@ -360,15 +373,7 @@ fn check_layout(file: &ParquetFile, header: &Header) -> Result<(), String> {
         return Err(format!("the seal lists {} row groups, the file has {}", header.row_groups.len(), groups.len()));
     }
     for (rg, (sealed, group)) in header.row_groups.iter().zip(groups).enumerate() {
-        let chunks: Vec<[u64; 2]> = group
-            .columns()
-            .iter()
-            .map(|c| {
-                let (a, n) = c.byte_range();
-                [a, n]
-            })
-            .collect();
-        if chunks != sealed.chunks {
+        if chunk_ranges(group) != sealed.chunks {
             return Err(format!("row group {rg}'s column chunks are not where the seal places them"));
         }
     }

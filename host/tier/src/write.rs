@@ -251,15 +251,7 @@ pub fn encode_manifest(header: &Header, entries: &[Entry], keys: Option<&Keys>) 
             column += 1;
         }
         let meta = rg.close()?;
-        let chunks: Vec<[u64; 2]> = meta
-            .columns()
-            .iter()
-            .map(|c| {
-                let (a, n) = c.byte_range();
-                [a, n]
-            })
-            .collect();
-        groups.push(RowGroupSeal { chunks, sha256: String::new() });
+        groups.push(RowGroupSeal { chunks: manifest::chunk_ranges(&meta), sha256: String::new() });
     }
     let written = file.inner();
     for g in &mut groups {
