@@ -305,8 +305,11 @@ async fn retention_removes_archived_history_past_it() -> Result<()> {
                 .count() as u64
         })
         .collect();
+    // Every node's own count, not only the files gone: the reports are read before the files
+    // are listed, so a node that removed its files between the two still reported none (seen in
+    // a fresh-clone run: [0, 2] against [2, 2]).
     let r = wait_reports(&cluster, &all, std::time::Duration::from_secs(120), "files past retention removed", |r| {
-        total(r, "pmu", |c| c.expired_files) > 0
+        r.iter().zip(&doomed_by).all(|(n, &mine)| total(std::slice::from_ref(n), "pmu", |c| c.expired_files) >= mine)
             && !files_under(&root, "class=pmu").iter().any(|f| day_of_path(f).is_some_and(|d| must_go(&d)))
     })
     .await?;
