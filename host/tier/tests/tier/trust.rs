@@ -54,6 +54,24 @@ impl Fleet {
     }
 }
 
+/// Two nodes of one fleet sharing one in-memory archive: the start of most tests here.
+struct TwoNodes {
+    fleet: Fleet,
+    store: Arc<dyn ObjectStore>,
+    ka: Arc<Keys>,
+    kb: Arc<Keys>,
+    a: Archive,
+    b: Archive,
+}
+
+fn two_nodes() -> TwoNodes {
+    let fleet = Fleet::new();
+    let (ka, kb) = (fleet.keys(), fleet.keys());
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (a, b) = (node(&store, &ka), node(&store, &kb));
+    TwoNodes { fleet, store, ka, kb, a, b }
+}
+
 /// A handle of the node whose keys are `keys` on `store`.
 fn node(store: &Arc<dyn ObjectStore>, keys: &Arc<Keys>) -> Archive {
     let mut config = quick_config(&keys.node());
@@ -80,10 +98,7 @@ fn whole_day() -> TimeRange {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_node_writes_in_its_folder_and_reads_every_folder() {
-    let fleet = Fleet::new();
-    let (ka, kb) = (fleet.keys(), fleet.keys());
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (node(&store, &ka), node(&store, &kb));
+    let TwoNodes { store, ka, kb, a, b, .. } = two_nodes();
     let class = class("c", 600);
     let (sa, sb) = (series("m{id=a}"), series("m{id=b}"));
     let (pa, pb) = (day_of_points(0.0), day_of_points(0.5));
@@ -127,10 +142,7 @@ async fn plant_as(store: &dyn ObjectStore, from: &str, to: &str) -> Vec<FileId> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_whose_seal_fails_are_refused_and_the_rest_stays_readable() {
-    let fleet = Fleet::new();
-    let (ka, kb) = (fleet.keys(), fleet.keys());
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (node(&store, &ka), node(&store, &kb));
+    let TwoNodes { fleet, store, ka, kb, a, b } = two_nodes();
     let class = class("c", 600);
     let (sa, sb) = (series("m{id=a}"), series("m{id=b}"));
     let (pa, pb) = (day_of_points(0.0), day_of_points(0.5));
@@ -238,10 +250,7 @@ async fn a_rogue_manifest_claiming_another_node_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_owners_exporting_one_block_never_count_a_point_twice() {
-    let fleet = Fleet::new();
-    let (ka, kb) = (fleet.keys(), fleet.keys());
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (node(&store, &ka), node(&store, &kb));
+    let TwoNodes { fleet, store, a, b, .. } = two_nodes();
     let class = class("c", 600);
     let s = series("m{id=1}");
     let points = day_of_points(0.0);
@@ -262,10 +271,7 @@ async fn two_owners_exporting_one_block_never_count_a_point_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_removes_only_the_nodes_own_files() {
-    let fleet = Fleet::new();
-    let (ka, kb) = (fleet.keys(), fleet.keys());
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (node(&store, &ka), node(&store, &kb));
+    let TwoNodes { store, kb, a, b, .. } = two_nodes();
     let class = class("c", 600);
     let (sa, sb) = (series("m{id=a}"), series("m{id=b}"));
     let hot_a = hot_store(class.quantum, &[(sa.clone(), day_of_points(0.0))]);
