@@ -4,43 +4,13 @@
 
 use std::io::{self, Write};
 
+use timeshard_formats::columns::{push_f64, push_json_f64};
 use timeshard_sdk::ColumnBatch;
 
 use crate::time::{TimeFormat, format_time};
 
 /// Bytes gathered before they are written out.
 const FLUSH_BYTES: usize = 1 << 20;
-
-/// Appends `v` as `Display` prints it: integers without a fraction, never an exponent.
-pub(crate) fn push_f64(buf: &mut Vec<u8>, v: f64) {
-    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
-        if v == 0.0 && v.is_sign_negative() {
-            buf.extend_from_slice(b"-0");
-        } else {
-            buf.extend_from_slice(itoa::Buffer::new().format(v as i64).as_bytes());
-        }
-        return;
-    }
-    if v.is_finite() {
-        let mut r = ryu::Buffer::new();
-        let s = r.format_finite(v);
-        if !s.contains('e') && !s.ends_with(".0") {
-            buf.extend_from_slice(s.as_bytes());
-            return;
-        }
-    }
-    let _ = write!(buf, "{v}");
-}
-
-/// Appends `v` as a JSON value: a number, or a string for NaN and the infinities (JSON has
-/// none of them).
-fn push_json_f64(buf: &mut Vec<u8>, v: f64) {
-    if v.is_finite() {
-        buf.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
-    } else {
-        let _ = write!(buf, "\"{v}\"");
-    }
-}
 
 fn push_ts(buf: &mut Vec<u8>, ts: i64, time: TimeFormat, quoted: bool) {
     match time {
@@ -118,37 +88,6 @@ impl<W: Write> Rows<W> {
 mod tests {
     use super::*;
     use timeshard_sdk::Point;
-
-    #[test]
-    fn values_print_as_display_does() {
-        for v in [
-            0.0,
-            -0.0,
-            1.0,
-            -4.0,
-            1.5,
-            3.25,
-            49.98,
-            0.1,
-            1e-7,
-            123456.789,
-            1e15,
-            1e16,
-            1.5e300,
-            -2.5e-300,
-            1e21,
-            f64::MAX,
-            f64::MIN_POSITIVE,
-            9007199254740993.0,
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-        ] {
-            let mut buf = Vec::new();
-            push_f64(&mut buf, v);
-            assert_eq!(String::from_utf8(buf).unwrap(), v.to_string(), "{v:e}");
-        }
-    }
 
     #[test]
     fn csv_and_json_rows() {

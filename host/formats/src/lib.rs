@@ -6,11 +6,13 @@
 //! ([`remote_read`], with the XOR chunks of [`chunkenc`]), bounded decompression of
 //! request bodies ([`compression`]), the Prometheus text exposition format ([`exposition`]),
 //! the InfluxQL subset with its answers ([`influxql`]), PromQL with Prometheus' query API
-//! ([`promql`]), points in CSV rows ([`csv_points`], for `timeshard put` and `import`) and
+//! ([`promql`]), points in CSV rows ([`csv_points`], for `timeshard put` and `import`), raw
+//! reads written out as they stream ([`columns`], JSON columns and CSV rows) and
 //! times as people type them ([`timestamps`]). The node's HTTP server
 //! (`timeshard_node::http`) runs them against the coordinator.
 
 pub mod chunkenc;
+pub mod columns;
 pub mod compression;
 pub mod csv_points;
 pub mod exposition;

@@ -165,6 +165,11 @@ pub enum BudgetExceeded {
          would pass its budget of {total} and the quarter more it may hold; retry later, or send smaller bodies"
     )]
     ResidentWithBody { resident: u64, wanted: u64, total: ByteSize },
+    #[error(
+        "memory budget exceeded: answers being streamed would take {wanted} bytes of the {share} bytes the budget \
+         ({total}) gives them; retry later"
+    )]
+    Answers { wanted: u64, share: u64, total: ByteSize },
 }
 
 impl From<BudgetExceeded> for ErrorReply {
@@ -184,6 +189,9 @@ pub struct Ledger {
     refused: AtomicU64,
     /// Bytes of request frames being read or waiting to be decoded.
     frames: AtomicU64,
+    /// Bytes of answers being streamed (HTTP raw reads): a few batches each, charged for the
+    /// answer's life on their own account within the queues' share.
+    answers: AtomicU64,
 }
 
 /// The bytes one request frame holds of the budget, grown as it is read ([`FrameCharge::grow`])
@@ -262,6 +270,19 @@ impl Drop for OwnedAdmitted {
     }
 }
 
+/// Bytes of a streamed answer admitted on a shared ledger, given back when dropped.
+#[derive(Debug)]
+pub struct AnswerCharge {
+    ledger: Arc<Ledger>,
+    bytes: u64,
+}
+
+impl Drop for AnswerCharge {
+    fn drop(&mut self) {
+        self.ledger.answers.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 /// Takes `bytes` more of `held` within `share`; one alone is always let through when nothing
 /// else is held, so a request within the other limits is servable on an idle node.
 fn take(held: &AtomicU64, bytes: u64, share: u64) -> Result<Admitted<'_>, u64> {
@@ -281,6 +302,7 @@ impl Ledger {
             bodies: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             frames: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
         }
     }
 
@@ -322,6 +344,27 @@ impl Ledger {
         // Given back by the owned charge instead.
         std::mem::forget(admitted);
         Ok(OwnedAdmitted { ledger: self.clone(), bytes })
+    }
+
+    /// Admits an answer that streams while holding at most `bytes`, for as long as the charge
+    /// lives. Resident memory is not checked: reads go on past the budget (they free what they
+    /// take), bounded by what streamed answers hold together.
+    pub fn admit_answer(self: &Arc<Self>, bytes: u64) -> Result<AnswerCharge, BudgetExceeded> {
+        let share = self.shares.queues;
+        match take(&self.answers, bytes, share) {
+            Ok(admitted) => std::mem::forget(admitted),
+            Err(wanted) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                let total = ByteSize(self.shares.total);
+                return Err(BudgetExceeded::Answers { wanted, share, total });
+            }
+        }
+        Ok(AnswerCharge { ledger: self.clone(), bytes })
+    }
+
+    /// Bytes of streamed answers admitted and not yet given back.
+    pub fn answers(&self) -> u64 {
+        self.answers.load(Ordering::Acquire)
     }
 
     /// Bytes of request bodies admitted and not yet given back.
@@ -516,6 +559,27 @@ mod tests {
         assert!(shared.admit_body_owned(1, 0).is_err());
         drop(owned);
         assert_eq!(shared.bodies(), 0, "an owned charge is given back too");
+    }
+
+    #[test]
+    fn streamed_answers_are_charged_for_their_life_apart_from_bodies() {
+        let ledger = Arc::new(Ledger::new(Shares::of(8 << 20)));
+        // Queues get 2 MiB; one answer alone always streams.
+        let big = ledger.admit_answer(3 << 20).unwrap();
+        let err = ledger.admit_answer(1).unwrap_err();
+        assert!(matches!(err, BudgetExceeded::Answers { wanted, .. } if wanted == (3 << 20) + 1), "{err}");
+        assert!(err.to_string().contains("answers being streamed"), "{err}");
+        // Bodies and writes have their own accounts.
+        drop(ledger.admit_body(1 << 20, 0).unwrap());
+        drop(big);
+        assert_eq!(ledger.answers(), 0);
+        let a = ledger.admit_answer(1 << 20).unwrap();
+        let b = ledger.admit_answer(1 << 20).unwrap();
+        assert!(ledger.admit_answer(1).is_err());
+        drop(a);
+        assert_eq!(ledger.answers(), 1 << 20);
+        drop(b);
+        assert_eq!(ledger.refused(), 2);
     }
 
     #[test]

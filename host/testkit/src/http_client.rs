@@ -41,6 +41,25 @@ impl Answer {
     pub fn json(&self) -> Result<serde_json::Value> {
         serde_json::from_slice(&self.body).with_context(|| format!("the body is not JSON: {}", self.text()))
     }
+
+    /// The points of a `/v1/read` answer in JSON (columns, in chunks), one `{"ts", "value",
+    /// "event"}` object each, checked against the answer's own `count`.
+    pub fn read_points(&self) -> Result<Vec<serde_json::Value>> {
+        let doc = self.json()?;
+        let column = |chunk: &serde_json::Value, name: &str| -> Result<Vec<serde_json::Value>> {
+            chunk[name].as_array().cloned().with_context(|| format!("a chunk without {name}: {}", self.text()))
+        };
+        let mut points = Vec::new();
+        for chunk in doc["chunks"].as_array().with_context(|| format!("no chunks: {}", self.text()))? {
+            let (ts, value, event) = (column(chunk, "ts")?, column(chunk, "value")?, column(chunk, "event")?);
+            anyhow::ensure!(ts.len() == value.len() && ts.len() == event.len(), "uneven columns: {chunk}");
+            for ((ts, value), event) in ts.into_iter().zip(value).zip(event) {
+                points.push(serde_json::json!({"ts": ts, "value": value, "event": event}));
+            }
+        }
+        anyhow::ensure!(doc["count"] == points.len(), "count {} against {} points", doc["count"], points.len());
+        Ok(points)
+    }
 }
 
 impl HttpClient {

@@ -126,9 +126,17 @@ fn bench_http_quick_writes_its_document() {
             "live_overloaded_pct",
             "live_rss_mb_peak",
             "query_1m_windows_day_ms",
+            "read_http_10s_ms",
+            "read_http_150s_ms",
+            "read_http_csv_150s_ms",
+            "read_sdk_150s_ms",
         ],
     );
     for key in [
+        "read_http_10s_ms",
+        "read_http_150s_ms",
+        "read_http_csv_150s_ms",
+        "read_sdk_150s_ms",
         "line_protocol_points_per_s",
         "line_protocol_points_per_s_cluster",
         "remote_write_samples_per_s",

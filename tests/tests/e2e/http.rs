@@ -52,13 +52,7 @@ async fn client(cluster: &LocalCluster, i: usize) -> anyhow::Result<HttpClient> 
 async fn read_values(c: &mut HttpClient, series: &str, start: i64, end: i64) -> anyhow::Result<Vec<(i64, f64)>> {
     let a = c.get(&format!("/v1/read?series={}&start={start}&end={end}", encode(series))).await?;
     assert_eq!(a.status, 200, "{}", a.text());
-    let body = a.json()?;
-    Ok(body["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["ts"].as_i64().unwrap(), p["value"].as_f64().unwrap()))
-        .collect())
+    Ok(a.read_points()?.iter().map(|p| (p["ts"].as_i64().unwrap(), p["value"].as_f64().unwrap())).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,6 +240,100 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
     assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 4"), "{text}");
 
     assert_eq!(cluster.shutdown().await?, 3);
+    Ok(())
+}
+
+/// `/v1/read` streams a range of any length in JSON columns or CSV: more points than
+/// `max_query_points`, over several batches, paged by `limit` and `next` without losing or
+/// repeating one; ended quanta (their blocks sealed, sent packed) and live ones (near now).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_reads_stream_any_range_in_json_columns_and_csv() -> anyhow::Result<()> {
+    const POINTS: i64 = 40_000;
+    let (mut options, _dir) = ClusterOptions::for_tests(3, NODE);
+    options.classes = vec![ClassConfig { name: "all".into(), rf: 3, w: 2, r: 2, ..Default::default() }];
+    options.http.tokens = vec![TOKEN.into()];
+    options.http.max_body_bytes = 8 << 20;
+    options.http.max_query_points = 1_000;
+    let cluster = LocalCluster::start_converged(options).await?;
+    let mut writer = client(&cluster, 0).await?;
+    let mut reader = client(&cluster, 2).await?;
+    // Historical: a point every 10 ms from T, values with fractions.
+    let value = |i: i64| i as f64 / 4.0;
+    let body: String = (0..POINTS).map(|i| format!("h v={} {}\n", value(i), T * SEC + i * 10_000_000)).collect();
+    let a = writer.post("/write", body).await?;
+    assert_eq!(a.status, 204, "{}", a.text());
+    let range = format!("series=h.v&start={}&end={}", T * SEC, (T + 1000) * SEC);
+
+    let a = reader.get(&format!("/v1/read?{range}")).await?;
+    assert_eq!(a.status, 200, "{}", &a.text()[..200]);
+    assert_eq!(a.headers["content-type"], "application/json");
+    let doc = a.json()?;
+    assert!(doc["chunks"].as_array().unwrap().len() >= 3, "40,000 points in batches of 16,384");
+    assert_eq!((doc["count"].as_i64(), &doc["next"]), (Some(POINTS), &Value::Null));
+    let points = a.read_points()?;
+    for (i, p) in points.iter().enumerate() {
+        let i = i as i64;
+        assert_eq!(p["ts"], T * SEC + i * 10_000_000, "{p}");
+        assert_eq!(p["value"].as_f64(), Some(value(i)), "{p}");
+    }
+
+    // CSV: the same points as rows.
+    let a = reader.get(&format!("/v1/read?{range}&format=csv")).await?;
+    assert_eq!(a.status, 200);
+    assert!(a.headers["content-type"].to_str()?.starts_with("text/csv"));
+    let text = a.text();
+    let mut rows = text.lines();
+    assert_eq!(rows.next(), Some("ts,value,event"));
+    let rows: Vec<&str> = rows.collect();
+    assert_eq!(rows.len(), POINTS as usize);
+    assert_eq!(rows[777], format!("{},194.25,0", T * SEC + 7_770_000_000));
+    assert_eq!(rows[39_999], format!("{},9999.75,0", T * SEC + 399_990_000_000));
+
+    // Pages of 15,000 (across the batches' edges), each continuing from the last one's cursor.
+    let (mut paged, mut after, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let a = reader.get(&format!("/v1/read?{range}&limit=15000{after}")).await?;
+        assert_eq!(a.status, 200, "{}", a.text());
+        paged.extend(a.read_points()?);
+        pages += 1;
+        match a.json()?["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!((pages, paged.len()), (3, POINTS as usize));
+    assert!(paged == points, "paging lost, repeated or changed points");
+    // A limit the range ends at exactly has no cursor.
+    let a = reader.get(&format!("/v1/read?{range}&limit={POINTS}")).await?;
+    assert_eq!((a.read_points()?.len(), &a.json()?["next"]), (POINTS as usize, &Value::Null));
+
+    // Live points, their quanta still open.
+    let now = timeshard_clock::now_ns();
+    let live: String = (0..3_000).map(|i| format!("l v={i} {}\n", now - 30 * SEC + i * 10_000_000)).collect();
+    let a = writer.post("/write", live).await?;
+    assert_eq!(a.status, 204, "{}", a.text());
+    let a = reader.get("/v1/read?series=l.v&start=now-1m&end=now%2B1m&format=csv").await?;
+    let got: Vec<f64> = a.text().lines().skip(1).map(|r| r.split(',').nth(1).unwrap().parse().unwrap()).collect();
+    assert_eq!(got, (0..3_000).map(f64::from).collect::<Vec<_>>());
+    let a = reader.get("/v1/read?series=l.v&start=now-1m&end=now%2B1m&limit=2000").await?;
+    let next = a.json()?["next"].as_str().map(str::to_string).expect("a cursor");
+    let a = reader.get(&format!("/v1/read?series=l.v&start=now-1m&end=now%2B1m&after={next}")).await?;
+    assert_eq!(a.read_points()?.first().map(|p| p["value"].clone()), Some(json!(2000.0)));
+    assert_eq!(a.read_points()?.len(), 1_000);
+
+    // Parquet: the same points (one row group of 40,000; the row groups are unit-tested).
+    let a = reader.get(&format!("/v1/read?{range}&format=parquet")).await?;
+    assert_eq!((a.status.as_u16(), a.headers["content-type"].to_str()?), (200, "application/vnd.apache.parquet"));
+    let file = parquet::file::reader::SerializedFileReader::new(a.body.clone())?;
+    let meta = parquet::file::reader::FileReader::metadata(&file);
+    assert_eq!(meta.file_metadata().num_rows(), POINTS);
+    assert_eq!(meta.file_metadata().schema_descr().num_columns(), 3);
+
+    // Formats not offered, and an unknown series, answer before anything streams.
+    let a = reader.get(&format!("/v1/read?{range}&format=arrow")).await?;
+    assert_eq!(a.status, 400);
+    assert!(error(a.json()?).contains("not offered"));
+    assert_eq!(reader.get("/v1/read?series=h.nothing&start=0&end=10").await?.status, 404);
     Ok(())
 }
 
@@ -476,7 +564,10 @@ async fn requests_beyond_the_limits_are_refused_in_time() -> anyhow::Result<()> 
     assert_eq!(a.status, 200);
     let e = a.json()?["results"][0]["error"].as_str().unwrap_or_default().to_string();
     assert!(e.contains("more than 100 raw points ([http] max_query_points)"), "{e}");
-    assert_eq!(c.get("/v1/read?series=m.v%7Bs%3Da%7D&start=0&end=100&limit=101").await?.status, 400);
+    // A raw read streams instead: past the limit, and whole.
+    let a = c.get("/v1/read?series=m.v%7Bs%3Da%7D&start=0&end=100&limit=101").await?;
+    assert_eq!(a.read_points()?.len(), 60, "{}", a.text());
+    assert_eq!(c.get("/v1/read?series=m.v%7Bs%3Da%7D&start=0&end=100&limit=0").await?.status, 400);
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())
 }

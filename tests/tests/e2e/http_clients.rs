@@ -108,9 +108,7 @@ async fn prometheus_scrapes_metrics_and_remote_writes_samples_that_are_served_ba
         let a = client.get(&format!("/v1/read?series={}&start=now-10m&end=now%2B1m", encode(&up))).await?;
         assert!(a.status == 200 || a.status == 404, "{}", a.text());
         if a.status == 200 {
-            let v = a.json()?;
-            let values: Vec<f64> =
-                v["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+            let values: Vec<f64> = a.read_points()?.iter().map(|p| p["value"].as_f64().unwrap()).collect();
             if values.len() >= 3 {
                 break values;
             }

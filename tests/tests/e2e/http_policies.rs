@@ -66,12 +66,12 @@ async fn http_writes_pass_ingest_policies_and_query_policies_answer_over_http() 
     // Exactly the valid points were stored, through either protocol.
     let series = encode("pmu.phase{bus=1,site=atl}");
     let a = reader.get(&format!("/v1/read?series={series}&start={}&end={}", T * SEC, (T + 60) * SEC)).await?;
-    let points = a.json()?["points"].as_array().unwrap().clone();
+    let points = a.read_points()?;
     let kept: Vec<i64> = (0..60).filter(|&i| value(i).abs() <= 60.0).collect();
     assert_eq!(points.len(), kept.len(), "{}", a.text());
     assert!(points.iter().all(|p| p["value"].as_f64().unwrap().abs() <= 60.0), "{}", a.text());
     let a = reader.get(&format!("/v1/read?series={}&start=0&end={}", encode("pmu_freq{bus=1}"), (T + 1) * SEC)).await?;
-    assert_eq!(a.json()?["points"], serde_json::json!([{"ts": T * SEC, "value": 50.0, "event": 0}]));
+    assert_eq!(a.read_points()?, [serde_json::json!({"ts": T * SEC, "value": 50.0, "event": 0})]);
 
     // RMS pushed down to the owners equals RMS of the stored points.
     let a =

@@ -72,8 +72,8 @@ pub struct HttpConfig {
     /// (e.g. `["https://grafana.plant.example"]`); a request from any other page (its `Origin`,
     /// `Referer` or `Sec-Fetch-Site` says so) gets 403. Empty: no page may.
     pub allowed_origins: Vec<String>,
-    /// Most raw points one query answers (InfluxQL or `/v1/read`) or reads (PromQL); narrow the
-    /// range beyond it.
+    /// Most raw points one InfluxQL query answers or one PromQL query reads (both hold what they
+    /// read); narrow the range beyond it. `/v1/read` streams, and takes any range.
     pub max_query_points: usize,
     /// Most series one InfluxQL statement, or one PromQL selector, reads.
     pub max_query_series: usize,

@@ -24,7 +24,7 @@ mod query;
 mod read;
 pub mod replicas;
 mod series;
-mod stream;
+pub mod stream;
 mod write;
 
 use std::collections::HashSet;

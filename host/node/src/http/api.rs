@@ -1,4 +1,4 @@
-//! The JSON API under `/v1/`: raw ranges, window aggregates, the latest point, series listing
+//! The JSON API under `/v1/`: window aggregates, the latest point, series listing
 //! and policy queries, each a thin layer over the coordinator (the same calls the SDK makes).
 //!
 //! Times are nanoseconds since the epoch, RFC 3339 (`2023-11-14T22:13:20Z`), `now`, or
@@ -20,8 +20,6 @@ use super::AppState;
 use super::error::ApiError;
 use crate::metrics::Query;
 
-/// Points a read answers when it does not say.
-const DEFAULT_READ_LIMIT: usize = 10_000;
 /// Series a listing answers when it does not say.
 const DEFAULT_SERIES_LIMIT: u32 = 1_000;
 
@@ -41,10 +39,10 @@ fn pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
         .map_err(|e| ApiError::BadRequest(format!("cannot read the query parameters: {e}")))
 }
 
-struct Params(Vec<(String, String)>);
+pub(super) struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn get(&self, name: &str) -> Option<&str> {
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
@@ -52,26 +50,26 @@ impl Params {
         self.get(name).ok_or_else(|| ApiError::BadRequest(format!("missing parameter {name}")))
     }
 
-    fn series(&self) -> Result<SeriesKey, ApiError> {
+    pub(super) fn series(&self) -> Result<SeriesKey, ApiError> {
         let (series, _) =
             wire::check_read(self.required("series")?, 0, 1).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         Ok(series)
     }
 
-    fn range(&self) -> Result<TimeRange, ApiError> {
+    pub(super) fn range(&self) -> Result<TimeRange, ApiError> {
         let start = parse_time(self.required("start")?)?;
         let end = parse_time(self.required("end")?)?;
         TimeRange::new(start, end).map_err(|e| ApiError::BadRequest(e.to_string()))
     }
 
-    fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
+    pub(super) fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
         self.get(name)
             .map(|v| v.parse().map_err(|_| ApiError::BadRequest(format!("parameter {name}={v:?} is not a number"))))
             .transpose()
     }
 }
 
-fn params(q: Option<String>) -> Result<Params, ApiError> {
+pub(super) fn params(q: Option<String>) -> Result<Params, ApiError> {
     pairs(q.as_deref()).map(Params)
 }
 
@@ -84,11 +82,11 @@ fn point(p: &Point) -> Value {
     json!({"ts": p.ts, "value": number(p.value), "event": p.event})
 }
 
-fn cursor_text(k: &PointKey) -> String {
+pub(super) fn cursor_text(k: &PointKey) -> String {
     format!("{}.{}.{}", k.ts, k.event, k.value_bits)
 }
 
-fn cursor_parse(s: &str) -> Result<PointKey, ApiError> {
+pub(super) fn cursor_parse(s: &str) -> Result<PointKey, ApiError> {
     let mut parts = s.split('.').map(str::parse::<u64>);
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(Ok(ts)), Some(Ok(event)), Some(Ok(value_bits)), None) => {
@@ -107,36 +105,6 @@ where
     let result = work.await;
     s.node.metrics().record_query(kind, result.is_ok(), started.elapsed());
     result.map(Json)
-}
-
-/// `GET /v1/read?series=&start=&end=[&limit=][&after=]`: raw points of `[start, end)`, at most
-/// `limit` (default 10,000 or `[http] max_query_points` if lower; at most that), and a cursor
-/// to continue.
-pub async fn read(State(s): State<AppState>, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
-    counted(&s, Query::Read, async {
-        let p = params(q)?;
-        let (series, range) = (p.series()?, p.range()?);
-        let max = s.config().max_query_points;
-        let limit = p.number::<usize>("limit")?.unwrap_or(DEFAULT_READ_LIMIT.min(max));
-        if limit == 0 || limit > max {
-            return Err(ApiError::BadRequest(format!("limit must be between 1 and {max} ([http] max_query_points)")));
-        }
-        let mut after = p.get("after").map(cursor_parse).transpose()?;
-        let page_max = s.node.config().limits.max_page_points as usize;
-        let mut points: Vec<Point> = Vec::new();
-        let next = loop {
-            let want = (limit - points.len()).min(page_max) as u32;
-            let (page, next) = s.node.coordinator().read(series.clone(), range, after, want).await?;
-            points.extend(page);
-            match next {
-                Some(n) if points.len() < limit => after = Some(n),
-                next => break next,
-            }
-        };
-        Ok(json!({"series": series.as_str(), "points": points.iter().map(point).collect::<Vec<_>>(),
-            "next": next.as_ref().map(cursor_text)}))
-    })
-    .await
 }
 
 /// `GET /v1/windows?series=&start=&end=&width=`: count, min, max, mean, sum, first and last in

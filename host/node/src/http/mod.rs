@@ -3,8 +3,8 @@
 //! - Writes, through the same coordinator, quorum and ingest policies as the SDK: InfluxDB line
 //!   protocol at `/write` (v1) and `/api/v2/write` (v2), Prometheus remote write at
 //!   `/api/v1/write` ([`write`](mod@write)).
-//! - Queries: a JSON API under `/v1/` (raw ranges, windows, latest, series, policy queries;
-//!   [`api`]), the InfluxQL subset at `/query` ([`influxql`]), and Prometheus' query API
+//! - Queries: raw ranges streamed in JSON columns or CSV at `/v1/read` ([`read`](mod@read)), a
+//!   JSON API under `/v1/` (windows, latest, series, policy queries; [`api`]), the InfluxQL subset at `/query` ([`influxql`]), and Prometheus' query API
 //!   (`/api/v1/query`, `query_range`, `series`, `labels`, `label/<name>/values`, `metadata`)
 //!   and remote read (`/api/v1/read`) ([`promql`]).
 //! - Operations: `/metrics` in Prometheus' text format ([`metrics`]), `/ping` and `/health`.
@@ -26,6 +26,7 @@ pub mod error;
 pub mod influxql;
 pub mod metrics;
 pub mod promql;
+pub mod read;
 pub mod sites;
 pub mod stall;
 pub mod write;
@@ -111,7 +112,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/metadata", get(promql::metadata))
         .route("/api/v1/read", post(promql::remote_read))
         .route("/metrics", get(metrics::scrape))
-        .route("/v1/read", get(api::read))
+        .route("/v1/read", get(read::read))
         .route("/v1/windows", get(api::windows))
         .route("/v1/latest", get(api::latest))
         .route("/v1/series", get(api::series))

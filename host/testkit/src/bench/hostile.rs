@@ -186,7 +186,7 @@ async fn well_behaved(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<Latenci
         if a.status != 200 {
             bail!("the well-behaved read got {}: {}", a.status, a.text());
         }
-        let points = a.json()?["points"].as_array().map_or(0, Vec::len);
+        let points = a.read_points()?.len();
         if points != WELL_POINTS as usize {
             bail!("the well-behaved read got {points} points of {WELL_POINTS}");
         }

@@ -12,6 +12,8 @@
 //!   memory during each single-node phase, beside `memory_budget_mb`;
 //! - `query_1m_windows_day_ms`: `/query` of mean, min, max and count in 1-minute windows over
 //!   one day of one `pmu` series (5,184,000 points, written over line protocol and sealed);
+//! - `read_http_{10s,150s,1h,day}_ms` (JSON), `read_http_csv_*`, `read_http_day_rss_mb`, beside
+//!   the SDK's `read_sdk_*`: raw reads of that series ([`super::http_reads`]);
 //! - `promql_range_rate_1d_1m_ms`, `promql_sum_by_1d_5m_ms` and their VictoriaMetrics
 //!   counterparts: PromQL over a day of 100 counters ([`super::promql`]).
 //!
@@ -375,6 +377,13 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
          (writing the day and querying it)",
         points
     );
+    let sdk = single.client(0).await?;
+    let day_series = "pmu.phase{bus=1,site=day}";
+    let reads = super::http_reads::measure(addr, &sdk, day_series, o.query_seconds, o.query_reps.min(10), || {
+        phase_peak_mb(pid)
+    })
+    .await?;
+    sdk.close().await;
     let promql = super::promql::measure(addr, HTTP_TOKEN, dir, o.promql_seconds, o.query_reps.min(10)).await?;
     single.shutdown().await?;
 
@@ -409,6 +418,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HttpBenchOptions) -> Result<serd
     });
     if let (Some(doc), serde_json::Value::Object(promql)) = (doc.as_object_mut(), promql) {
         doc.extend(promql);
+        doc.extend(reads);
     }
     Ok(doc)
 }

@@ -9,6 +9,7 @@ pub mod floor;
 pub mod footprint;
 pub mod hostile;
 pub mod http;
+pub mod http_reads;
 pub mod paper;
 pub mod policy;
 pub mod policy_host;
