@@ -23,7 +23,9 @@ use futures::{FutureExt, StreamExt};
 use timeshard_proto::packed::{PackedColumns, PackedPart};
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::read;
-use timeshard_proto::stream::{FetchPart, PartAnswer, PartChunk, PartEnd, ReadRun, accepts, owner_fetches};
+use timeshard_proto::stream::{
+    ColumnBatch, FetchPart, PartAnswer, PartChunk, PartEnd, ReadRun, accepts, owner_fetches,
+};
 use timeshard_proto::wire::{BlockPart, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, Request, Response};
 use timeshard_proto::{Classes, Contact, Id, Point, PointKey, SeriesClass, SeriesKey, TimeRange};
 use tokio::sync::mpsc;
@@ -100,6 +102,27 @@ impl Batches<'_> {
             self.send().await?;
         }
         Ok(())
+    }
+}
+
+/// A streamed read on this node, decoded: column batches in identity order
+/// ([`Coordinator::read_columns`]). Dropping it stops the read.
+#[derive(Debug)]
+pub struct ColumnReader {
+    rx: mpsc::Receiver<Result<Vec<ReadRun>, ErrorReply>>,
+}
+
+impl ColumnReader {
+    /// The next batch (possibly empty), the error that ended the read, or `None` at its end.
+    pub async fn next(&mut self) -> Option<Result<ColumnBatch, ErrorReply>> {
+        let runs = match self.rx.recv().await? {
+            Ok(runs) => runs,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(
+            ColumnBatch::from_runs(&runs)
+                .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("a part of the read did not decode: {e}"))),
+        )
     }
 }
 
@@ -204,6 +227,20 @@ impl Coordinator {
         if let Err(e) = self.stream_range(&series, range, after, &mut out).await {
             let _ = tx.send(Err(e)).await;
         }
+    }
+
+    /// [`Coordinator::read_stream`] in a task of its own, decoded for a reader on this node
+    /// (the HTTP side): batches of at most about `batch` points.
+    pub fn read_columns(
+        self: &Arc<Self>,
+        series: SeriesKey,
+        range: TimeRange,
+        after: Option<PointKey>,
+        batch: usize,
+    ) -> ColumnReader {
+        let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
+        tokio::spawn(self.clone().read_stream(series, range, after, batch, tx));
+        ColumnReader { rx }
     }
 
     async fn stream_range(

@@ -26,6 +26,7 @@ use timeshard_proto::{Point, SeriesKey, TimeRange};
 use super::error::ApiError;
 use super::write::params;
 use super::{AppState, Body};
+use crate::coordinator::stream::STREAM_PAGE_POINTS;
 use crate::metrics::Query;
 
 /// Series read at once by one statement.
@@ -225,21 +226,20 @@ async fn read_series(
         (false, Some(limit)) => (select.offset + limit).min(budget),
         _ => budget,
     };
-    let page_max = s.node.config().limits.max_page_points as usize;
+    // The streamed read, stopped (dropped) once it gave one point more than wanted.
+    let batch = (wanted + 1).min(STREAM_PAGE_POINTS as usize);
+    let mut reader = coordinator.read_columns(key.clone(), range, None, batch);
     let mut points: Vec<Point> = Vec::new();
-    let mut after = None;
-    loop {
-        let want = (wanted + 1 - points.len()).min(page_max) as u32;
-        match coordinator.read(key.clone(), range, after, want).await {
-            Ok((page, next)) => {
-                let before = read_points.fetch_add(page.len(), Ordering::Relaxed);
-                if before + page.len() > budget {
+    while let Some(batch) = reader.next().await {
+        match batch {
+            Ok(batch) => {
+                let before = read_points.fetch_add(batch.len(), Ordering::Relaxed);
+                if before + batch.len() > budget {
                     return Err(too_many_points(s));
                 }
-                points.extend(page);
-                match next {
-                    Some(n) if points.len() < wanted => after = Some(n),
-                    _ => break,
+                points.extend(batch.points());
+                if points.len() > wanted {
+                    break;
                 }
             }
             Err(e) => {

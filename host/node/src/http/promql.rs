@@ -38,6 +38,7 @@ use timeshard_proto::wire::{ErrorCode, SeriesFilter};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 
 use super::{AppState, Body};
+use crate::coordinator::stream::STREAM_PAGE_POINTS;
 use crate::metrics::Query;
 
 /// Series read at once by one query.
@@ -149,33 +150,28 @@ async fn samples(
     let start = start_ms.saturating_mul(NS_PER_MS).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
     let end = end_ms.saturating_mul(NS_PER_MS).saturating_add(NS_PER_MS - 1).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
     let Ok(range) = TimeRange::new(start, end) else { return Ok(Vec::new()) };
-    let page_max = s.node.config().limits.max_page_points;
     let mut out: Vec<Sample> = Vec::new();
-    let mut after = None;
-    loop {
-        let (page, next) = match s.node.coordinator().read(key.clone(), range, after, page_max).await {
-            Ok(answer) => answer,
+    let mut reader = s.node.coordinator().read_columns(key.clone(), range, None, STREAM_PAGE_POINTS as usize);
+    while let Some(batch) = reader.next().await {
+        let batch = match batch {
+            Ok(batch) => batch,
             Err(e) if e.code == ErrorCode::UnknownSeries => break,
             Err(e) => return Err(EvalError::Source(SourceError::Failed(e.to_string()))),
         };
-        if read.fetch_add(page.len(), Ordering::Relaxed) + page.len() > max {
+        if read.fetch_add(batch.len(), Ordering::Relaxed) + batch.len() > max {
             return Err(EvalError::Execution(format!(
                 "the query reads more than {max} points ([http] max_query_points): narrow the time range or the \
                  selectors"
             )));
         }
-        push_points(&mut out, &page);
-        match next {
-            Some(n) => after = Some(n),
-            None => break,
-        }
+        push_points(&mut out, batch.points());
     }
     Ok(out)
 }
 
 /// Appends points (sorted by time) as samples in milliseconds, the last point of a millisecond
 /// standing for it.
-fn push_points(out: &mut Vec<Sample>, points: &[Point]) {
+fn push_points(out: &mut Vec<Sample>, points: impl IntoIterator<Item = Point>) {
     for p in points {
         let t = p.ts.div_euclid(NS_PER_MS);
         match out.last_mut() {
@@ -446,11 +442,11 @@ mod tests {
     fn points_in_one_millisecond_answer_as_the_last() {
         let mut out = Vec::new();
         let points = [Point::new(1_000_000, 1.0), Point::new(1_500_000, 2.0), Point::new(2_000_000, 3.0)];
-        push_points(&mut out, &points);
+        push_points(&mut out, points);
         assert_eq!(out, vec![Sample { t: 1, v: 2.0 }, Sample { t: 2, v: 3.0 }]);
         // Before the epoch, a millisecond still holds the nanoseconds after it.
         let mut out = Vec::new();
-        push_points(&mut out, &[Point::new(-1, 5.0)]);
+        push_points(&mut out, [Point::new(-1, 5.0)]);
         assert_eq!(out, vec![Sample { t: -1, v: 5.0 }]);
     }
 

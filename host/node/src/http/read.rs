@@ -17,16 +17,15 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::stream;
 use timeshard_formats::columns::{ColumnsFormat, ColumnsWriter, PARQUET_ROW_GROUP};
-use timeshard_proto::stream::{ColumnBatch, ReadRun};
+use timeshard_proto::stream::ColumnBatch;
 use timeshard_proto::wire::{ErrorCode, ErrorReply};
 use timeshard_proto::{Point, PointKey};
-use tokio::sync::mpsc;
 
 use super::AppState;
 use super::api::{cursor_parse, cursor_text, params};
 use super::error::ApiError;
 use crate::budget::AnswerCharge;
-use crate::coordinator::stream::STREAM_PAGE_POINTS;
+use crate::coordinator::stream::{ColumnReader, STREAM_PAGE_POINTS};
 use crate::metrics::{Metrics, Query};
 use crate::replica::FRAMES_AHEAD;
 
@@ -106,10 +105,9 @@ async fn open(
     // Small limits are answered from a batch their size (and one more point, to know whether
     // the range goes on).
     let batch = limit.map_or(STREAM_PAGE_POINTS as u64, |l| l.saturating_add(1).min(STREAM_PAGE_POINTS as u64));
-    let (tx, mut rx) = mpsc::channel(FRAMES_AHEAD);
-    tokio::spawn(coordinator.read_stream(series.clone(), range, after, batch as usize, tx));
+    let mut reader = coordinator.read_columns(series.clone(), range, after, batch as usize);
     // The first batch decides the status: a read that fails at once answers with its error.
-    let first = match rx.recv().await {
+    let first = match reader.next().await {
         Some(Err(e)) => return Err(e.into()),
         first => first,
     };
@@ -117,7 +115,7 @@ async fn open(
     let writer = ColumnsWriter::start(format, series.as_str(), &mut head)
         .map_err(|e| ApiError::Internal(format!("cannot start the answer: {e}")))?;
     let answer = Answer {
-        rx,
+        reader,
         first: Some(first),
         head,
         writer: Some(writer),
@@ -132,9 +130,9 @@ async fn open(
 
 /// A read being written out.
 struct Answer {
-    rx: mpsc::Receiver<Result<Vec<ReadRun>, ErrorReply>>,
+    reader: ColumnReader,
     /// The first message, taken to decide the status.
-    first: Option<Option<Result<Vec<ReadRun>, ErrorReply>>>,
+    first: Option<Option<Result<ColumnBatch, ErrorReply>>>,
     /// The document's head, sent with the first batch.
     head: Vec<u8>,
     /// `None` once the answer is written whole.
@@ -148,10 +146,10 @@ struct Answer {
 }
 
 impl Answer {
-    async fn message(&mut self) -> Option<Result<Vec<ReadRun>, ErrorReply>> {
+    async fn message(&mut self) -> Option<Result<ColumnBatch, ErrorReply>> {
         match self.first.take() {
             Some(first) => first,
-            None => self.rx.recv().await,
+            None => self.reader.next().await,
         }
     }
 
@@ -161,13 +159,7 @@ impl Answer {
         let mut buf = std::mem::take(&mut self.head);
         let (batch, more) = match self.message().await {
             None => (ColumnBatch::default(), false),
-            Some(Ok(runs)) => match ColumnBatch::from_runs(&runs) {
-                Ok(batch) => (batch, true),
-                Err(e) => {
-                    let e = ErrorReply::new(ErrorCode::Internal, format!("a part did not decode: {e}"));
-                    return Some(Err(cut(e)));
-                }
-            },
+            Some(Ok(batch)) => (batch, true),
             Some(Err(e)) => return Some(Err(cut(e))),
         };
         let (batch, next) = match self.limit {
@@ -209,7 +201,7 @@ impl Answer {
     async fn goes_on(&mut self) -> bool {
         loop {
             match self.message().await {
-                Some(Ok(runs)) if runs.iter().all(|r| r.count() == 0) => continue,
+                Some(Ok(batch)) if batch.is_empty() => continue,
                 Some(Ok(_)) => return true,
                 // An error past the limit's last point does not touch the points answered.
                 Some(Err(_)) | None => return false,
