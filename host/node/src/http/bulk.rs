@@ -1,5 +1,5 @@
-//! Bulk work of request bodies (decompressing and parsing large writes) run off the async
-//! threads, a few at a time: a flood of large bodies waits for one of [`Bulk`]'s permits
+//! Bulk work (decompressing and parsing large request bodies, evaluating PromQL) run off the
+//! async threads, a few at a time: a flood of large bodies waits for one of [`Bulk`]'s permits
 //! instead of taking every core, so the async threads keep a core for small requests
 //! (reads, pings) however many bodies arrive.
 

@@ -207,7 +207,7 @@ async fn fetch(s: &AppState, needs: &[(Vec<Matcher>, i64, i64)], limits: &Limits
 }
 
 /// Parses `query`, reads what it needs over `range`, and answers with `answer` (run on a
-/// blocking thread: evaluation is CPU work).
+/// blocking thread under one of the bulk permits: evaluation is CPU work).
 async fn evaluate(
     s: &AppState,
     query: &str,
@@ -227,7 +227,10 @@ async fn evaluate(
         Ok(source) => source,
         Err(e) => return failed(e),
     };
-    tokio::task::spawn_blocking(move || answer(&source, &limits))
+    // Under a bulk permit, as large bodies are decoded: a flood of heavy queries waits for one
+    // instead of taking every core from the async threads.
+    s.bulk
+        .run(usize::MAX, move || answer(&source, &limits))
         .await
         .unwrap_or_else(|e| Answer::error(&api::ApiError::bad_data(format!("the query failed: {e}"))))
 }
