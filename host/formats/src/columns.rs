@@ -1,5 +1,5 @@
 //! Raw points written out as they stream, batch by batch, without holding the range: JSON in
-//! columns, CSV rows and Parquet (the node's `/v1/read`), with the number formatting
+//! columns, CSV rows, an Arrow IPC stream and Parquet (the node's `/v1/read`), with the number formatting
 //! `timeshard get` shares. Numbers are formatted with itoa and ryu straight into the caller's
 //! buffer.
 //!
@@ -7,6 +7,9 @@
 //! one chunk per batch, so a reader can start on the first chunk before the last is written;
 //! values JSON cannot hold (NaN, the infinities) are strings, as everywhere in the API.
 //! CSV: a `ts,value,event` header, then one row per point; values print as Rust's `Display`.
+//! Arrow: an IPC stream (`application/vnd.apache.arrow.stream`), one record batch per batch,
+//! columns `ts` (timestamp, nanoseconds, UTC), `value` (float64) and `event` (uint64), the
+//! series key in the schema's metadata (`timeshard.series`).
 //! Parquet: columns `ts` (timestamp, nanoseconds, UTC), `value` (double) and `event` (unsigned
 //! 64-bit), zstd pages, a row group per [`PARQUET_ROW_GROUP`] points, written out as each
 //! group closes; the series key is in the file's metadata (`timeshard.series`).
@@ -14,6 +17,9 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use arrow_array::{Float64Array, RecordBatch, TimestampNanosecondArray, UInt64Array};
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::data_type::{DoubleType, Int64Type};
 use parquet::errors::ParquetError;
@@ -69,7 +75,17 @@ pub fn push_json_f64(buf: &mut Vec<u8>, v: f64) {
 pub enum ColumnsFormat {
     Json,
     Csv,
+    Arrow,
     Parquet,
+}
+
+/// Why an answer could not be written (Arrow and Parquet only: JSON and CSV always write).
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnsError {
+    #[error("Arrow: {0}")]
+    Arrow(#[from] ArrowError),
+    #[error("Parquet: {0}")]
+    Parquet(#[from] ParquetError),
 }
 
 impl ColumnsFormat {
@@ -78,6 +94,7 @@ impl ColumnsFormat {
         match self {
             ColumnsFormat::Json => "application/json",
             ColumnsFormat::Csv => "text/csv; charset=utf-8",
+            ColumnsFormat::Arrow => "application/vnd.apache.arrow.stream",
             ColumnsFormat::Parquet => "application/vnd.apache.parquet",
         }
     }
@@ -90,6 +107,40 @@ pub struct ColumnsWriter {
     chunks: u64,
     points: u64,
     parquet: Option<Box<ParquetOut>>,
+    arrow: Option<Box<ArrowOut>>,
+}
+
+/// An Arrow IPC stream written into a buffer that is emptied after each batch.
+struct ArrowOut {
+    schema: Arc<Schema>,
+    stream: StreamWriter<Vec<u8>>,
+}
+
+impl ArrowOut {
+    fn new(series: &str, buf: &mut Vec<u8>) -> Result<ArrowOut, ArrowError> {
+        let fields = vec![
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), false),
+            Field::new("value", DataType::Float64, false),
+            Field::new("event", DataType::UInt64, false),
+        ];
+        let metadata = std::collections::HashMap::from([("timeshard.series".to_string(), series.to_string())]);
+        let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+        let mut stream = StreamWriter::try_new(Vec::new(), &schema)?;
+        buf.append(stream.get_mut());
+        Ok(ArrowOut { schema, stream })
+    }
+
+    fn write(&mut self, batch: &ColumnBatch, buf: &mut Vec<u8>) -> Result<(), ArrowError> {
+        let columns: Vec<arrow_array::ArrayRef> = vec![
+            Arc::new(TimestampNanosecondArray::from(batch.timestamps.clone()).with_timezone("UTC")),
+            Arc::new(Float64Array::from(batch.values.clone())),
+            Arc::new(UInt64Array::from(batch.events.clone())),
+        ];
+        self.stream.write(&RecordBatch::try_new(self.schema.clone(), columns)?)?;
+        // The stream writes straight through (no buffer of its own).
+        buf.append(self.stream.get_mut());
+        Ok(())
+    }
 }
 
 /// A Parquet file being written into a buffer that is emptied as each row group closes.
@@ -146,8 +197,8 @@ impl std::fmt::Debug for ColumnsWriter {
 impl ColumnsWriter {
     /// Starts the answer for `series`: the JSON document's head, the CSV header, or the
     /// Parquet file's magic.
-    pub fn start(format: ColumnsFormat, series: &str, buf: &mut Vec<u8>) -> Result<ColumnsWriter, ParquetError> {
-        let mut parquet = None;
+    pub fn start(format: ColumnsFormat, series: &str, buf: &mut Vec<u8>) -> Result<ColumnsWriter, ColumnsError> {
+        let (mut parquet, mut arrow) = (None, None);
         match format {
             ColumnsFormat::Json => {
                 buf.extend_from_slice(b"{\"series\":");
@@ -155,18 +206,19 @@ impl ColumnsWriter {
                 buf.extend_from_slice(b",\"chunks\":[");
             }
             ColumnsFormat::Csv => buf.extend_from_slice(b"ts,value,event\n"),
+            ColumnsFormat::Arrow => arrow = Some(Box::new(ArrowOut::new(series, buf)?)),
             ColumnsFormat::Parquet => {
                 let mut out = Box::new(ParquetOut::new(series)?);
                 out.write_group(buf)?;
                 parquet = Some(out);
             }
         }
-        Ok(ColumnsWriter { format, chunks: 0, points: 0, parquet })
+        Ok(ColumnsWriter { format, chunks: 0, points: 0, parquet, arrow })
     }
 
     /// Appends the points of `batch` (nothing for an empty one; Parquet holds them until its
     /// row group fills).
-    pub fn batch(&mut self, batch: &ColumnBatch, buf: &mut Vec<u8>) -> Result<(), ParquetError> {
+    pub fn batch(&mut self, batch: &ColumnBatch, buf: &mut Vec<u8>) -> Result<(), ColumnsError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -211,6 +263,7 @@ impl ColumnsWriter {
                     buf.push(b'\n');
                 }
             }
+            ColumnsFormat::Arrow => self.arrow.as_mut().expect("an Arrow writer has its stream").write(batch, buf)?,
             ColumnsFormat::Parquet => {
                 let out = self.parquet.as_mut().expect("a Parquet writer has its file");
                 out.group.timestamps.extend_from_slice(&batch.timestamps);
@@ -232,9 +285,9 @@ impl ColumnsWriter {
     }
 
     /// Ends the answer: the JSON document's count and the cursor to continue from (`next`,
-    /// when a limit cut the read short), or the Parquet file's last row group and footer. CSV
-    /// has no place for a cursor; it ends after its rows, as Parquet does.
-    pub fn finish(self, next: Option<&str>, buf: &mut Vec<u8>) -> Result<(), ParquetError> {
+    /// when a limit cut the read short), the Arrow stream's end, or the Parquet file's last row
+    /// group and footer. Only JSON has a place for a cursor.
+    pub fn finish(self, next: Option<&str>, buf: &mut Vec<u8>) -> Result<(), ColumnsError> {
         match self.format {
             ColumnsFormat::Json => {
                 let _ = write!(buf, "],\"count\":{},\"next\":", self.points);
@@ -245,6 +298,11 @@ impl ColumnsWriter {
                 buf.extend_from_slice(b"}\n");
             }
             ColumnsFormat::Csv => {}
+            ColumnsFormat::Arrow => {
+                let mut out = self.arrow.expect("an Arrow writer has its stream");
+                out.stream.finish()?;
+                buf.append(out.stream.get_mut());
+            }
             ColumnsFormat::Parquet => {
                 let mut out = self.parquet.expect("a Parquet writer has its file");
                 out.write_group(buf)?;
@@ -391,5 +449,29 @@ mod tests {
         // An empty answer is a valid file too.
         let empty = written_bytes(ColumnsFormat::Parquet, &[], None);
         assert_eq!(SerializedFileReader::new(bytes::Bytes::from(empty)).unwrap().metadata().num_row_groups(), 0);
+    }
+
+    #[test]
+    fn arrow_streams_one_record_batch_per_batch() {
+        let a = ColumnBatch::from_points(&[Point::new(1, 1.5), Point { ts: 2, value: f64::NAN, event: 7 }]);
+        let b = ColumnBatch::from_points(&[Point::new(3, -4.0)]);
+        let bytes = written_bytes(ColumnsFormat::Arrow, &[a, ColumnBatch::default(), b], None);
+        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+        assert_eq!(reader.schema().metadata()["timeshard.series"], "m{a=\"}");
+        let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+        assert_eq!(batches.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(), [2, 1]);
+        let column = |b: &RecordBatch, i: usize| b.column(i).clone();
+        let ts = column(&batches[0], 0);
+        let ts = ts.as_any().downcast_ref::<TimestampNanosecondArray>().unwrap();
+        assert_eq!(ts.values(), &[1, 2]);
+        let values = column(&batches[0], 1);
+        let values = values.as_any().downcast_ref::<Float64Array>().unwrap();
+        assert!(values.value(0) == 1.5 && values.value(1).is_nan());
+        let events = column(&batches[0], 2);
+        assert_eq!(events.as_any().downcast_ref::<UInt64Array>().unwrap().values(), &[0, 7]);
+        // An empty answer is a stream with its schema and no batch.
+        let empty = written_bytes(ColumnsFormat::Arrow, &[], None);
+        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(empty), None).unwrap();
+        assert_eq!(reader.count(), 0);
     }
 }

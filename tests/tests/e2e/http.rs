@@ -243,11 +243,11 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
     Ok(())
 }
 
-/// `/v1/read` streams a range of any length in JSON columns or CSV: more points than
+/// `/v1/read` streams a range of any length in JSON columns, CSV, Arrow IPC or Parquet: more points than
 /// `max_query_points`, over several batches, paged by `limit` and `next` without losing or
 /// repeating one; ended quanta (their blocks sealed, sent packed) and live ones (near now).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn raw_reads_stream_any_range_in_json_columns_and_csv() -> anyhow::Result<()> {
+async fn raw_reads_stream_any_range_in_json_columns_csv_arrow_and_parquet() -> anyhow::Result<()> {
     const POINTS: i64 = 40_000;
     let (mut options, _dir) = ClusterOptions::for_tests(3, NODE);
     options.classes = vec![ClassConfig { name: "all".into(), rf: 3, w: 2, r: 2, ..Default::default() }];
@@ -329,10 +329,18 @@ async fn raw_reads_stream_any_range_in_json_columns_and_csv() -> anyhow::Result<
     assert_eq!(meta.file_metadata().num_rows(), POINTS);
     assert_eq!(meta.file_metadata().schema_descr().num_columns(), 3);
 
-    // Formats not offered, and an unknown series, answer before anything streams.
+    // Arrow IPC: a stream of record batches, one per batch.
     let a = reader.get(&format!("/v1/read?{range}&format=arrow")).await?;
+    assert_eq!(a.headers["content-type"], "application/vnd.apache.arrow.stream");
+    let stream = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(a.body.to_vec()), None)?;
+    let batches = stream.collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(batches.iter().map(|b| b.num_rows() as i64).sum::<i64>(), POINTS);
+    assert!(batches.len() >= 3, "{} record batches", batches.len());
+
+    // A format that is none, and an unknown series, answer before anything streams.
+    let a = reader.get(&format!("/v1/read?{range}&format=xml")).await?;
     assert_eq!(a.status, 400);
-    assert!(error(a.json()?).contains("not offered"));
+    assert!(error(a.json()?).contains("is not a format"));
     assert_eq!(reader.get("/v1/read?series=h.nothing&start=0&end=10").await?.status, 404);
     Ok(())
 }

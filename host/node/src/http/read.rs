@@ -1,6 +1,7 @@
 //! `GET /v1/read`: a series' raw points over a range, streamed as the coordinator merges them
 //! ([`Coordinator::read_stream`], the path the SDK's `read_stream` takes, packed parts and
-//! all), written out batch by batch in columns ([`ColumnsWriter`]): JSON, CSV or Parquet, by
+//! all), written out batch by batch in columns ([`ColumnsWriter`]): JSON, CSV, Arrow IPC or
+//! Parquet, by
 //! `format=` or `Accept`. Whatever the range, the node holds a few batches of it, charged to
 //! the memory budget for the answer's life.
 //!
@@ -41,11 +42,9 @@ fn format_asked(format: Option<&str>, headers: &HeaderMap) -> Result<ColumnsForm
         return match f.to_ascii_lowercase().as_str() {
             "json" => Ok(ColumnsFormat::Json),
             "csv" => Ok(ColumnsFormat::Csv),
+            "arrow" => Ok(ColumnsFormat::Arrow),
             "parquet" => Ok(ColumnsFormat::Parquet),
-            "arrow" => Err(ApiError::BadRequest(
-                "format=arrow is not offered by /v1/read yet; ask for json, csv or parquet".into(),
-            )),
-            _ => Err(ApiError::BadRequest(format!("format={f:?} is not a format: json, csv or parquet"))),
+            _ => Err(ApiError::BadRequest(format!("format={f:?} is not a format: json, csv, arrow or parquet"))),
         };
     }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -53,6 +52,7 @@ fn format_asked(format: Option<&str>, headers: &HeaderMap) -> Result<ColumnsForm
         match kind.as_str() {
             "application/json" | "*/*" | "application/*" => return Ok(ColumnsFormat::Json),
             "text/csv" | "text/*" => return Ok(ColumnsFormat::Csv),
+            "application/vnd.apache.arrow.stream" => return Ok(ColumnsFormat::Arrow),
             "application/vnd.apache.parquet" => return Ok(ColumnsFormat::Parquet),
             _ => {}
         }
@@ -60,7 +60,7 @@ fn format_asked(format: Option<&str>, headers: &HeaderMap) -> Result<ColumnsForm
     Ok(ColumnsFormat::Json)
 }
 
-/// `GET /v1/read?series=&start=&end=[&format=json|csv|parquet][&limit=][&after=]`: every raw point of
+/// `GET /v1/read?series=&start=&end=[&format=json|csv|arrow|parquet][&limit=][&after=]`: every raw point of
 /// `[start, end)` strictly after the cursor `after`, or the first `limit` of them and, in
 /// JSON, the cursor (`next`) to continue from.
 pub async fn read(State(s): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
@@ -243,8 +243,8 @@ mod tests {
         assert_eq!(format_asked(None, &accept("image/png")).unwrap(), ColumnsFormat::Json);
         assert_eq!(format_asked(Some("parquet"), &none).unwrap(), ColumnsFormat::Parquet);
         assert_eq!(format_asked(None, &accept("application/vnd.apache.parquet")).unwrap(), ColumnsFormat::Parquet);
-        let e = format_asked(Some("arrow"), &none).unwrap_err().to_string();
-        assert!(e.contains("not offered") && e.contains("parquet"), "{e}");
+        assert_eq!(format_asked(Some("arrow"), &none).unwrap(), ColumnsFormat::Arrow);
+        assert_eq!(format_asked(None, &accept("application/vnd.apache.arrow.stream")).unwrap(), ColumnsFormat::Arrow);
         assert!(format_asked(Some("xml"), &none).is_err());
     }
 }
