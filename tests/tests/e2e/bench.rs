@@ -129,6 +129,8 @@ fn bench_http_quick_writes_its_document() {
             "read_http_10s_ms",
             "read_http_150s_ms",
             "read_http_csv_150s_ms",
+            "read_http_arrow_150s_ms",
+            "read_http_parquet_150s_ms",
             "read_sdk_150s_ms",
         ],
     );
@@ -136,6 +138,8 @@ fn bench_http_quick_writes_its_document() {
         "read_http_10s_ms",
         "read_http_150s_ms",
         "read_http_csv_150s_ms",
+        "read_http_arrow_150s_ms",
+        "read_http_parquet_150s_ms",
         "read_sdk_150s_ms",
         "line_protocol_points_per_s",
         "line_protocol_points_per_s_cluster",
