@@ -230,26 +230,11 @@ impl ColumnsWriter {
                     buf.push(b',');
                 }
                 buf.extend_from_slice(b"{\"ts\":[");
-                for (i, ts) in batch.timestamps.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    buf.extend_from_slice(ints.format(*ts).as_bytes());
-                }
+                push_list(buf, &batch.timestamps, |buf, ts| buf.extend_from_slice(ints.format(*ts).as_bytes()));
                 buf.extend_from_slice(b"],\"value\":[");
-                for (i, v) in batch.values.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    push_json_f64(buf, *v);
-                }
+                push_list(buf, &batch.values, |buf, v| push_json_f64(buf, *v));
                 buf.extend_from_slice(b"],\"event\":[");
-                for (i, e) in batch.events.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    buf.extend_from_slice(ints.format(*e).as_bytes());
-                }
+                push_list(buf, &batch.events, |buf, e| buf.extend_from_slice(ints.format(*e).as_bytes()));
                 buf.extend_from_slice(b"]}");
             }
             ColumnsFormat::Csv => {
@@ -310,6 +295,16 @@ impl ColumnsWriter {
             }
         }
         Ok(())
+    }
+}
+
+/// Appends `items` separated by commas, each as `push` writes it.
+fn push_list<T>(buf: &mut Vec<u8>, items: &[T], mut push: impl FnMut(&mut Vec<u8>, &T)) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        push(buf, item);
     }
 }
 
