@@ -60,9 +60,9 @@ fn format_asked(format: Option<&str>, headers: &HeaderMap) -> Result<ColumnsForm
     Ok(ColumnsFormat::Json)
 }
 
-/// `GET /v1/read?series=&start=&end=[&format=json|csv|arrow|parquet][&limit=][&after=]`: every raw point of
-/// `[start, end)` strictly after the cursor `after`, or the first `limit` of them and, in
-/// JSON, the cursor (`next`) to continue from.
+/// `GET /v1/read?series=&start=&end=[&format=json|csv|arrow|parquet][&limit=][&after=]`:
+/// every raw point of `[start, end)` strictly after the cursor `after`, or the first `limit` of
+/// them and, in JSON, the cursor (`next`) to continue from.
 pub async fn read(State(s): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
     let started = Instant::now();
     let metrics = s.node.metrics().clone();
