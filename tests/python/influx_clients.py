@@ -56,6 +56,11 @@ def main(url, token):
     check("rows of weather", len(rows), 60)
     check("first row", (rows[0]["time"], rows[0]["temp"], rows[0]["wet"]), (T, 20.0, 1.0))
     check("last row", (rows[-1]["time"], rows[-1]["temp"], rows[-1]["wet"]), (T + 59, 79.0, 0.0))
+    # Chunked, as the client reads it: one result set per line, 7 rows at most in each.
+    chunks = list(v1.query(f"SELECT temp, wet FROM weather WHERE station = 's 1' AND time >= {T}s", epoch="s",
+                           chunked=True, chunk_size=7))
+    check("chunks", len(chunks), 9)
+    check("chunked rows", [r for rs in chunks for r in rs.get_points(measurement="weather")], rows)
     rs = v1.query(f"SELECT mean(temp), count(temp) FROM weather WHERE time >= {T}s AND time < {T + 60}s GROUP BY station")
     by_station = {tags["station"]: list(points)[0] for (_, tags), points in rs.items()}
     # s3 is the line with a string field: its number was stored.

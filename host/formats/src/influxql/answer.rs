@@ -46,6 +46,59 @@ pub fn statement(id: usize, outcome: Result<Vec<Value>, String>) -> Value {
     }
 }
 
+/// Rows a chunk of a chunked answer holds when the client does not say (InfluxDB's default).
+pub const DEFAULT_CHUNK_SIZE: usize = 10_000;
+
+/// The statements' entries of `results` as InfluxDB 1.x answers `chunked=true`: one document
+/// per line, each `{"results": [one statement's entry]}` holding one series' rows, at most
+/// `chunk_size` of them. A series continued in the next document says `"partial": true`, and
+/// so does a statement's entry that is continued; errors and statements without series come
+/// whole.
+pub fn chunked(results: Vec<Value>, chunk_size: usize) -> Vec<Value> {
+    let chunk_size = chunk_size.max(1);
+    let mut out = Vec::new();
+    for mut result in results {
+        let series = match result.get_mut("series").map(Value::take) {
+            Some(Value::Array(series)) if !series.is_empty() => series,
+            _ => {
+                out.push(json!({"results": [result]}));
+                continue;
+            }
+        };
+        let id = result["statement_id"].clone();
+        // Every (series, rows) piece of the statement, in order.
+        let mut pieces = Vec::new();
+        for mut one in series {
+            let values = match one.get_mut("values").map(Value::take) {
+                Some(Value::Array(values)) => values,
+                _ => Vec::new(),
+            };
+            let n = values.len().div_ceil(chunk_size).max(1);
+            let mut rows = values.into_iter();
+            for i in 0..n {
+                let mut piece = one.clone();
+                let chunk: Vec<Value> = rows.by_ref().take(chunk_size).collect();
+                if !chunk.is_empty() {
+                    piece["values"] = Value::Array(chunk);
+                }
+                if i + 1 < n {
+                    piece["partial"] = Value::Bool(true);
+                }
+                pieces.push(piece);
+            }
+        }
+        let last = pieces.len() - 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let mut entry = json!({"statement_id": id, "series": [piece]});
+            if i < last {
+                entry["partial"] = Value::Bool(true);
+            }
+            out.push(json!({"results": [entry]}));
+        }
+    }
+    out
+}
+
 fn number(v: f64) -> Value {
     serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
 }
@@ -431,5 +484,38 @@ mod tests {
             ]
         );
         assert_eq!(q("SHOW TAG VALUES FROM \"pmu.phase\" WITH KEY = bus")[0]["values"], json!([["bus", "7"]]));
+    }
+
+    #[test]
+    fn chunked_answers_split_each_series_rows_and_mark_what_continues() {
+        let rows = |from: i64, n: i64| (from..from + n).map(|t| json!([t, t as f64])).collect::<Vec<_>>();
+        let results = vec![
+            json!({"statement_id": 0, "series": [
+                {"name": "m", "tags": {"a": "1"}, "columns": ["time", "v"], "values": rows(0, 5)},
+                {"name": "m", "tags": {"a": "2"}, "columns": ["time", "v"], "values": rows(10, 2)},
+            ]}),
+            json!({"statement_id": 1, "error": "no"}),
+            json!({"statement_id": 2}),
+        ];
+        let docs = chunked(results, 2);
+        let entries: Vec<&Value> = docs.iter().map(|d| &d["results"][0]).collect();
+        assert_eq!(docs.len(), 6, "{docs:?}");
+        // Series a=1 in chunks of 2, 2, 1; a=2 whole; the statement continues until its last.
+        let sizes: Vec<usize> =
+            entries[..4].iter().map(|e| e["series"][0]["values"].as_array().unwrap().len()).collect();
+        assert_eq!(sizes, [2, 2, 1, 2]);
+        let series_partial: Vec<bool> = entries[..4].iter().map(|e| e["series"][0]["partial"] == true).collect();
+        assert_eq!(series_partial, [true, true, false, false]);
+        let statement_partial: Vec<bool> = entries[..4].iter().map(|e| e["partial"] == true).collect();
+        assert_eq!(statement_partial, [true, true, true, false]);
+        assert!(entries[..4].iter().all(|e| e["statement_id"] == 0));
+        assert_eq!(entries[2]["series"][0]["values"], json!([[4, 4.0]]));
+        assert_eq!(entries[3]["series"][0]["tags"], json!({"a": "2"}));
+        assert_eq!(*entries[4], json!({"statement_id": 1, "error": "no"}));
+        assert_eq!(*entries[5], json!({"statement_id": 2}));
+        // Joined again, the rows are the statement's.
+        let joined: Vec<Value> =
+            entries[..3].iter().flat_map(|e| e["series"][0]["values"].as_array().unwrap().clone()).collect();
+        assert_eq!(joined, rows(0, 5));
     }
 }

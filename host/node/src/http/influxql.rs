@@ -13,6 +13,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, Method, header};
+use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use timeshard_clock::now_ns;
@@ -32,19 +33,42 @@ use crate::metrics::Query;
 /// Series read at once by one statement.
 const SERIES_PARALLELISM: usize = 16;
 
-/// `GET|POST /query?q=...[&db=...][&epoch=ns|u|ms|s|m|h]` (a POST may carry the parameters as
-/// a form body, as the InfluxDB clients send them).
+/// `GET|POST /query?q=...[&db=...][&epoch=ns|u|ms|s|m|h][&chunked=true[&chunk_size=N]]` (a
+/// POST may carry the parameters as a form body, as the InfluxDB clients send them). Chunked,
+/// the answer is one JSON document per line, as InfluxDB 1.x writes it ([`answer::chunked`]).
 pub async fn query(
     State(s): State<AppState>,
     method: Method,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
     Body(body): Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let result = run(&s, method, &headers, q, &body).await;
     s.node.metrics().record_query(Query::InfluxQl, result.is_ok(), started.elapsed());
-    result.map(Json)
+    let (results, chunk_size) = result?;
+    let Some(chunk_size) = chunk_size else { return Ok(Json(json!({"results": results})).into_response()) };
+    let mut body = Vec::new();
+    for doc in answer::chunked(results, chunk_size) {
+        serde_json::to_writer(&mut body, &doc).map_err(|e| ApiError::Internal(e.to_string()))?;
+        body.push(b'\n');
+    }
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// `chunk_size` when the query asks `chunked=true` (InfluxDB's default size unless it says).
+fn chunking(params: &std::collections::HashMap<String, String>) -> Result<Option<usize>, ApiError> {
+    match params.get("chunked").map(String::as_str) {
+        None | Some("false") => Ok(None),
+        Some("true") => match params.get("chunk_size") {
+            None => Ok(Some(answer::DEFAULT_CHUNK_SIZE)),
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(ApiError::BadRequest(format!("chunk_size={n:?} is not a positive number of rows"))),
+            },
+        },
+        Some(other) => Err(ApiError::BadRequest(format!("chunked={other:?}: use true or false"))),
+    }
 }
 
 async fn run(
@@ -53,7 +77,7 @@ async fn run(
     headers: &HeaderMap,
     q: Option<String>,
     body: &[u8],
-) -> Result<Value, ApiError> {
+) -> Result<(Vec<Value>, Option<usize>), ApiError> {
     let mut params = params(q.as_deref())?;
     let form = headers
         .get(header::CONTENT_TYPE)
@@ -64,6 +88,7 @@ async fn run(
     }
     let text = params.get("q").ok_or_else(|| ApiError::BadRequest("missing parameter q: the InfluxQL query".into()))?;
     let epoch = Epoch::parse(params.get("epoch").map(String::as_str)).map_err(ApiError::BadRequest)?;
+    let chunk_size = chunking(&params)?;
     let statements = influxql::parse(text, now_ns()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let mut results = Vec::with_capacity(statements.len());
     for (id, statement) in statements.iter().enumerate() {
@@ -73,7 +98,7 @@ async fn run(
         };
         results.push(answer::statement(id, outcome.map_err(|e| e.to_string())));
     }
-    Ok(json!({"results": results}))
+    Ok((results, chunk_size))
 }
 
 /// Most series a statement may read, and which setting says so.
