@@ -30,10 +30,17 @@ use crate::coordinator::stream::{ColumnReader, STREAM_PAGE_POINTS};
 use crate::metrics::{Metrics, Query};
 use crate::replica::FRAMES_AHEAD;
 
-/// Bytes one streamed answer may hold at once, charged to the budget: the batches waiting in
-/// its channel and the one being written (decoded at 20 bytes a point, about 40 more written
-/// out), the merge's frames per owner node, and a Parquet row group being gathered.
-const ANSWER_BYTES: u64 = (FRAMES_AHEAD as u64 + 2) * STREAM_PAGE_POINTS as u64 * 64 + PARQUET_ROW_GROUP as u64 * 24;
+/// Bytes a streamed answer in `format` holds at once with batches of `batch` points, charged
+/// to the budget: the batches waiting in its channel and the one being written (decoded at 20
+/// bytes a point, about 40 more written out), the merge's frames per owner node, and for
+/// Parquet the row group being gathered.
+fn answer_bytes(format: ColumnsFormat, batch: u64) -> u64 {
+    let batches = (FRAMES_AHEAD as u64 + 2) * batch * 64;
+    match format {
+        ColumnsFormat::Parquet => batches + PARQUET_ROW_GROUP as u64 * 24,
+        _ => batches,
+    }
+}
 
 /// The format asked for: `format=` first, then the first type of `Accept` offered, JSON by
 /// default (and for `*/*`).
@@ -98,13 +105,13 @@ async fn open(
     }
     let after = p.get("after").map(cursor_parse).transpose()?;
     let coordinator = s.node.coordinator().clone();
-    let charge = match coordinator.budget() {
-        Some(ledger) => Some(ledger.admit_answer(ANSWER_BYTES).map_err(ErrorReply::from)?),
-        None => None,
-    };
     // Small limits are answered from a batch their size (and one more point, to know whether
     // the range goes on).
     let batch = limit.map_or(STREAM_PAGE_POINTS as u64, |l| l.saturating_add(1).min(STREAM_PAGE_POINTS as u64));
+    let charge = match coordinator.budget() {
+        Some(ledger) => Some(ledger.admit_answer(answer_bytes(format, batch)).map_err(ErrorReply::from)?),
+        None => None,
+    };
     let mut reader = coordinator.read_columns(series.clone(), range, after, batch as usize);
     // The first batch decides the status: a read that fails at once answers with its error.
     let first = match reader.next().await {
@@ -246,5 +253,13 @@ mod tests {
         assert_eq!(format_asked(Some("arrow"), &none).unwrap(), ColumnsFormat::Arrow);
         assert_eq!(format_asked(None, &accept("application/vnd.apache.arrow.stream")).unwrap(), ColumnsFormat::Arrow);
         assert!(format_asked(Some("xml"), &none).is_err());
+    }
+
+    #[test]
+    fn an_answer_is_charged_by_its_batches_and_parquet_by_its_row_group_too() {
+        let full = answer_bytes(ColumnsFormat::Json, STREAM_PAGE_POINTS as u64);
+        assert_eq!(full, 4 * 16_384 * 64, "4 MiB: 16 unlimited reads in the default queues' share");
+        assert_eq!(answer_bytes(ColumnsFormat::Csv, 4), 4 * 4 * 64);
+        assert_eq!(answer_bytes(ColumnsFormat::Parquet, 4), 4 * 4 * 64 + 65_536 * 24);
     }
 }
