@@ -21,6 +21,7 @@ pub mod http_client;
 pub mod inspect;
 pub mod ledger;
 pub mod policies;
+pub mod ports;
 pub mod procfs;
 pub mod raw_quic;
 pub mod stats;

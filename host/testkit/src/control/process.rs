@@ -30,10 +30,10 @@ pub struct ServeProcess {
 }
 
 impl ServeProcess {
-    /// Starts `exe serve` on `storage` with `extra` arguments and waits until it listens.
+    /// Starts `exe serve` on `storage` with `extra` arguments and waits until it listens, on a
+    /// port it can come back to after a stop ([`crate::ports::stable_loopback`]).
     pub async fn start(exe: &Path, storage: &Storage, init: bool, extra: &[&str]) -> anyhow::Result<ServeProcess> {
-        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-        ServeProcess::start_on(exe, storage, any_port, init, extra).await
+        ServeProcess::start_on(exe, storage, crate::ports::stable_loopback()?, init, extra).await
     }
 
     /// [`ServeProcess::start`] listening on `listen` (to come back where devices enrolled).
