@@ -257,29 +257,25 @@ impl Drop for Admitted<'_> {
     }
 }
 
-/// Bytes of a request body admitted on a shared ledger, given back when dropped.
+/// The account of the ledger an owned charge holds bytes of.
+#[derive(Clone, Copy, Debug)]
+enum Account {
+    Bodies,
+    Answers,
+}
+
+/// Bytes of a request body or a streamed answer admitted on a shared ledger, given back when
+/// dropped.
 #[derive(Debug)]
 pub struct OwnedAdmitted {
     ledger: Arc<Ledger>,
+    account: Account,
     bytes: u64,
 }
 
 impl Drop for OwnedAdmitted {
     fn drop(&mut self) {
-        self.ledger.bodies.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
-}
-
-/// Bytes of a streamed answer admitted on a shared ledger, given back when dropped.
-#[derive(Debug)]
-pub struct AnswerCharge {
-    ledger: Arc<Ledger>,
-    bytes: u64,
-}
-
-impl Drop for AnswerCharge {
-    fn drop(&mut self) {
-        self.ledger.answers.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.ledger.account(self.account).fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 
@@ -338,28 +334,39 @@ impl Ledger {
         take(&self.bodies, bytes, share).or_else(|wanted| refused(BudgetExceeded::Bodies { wanted, share, total }))
     }
 
+    fn account(&self, account: Account) -> &AtomicU64 {
+        match account {
+            Account::Bodies => &self.bodies,
+            Account::Answers => &self.answers,
+        }
+    }
+
+    /// `admitted` (taken on `account`) as a charge that holds the ledger.
+    fn owned(self: &Arc<Self>, admitted: Admitted<'_>, account: Account) -> OwnedAdmitted {
+        let bytes = admitted.bytes;
+        // Given back by the owned charge instead.
+        std::mem::forget(admitted);
+        OwnedAdmitted { ledger: self.clone(), account, bytes }
+    }
+
     /// [`Ledger::admit_body`] for work on another thread: the charge holds the ledger.
     pub fn admit_body_owned(self: &Arc<Self>, bytes: u64, resident: u64) -> Result<OwnedAdmitted, BudgetExceeded> {
         let admitted = self.admit_body(bytes, resident)?;
-        // Given back by the owned charge instead.
-        std::mem::forget(admitted);
-        Ok(OwnedAdmitted { ledger: self.clone(), bytes })
+        Ok(self.owned(admitted, Account::Bodies))
     }
 
     /// Admits an answer that streams while holding at most `bytes`, for as long as the charge
     /// lives. Resident memory is not checked: reads go on past the budget (they free what they
     /// take), bounded by what streamed answers hold together.
-    pub fn admit_answer(self: &Arc<Self>, bytes: u64) -> Result<AnswerCharge, BudgetExceeded> {
+    pub fn admit_answer(self: &Arc<Self>, bytes: u64) -> Result<OwnedAdmitted, BudgetExceeded> {
         let share = self.shares.queues;
         match take(&self.answers, bytes, share) {
-            Ok(admitted) => std::mem::forget(admitted),
+            Ok(admitted) => Ok(self.owned(admitted, Account::Answers)),
             Err(wanted) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                let total = ByteSize(self.shares.total);
-                return Err(BudgetExceeded::Answers { wanted, share, total });
+                Err(BudgetExceeded::Answers { wanted, share, total: ByteSize(self.shares.total) })
             }
         }
-        Ok(AnswerCharge { ledger: self.clone(), bytes })
     }
 
     /// Bytes of streamed answers admitted and not yet given back.

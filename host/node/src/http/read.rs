@@ -25,7 +25,7 @@ use timeshard_proto::{Point, PointKey};
 use super::AppState;
 use super::api::{cursor_parse, cursor_text, params};
 use super::error::ApiError;
-use crate::budget::AnswerCharge;
+use crate::budget::OwnedAdmitted;
 use crate::coordinator::stream::{ColumnReader, STREAM_PAGE_POINTS};
 use crate::metrics::{Metrics, Query};
 use crate::replica::FRAMES_AHEAD;
@@ -149,7 +149,7 @@ struct Answer {
     started: Instant,
     /// Written whole; an answer dropped before (its client gone, or cut off) counts as failed.
     completed: bool,
-    _charge: Option<AnswerCharge>,
+    _charge: Option<OwnedAdmitted>,
 }
 
 impl Answer {
