@@ -32,6 +32,25 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a node may take to stop after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a killed node may take to be gone.
+const KILL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits up to `timeout` for `child` to exit, by polling: a fixture's wait for a node is
+/// bounded whether or not tokio's reaper wakes it (a scenario once hung in CI for over an
+/// hour, where is not known; this rules the reaper out). `None` if it still runs.
+async fn wait_polling(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The HTTP token every node of a local cluster accepts unless its options say otherwise.
 pub const HTTP_TOKEN: &str = "timeshard-local-cluster-http-token";
 /// The header that carries [`HTTP_TOKEN`], for hand-made requests.
@@ -500,7 +519,10 @@ impl LocalCluster {
     /// Kills node `i` with SIGKILL (no chance to clean up).
     pub async fn kill(&mut self, i: usize) -> Result<()> {
         if let Some(mut child) = self.nodes[i].child.take() {
-            child.kill().await.context("cannot kill the node")?;
+            let _ = child.start_kill();
+            wait_polling(&mut child, KILL_TIMEOUT)
+                .await?
+                .with_context(|| format!("node {i} still runs {KILL_TIMEOUT:?} after SIGKILL"))?;
         }
         Ok(())
     }
@@ -508,9 +530,8 @@ impl LocalCluster {
     /// Waits up to `timeout` for node `i` to exit on its own; returns how it exited.
     pub async fn wait_exit(&mut self, i: usize, timeout: Duration) -> Result<ExitStatus> {
         let Some(child) = self.nodes[i].child.as_mut() else { bail!("node {i} is not running") };
-        let status = tokio::time::timeout(timeout, child.wait())
-            .await
-            .with_context(|| format!("node {i} still runs after {timeout:?}"))??;
+        let status =
+            wait_polling(child, timeout).await?.with_context(|| format!("node {i} still runs after {timeout:?}"))?;
         self.nodes[i].child = None;
         Ok(status)
     }
@@ -521,13 +542,14 @@ impl LocalCluster {
         if let Some(pid) = child.id() {
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
         }
-        match tokio::time::timeout(STOP_TIMEOUT, child.wait()).await {
-            Ok(status) => Ok(status?.success()),
-            Err(_) => {
-                child.kill().await?;
-                Ok(false)
-            }
+        if let Some(status) = wait_polling(&mut child, STOP_TIMEOUT).await? {
+            return Ok(status.success());
         }
+        let _ = child.start_kill();
+        wait_polling(&mut child, KILL_TIMEOUT)
+            .await?
+            .with_context(|| format!("node {i} still runs {KILL_TIMEOUT:?} after SIGKILL"))?;
+        Ok(false)
     }
 
     /// Restarts a stopped node `i` on its old address, joining through another running node.
