@@ -127,6 +127,8 @@ pub struct Metrics {
     /// Answers given up because their caller stopped reading them: QUIC, HTTP.
     abandoned_answers: [AtomicU64; 2],
     audit: crate::audit::Audit,
+    /// When the control plane last answered this node (Unix milliseconds; 0: not since start).
+    control_plane_contact_ms: AtomicU64,
 }
 
 impl Metrics {
@@ -191,6 +193,16 @@ impl Metrics {
     /// Counts an answer given up at `door`: its caller took none of it for the write timeout.
     pub fn record_abandoned_answer(&self, door: crate::audit::Door) {
         self.abandoned_answers[door as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes that the control plane answered (a watch, a report or a renewal) at `now_ms`.
+    pub fn record_control_plane_contact(&self, now_ms: u64) {
+        self.control_plane_contact_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// When the control plane last answered (Unix milliseconds), if it has since the node started.
+    pub fn control_plane_contact_ms(&self) -> Option<u64> {
+        Some(self.control_plane_contact_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 
     /// Answers given up at `door` so far.

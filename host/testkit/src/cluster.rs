@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use timeshard_node::budget::MemoryConfig;
@@ -505,6 +505,19 @@ impl LocalCluster {
         let mut config = NodeConfig::load(path).with_context(|| format!("cannot load {}", path.display()))?;
         edit(&mut config);
         std::fs::write(path, toml::to_string(&config)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Node `i`'s `/metrics` sample `name` (labels included, as the exposition writes them:
+    /// `name{class="pmu"}`), if it shows one; asked over HTTP with [`HTTP_TOKEN`].
+    pub async fn metric(&self, i: usize, name: &str) -> Result<Option<f64>> {
+        let addr = self.http_addr(i).with_context(|| format!("node {i} serves no HTTP"))?;
+        let mut c = crate::http_client::HttpClient::connect(addr, Some(HTTP_TOKEN)).await?;
+        let answer = c.get("/metrics").await?;
+        ensure!(answer.status == 200, "/metrics of node {i} answered {}: {}", answer.status, answer.text());
+        let prefix = format!("{name} ");
+        let text = answer.text();
+        let value = text.lines().find_map(|l| l.strip_prefix(&prefix));
+        value.map(|v| v.parse().with_context(|| format!("{name} {v}"))).transpose()
     }
 
     /// Sends node `i` SIGHUP: it re-reads its config file and applies what can change while it

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use timeshard_clock::now_ns;
 use timeshard_node::control::digest_prefix;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
@@ -203,6 +204,7 @@ async fn offline_nodes_and_control_plane(backend: Backend) -> anyhow::Result<()>
 
     // The control plane goes away; node 1 restarts meanwhile, from what it applied last.
     control.stop().await?;
+    let stopped_at = now_ns();
     assert!(cluster.terminate(1).await?);
     cluster.restart(1).await?;
     let client = cluster.client(1).await?;
@@ -214,12 +216,20 @@ async fn offline_nodes_and_control_plane(backend: Backend) -> anyhow::Result<()>
     assert_eq!(cluster.client(2).await?.read(&series(), TimeRange::new(more[0].ts, more[59].ts + 1)?).await?, more);
     let log = std::fs::read_to_string(cluster.log(1))?;
     assert!(log.contains("cannot reach the control plane"), "node 1 says why it runs from disk");
+    // /metrics tells how long ago the control plane answered: node 0 heard from it before it
+    // stopped, node 1 not since it restarted.
+    const CONTACT: &str = "timeshard_control_plane_last_contact_timestamp_seconds";
+    let heard = cluster.metric(0, CONTACT).await?.context("node 0 heard from the control plane")?;
+    assert!(heard * 1e9 < stopped_at as f64, "node 0's last contact {heard} is before the stop");
+    assert_eq!(cluster.metric(1, CONTACT).await?, None, "node 1 has not heard from it since its restart");
 
     // Back: a change made now reaches every node, the restarted one included.
     control.start_again().await?;
     control.cli(&["class", "set", "pmu", "--retention", "60d"]).await?;
     let (third, took) = converge(&control, &cluster, &[0, 1, 2], RETRY_MAX + CHANGE_BOUND).await?;
     assert!(third > second);
+    let heard = cluster.metric(1, CONTACT).await?.context("node 1 heard from the control plane again")?;
+    assert!(heard * 1e9 > stopped_at as f64, "node 1's last contact {heard} is after the return");
     println!("{backend:?}: after the control plane returned, all nodes ran the next change after {took:?}");
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 3);

@@ -233,9 +233,18 @@ async fn line_protocol_and_remote_write_in_json_and_influxql_out() -> anyhow::Re
         "timeshard_repair_fetched_bytes_total",
         "timeshard_repair_read_repairs_total",
         "timeshard_quic_connections",
+        "timeshard_disk_size_bytes",
+        "timeshard_disk_available_bytes",
     ] {
         assert!(text.contains(&format!("\n{family} ")), "{family} in {text}");
     }
+    // The data directory's filesystem: some room left, no more than its size.
+    let sample = |name: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (size, available) = (sample("timeshard_disk_size_bytes"), sample("timeshard_disk_available_bytes"));
+    assert!(available > 0.0 && available <= size, "available {available} of {size}");
     let text = reader.get("/metrics").await?.text();
     assert!(text.contains("timeshard_query_requests_total{kind=\"influxql\"} 4"), "{text}");
 

@@ -81,6 +81,12 @@ async fn an_unreachable_archive_keeps_hot_data_then_takes_it_when_back() -> Resu
     assert!(total(&r, "pmu", |c| c.pending_blocks) > 0, "{r:#?}");
     let error = r[0].last_error.clone().unwrap_or_default();
     assert!(error.contains("object store"), "the error says what failed: {error}");
+    // /metrics shows the outage: rounds failing, blocks waiting, no success yet.
+    assert!(cluster.metric(0, "timeshard_archive_failed_rounds").await?.is_some_and(|n| n >= 1.0));
+    assert!(cluster.metric(0, "timeshard_archive_last_error_timestamp_seconds").await?.is_some());
+    assert_eq!(cluster.metric(0, "timeshard_archive_last_success_timestamp_seconds").await?, None);
+    let waiting = cluster.metric(0, "timeshard_archive_pending_blocks{class=\"pmu\"}").await?;
+    assert!(waiting.is_some_and(|n| n > 0.0), "pending blocks in /metrics: {waiting:?}");
     let t = Instant::now();
     check_reads(&client, &series, &data, everything).await?;
     assert!(t.elapsed() < Duration::from_secs(20), "reads did not wait for the archive: {:?}", t.elapsed());
@@ -97,6 +103,10 @@ async fn an_unreachable_archive_keeps_hot_data_then_takes_it_when_back() -> Resu
     let pmu = r[0].classes.iter().find(|c| c.class == "pmu").context("pmu")?;
     assert!(pmu.exports >= 2 && pmu.points_bytes > 0, "{pmu:?}");
     check_reads(&client, &series, &data, everything).await?;
+    assert_eq!(cluster.metric(0, "timeshard_archive_failed_rounds").await?, Some(0.0));
+    assert_eq!(cluster.metric(0, "timeshard_archive_pending_blocks{class=\"pmu\"}").await?, Some(0.0));
+    let succeeded = cluster.metric(0, "timeshard_archive_last_success_timestamp_seconds").await?;
+    assert!(succeeded.is_some_and(|t| t * 1e9 > now as f64), "last success after the data was written: {succeeded:?}");
 
     // The server goes away again: reads of the hot window are still served at once; cold
     // ranges fail, saying the archive failed.

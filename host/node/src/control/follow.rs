@@ -90,6 +90,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                     report_due = false;
                     last_report = Instant::now();
                     reported = marks;
+                    contact(&node);
                 }
                 Err(e) if e.is_revoked() => return revoked(&node, &agent),
                 Err(e) => warn!(error = %e, "cannot report to the control plane; will retry"),
@@ -103,7 +104,12 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             loop {
                 tokio::select! {
                     biased;
-                    answer = &mut watch => break answer,
+                    answer = &mut watch => {
+                        if matches!(answer, Ok(_) | Err(AgentError::Incompatible { .. })) {
+                            contact(&node);
+                        }
+                        break answer;
+                    }
                     _ = tick.tick() => {}
                 }
                 // Renewal waits for no answer: a watch may last WATCH_WAIT, a short-lived
@@ -117,7 +123,10 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                 let marks = Marks::of(&node);
                 if unreachable.is_none() && report::due(marks, reported, last_report) {
                     match agent.client().report(&report::report(&node, &agent, refused.as_ref())).await {
-                        Ok(()) => (last_report, reported) = (Instant::now(), marks),
+                        Ok(()) => {
+                            (last_report, reported) = (Instant::now(), marks);
+                            contact(&node);
+                        }
                         Err(e) if e.is_revoked() => return revoked(&node, &agent),
                         Err(e) => warn!(error = %e, "cannot report to the control plane; will retry"),
                     }
@@ -183,6 +192,12 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             }
         }
     }
+}
+
+/// The control plane answered: `/metrics` shows how long ago ([`crate::metrics::Metrics`]).
+fn contact(node: &Node) {
+    let now_ms = timeshard_clock::now_ns().div_euclid(1_000_000);
+    node.metrics().record_control_plane_contact(u64::try_from(now_ms).unwrap_or(0));
 }
 
 /// Checks `state` whole against the node, without changing anything. Returns the prepared
@@ -254,6 +269,7 @@ async fn sync_policies(node: &Arc<Node>, agent: &Agent, state: &DesiredState) {
 /// Renews the certificate (same key) and presents it in every new handshake.
 async fn renew(node: &Node, agent: &mut Agent) -> Result<(), AgentError> {
     let issued = agent.renew().await?;
+    contact(node);
     let config = node.config();
     match Identity::load(&config.tls_files()) {
         Ok(identity) => match node.net().set_identity(&config, &identity) {

@@ -114,6 +114,15 @@ pub fn render(node: &Node) -> String {
             "Archive manifests refused because their seal does not check (not sealed by the node whose folder they are in, or not by the fleet); each is logged with its path and reason once.",
             archive.refused().0 as f64,
         );
+        archive_export(&mut e, node);
+    }
+    disk(&mut e, &node.config().data_dir);
+    if let Some(ms) = m.control_plane_contact_ms() {
+        e.gauge(
+            "timeshard_control_plane_last_contact_timestamp_seconds",
+            "When the control plane last answered this node (a watch, a report or a renewal), as a Unix time; absent until it has since the node started.",
+            ms as f64 / 1e3,
+        );
     }
     // Replication and membership, as the node's status reports them.
     let st = node.status();
@@ -131,6 +140,58 @@ pub fn render(node: &Node) -> String {
         policies(&mut e, registry);
     }
     e.finish()
+}
+
+/// How full the filesystem holding the node's data is: what an operator watches on an SD card
+/// before writes are refused with ENOSPC. Nothing if it cannot be read.
+fn disk(e: &mut Exposition, data_dir: &Path) {
+    let Ok(fs) = nix::sys::statvfs::statvfs(data_dir) else { return };
+    let block = fs.fragment_size() as f64;
+    e.gauge(
+        "timeshard_disk_size_bytes",
+        "Size of the filesystem holding the node's data directory.",
+        fs.blocks() as f64 * block,
+    );
+    e.gauge(
+        "timeshard_disk_available_bytes",
+        "Bytes of that filesystem the node may still write (unprivileged free space).",
+        fs.blocks_available() as f64 * block,
+    );
+}
+
+/// The export to the archive: how many blocks wait for it per class, how many rounds in a row
+/// failed, and when one last succeeded (`time()` minus it is how long the archive has been out of
+/// reach) or failed. Hot data is kept until archived, so the backlog is what a long outage costs.
+fn archive_export(e: &mut Exposition, node: &Node) {
+    let progress = node.tier().progress();
+    let mut pending: Vec<(&str, u64)> = progress.classes.iter().map(|(c, n)| (c.as_str(), n.pending_blocks)).collect();
+    pending.sort_unstable();
+    let labels: Vec<[(&str, &str); 1]> = pending.iter().map(|(c, _)| [("class", *c)]).collect();
+    e.gauges(
+        "timeshard_archive_pending_blocks",
+        "Blocks past their class's hot window that wait to be exported to the archive, by class.",
+        labels.iter().zip(&pending).map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
+    e.gauge(
+        "timeshard_archive_failed_rounds",
+        "Export rounds in a row that failed (0 after one succeeds); the node logs why and backs off.",
+        f64::from(progress.failed_rounds),
+    );
+    let seconds = |ns: i64| ns as f64 / 1e9;
+    if progress.last_success_ns > 0 {
+        e.gauge(
+            "timeshard_archive_last_success_timestamp_seconds",
+            "When an export round last succeeded, as a Unix time; absent until one has since the node started.",
+            seconds(progress.last_success_ns),
+        );
+    }
+    if progress.last_error_ns > 0 {
+        e.gauge(
+            "timeshard_archive_last_error_timestamp_seconds",
+            "When an export round last failed, as a Unix time; absent if none has since the node started.",
+            seconds(progress.last_error_ns),
+        );
+    }
 }
 
 /// Write requests by protocol.

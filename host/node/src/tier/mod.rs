@@ -177,6 +177,8 @@ pub(crate) struct ClassCounters {
 pub(crate) struct Progress {
     pub classes: HashMap<String, ClassCounters>,
     pub last_round_ns: i64,
+    /// When a round last ended without error (0: not since the node started).
+    pub last_success_ns: i64,
     pub last_error: Option<String>,
     pub last_error_ns: i64,
     pub failed_rounds: u32,

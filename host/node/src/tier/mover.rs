@@ -96,7 +96,10 @@ pub async fn run(tier: Arc<Tier>, me: Id, view: Arc<View>, stop: CancellationTok
             let mut progress = tier.progress();
             progress.last_round_ns = now_ns();
             match result {
-                Ok(()) => progress.failed_rounds = 0,
+                Ok(()) => {
+                    progress.failed_rounds = 0;
+                    progress.last_success_ns = progress.last_round_ns;
+                }
                 Err(e) => {
                     progress.failed_rounds = progress.failed_rounds.saturating_add(1);
                     warn!(error = %e, failed_rounds = progress.failed_rounds, "archive round failed; hot data is kept");
