@@ -1,7 +1,7 @@
 //! The node's local store: opening the engine `[store]` names (the disk engine in
 //! `<data_dir>/store`, or memory), and the task that runs the disk engine's maintenance.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,5 +102,64 @@ pub async fn maintain(store: Arc<dyn Store>, interval: Duration, stop: Cancellat
                 }
             }
         }
+    }
+}
+
+/// How full the filesystem holding the node's data is: what an operator of an SD card watches
+/// before writes are refused with ENOSPC (`/metrics`, and the health the control plane sees).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// The filesystem's size, in bytes.
+    pub size: u64,
+    /// Bytes the node may still write (free to unprivileged users).
+    pub available: u64,
+}
+
+/// Below this share of the filesystem left, the node reports itself degraded.
+const LOW_DISK_PERCENT: u64 = 10;
+
+impl DiskSpace {
+    /// The filesystem holding `dir`, by statvfs(3); `None` if it cannot be read.
+    // The conversions are no-ops on x86_64 and aarch64, not on armv7 (32-bit fields).
+    #[allow(clippy::useless_conversion)]
+    pub fn of(dir: &Path) -> Option<DiskSpace> {
+        let fs = nix::sys::statvfs::statvfs(dir).ok()?;
+        let block = u64::from(fs.fragment_size()).max(1);
+        Some(DiskSpace {
+            size: u64::from(fs.blocks()).saturating_mul(block),
+            available: u64::from(fs.blocks_available()).saturating_mul(block),
+        })
+    }
+
+    /// What to tell the control plane when little is left.
+    pub fn problem(&self) -> Option<String> {
+        (self.size > 0 && self.available.saturating_mul(100) < self.size.saturating_mul(LOW_DISK_PERCENT)).then(|| {
+            let full = 100 - self.available.saturating_mul(100) / self.size;
+            format!("disk {full}% full: {} MiB left for the data directory", self.available >> 20)
+        })
+    }
+}
+
+#[cfg(test)]
+mod disk_space_tests {
+    use super::*;
+
+    #[test]
+    fn low_disk_is_a_problem_with_how_full_and_what_is_left() {
+        let gib = 1u64 << 30;
+        assert_eq!(DiskSpace { size: 10 * gib, available: 2 * gib }.problem(), None);
+        assert_eq!(
+            DiskSpace { size: 10 * gib, available: gib / 2 }.problem(),
+            Some("disk 95% full: 512 MiB left for the data directory".into())
+        );
+        assert_eq!(DiskSpace { size: 0, available: 0 }.problem(), None, "a filesystem that reports no size");
+    }
+
+    #[test]
+    fn the_data_directory_filesystem_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let space = DiskSpace::of(dir.path()).expect("statvfs of a temporary directory");
+        assert!(space.size > 0 && space.available <= space.size, "{space:?}");
+        assert_eq!(DiskSpace::of(&dir.path().join("missing")), None);
     }
 }

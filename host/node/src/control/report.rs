@@ -1,4 +1,5 @@
-//! What the node tells the control plane (generation and digest it runs, health, refusals, its
+//! What the node tells the control plane (generation and digest it runs, health (a disk nearly
+//! full and an archive out of reach make it degraded, saying so), refusals, its
 //! policy modules with what their calls cost, modules it could not load), and when: at once
 //! after a change, soon after a policy fails (so a failing rollout is stopped quickly), now
 //! and then while policies are used, and at least every minute.
@@ -50,6 +51,10 @@ pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Repor
     let mut problems: Vec<String> = node.disk_store().map(|d| d.health()).unwrap_or_default();
     if node.dht().peer_count() == 0 && !config.bootstrap.is_empty() {
         problems.push(format!("no peers: none of the bootstrap peers ({}) answers", config.bootstrap.join(", ")));
+    }
+    problems.extend(crate::storage::DiskSpace::of(&config.data_dir).and_then(|d| d.problem()));
+    if node.tier().archive().is_some() {
+        problems.extend(node.tier().progress().outage(timeshard_clock::now_ns()));
     }
     let policy_errors = node.control_policies().errors.clone();
     if !policy_errors.is_empty() {

@@ -142,20 +142,18 @@ pub fn render(node: &Node) -> String {
     e.finish()
 }
 
-/// How full the filesystem holding the node's data is: what an operator watches on an SD card
-/// before writes are refused with ENOSPC. Nothing if it cannot be read.
+/// How full the filesystem holding the node's data is. Nothing if it cannot be read.
 fn disk(e: &mut Exposition, data_dir: &Path) {
-    let Ok(fs) = nix::sys::statvfs::statvfs(data_dir) else { return };
-    let block = fs.fragment_size() as f64;
+    let Some(space) = crate::storage::DiskSpace::of(data_dir) else { return };
     e.gauge(
         "timeshard_disk_size_bytes",
         "Size of the filesystem holding the node's data directory.",
-        fs.blocks() as f64 * block,
+        space.size as f64,
     );
     e.gauge(
         "timeshard_disk_available_bytes",
         "Bytes of that filesystem the node may still write (unprivileged free space).",
-        fs.blocks_available() as f64 * block,
+        space.available as f64,
     );
 }
 

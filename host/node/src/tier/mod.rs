@@ -184,6 +184,30 @@ pub(crate) struct Progress {
     pub failed_rounds: u32,
 }
 
+/// Export rounds failed in a row after which the node reports itself degraded: one failure is
+/// a blip the backoff absorbs, this many an outage the operator should see.
+const OUTAGE_ROUNDS: u32 = 3;
+
+impl Progress {
+    /// What to tell the control plane while export rounds keep failing: since when (the last
+    /// success, or "since start"), how many blocks wait, and the last error.
+    pub(crate) fn outage(&self, now_ns: i64) -> Option<String> {
+        if self.failed_rounds < OUTAGE_ROUNDS {
+            return None;
+        }
+        let pending: u64 = self.classes.values().map(|c| c.pending_blocks).sum();
+        let since = match self.last_success_ns {
+            0 => "no export has succeeded since the node started".to_string(),
+            ns => format!("the last export succeeded {} s ago", (now_ns - ns).max(0) / 1_000_000_000),
+        };
+        let error = self.last_error.as_deref().unwrap_or("no error kept");
+        Some(format!(
+            "archive unreachable: {} export rounds failed in a row, {since}, {pending} blocks wait (kept hot): {error}",
+            self.failed_rounds
+        ))
+    }
+}
+
 /// The cold tier of a node.
 #[derive(Debug)]
 pub struct Tier {
@@ -443,5 +467,30 @@ impl Tier {
             }
             tier.relisting.store(false, Ordering::Release);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_reported_after_a_few_failed_rounds_with_its_backlog_and_error() {
+        let mut p = Progress::default();
+        p.classes.entry("pmu".into()).or_default().pending_blocks = 40;
+        p.classes.entry("traffic".into()).or_default().pending_blocks = 2;
+        p.failed_rounds = OUTAGE_ROUNDS - 1;
+        p.last_error = Some("object store: connection refused".into());
+        assert_eq!(p.outage(0), None, "a blip is not an outage");
+        p.failed_rounds = OUTAGE_ROUNDS;
+        assert_eq!(
+            p.outage(0).as_deref(),
+            Some(
+                "archive unreachable: 3 export rounds failed in a row, no export has succeeded since the node \
+                 started, 42 blocks wait (kept hot): object store: connection refused"
+            )
+        );
+        p.last_success_ns = 1_000_000_000;
+        assert!(p.outage(91_000_000_000).unwrap().contains("the last export succeeded 90 s ago"));
     }
 }
