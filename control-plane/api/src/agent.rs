@@ -65,6 +65,19 @@ impl AgentError {
     pub fn is_revoked(&self) -> bool {
         matches!(self, AgentError::Http(e) if e.code() == Some("revoked"))
     }
+
+    /// Whether the control plane could not be reached or could not answer for now (no
+    /// connection, a timeout, a cut transfer, or a 5xx): worth trying again later. A refusal
+    /// (a used or unknown token, a revoked node), a wrong server (TLS) or a bad answer is not.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            AgentError::Http(HttpError::Connect { .. } | HttpError::Timeout { .. } | HttpError::Transport { .. }) => {
+                true
+            }
+            AgentError::Http(HttpError::Api { status, .. }) => *status >= 500,
+            _ => false,
+        }
+    }
 }
 
 /// What identifies an enrolled node to the control plane. `Debug` hides the key.

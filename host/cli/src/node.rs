@@ -3,10 +3,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use timeshard_control_api::Agent;
+use timeshard_control_api::{Agent, AgentError};
 use timeshard_node::config::NodeConfig;
 use timeshard_node::process::{serve_until_stopped, write_ready_file};
 use timeshard_node::{RunningNode, control};
@@ -24,7 +25,8 @@ A node gets its identity and configuration in one of two ways:
   From a control plane (`timeshard-control`): `--enroll` with a one-time token makes the node's
   key, has the control plane sign its certificate (checking first that the server is the fleet's,
   by the CA fingerprint in the token), and stores the certificate, the fleet CA and the node's
-  initial configuration (labels, location, bootstrap peers, classes) in DATA_DIR/control. Later
+  initial configuration (labels, location, bootstrap peers, classes) in DATA_DIR/control. While
+  the control plane cannot be reached it says so and tries again every 1 to 15 s. Later
   starts need only --data-dir: a node whose data directory holds an enrollment uses it, runs
   from the configuration it applied last (even while the control plane is away), and applies
   new ones without restarting.
@@ -67,7 +69,8 @@ pub(crate) struct NodeArgs {
     /// DATA_DIR/control.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Enroll with the control plane at this address first (needs --token).
+    /// Enroll with the control plane at this address first (needs --token); waits for it while
+    /// it cannot be reached.
     #[arg(long, value_name = "https://HOST:PORT", requires = "token", conflicts_with = "print_config")]
     enroll: Option<String>,
     /// One-time enrollment token from `timeshard-control token create` (tsc1...).
@@ -141,7 +144,7 @@ async fn leave(args: LeaveArgs) -> Result<()> {
             );
         }
         last = Some(progress);
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     println!("node at {addr} left the cluster and exited");
     Ok(())
@@ -171,7 +174,7 @@ pub(crate) async fn run(args: NodeArgs) -> Result<()> {
     cfg.validate()?;
     let agent = match (&args.enroll, &args.token) {
         (Some(url), Some(token)) => {
-            let agent = timeshard_control_api::enroll(url, token, &cfg.data_dir)
+            let agent = enroll_waiting(url, token, &cfg.data_dir)
                 .await
                 .with_context(|| format!("cannot enroll with the control plane at {url}"))?;
             tracing::info!(
@@ -212,5 +215,34 @@ pub(crate) async fn run(args: NodeArgs) -> Result<()> {
         Some(_) if left => Ok(()),
         Some(reason) => bail!(reason),
         None => Ok(()),
+    }
+}
+
+/// First wait before asking an unreachable control plane to enroll again; doubles up to
+/// [`ENROLL_RETRY_MAX`].
+const ENROLL_RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest wait between enrollment attempts: a device installed before its uplink works
+/// enrolls within this long of the control plane becoming reachable.
+const ENROLL_RETRY_MAX: Duration = Duration::from_secs(15);
+
+/// Enrolls, waiting for a control plane that cannot be reached yet (a device often starts
+/// before its uplink, or while the control plane is down): says why and when it tries again,
+/// and tries until it gets an answer. A refusal (a used, expired or unknown token) ends it.
+async fn enroll_waiting(url: &str, token: &str, data_dir: &std::path::Path) -> Result<Agent, AgentError> {
+    let mut wait = ENROLL_RETRY_MIN;
+    loop {
+        match timeshard_control_api::enroll(url, token, data_dir).await {
+            Err(e) if e.is_unreachable() => {
+                tracing::warn!(
+                    error = %e,
+                    retry_in = ?wait,
+                    "cannot enroll yet: the control plane does not answer; retrying until it does \
+                     (the node starts once enrolled; stop it to give up)"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(ENROLL_RETRY_MAX);
+            }
+            other => return other,
+        }
     }
 }

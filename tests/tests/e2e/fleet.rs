@@ -338,6 +338,79 @@ async fn revocation_reaches_a_site_cut_off_from_the_control_plane(backend: Backe
     Ok(())
 }
 
+/// A device started while the control plane cannot be reached waits for it, saying why, and
+/// enrolls and starts once it is back; a refused token still ends the attempt at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enrollment_waits_for_an_unreachable_control_plane() -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("timeshard-fleet-").tempdir()?;
+    let mut control = ControlPlane::start(CONTROL, Backend::Sqlite, dir.path()).await?;
+    control.cli(&["class", "set", "env", "--prefix", "env.", "--rf", "1", "--w", "1", "--r", "1"]).await?;
+    let url = control.urls()[0].clone();
+    let token = control.cli(&["token", "create", "--labels", "site=lab", "--expires", "10m"]).await?.trim().to_string();
+    control.stop().await?;
+
+    let data = dir.path().join("device");
+    let (ready, log) = (dir.path().join("ready.json"), dir.path().join("node.log"));
+    let mut child = tokio::process::Command::new(NODE)
+        .args(["node", "--enroll", &url, "--token", &token, "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--ready-file")
+        .arg(&ready)
+        .env("TIMESHARD_LOG", "info")
+        .stderr(std::fs::File::create(&log)?)
+        .kill_on_drop(true)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)?.contains("cannot enroll yet") {
+        anyhow::ensure!(child.try_wait()?.is_none(), "the node gave up: {}", std::fs::read_to_string(&log)?);
+        anyhow::ensure!(Instant::now() < deadline, "no word of waiting: {}", std::fs::read_to_string(&log)?);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(child.try_wait()?.is_none(), "still waiting after a few attempts");
+    assert!(
+        !ready.exists()
+            && !data
+                .join(timeshard_control_api::files::CONTROL_DIR)
+                .join(timeshard_control_api::files::ENROLLMENT_FILE)
+                .exists(),
+        "nothing enrolled yet"
+    );
+
+    // Back: the node enrolls within the longest retry wait (15 s) and starts.
+    control.start_again().await?;
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let ready: timeshard_node::process::Ready = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready)
+            && let Ok(r) = serde_json::from_str(&text)
+        {
+            break r;
+        }
+        anyhow::ensure!(child.try_wait()?.is_none(), "the node exited: {}", std::fs::read_to_string(&log)?);
+        anyhow::ensure!(Instant::now() < deadline, "not enrolled in time: {}", std::fs::read_to_string(&log)?);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let devices = control.devices().await?;
+    assert_eq!(devices.len(), 1);
+    let client =
+        Client::connect(ready.addr, &timeshard_sdk::tls::TlsFiles::in_dir(&data.join("control"), "node")).await?;
+    assert_eq!(client.status().await?.id.to_hex(), devices[0].node_id);
+    client.close().await;
+    child.kill().await?;
+
+    // The token is used now: enrolling again with it is refused at once, not waited on.
+    let out = tokio::process::Command::new(NODE)
+        .args(["node", "--enroll", &url, "--token", &token])
+        .arg("--data-dir")
+        .arg(dir.path().join("second"))
+        .output()
+        .await?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !err.contains("cannot enroll yet"), "{err}");
+    Ok(())
+}
+
 /// `timeshard node --enroll URL --token TOKEN --data-dir DIR` once; afterwards `--data-dir`
 /// alone starts the node as enrolled. Misuse is refused with a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
