@@ -29,6 +29,7 @@ mod coi_stale;
 mod control_plane;
 mod damage;
 mod departure;
+mod disk_full;
 mod durability;
 mod failover;
 mod fleet;

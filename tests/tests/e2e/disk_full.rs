@@ -1,0 +1,157 @@
+//! A node whose disk fills under live ingest: its data directory on a 64 MiB tmpfs, 40 MiB of it
+//! taken by another file. Writes are refused saying why, reads go on, every acknowledged point
+//! reads back, also after a SIGKILL while full and a restart on the full disk, and writes are
+//! taken again once space is freed. Mounting needs root, as the tests run in CI.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use timeshard_clock::now_ns;
+use timeshard_node::config::ClassConfig;
+use timeshard_proto::{Point, SeriesKey, TimeRange};
+use timeshard_sdk::{Client, SeriesPoints};
+use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
+
+use crate::NODE;
+
+const FS_MIB: u64 = 64;
+const BALLAST_MIB: usize = 40;
+const SERIES: usize = 10;
+const PER_SERIES: usize = 2_000;
+/// Points 50 µs apart from two minutes ago: live data (open quanta), never in the future
+/// before the disk fills (at most 1,000 batches, 100 ms of each series per batch).
+const STEP_NS: i64 = 50_000;
+const MAX_BATCHES: usize = 1_000;
+
+/// A tmpfs mounted at a directory for the test's life.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, mib: u64) -> anyhow::Result<Tmpfs> {
+        std::fs::create_dir_all(dir)?;
+        let status =
+            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"]).arg(dir).status()?;
+        ensure!(status.success(), "mounting a {mib} MiB tmpfs at {} failed: this test needs root", dir.display());
+        Ok(Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// splitmix64 bits as values: incompressible, so the disk fills in seconds.
+fn value(seed: &mut u64) -> f64 {
+    *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * 1000.0
+}
+
+/// Every point of `acked` reads back from `client`, and nothing else but points of the one
+/// refused batch (a refused write may have stored part of itself; retrying is safe).
+async fn check(
+    client: &Client,
+    keys: &[SeriesKey],
+    acked: &[Vec<Point>],
+    refused: &[Vec<Point>],
+) -> anyhow::Result<()> {
+    let index = |points: &[Point]| points.iter().map(|p| (p.ts, p.value.to_bits())).collect::<HashSet<_>>();
+    for (i, key) in keys.iter().enumerate() {
+        let range = TimeRange::new(acked[i][0].ts, now_ns())?;
+        let got = index(&client.read(key, range).await?);
+        let (written, maybe) = (index(&acked[i]), index(&refused[i]));
+        ensure!(got.iter().all(|p| written.contains(p) || maybe.contains(p)), "{key}: points never written");
+        let missing = written.difference(&got).count();
+        ensure!(missing == 0, "{key}: {missing} of {} acknowledged points are missing", written.len());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyhow::Result<()> {
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = vec![ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    // The node's data directory (its store and log) on the small filesystem; its config, keys
+    // and log file stay outside, as on a device with a separate data partition.
+    let data = options.dir.join("node-0").join("data");
+    let _tmpfs = Tmpfs::mount(&data, FS_MIB)?;
+    let ballast = data.join("ballast");
+    std::fs::write(&ballast, vec![0x5a; BALLAST_MIB << 20])?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    let keys: Vec<SeriesKey> = (0..SERIES)
+        .map(|i| SeriesKey::new("disk.full", [("sensor", format!("s{i}").as_str())]))
+        .collect::<Result<_, _>>()?;
+    let (mut acked, mut refused) = (vec![Vec::new(); SERIES], vec![Vec::new(); SERIES]);
+    let (mut seed, start) = (7u64, now_ns() - 120_000_000_000);
+    let mut t = start;
+    let batch = |t: &mut i64, seed: &mut u64| -> Vec<SeriesPoints> {
+        let first = *t;
+        *t += PER_SERIES as i64 * STEP_NS;
+        keys.iter()
+            .map(|k| SeriesPoints {
+                series: k.clone(),
+                points: (0..PER_SERIES as i64).map(|j| Point::new(first + j * STEP_NS, value(seed))).collect(),
+            })
+            .collect()
+    };
+    let mut error = None;
+    for _ in 0..MAX_BATCHES {
+        let b = batch(&mut t, &mut seed);
+        match client.write_batch(b.clone()).await {
+            Ok(_) => b.into_iter().enumerate().for_each(|(i, s)| acked[i].extend(s.points)),
+            Err(e) => {
+                b.into_iter().enumerate().for_each(|(i, s)| refused[i].extend(s.points));
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let error = error.context("the disk never filled")?;
+    let points: usize = acked.iter().map(Vec::len).sum();
+    println!("full after {points} acknowledged points: {error}");
+    ensure!(points > 0, "nothing was written before the disk filled");
+    let text = error.to_string();
+    ensure!(text.contains("No space left") && text.contains("retrying is safe"), "the refusal says why: {text}");
+    ensure!(t < now_ns(), "the data stayed live, not in the future");
+
+    // Full: writes are still refused the same way, reads go on, /metrics shows the disk.
+    ensure!(client.write_batch(batch(&mut t, &mut seed)).await.is_err(), "a write fit on a full disk");
+    check(&client, &keys, &acked, &refused).await?;
+    let available = cluster.metric(0, "timeshard_disk_available_bytes").await?.context("disk in /metrics")?;
+    ensure!(available < (4 << 20) as f64, "{available} bytes shown available on the full disk");
+
+    // Killed while full, and restarted on the full disk: still everything acknowledged.
+    client.close().await;
+    cluster.kill(0).await?;
+    cluster.restart(0).await?;
+    let client = cluster.client(0).await?;
+    let started = Instant::now();
+    check(&client, &keys, &acked, &refused).await?;
+    println!("restarted on the full disk, every acknowledged point read back in {:?}", started.elapsed());
+
+    // Space freed: writes are taken again, and everything reads back.
+    std::fs::remove_file(&ballast)?;
+    let more = batch(&mut t, &mut seed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.write_batch(more.clone()).await {
+            Ok(_) => break,
+            Err(e) => ensure!(Instant::now() < deadline, "writes still refused after space was freed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    more.into_iter().enumerate().for_each(|(i, s)| acked[i].extend(s.points));
+    check(&client, &keys, &acked, &refused).await?;
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
