@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use crate::admission::{Connections, RequestSlots};
 use crate::budget::{Ledger, Shares};
-use crate::config::{ConfigError, Live, NodeConfig};
+use crate::config::{ConfigError, Live, NodeConfig, StoreEngine};
 use crate::control::apply::config_digest_u64;
 use crate::control::policies::{self as control_policies, ControlPolicies};
 use crate::coordinator::{Coordinator, ReplicaWrites};
@@ -48,7 +48,7 @@ use crate::repair::state::RepairState;
 use crate::repair::{Repair, read_repair};
 use crate::replica::Replica;
 use crate::seams::Seams;
-use crate::storage;
+use crate::storage::{self, StoreUse};
 use crate::tier::{Tier, TierError, store::TieredStore};
 
 /// How long shutdown waits for requests in flight.
@@ -388,7 +388,10 @@ fn data_path(
     };
     let state = Arc::new(RepairState::new(config.repair.read_repair_queue));
     let budget = Arc::new(Ledger::new(Shares::of(config.memory.budget.0)));
-    let replica = Replica::new(store.clone(), state.clone(), policies.clone());
+    // The limit is the disk engine's; the memory engine has its own (`memory_max_points`).
+    let max_bytes = config.store.max_bytes.filter(|_| config.store.engine == StoreEngine::Disk).map(|b| b.0);
+    let usage = Arc::new(StoreUse::new(config.data_dir.join("store"), max_bytes));
+    let replica = Replica::new(store.clone(), usage, state.clone(), policies.clone());
     let coordinator = Arc::new(
         Coordinator::new(
             dht.clone(),
@@ -459,7 +462,7 @@ async fn join_and_run(node: &Arc<Node>, hints: Arc<Hints>) {
     view.join(dht).await;
     node.tasks.spawn(dht.clone().maintain(node.config.clone(), stop.clone()));
     let interval = node.config().store.maintenance_interval;
-    node.tasks.spawn(storage::maintain(node.store().clone(), interval, stop.clone()));
+    node.tasks.spawn(storage::maintain(node.store().clone(), node.replica().usage().clone(), interval, stop.clone()));
     node.tasks.spawn(view.clone().run(dht.clone(), stop.clone()));
     node.tasks.spawn(crate::reconfigure::follow_revocations(node.clone(), stop.clone()));
     node.tasks.spawn(node.repair.clone().run(stop.clone()));

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use timeshard_clock::now_ns;
@@ -78,7 +79,7 @@ pub fn open(config: &NodeConfig, disk: Option<Arc<dyn Backend>>) -> Result<Store
 /// Runs the store's maintenance (sealing, late data, retention, log checkpoints) every
 /// `interval`, in bounded steps on a blocking thread, so ingest never waits for it; until `stop`
 /// fires.
-pub async fn maintain(store: Arc<dyn Store>, interval: Duration, stop: CancellationToken) {
+pub async fn maintain(store: Arc<dyn Store>, usage: Arc<StoreUse>, interval: Duration, stop: CancellationToken) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -102,7 +103,63 @@ pub async fn maintain(store: Arc<dyn Store>, interval: Duration, stop: Cancellat
                 }
             }
         }
+        if usage.limited() {
+            let usage = usage.clone();
+            let _ = timeshard_clock::spawn_blocking(move || usage.measure()).await;
+        }
     }
+}
+
+/// `[store] max_bytes`: the bytes the disk store holds, measured after each maintenance pass,
+/// and whether replicas must refuse writes because of it.
+#[derive(Debug)]
+pub struct StoreUse {
+    /// The store's directory (`<data_dir>/store`).
+    dir: PathBuf,
+    max: Option<u64>,
+    used: AtomicU64,
+}
+
+impl StoreUse {
+    /// The store in `dir`, limited to `max` bytes (`None`: no limit, nothing measured).
+    pub fn new(dir: PathBuf, max: Option<u64>) -> StoreUse {
+        StoreUse { dir, max, used: AtomicU64::new(0) }
+    }
+
+    /// Whether a limit applies.
+    pub fn limited(&self) -> bool {
+        self.max.is_some()
+    }
+
+    /// Measures the store's files now.
+    pub fn measure(&self) {
+        self.used.store(dir_bytes(&self.dir), Ordering::Relaxed);
+    }
+
+    /// Why a write must be refused, if it must: the store held its limit at the last measure.
+    pub fn refusal(&self) -> Option<String> {
+        let max = self.max?;
+        let used = self.used.load(Ordering::Relaxed);
+        (used >= max).then(|| {
+            format!(
+                "this node's store holds {used} bytes on disk, at its [store] max_bytes of {max}: writes are refused \
+                 until retention frees room or the limit is raised"
+            )
+        })
+    }
+}
+
+/// Bytes in the files under `dir` (recursively); 0 if it does not exist.
+pub(crate) fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// How full the filesystem holding the node's data is: what an operator of an SD card watches
@@ -143,6 +200,25 @@ impl DiskSpace {
 #[cfg(test)]
 mod disk_space_tests {
     use super::*;
+
+    #[test]
+    fn writes_are_refused_once_the_store_holds_its_max_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("wal")).unwrap();
+        std::fs::write(dir.path().join("wal").join("0.wal"), vec![0u8; 3000]).unwrap();
+        std::fs::write(dir.path().join("index.log"), vec![0u8; 1000]).unwrap();
+        let unlimited = StoreUse::new(dir.path().to_path_buf(), None);
+        unlimited.measure();
+        assert_eq!(unlimited.refusal(), None);
+        let limited = StoreUse::new(dir.path().to_path_buf(), Some(4000));
+        assert_eq!(limited.refusal(), None, "nothing measured yet");
+        limited.measure();
+        let why = limited.refusal().expect("4000 bytes held of 4000");
+        assert!(why.contains("holds 4000 bytes") && why.contains("max_bytes of 4000"), "{why}");
+        std::fs::remove_file(dir.path().join("index.log")).unwrap();
+        limited.measure();
+        assert_eq!(limited.refusal(), None, "room again");
+    }
 
     #[test]
     fn low_disk_is_a_problem_with_how_full_and_what_is_left() {

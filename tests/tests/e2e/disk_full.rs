@@ -1,7 +1,8 @@
 //! A node whose disk fills under live ingest: its data directory on a 64 MiB tmpfs, 40 MiB of it
 //! taken by another file. Writes are refused saying why, reads go on, every acknowledged point
 //! reads back, also after a SIGKILL while full and a restart on the full disk, and writes are
-//! taken again once space is freed. Mounting needs root, as the tests run in CI.
+//! taken again once space is freed. Mounting needs root, as the tests run in CI. And a store
+//! limited by `[store] max_bytes` refuses writes at its limit, before the disk fills.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use timeshard_clock::now_ns;
-use timeshard_node::config::ClassConfig;
+use timeshard_node::config::{ByteSize, ClassConfig};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_sdk::{Client, SeriesPoints};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
@@ -25,6 +26,8 @@ const PER_SERIES: usize = 2_000;
 /// before the disk fills (at most 1,000 batches, 100 ms of each series per batch).
 const STEP_NS: i64 = 50_000;
 const MAX_BATCHES: usize = 1_000;
+/// `[store] max_bytes` of the second scenario.
+const MAX_STORE_MIB: u64 = 8;
 
 /// A tmpfs mounted at a directory for the test's life.
 struct Tmpfs(PathBuf);
@@ -54,24 +57,72 @@ fn value(seed: &mut u64) -> f64 {
     ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * 1000.0
 }
 
-/// Every point of `acked` reads back from `client`, and nothing else but points of the one
+/// Live ingest into one node until a write is refused: what was acknowledged, and the one
 /// refused batch (a refused write may have stored part of itself; retrying is safe).
-async fn check(
-    client: &Client,
-    keys: &[SeriesKey],
-    acked: &[Vec<Point>],
-    refused: &[Vec<Point>],
-) -> anyhow::Result<()> {
-    let index = |points: &[Point]| points.iter().map(|p| (p.ts, p.value.to_bits())).collect::<HashSet<_>>();
-    for (i, key) in keys.iter().enumerate() {
-        let range = TimeRange::new(acked[i][0].ts, now_ns())?;
-        let got = index(&client.read(key, range).await?);
-        let (written, maybe) = (index(&acked[i]), index(&refused[i]));
-        ensure!(got.iter().all(|p| written.contains(p) || maybe.contains(p)), "{key}: points never written");
-        let missing = written.difference(&got).count();
-        ensure!(missing == 0, "{key}: {missing} of {} acknowledged points are missing", written.len());
+struct Ingest {
+    keys: Vec<SeriesKey>,
+    acked: Vec<Vec<Point>>,
+    refused: Vec<Vec<Point>>,
+    /// The next batch's first timestamp.
+    t: i64,
+    seed: u64,
+}
+
+impl Ingest {
+    fn new(metric: &str) -> anyhow::Result<Ingest> {
+        let keys = (0..SERIES)
+            .map(|i| SeriesKey::new(metric, [("sensor", format!("s{i}").as_str())]))
+            .collect::<Result<_, _>>()?;
+        let (acked, refused) = (vec![Vec::new(); SERIES], vec![Vec::new(); SERIES]);
+        Ok(Ingest { keys, acked, refused, t: now_ns() - 120_000_000_000, seed: 7 })
     }
-    Ok(())
+
+    fn batch(&mut self) -> Vec<SeriesPoints> {
+        let first = self.t;
+        self.t += PER_SERIES as i64 * STEP_NS;
+        let seed = &mut self.seed;
+        self.keys
+            .iter()
+            .map(|k| SeriesPoints {
+                series: k.clone(),
+                points: (0..PER_SERIES as i64).map(|j| Point::new(first + j * STEP_NS, value(seed))).collect(),
+            })
+            .collect()
+    }
+
+    /// Writes batches until one is refused; returns why.
+    async fn until_refused(&mut self, client: &Client) -> anyhow::Result<timeshard_sdk::Error> {
+        for _ in 0..MAX_BATCHES {
+            let b = self.batch();
+            match client.write_batch(b.clone()).await {
+                Ok(_) => b.into_iter().enumerate().for_each(|(i, s)| self.acked[i].extend(s.points)),
+                Err(e) => {
+                    b.into_iter().enumerate().for_each(|(i, s)| self.refused[i].extend(s.points));
+                    let points: usize = self.acked.iter().map(Vec::len).sum();
+                    println!("refused after {points} acknowledged points: {e}");
+                    ensure!(points > 0, "nothing was written before the first refusal");
+                    ensure!(self.t < now_ns(), "the data stayed live, not in the future");
+                    return Ok(e);
+                }
+            }
+        }
+        anyhow::bail!("{MAX_BATCHES} batches and no refusal")
+    }
+
+    /// Every acknowledged point reads back from `client`, and nothing else but points of the
+    /// refused batch.
+    async fn check(&self, client: &Client) -> anyhow::Result<()> {
+        let index = |points: &[Point]| points.iter().map(|p| (p.ts, p.value.to_bits())).collect::<HashSet<_>>();
+        for (i, key) in self.keys.iter().enumerate() {
+            let range = TimeRange::new(self.acked[i][0].ts, now_ns())?;
+            let got = index(&client.read(key, range).await?);
+            let (written, maybe) = (index(&self.acked[i]), index(&self.refused[i]));
+            ensure!(got.iter().all(|p| written.contains(p) || maybe.contains(p)), "{key}: points never written");
+            let missing = written.difference(&got).count();
+            ensure!(missing == 0, "{key}: {missing} of {} acknowledged points are missing", written.len());
+        }
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,45 +138,13 @@ async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyho
     let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
 
-    let keys: Vec<SeriesKey> = (0..SERIES)
-        .map(|i| SeriesKey::new("disk.full", [("sensor", format!("s{i}").as_str())]))
-        .collect::<Result<_, _>>()?;
-    let (mut acked, mut refused) = (vec![Vec::new(); SERIES], vec![Vec::new(); SERIES]);
-    let (mut seed, start) = (7u64, now_ns() - 120_000_000_000);
-    let mut t = start;
-    let batch = |t: &mut i64, seed: &mut u64| -> Vec<SeriesPoints> {
-        let first = *t;
-        *t += PER_SERIES as i64 * STEP_NS;
-        keys.iter()
-            .map(|k| SeriesPoints {
-                series: k.clone(),
-                points: (0..PER_SERIES as i64).map(|j| Point::new(first + j * STEP_NS, value(seed))).collect(),
-            })
-            .collect()
-    };
-    let mut error = None;
-    for _ in 0..MAX_BATCHES {
-        let b = batch(&mut t, &mut seed);
-        match client.write_batch(b.clone()).await {
-            Ok(_) => b.into_iter().enumerate().for_each(|(i, s)| acked[i].extend(s.points)),
-            Err(e) => {
-                b.into_iter().enumerate().for_each(|(i, s)| refused[i].extend(s.points));
-                error = Some(e);
-                break;
-            }
-        }
-    }
-    let error = error.context("the disk never filled")?;
-    let points: usize = acked.iter().map(Vec::len).sum();
-    println!("full after {points} acknowledged points: {error}");
-    ensure!(points > 0, "nothing was written before the disk filled");
-    let text = error.to_string();
+    let mut ingest = Ingest::new("disk.full")?;
+    let text = ingest.until_refused(&client).await?.to_string();
     ensure!(text.contains("No space left") && text.contains("retrying is safe"), "the refusal says why: {text}");
-    ensure!(t < now_ns(), "the data stayed live, not in the future");
 
     // Full: writes are still refused the same way, reads go on, /metrics shows the disk.
-    ensure!(client.write_batch(batch(&mut t, &mut seed)).await.is_err(), "a write fit on a full disk");
-    check(&client, &keys, &acked, &refused).await?;
+    ensure!(client.write_batch(ingest.batch()).await.is_err(), "a write fit on a full disk");
+    ingest.check(&client).await?;
     let available = cluster.metric(0, "timeshard_disk_available_bytes").await?.context("disk in /metrics")?;
     ensure!(available < (4 << 20) as f64, "{available} bytes shown available on the full disk");
 
@@ -135,12 +154,12 @@ async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyho
     cluster.restart(0).await?;
     let client = cluster.client(0).await?;
     let started = Instant::now();
-    check(&client, &keys, &acked, &refused).await?;
+    ingest.check(&client).await?;
     println!("restarted on the full disk, every acknowledged point read back in {:?}", started.elapsed());
 
     // Space freed: writes are taken again, and everything reads back.
     std::fs::remove_file(&ballast)?;
-    let more = batch(&mut t, &mut seed);
+    let more = ingest.batch();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match client.write_batch(more.clone()).await {
@@ -149,8 +168,33 @@ async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyho
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    more.into_iter().enumerate().for_each(|(i, s)| acked[i].extend(s.points));
-    check(&client, &keys, &acked, &refused).await?;
+    more.into_iter().enumerate().for_each(|(i, s)| ingest.acked[i].extend(s.points));
+    ingest.check(&client).await?;
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// `[store] max_bytes` keeps the store off the rest of the disk: past it writes are refused
+/// saying so, before the filesystem is full, and what was acknowledged stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_at_its_max_bytes_refuses_writes_and_keeps_what_it_acknowledged() -> anyhow::Result<()> {
+    let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = vec![ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() }];
+    options.store.max_bytes = Some(ByteSize(MAX_STORE_MIB << 20));
+    options.store.maintenance_interval = Duration::from_millis(200);
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    let mut ingest = Ingest::new("store.limit")?;
+    let text = ingest.until_refused(&client).await?.to_string();
+    ensure!(text.contains("[store] max_bytes") && text.contains("retrying is safe"), "the refusal says why: {text}");
+    let held = cluster.metric(0, "timeshard_store_log_size_bytes").await?.context("log size")?
+        + cluster.metric(0, "timeshard_store_size_bytes").await?.context("store size")?;
+    // Measured every 200 ms: the limit may be passed by what arrived in between, not by much.
+    ensure!(held < ((2 * MAX_STORE_MIB) << 20) as f64, "the store holds {held} bytes, limit {MAX_STORE_MIB} MiB");
+    ensure!(client.write_batch(ingest.batch()).await.is_err(), "a write taken past the limit");
+    ingest.check(&client).await?;
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);
     Ok(())

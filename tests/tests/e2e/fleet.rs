@@ -338,6 +338,25 @@ async fn revocation_reaches_a_site_cut_off_from_the_control_plane(backend: Backe
     Ok(())
 }
 
+/// Waits up to `within` for the node `child` started with `--ready-file ready` to be ready.
+async fn wait_ready(
+    child: &mut tokio::process::Child,
+    ready: &Path,
+    within: Duration,
+) -> anyhow::Result<timeshard_node::process::Ready> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(ready)
+            && let Ok(r) = serde_json::from_str(&text)
+        {
+            return Ok(r);
+        }
+        anyhow::ensure!(child.try_wait()?.is_none(), "the node exited before it was ready");
+        anyhow::ensure!(Instant::now() < deadline, "the node was not ready within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A device started while the control plane cannot be reached waits for it, saying why, and
 /// enrolls and starts once it is back; a refused token still ends the attempt at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,17 +399,9 @@ async fn enrollment_waits_for_an_unreachable_control_plane() -> anyhow::Result<(
 
     // Back: the node enrolls within the longest retry wait (15 s) and starts.
     control.start_again().await?;
-    let deadline = Instant::now() + Duration::from_secs(45);
-    let ready: timeshard_node::process::Ready = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready)
-            && let Ok(r) = serde_json::from_str(&text)
-        {
-            break r;
-        }
-        anyhow::ensure!(child.try_wait()?.is_none(), "the node exited: {}", std::fs::read_to_string(&log)?);
-        anyhow::ensure!(Instant::now() < deadline, "not enrolled in time: {}", std::fs::read_to_string(&log)?);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ready = wait_ready(&mut child, &ready, Duration::from_secs(45))
+        .await
+        .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
     let devices = control.devices().await?;
     assert_eq!(devices.len(), 1);
     let client =
@@ -449,15 +460,7 @@ async fn enroll_from_the_command_line_then_start_from_the_data_dir() -> anyhow::
         args.extend(["--ready-file".to_string(), ready.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = node(args).stderr(std::process::Stdio::null()).spawn()?;
-        let ready: timeshard_node::process::Ready = loop {
-            if let Ok(text) = std::fs::read_to_string(&ready)
-                && let Ok(r) = serde_json::from_str(&text)
-            {
-                break r;
-            }
-            anyhow::ensure!(child.try_wait()?.is_none(), "the node exited before it was ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let ready = wait_ready(&mut child, &ready, Duration::from_secs(60)).await?;
         let tls = timeshard_sdk::tls::TlsFiles::in_dir(&data.join("control"), "node");
         let client = Client::connect(ready.addr, &tls).await?;
         let status = client.status().await?;

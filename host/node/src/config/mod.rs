@@ -211,6 +211,9 @@ impl NodeConfig {
         if self.store.max_wal_bytes < 1024 * 1024 {
             return invalid("store.max_wal_bytes", "must be at least 1 MiB (64 MiB is the default)");
         }
+        if self.store.max_bytes.is_some_and(|b| b.0 < 1024 * 1024) {
+            return invalid("store.max_bytes", "must be at least 1 MiB, or unset for no limit but the disk's");
+        }
         let m = &self.membership;
         if m.gossip_interval.is_zero() || m.suspect_after <= m.gossip_interval || m.gone_after <= m.suspect_after {
             return invalid(

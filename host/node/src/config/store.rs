@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::memory::ByteSize;
+
 /// Which storage engine holds this node's blocks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -33,6 +35,13 @@ pub struct StoreConfig {
     /// points of its older half early. Bounds the log on disk and the replay after a crash
     /// (and so the memory a restart needs).
     pub max_wal_bytes: u64,
+    /// Most bytes the disk engine may hold (blocks, index and write-ahead log), e.g. "2GiB":
+    /// past it the node refuses the writes replicas receive (clients' writes it owns, hints)
+    /// until retention frees room or the limit is raised, so the store cannot take the whole
+    /// disk. Measured after each maintenance pass, so it may be passed by a pass's writes.
+    /// Unset: no limit but the disk's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<ByteSize>,
 }
 
 impl Default for StoreConfig {
@@ -45,6 +54,7 @@ impl Default for StoreConfig {
             memory_max_points: 200_000_000,
             max_open_age: Duration::from_secs(60),
             max_wal_bytes: 64 * 1024 * 1024,
+            max_bytes: None,
         }
     }
 }

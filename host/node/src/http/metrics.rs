@@ -31,19 +31,6 @@ pub async fn scrape(State(s): State<AppState>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 
-/// Bytes in the files under `dir` (recursively); 0 if it does not exist.
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// The whole exposition, in this order: the build, then what the node counts (ingest, queries,
 /// HTTP), the QUIC endpoint, what the node's status reports (traffic, membership, hints,
 /// replica writes, repair, the desired state in force), the disk store, and the policies.
@@ -381,12 +368,13 @@ fn store(e: &mut Exposition, disk: &DiskStore, store_dir: &Path) {
     e.gauge(
         "timeshard_store_size_bytes",
         "Bytes of sealed blocks and the index on disk.",
-        (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
+        (crate::storage::dir_bytes(&store_dir.join("blocks")) + crate::storage::dir_bytes(&store_dir.join("index.log")))
+            as f64,
     );
     e.gauge(
         "timeshard_store_log_size_bytes",
         "Bytes of the write-ahead log on disk.",
-        dir_bytes(&store_dir.join("wal")) as f64,
+        crate::storage::dir_bytes(&store_dir.join("wal")) as f64,
     );
     e.gauge(
         "timeshard_store_open_points",

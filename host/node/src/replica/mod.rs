@@ -26,6 +26,7 @@ use tracing::warn;
 
 use crate::policies;
 use crate::repair::state::RepairState;
+use crate::storage::StoreUse;
 pub use parts::{FRAMES_AHEAD, PartFrame, PartPages};
 
 /// The local replica: the store it answers from, whether it is settled, and the policies its
@@ -33,14 +34,26 @@ pub use parts::{FRAMES_AHEAD, PartFrame, PartPages};
 #[derive(Clone, Debug)]
 pub struct Replica {
     store: Arc<dyn Store>,
+    usage: Arc<StoreUse>,
     repair: Arc<RepairState>,
     policies: Option<Arc<Registry>>,
 }
 
 impl Replica {
-    /// The replica answering from `store`, settled as `repair` says, running `policies`.
-    pub fn new(store: Arc<dyn Store>, repair: Arc<RepairState>, policies: Option<Arc<Registry>>) -> Replica {
-        Replica { store, repair, policies }
+    /// The replica answering from `store` (refusing writes while `usage` is at its limit),
+    /// settled as `repair` says, running `policies`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        usage: Arc<StoreUse>,
+        repair: Arc<RepairState>,
+        policies: Option<Arc<Registry>>,
+    ) -> Replica {
+        Replica { store, usage, repair, policies }
+    }
+
+    /// The store's use against `[store] max_bytes`.
+    pub fn usage(&self) -> &Arc<StoreUse> {
+        &self.usage
     }
 
     /// The store the replica answers from.
@@ -51,6 +64,11 @@ impl Replica {
     /// Answers a replica request: `Store`, `Fetch`, `FetchWindows`, `FindSeries`,
     /// `RegisterSeries`, `HasSeries` or `Summarize` (anything else is refused as internal).
     pub async fn serve(&self, req: Request) -> Response {
+        if matches!(req, Request::Store { .. })
+            && let Some(why) = self.usage.refusal()
+        {
+            return Response::Error(ErrorReply::new(ErrorCode::Unavailable, why));
+        }
         match req {
             req @ Request::Summarize { .. } => self.summarize(req).await,
             req => serve_store(&self.store, req, self.repair.is_settled()).await,
