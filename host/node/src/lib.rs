@@ -14,11 +14,11 @@
 //!   over the network: discovery, joining), [`membership`] (the gossiped membership view and
 //!   the owners of blocks computed from it; [`revocations`]: the signed revocation list it
 //!   passes on).
-//! - Data on this node: [`storage`] (opening the store, its maintenance), [`hints`] (hinted
-//!   handoff: writes replicas missed, kept on disk and replayed), [`policies`] (ingest and
-//!   query policies on the node), [`replica`] (the local replica's side of every request a
-//!   coordinator sends to a replica), [`tier`] (the cold tier: export to the archive, and
-//!   reads that span both tiers).
+//! - Data on this node: [`storage`] (opening the store, its maintenance, its size limit and
+//!   disk space), [`hints`] (hinted handoff: writes replicas missed, kept on disk and
+//!   replayed), [`policies`] (ingest and query policies on the node), [`replica`] (the local
+//!   replica's side of every request a coordinator sends to a replica), [`tier`] (the cold
+//!   tier: export to the archive, and reads that span both tiers).
 //! - Across replicas: [`coordinator`] (client writes, reads, aggregates, policy queries and
 //!   series listings, one submodule per path; it serves this node's share through
 //!   [`replica`]), [`repair`] (anti-entropy, handoff of blocks this node no longer owns, read

@@ -1,5 +1,7 @@
 //! The node's local store: opening the engine `[store]` names (the disk engine in
-//! `<data_dir>/store`, or memory), and the task that runs the disk engine's maintenance.
+//! `<data_dir>/store`, or memory), the task that runs the disk engine's maintenance, what the
+//! store holds against `[store] max_bytes` ([`StoreUse`]), and how full its filesystem is
+//! ([`DiskSpace`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
