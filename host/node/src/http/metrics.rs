@@ -20,6 +20,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::metrics::{Ingest, Metrics, Query, get};
 use crate::node::Node;
+use crate::storage::{DiskSpace, dir_bytes};
 
 /// `GET /metrics`.
 pub async fn scrape(State(s): State<AppState>) -> Result<Response, ApiError> {
@@ -131,7 +132,7 @@ pub fn render(node: &Node) -> String {
 
 /// How full the filesystem holding the node's data is. Nothing if it cannot be read.
 fn disk(e: &mut Exposition, data_dir: &Path) {
-    let Some(space) = crate::storage::DiskSpace::of(data_dir) else { return };
+    let Some(space) = DiskSpace::of(data_dir) else { return };
     e.gauge(
         "timeshard_disk_size_bytes",
         "Size of the filesystem holding the node's data directory.",
@@ -368,13 +369,12 @@ fn store(e: &mut Exposition, disk: &DiskStore, store_dir: &Path) {
     e.gauge(
         "timeshard_store_size_bytes",
         "Bytes of sealed blocks and the index on disk.",
-        (crate::storage::dir_bytes(&store_dir.join("blocks")) + crate::storage::dir_bytes(&store_dir.join("index.log")))
-            as f64,
+        (dir_bytes(&store_dir.join("blocks")) + dir_bytes(&store_dir.join("index.log"))) as f64,
     );
     e.gauge(
         "timeshard_store_log_size_bytes",
         "Bytes of the write-ahead log on disk.",
-        crate::storage::dir_bytes(&store_dir.join("wal")) as f64,
+        dir_bytes(&store_dir.join("wal")) as f64,
     );
     e.gauge(
         "timeshard_store_open_points",
