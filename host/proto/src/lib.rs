@@ -36,6 +36,7 @@ pub mod read;
 pub mod repair;
 pub mod routing;
 pub mod series;
+pub mod size;
 pub mod stream;
 pub mod tier;
 pub mod time;
