@@ -105,7 +105,7 @@ pub mod wal;
 pub use agg::{Summary, WindowAggregate};
 pub use backend::{Backend, FileBackend};
 pub use block::Codec;
-pub use disk::{DiskConfig, DiskStats, DiskStore, FsyncPolicy, RetentionRule};
+pub use disk::{DiskConfig, DiskStats, DiskStore, FsyncPolicy, OPEN_POINT_BYTES, QuotaRule, QuotaUse, RetentionRule};
 pub use mem::MemStore;
 
 /// Failures of a store. Each says what failed and what to do.
@@ -165,6 +165,8 @@ pub struct MaintenanceReport {
     pub checkpointed_blocks: u64,
     /// Blocks removed because retention expired them.
     pub expired_blocks: u64,
+    /// Blocks removed to keep a class within its quota (`evict_oldest`).
+    pub evicted_blocks: u64,
     /// Block segment files rewritten to reclaim space.
     pub compacted_segments: u64,
     /// Write-ahead log segments removed because everything in them is sealed.
@@ -379,6 +381,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// ignore them.
     fn set_retention(&self, rules: Vec<RetentionRule>) {
         let _ = rules;
+    }
+
+    /// Replaces the quota rules (a configuration reload); engines without quotas ignore them.
+    fn set_quotas(&self, rules: Vec<QuotaRule>) {
+        let _ = rules;
+    }
+
+    /// What each quota rule's series held at the last measure (empty without quotas).
+    fn quota_use(&self) -> Vec<QuotaUse> {
+        Vec::new()
     }
 }
 

@@ -46,6 +46,7 @@
 
 mod blocks;
 mod format_file;
+mod quota;
 mod read;
 mod recover;
 mod retain;
@@ -72,6 +73,7 @@ use crate::{
     WriteStats,
 };
 
+pub use quota::{OPEN_POINT_BYTES, QuotaRule, QuotaUse};
 pub use retain::RetentionRule;
 
 /// On-disk format version this build writes and the newest it reads. Version 2 adds blocks of
@@ -135,6 +137,8 @@ pub struct DiskConfig {
     /// Retention rules by metric prefix: the longest matching prefix decides (see
     /// [`RetentionRule`]); series no rule matches are kept forever.
     pub retention: Vec<RetentionRule>,
+    /// Quotas by metric prefix, one per class (see [`QuotaRule`]); none by default.
+    pub quotas: Vec<QuotaRule>,
 }
 
 impl Default for DiskConfig {
@@ -155,6 +159,7 @@ impl Default for DiskConfig {
             step_max_points: 4 << 20,
             index_rewrite_bytes: 8 << 20,
             retention: Vec::new(),
+            quotas: Vec::new(),
         }
     }
 }
@@ -409,6 +414,8 @@ pub struct DiskStore {
     wal: Wal,
     maint: Mutex<Maint>,
     retention: RwLock<Vec<RetentionRule>>,
+    quota_rules: RwLock<Vec<QuotaRule>>,
+    quotas: Mutex<quota::Quotas>,
     health: Mutex<Vec<String>>,
     /// Retention runs again at or after this time (it walks every series).
     next_expire: AtomicI64,
@@ -507,6 +514,8 @@ impl DiskStore {
         let wal =
             Wal::new(backend.clone(), config.fsync, config.wal_segment_bytes, found.last_wal_seq, found.wal_segments);
         let retention = RwLock::new(config.retention.clone());
+        let quotas = Mutex::new(quota::Quotas::new(&config.quotas));
+        let quota_rules = RwLock::new(config.quotas.clone());
         Ok(DiskStore {
             backend,
             config,
@@ -514,6 +523,8 @@ impl DiskStore {
             wal,
             maint: Mutex::new(found.maint),
             retention,
+            quota_rules,
+            quotas,
             health: Mutex::new(found.problems),
             next_expire: AtomicI64::new(i64::MIN),
             clock: AtomicI64::new(0),
@@ -679,6 +690,14 @@ impl Store for DiskStore {
         DiskStore::set_retention(self, rules);
     }
 
+    fn set_quotas(&self, rules: Vec<QuotaRule>) {
+        DiskStore::set_quotas(self, rules);
+    }
+
+    fn quota_use(&self) -> Vec<QuotaUse> {
+        DiskStore::quota_use(self)
+    }
+
     fn maintain(&self, now: Timestamp) -> Result<MaintenanceReport, StoreError> {
         self.clock.fetch_max(now, Ordering::Relaxed);
         let _ = self.opened_at.compare_exchange(i64::MIN, now, Ordering::Relaxed, Ordering::Relaxed);
@@ -691,6 +710,7 @@ impl Store for DiskStore {
         }
         self.expire_step(&mut m, now, &mut report)?;
         self.seal_step(&mut m, Some(now), None, &mut report)?;
+        self.quota_step(&mut m, now, &mut report)?;
         self.compact_step(&mut m, &mut report)?;
         self.checkpoint_step(&mut m, &mut report)?;
         self.rewrite_index_if_bloated(&mut m, &mut report)?;

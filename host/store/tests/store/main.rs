@@ -10,6 +10,7 @@ mod live;
 mod maintenance;
 mod model;
 mod packed;
+mod quota;
 mod repair_api;
 mod retention;
 mod sigkill;
