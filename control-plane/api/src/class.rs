@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use timeshard_proto::KeyFormat;
 use timeshard_proto::class::{AgeBy, Coi, Replication, ReplicationError};
 use timeshard_proto::geo::{GeoPoint, MAX_PRECISION, parse_distance_m};
+pub use timeshard_proto::size::ByteSize;
 use timeshard_proto::time::{QuantumLen, TimeError};
 
 /// One series class. The same fields as a node's `[[class]]`; fields added later (tier,
@@ -52,6 +53,68 @@ pub struct ClassSpec {
     /// are then derived from it (n_in + n_out, and the in-CoI quorums).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coi: Option<CoiSpec>,
+    /// Most bytes the class may hold in a node's store (e.g. `"2GiB"`); unset: no quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<ByteSize>,
+    /// What a node does when the class holds its quota (see [`OnFull`]).
+    #[serde(default, skip_serializing_if = "OnFull::is_refuse")]
+    pub on_full: OnFull,
+}
+
+/// What a node does when a class holds its quota.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFull {
+    /// Refuse writes of the class until retention (or the archive, for an archived class) frees
+    /// room: nothing stored is lost.
+    #[default]
+    Refuse,
+    /// Drop the class's oldest ended blocks, counted: for a class that may lose its oldest
+    /// data. An archived class drops only blocks the archive holds (its hot window shrinks),
+    /// and refuses writes when the archive cannot take them.
+    EvictOldest,
+}
+
+impl OnFull {
+    pub fn is_refuse(&self) -> bool {
+        *self == OnFull::Refuse
+    }
+}
+
+impl std::str::FromStr for OnFull {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<OnFull, String> {
+        match s {
+            "refuse" => Ok(OnFull::Refuse),
+            "evict_oldest" => Ok(OnFull::EvictOldest),
+            other => Err(format!("on_full {other:?}: use refuse or evict_oldest")),
+        }
+    }
+}
+
+impl std::fmt::Display for OnFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OnFull::Refuse => "refuse",
+            OnFull::EvictOldest => "evict_oldest",
+        })
+    }
+}
+
+/// Smallest class quota: less would fill with one block.
+pub const MIN_QUOTA: u64 = 64 << 10;
+
+/// What is wrong with a class's quota settings, if anything: the node's `[[class]]` checks the
+/// same.
+pub fn quota_problem(quota: Option<ByteSize>, on_full: OnFull) -> Option<String> {
+    match quota {
+        None if on_full != OnFull::Refuse => {
+            Some(format!("on_full = \"{on_full}\" needs a quota (e.g. quota = \"2GiB\")"))
+        }
+        Some(q) if q.0 < MIN_QUOTA => Some(format!("quota {q} is below the smallest, {}", ByteSize(MIN_QUOTA))),
+        _ => None,
+    }
 }
 
 /// A class's context-of-interest parameters, as a node's `[[class]]` writes them:
@@ -197,6 +260,8 @@ impl ClassSpec {
             archive: false,
             age_by: AgeBy::Event,
             coi: None,
+            quota: None,
+            on_full: OnFull::Refuse,
         }
     }
 
@@ -222,6 +287,9 @@ impl ClassSpec {
         }
         if let Some(message) = tier_problem(self.hot, self.archive, self.retention) {
             return Err(ClassError::Tier { class: name.clone(), message });
+        }
+        if let Some(message) = quota_problem(self.quota, self.on_full) {
+            return Err(ClassError::Quota { class: name.clone(), message });
         }
         self.coi().map_err(|message| ClassError::Coi { class: name.clone(), message })?;
         Ok(())
@@ -277,6 +345,8 @@ pub enum ClassError {
     Tier { class: String, message: String },
     #[error("class {class:?}: {message}")]
     Coi { class: String, message: String },
+    #[error("class {class:?}: {message}")]
+    Quota { class: String, message: String },
     #[error("class {name:?} is given twice in one change; give each class once")]
     DuplicateName { name: String },
     #[error(

@@ -12,7 +12,7 @@ use timeshard_control_api::api::{
     ApiTokenInfo, AuditEntry, Changed, CreateApiToken, CreateEnrollmentToken, DeviceInfo, EnrollmentTokenInfo,
     FleetInfo, PutClasses, PutNodeConfig, RevokeDevice, SetDeviceLocation, TokenCreated, paths,
 };
-use timeshard_control_api::class::parse_coi;
+use timeshard_control_api::class::{ByteSize, OnFull, parse_coi};
 use timeshard_control_api::state::{LIMIT_NAMES, NodeConfigEntry, NodeSettings, Selector, parse_labels};
 use timeshard_control_api::{ClassSpec, Location};
 use timeshard_proto::{AgeBy, KeyFormat};
@@ -287,8 +287,18 @@ pub enum ClassCommand {
         /// Place the class's series by node id again (clears its coi).
         #[arg(long)]
         no_coi: bool,
+        /// Most bytes the class may hold in each node's store (e.g. 2GiB).
+        #[arg(long, conflicts_with = "no_quota")]
+        quota: Option<ByteSize>,
+        /// Remove the class's quota.
+        #[arg(long)]
+        no_quota: bool,
+        /// At the quota: refuse writes (default), or evict_oldest (drop the oldest blocks; an
+        /// archived class drops only what the archive holds).
+        #[arg(long)]
+        on_full: Option<OnFull>,
         /// Set the classes in this JSON file instead, in one change.
-        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by", "coi", "no_coi"])]
+        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by", "coi", "no_coi", "quota", "no_quota", "on_full"])]
         file: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
@@ -335,6 +345,9 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
             age_by,
             coi,
             no_coi,
+            quota,
+            no_quota,
+            on_full,
             file,
             conn,
         } => {
@@ -377,6 +390,13 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                     if no_coi {
                         class.coi = None;
                     }
+                    if quota.is_some() || no_quota {
+                        class.quota = quota;
+                    }
+                    if no_quota {
+                        class.on_full = OnFull::Refuse;
+                    }
+                    class.on_full = on_full.unwrap_or(class.on_full);
                     vec![class]
                 }
                 (None, None) => bail!("give a class name, or --file"),
@@ -422,10 +442,14 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                         },
                         c.age_by.to_string(),
                         coi,
+                        c.quota.map_or_else(|| "-".into(), |q| format!("{q}, then {}", c.on_full)),
                     ]
                 })
                 .collect();
-            table(&["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION", "ARCHIVE", "AGE BY", "COI"], rows);
+            table(
+                &["NAME", "PREFIX", "FORMAT", "QUANTUM", "RF/W/R", "RETENTION", "ARCHIVE", "AGE BY", "COI", "QUOTA"],
+                rows,
+            );
             Ok(())
         }
     }

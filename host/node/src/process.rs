@@ -37,8 +37,9 @@ pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> 
 
 /// Serves until SIGTERM or SIGINT, or until the node stops itself (see
 /// [`crate::node::Node::stop_reason`]); on SIGHUP, re-reads the config file and applies what
-/// can change without a restart: the classes' retention (unless the node is enrolled: then the
-/// control plane decides its classes), and the `[policy]` section (new policy versions swap in;
+/// can change without a restart: the classes' retention, tier settings and quotas (unless the
+/// node is enrolled: then the control plane decides its classes), `[store] max_bytes`, and the
+/// `[policy]` section (new policy versions swap in;
 /// a module that fails to load leaves the last good one).
 pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -68,18 +69,22 @@ pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> s
 /// Applies the reloadable parts of `cfg` to a running node.
 fn reload(node: &RunningNode, cfg: &NodeConfig) {
     let node_ref = node.node();
-    if node_ref.is_enrolled() {
+    // The same path as any change: checked whole, then swapped in with the digest.
+    let next = if node_ref.is_enrolled() {
         tracing::info!("SIGHUP: the control plane decides this node's classes; their retention is not reloaded");
+        // The store's limit is this device's own.
+        let mut next = (*node_ref.config()).clone();
+        next.store.max_bytes = cfg.store.max_bytes;
+        next
     } else {
-        // The same path as any change: checked whole, then swapped in with the digest.
-        let next = crate::reconfigure::with_retention_of(&node_ref.config(), cfg);
-        match node_ref.prepare(next, &[], node_ref.config_generation()) {
-            Ok(prepared) => {
-                node_ref.reconfigure(prepared);
-                tracing::info!("SIGHUP: retention of the classes reloaded");
-            }
-            Err(e) => tracing::warn!(error = %e, "SIGHUP: retention not reloaded"),
+        crate::reconfigure::with_reloadable_of(&node_ref.config(), cfg)
+    };
+    match node_ref.prepare(next, &[], node_ref.config_generation()) {
+        Ok(prepared) => {
+            node_ref.reconfigure(prepared);
+            tracing::info!("SIGHUP: reloaded what can change while the node runs");
         }
+        Err(e) => tracing::warn!(error = %e, "SIGHUP: configuration not reloaded"),
     }
     match node.node().coordinator().policies() {
         Some(registry) if node_ref.is_enrolled() => {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use timeshard_proto::{Classes, Id};
 use tracing::{info, warn};
 
-use crate::config::{ClassConfig, ConfigError, LimitsConfig, NodeConfig};
+use crate::config::{ClassConfig, ConfigError, LimitsConfig, NodeConfig, StoreConfig};
 use crate::control::apply::config_digest_u64;
 use crate::net::BindError;
 use crate::node::Node;
@@ -58,10 +58,11 @@ pub fn parse_revoked(ids: &[String]) -> Result<HashSet<Id>, ReconfigureError> {
     ids.iter().map(|s| s.parse::<Id>().map_err(|_| ReconfigureError::BadRevokedId(s.clone()))).collect()
 }
 
-/// `current` with the retention and tier settings (`hot`, `archive`, `age_by`) `file` gives
-/// each of its classes (by name): what SIGHUP applies to a node configured by hand. Classes the
-/// file adds or drops need a restart.
-pub fn with_retention_of(current: &NodeConfig, file: &NodeConfig) -> NodeConfig {
+/// `current` with the retention, tier (`hot`, `archive`, `age_by`) and quota (`quota`,
+/// `on_full`) settings `file` gives each of its classes (by name), and its `[store] max_bytes`:
+/// what SIGHUP applies to a node configured by hand. Classes the file adds or drops need a
+/// restart.
+pub fn with_reloadable_of(current: &NodeConfig, file: &NodeConfig) -> NodeConfig {
     let mut next = current.clone();
     for class in &mut next.classes {
         if let Some(f) = file.classes.iter().find(|f| f.name == class.name) {
@@ -69,8 +70,11 @@ pub fn with_retention_of(current: &NodeConfig, file: &NodeConfig) -> NodeConfig 
             class.hot = f.hot;
             class.archive = f.archive;
             class.age_by = f.age_by;
+            class.quota = f.quota;
+            class.on_full = f.on_full;
         }
     }
+    next.store.max_bytes = file.store.max_bytes;
     next
 }
 
@@ -89,7 +93,9 @@ fn check_fixed(old: &NodeConfig, new: &NodeConfig) -> Result<(), ReconfigureErro
     if old.dht != new.dht {
         return fixed("[dht]");
     }
-    if old.store != new.store {
+    // `max_bytes` is a limit the replicas check, not how the store is opened.
+    let opened = |store: &StoreConfig| StoreConfig { max_bytes: None, ..store.clone() };
+    if opened(&old.store) != opened(&new.store) {
         return fixed("[store]");
     }
     if old.policy != new.policy {
@@ -206,6 +212,12 @@ impl Node {
             changed.push("retention".into());
         }
         self.store().set_retention(rules);
+        let quotas = config.quota_rules();
+        if quotas != old.quota_rules() || old.store.max_bytes != config.store.max_bytes {
+            changed.push("quotas".into());
+        }
+        self.store().set_quotas(quotas);
+        self.replica().usage().set_limits(config.store_max_bytes(), &config.classes);
         // Tier hook: class tier settings and write-time retention.
         self.tier().set_config(&config);
         if old.limits != config.limits {

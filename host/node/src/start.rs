@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use crate::admission::{Connections, RequestSlots};
 use crate::budget::{Ledger, Shares};
-use crate::config::{ConfigError, Live, NodeConfig, StoreEngine};
+use crate::config::{ConfigError, Live, NodeConfig};
 use crate::control::apply::config_digest_u64;
 use crate::control::policies::{self as control_policies, ControlPolicies};
 use crate::coordinator::{Coordinator, ReplicaWrites};
@@ -389,8 +389,8 @@ fn data_path(
     let state = Arc::new(RepairState::new(config.repair.read_repair_queue));
     let budget = Arc::new(Ledger::new(Shares::of(config.memory.budget.0)));
     // The limit is the disk engine's; the memory engine has its own (`memory_max_points`).
-    let max_bytes = config.store.max_bytes.filter(|_| config.store.engine == StoreEngine::Disk).map(|b| b.0);
-    let usage = Arc::new(StoreUse::new(config.data_dir.join("store"), max_bytes));
+    let max_bytes = config.store_max_bytes();
+    let usage = Arc::new(StoreUse::new(config.data_dir.join("store"), max_bytes, &config.classes));
     let replica = Replica::new(store.clone(), usage, state.clone(), policies.clone());
     let coordinator = Arc::new(
         Coordinator::new(

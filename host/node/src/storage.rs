@@ -4,18 +4,19 @@
 //! ([`DiskSpace`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use timeshard_clock::now_ns;
+use timeshard_proto::point::BlockPoints;
 use timeshard_store::backend::Backend;
-use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, Store, StoreError};
+use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, QuotaUse, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::budget::Shares;
-use crate::config::{Fsync, NodeConfig, StoreEngine};
+use crate::config::{ClassConfig, Fsync, NodeConfig, OnFull, StoreEngine};
 
 /// The store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,7 @@ pub fn open(config: &NodeConfig, disk: Option<Arc<dyn Backend>>) -> Result<Store
                 },
                 seal_grace_ns: i64::try_from(config.store.seal_grace.as_nanos()).unwrap_or(i64::MAX),
                 retention: config.retention_rules(),
+                quotas: config.quota_rules(),
                 max_open_age_ns: i64::try_from(config.store.max_open_age.as_nanos()).unwrap_or(i64::MAX),
                 max_wal_bytes: config.store.max_wal_bytes,
                 // Open points past the budget's share are sealed early by the writes themselves.
@@ -106,49 +108,194 @@ pub async fn maintain(store: Arc<dyn Store>, usage: Arc<StoreUse>, interval: Dur
             }
         }
         if usage.limited() {
-            let usage = usage.clone();
-            let _ = timeshard_clock::spawn_blocking(move || usage.measure()).await;
+            let (usage, store) = (usage.clone(), store.clone());
+            let _ = timeshard_clock::spawn_blocking(move || usage.measure(&*store)).await;
         }
     }
 }
 
-/// `[store] max_bytes`: the bytes the disk store holds, measured after each maintenance pass,
-/// and whether replicas must refuse writes because of it.
+/// What the store holds against its limits: `[store] max_bytes` (the bytes of its directory,
+/// measured after each maintenance pass) and each class's `quota` (as the store measured it),
+/// and whether replicas must refuse a write because of them.
 #[derive(Debug)]
 pub struct StoreUse {
     /// The store's directory (`<data_dir>/store`).
     dir: PathBuf,
-    max: Option<u64>,
+    /// `[store] max_bytes`; 0: no limit.
+    max: AtomicU64,
     used: AtomicU64,
+    classes: RwLock<Vec<ClassUse>>,
+    /// Whether some class has a quota.
+    quotas: AtomicBool,
+    /// Whether some class that refuses writes held its quota at the last measure.
+    any_full: AtomicBool,
+}
+
+/// A class with a quota, and what it held at the last measure.
+#[derive(Clone, Debug)]
+pub struct ClassUse {
+    pub class: String,
+    pub metric_prefix: String,
+    pub on_full: OnFull,
+    /// Archived: never evicted before the archive holds it, so refused when full.
+    pub archive: bool,
+    /// Quota, bytes and evictions as the store measured them.
+    pub store: QuotaUse,
+    /// Bytes written to the class since that measure, counted as open points: writes between
+    /// two measures cannot take the class far past its quota.
+    added: Arc<AtomicU64>,
+}
+
+impl ClassUse {
+    /// Bytes held: at the last measure, and written since.
+    pub fn bytes(&self) -> u64 {
+        self.store.bytes.saturating_add(self.added.load(Ordering::Relaxed))
+    }
+
+    /// Whether writes of the class are refused now.
+    fn refuses(&self) -> bool {
+        self.store.max_bytes.is_some_and(|max| self.bytes() >= max) && (self.on_full == OnFull::Refuse || self.archive)
+    }
+
+    fn refusal(&self) -> String {
+        let (bytes, max) = (self.bytes(), self.store.max_bytes.unwrap_or(0));
+        let held = format!("class {:?} holds {bytes} bytes in this node's store, at its quota of {max}", self.class);
+        if self.archive {
+            format!(
+                "{held}: blocks not yet archived are never evicted, so writes of the class are refused until the \
+                 archive takes them (see `timeshard archive status`) or the quota is raised"
+            )
+        } else {
+            format!(
+                "{held} (on_full = \"refuse\"): writes of the class are refused until retention frees room or \
+                 the quota is raised"
+            )
+        }
+    }
 }
 
 impl StoreUse {
-    /// The store in `dir`, limited to `max` bytes (`None`: no limit, nothing measured).
-    pub fn new(dir: PathBuf, max: Option<u64>) -> StoreUse {
-        StoreUse { dir, max, used: AtomicU64::new(0) }
+    /// The store in `dir`, limited to `max` bytes (`None`: no limit, the directory is not
+    /// measured), with the quotas of `classes`.
+    pub fn new(dir: PathBuf, max: Option<u64>, classes: &[ClassConfig]) -> StoreUse {
+        let usage = StoreUse {
+            dir,
+            max: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            classes: RwLock::new(Vec::new()),
+            quotas: AtomicBool::new(false),
+            any_full: AtomicBool::new(false),
+        };
+        usage.set_limits(max, classes);
+        usage
     }
 
-    /// Whether a limit applies.
+    /// Replaces the limits (a configuration reload); the next measure applies them.
+    pub fn set_limits(&self, max: Option<u64>, classes: &[ClassConfig]) {
+        self.max.store(max.unwrap_or(0), Ordering::Relaxed);
+        let mut held = self.classes.write().unwrap_or_else(|e| e.into_inner());
+        // Every class, those without a quota too: the longest prefix among all decides which
+        // class a series belongs to.
+        *held = classes
+            .iter()
+            .map(|c| ClassUse {
+                class: c.name.clone(),
+                metric_prefix: c.metric_prefix.clone(),
+                on_full: c.on_full,
+                archive: c.archive,
+                store: held.iter().find(|h| h.class == c.name).map(|h| h.store.clone()).unwrap_or_default(),
+                added: Arc::new(AtomicU64::new(0)),
+            })
+            .collect();
+        for c in held.iter_mut() {
+            c.store.max_bytes = classes.iter().find(|k| k.name == c.class).and_then(|k| k.quota).map(|q| q.0);
+        }
+        self.any_full.store(held.iter().any(ClassUse::refuses), Ordering::Relaxed);
+        self.quotas.store(held.iter().any(|c| c.store.max_bytes.is_some()), Ordering::Relaxed);
+    }
+
+    /// Whether there is anything to measure.
     pub fn limited(&self) -> bool {
-        self.max.is_some()
+        self.max.load(Ordering::Relaxed) > 0 || self.quotas.load(Ordering::Relaxed)
     }
 
-    /// Measures the store's files now.
-    pub fn measure(&self) {
-        self.used.store(dir_bytes(&self.dir), Ordering::Relaxed);
+    /// Measures the store's files now, and takes the classes' use from `store`'s last measure.
+    pub fn measure(&self, store: &dyn Store) {
+        if self.max.load(Ordering::Relaxed) > 0 {
+            self.used.store(dir_bytes(&self.dir), Ordering::Relaxed);
+        }
+        let measured = store.quota_use();
+        let mut classes = self.classes.write().unwrap_or_else(|e| e.into_inner());
+        for c in classes.iter_mut() {
+            if let Some(m) = measured.iter().find(|m| m.metric_prefix == c.metric_prefix)
+                && m.measured_at != c.store.measured_at
+            {
+                c.store = QuotaUse { max_bytes: c.store.max_bytes, ..m.clone() };
+                c.added.store(0, Ordering::Relaxed);
+            }
+        }
+        self.any_full.store(classes.iter().any(ClassUse::refuses), Ordering::Relaxed);
     }
 
-    /// Why a write must be refused, if it must: the store held its limit at the last measure.
-    pub fn refusal(&self) -> Option<String> {
-        let max = self.max?;
+    /// Counts `blocks`, just stored, against their classes until the next measure.
+    pub fn note_written(&self, blocks: &[BlockPoints]) {
+        if !self.quotas.load(Ordering::Relaxed) {
+            return;
+        }
+        let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
+        let mut full = false;
+        for b in blocks {
+            if let Some(owner) = owner_of(&classes, b.series.metric())
+                && owner.store.max_bytes.is_some()
+            {
+                owner.added.fetch_add(b.points.len() as u64 * timeshard_store::OPEN_POINT_BYTES, Ordering::Relaxed);
+                full |= owner.refuses();
+            }
+        }
+        if full {
+            self.any_full.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// What to tell the control plane: the limits that refuse writes now.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems: Vec<String> = self.refusal(&[]).into_iter().collect();
+        let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
+        problems.extend(classes.iter().filter(|c| c.refuses()).map(ClassUse::refusal));
+        problems
+    }
+
+    /// The classes with a quota, as last measured.
+    pub fn classes(&self) -> Vec<ClassUse> {
+        let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
+        classes.iter().filter(|c| c.store.max_bytes.is_some()).cloned().collect()
+    }
+
+    /// Why a write of `blocks` must be refused, if it must: the store held its limit at the
+    /// last measure, or a class of theirs that does not evict held its quota.
+    pub fn refusal(&self, blocks: &[BlockPoints]) -> Option<String> {
+        let max = self.max.load(Ordering::Relaxed);
         let used = self.used.load(Ordering::Relaxed);
-        (used >= max).then(|| {
-            format!(
+        if max > 0 && used >= max {
+            return Some(format!(
                 "this node's store holds {used} bytes on disk, at its [store] max_bytes of {max}: writes are refused \
                  until retention frees room or the limit is raised"
-            )
+            ));
+        }
+        if !self.any_full.load(Ordering::Relaxed) {
+            return None;
+        }
+        let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
+        blocks.iter().find_map(|b| {
+            let owner = owner_of(&classes, b.series.metric())?;
+            owner.refuses().then(|| owner.refusal())
         })
     }
+}
+
+/// The class `metric` belongs to: the longest matching prefix among all classes.
+fn owner_of<'a>(classes: &'a [ClassUse], metric: &str) -> Option<&'a ClassUse> {
+    classes.iter().filter(|c| metric.starts_with(&c.metric_prefix)).max_by_key(|c| c.metric_prefix.len())
 }
 
 /// Bytes in the files under `dir` (recursively); 0 if it does not exist.
@@ -209,17 +356,84 @@ mod disk_space_tests {
         std::fs::create_dir_all(dir.path().join("wal")).unwrap();
         std::fs::write(dir.path().join("wal").join("0.wal"), vec![0u8; 3000]).unwrap();
         std::fs::write(dir.path().join("index.log"), vec![0u8; 1000]).unwrap();
-        let unlimited = StoreUse::new(dir.path().to_path_buf(), None);
-        unlimited.measure();
-        assert_eq!(unlimited.refusal(), None);
-        let limited = StoreUse::new(dir.path().to_path_buf(), Some(4000));
-        assert_eq!(limited.refusal(), None, "nothing measured yet");
-        limited.measure();
-        let why = limited.refusal().expect("4000 bytes held of 4000");
+        let store = MemStore::new(1000);
+        let unlimited = StoreUse::new(dir.path().to_path_buf(), None, &[]);
+        assert!(!unlimited.limited());
+        unlimited.measure(&store);
+        assert_eq!(unlimited.refusal(&[]), None);
+        let limited = StoreUse::new(dir.path().to_path_buf(), Some(4000), &[]);
+        assert_eq!(limited.refusal(&[]), None, "nothing measured yet");
+        limited.measure(&store);
+        let why = limited.refusal(&[]).expect("4000 bytes held of 4000");
         assert!(why.contains("holds 4000 bytes") && why.contains("max_bytes of 4000"), "{why}");
         std::fs::remove_file(dir.path().join("index.log")).unwrap();
-        limited.measure();
-        assert_eq!(limited.refusal(), None, "room again");
+        limited.measure(&store);
+        assert_eq!(limited.refusal(&[]), None, "room again");
+        limited.set_limits(Some(2000), &[]);
+        limited.measure(&store);
+        assert!(limited.refusal(&[]).is_some(), "a lower limit applies at the next measure");
+    }
+
+    #[test]
+    fn a_full_class_refuses_its_own_writes_only_and_an_evicting_one_never() {
+        use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey};
+        let dir = tempfile::tempdir().unwrap();
+        let class = |name: &str, prefix: &str, on_full: OnFull, archive: bool| ClassConfig {
+            name: name.into(),
+            metric_prefix: prefix.into(),
+            quota: Some(crate::config::ByteSize(64 << 10)),
+            on_full,
+            archive,
+            ..ClassConfig::default()
+        };
+        let classes = vec![
+            class("refusing", "r.", OnFull::Refuse, false),
+            // Longer prefix, no quota: its series are not the refusing class's.
+            ClassConfig { name: "free".into(), metric_prefix: "r.free".into(), ..ClassConfig::default() },
+            class("archived", "a.", OnFull::EvictOldest, true),
+            class("evicting", "e.", OnFull::EvictOldest, false),
+        ];
+        let rules = NodeConfig { classes: classes.clone(), ..NodeConfig::default() }.quota_rules();
+        let store = DiskStore::open(dir.path(), DiskConfig { quotas: rules, ..DiskConfig::default() }).unwrap();
+        let len = QuantumLen::new(1_000_000_000).unwrap();
+        // Values that do not compress away.
+        let noise = |x: i64| (x.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64) >> 40) as f64;
+        let block = |metric: &str, i: i64| {
+            let series: SeriesKey = metric.parse().unwrap();
+            let points = (0..2000).map(|j| Point::new(i * 1_000_000_000 + j, noise(i * 1_000_003 + j))).collect();
+            BlockPoints { series, quantum: Quantum::at(i * 1_000_000_000, len).unwrap(), points }
+        };
+        for i in 0..50 {
+            let blocks: Vec<BlockPoints> = ["r.x", "r.free.x", "a.x", "e.x"].iter().map(|m| block(m, i)).collect();
+            store.write(&blocks).unwrap();
+        }
+        store.maintain(100_000_000_000).unwrap();
+        let usage = StoreUse::new(dir.path().to_path_buf(), None, &classes);
+        assert!(usage.limited());
+        assert_eq!(usage.refusal(&[block("r.x", 60)]), None, "nothing measured yet");
+        usage.measure(&store);
+        let why = usage
+            .refusal(&[block("e.x", 60), block("r.x", 60)])
+            .unwrap_or_else(|| panic!("the refusing class is full: {:?}", usage.classes()));
+        assert!(why.contains("class \"refusing\"") && why.contains("quota of 65536"), "{why}");
+        let why = usage.refusal(&[block("a.x", 60)]).expect("the archived class is full");
+        assert!(why.contains("archive"), "{why}");
+        assert_eq!(usage.refusal(&[block("r.free.x", 60)]), None, "a class without a quota under a longer prefix");
+        assert_eq!(usage.refusal(&[block("e.x", 60)]), None, "the evicting class evicted instead");
+        let evicting = usage.classes().into_iter().find(|c| c.class == "evicting").unwrap();
+        assert!(evicting.store.evicted_blocks > 0 && !evicting.store.full(), "{evicting:?}");
+        assert_eq!(usage.classes().len(), 3, "classes with a quota");
+
+        // Between measures, what is written counts (24 bytes a point): 2 x 2,000 points pass
+        // 64 KiB before maintenance measures again.
+        let fresh = StoreUse::new(dir.path().to_path_buf(), None, &classes);
+        fresh.note_written(&[block("r.x", 60), block("e.x", 60)]);
+        assert_eq!(fresh.refusal(&[block("r.x", 61)]), None, "48,000 bytes of 65,536");
+        fresh.note_written(&[block("r.x", 61)]);
+        assert!(fresh.refusal(&[block("r.x", 62)]).is_some_and(|why| why.contains("96000 bytes")));
+        assert_eq!(fresh.refusal(&[block("e.x", 62)]), None);
+        fresh.measure(&store);
+        assert!(fresh.refusal(&[block("r.x", 62)]).is_some(), "the store's measure: still full");
     }
 
     #[test]

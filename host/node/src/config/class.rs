@@ -8,6 +8,7 @@ use timeshard_proto::class::{AgeBy, Classes, Replication, SeriesClass};
 use timeshard_proto::{KeyFormat, QuantumLen};
 
 use super::error::ConfigError;
+pub use timeshard_control_api::class::{ByteSize, OnFull};
 
 /// One series class as written in the config file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,12 @@ pub struct ClassConfig {
     /// are then derived from it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coi: Option<CoiConfig>,
+    /// Most bytes the class may hold in this node's store (e.g. `"2GiB"`); unset: no quota.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<ByteSize>,
+    /// At its quota: `refuse` writes (default) or `evict_oldest` (see [`OnFull`]).
+    #[serde(skip_serializing_if = "OnFull::is_refuse")]
+    pub on_full: OnFull,
 }
 
 /// A class's context-of-interest parameters as written in the config file:
@@ -76,6 +83,8 @@ impl Default for ClassConfig {
             archive: false,
             age_by: AgeBy::Event,
             coi: None,
+            quota: None,
+            on_full: OnFull::Refuse,
         }
     }
 }
@@ -130,9 +139,64 @@ pub fn retention_rules(classes: &[ClassConfig]) -> Vec<timeshard_store::Retentio
     rules
 }
 
+/// The store's quota rules for `classes` (see `NodeConfig::quota_rules`): one per class, so
+/// each series counts under the class that owns it, and timeshard's own series under none.
+/// Archived classes never evict in the store: the tier drops their blocks once archived.
+pub fn quota_rules(classes: &[ClassConfig]) -> Vec<timeshard_store::QuotaRule> {
+    use timeshard_store::QuotaRule;
+    if classes.iter().all(|c| c.quota.is_none()) {
+        return Vec::new();
+    }
+    let mut rules: Vec<QuotaRule> = classes
+        .iter()
+        .map(|c| QuotaRule {
+            metric_prefix: c.metric_prefix.clone(),
+            max_bytes: c.quota.map(|q| q.0),
+            evict_oldest: c.on_full == OnFull::EvictOldest && !c.archive,
+        })
+        .collect();
+    for unlimited in ["", timeshard_proto::key::RESERVED_METRIC_PREFIX] {
+        if !rules.iter().any(|r| r.metric_prefix == unlimited) {
+            rules.push(QuotaRule { metric_prefix: unlimited.into(), max_bytes: None, evict_oldest: false });
+        }
+    }
+    rules
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::NodeConfig;
+    use super::OnFull;
+
+    #[test]
+    fn quotas_are_checked_and_become_one_store_rule_per_class() {
+        let class = |extra: &str| format!("[[class]]\nname = \"t\"\nmetric_prefix = \"t.\"\n{extra}\n");
+        let cfg: NodeConfig = toml::from_str(&class("quota = \"2GiB\"\non_full = \"evict_oldest\"")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!((cfg.classes[0].quota.unwrap().0, cfg.classes[0].on_full), (2 << 30, OnFull::EvictOldest));
+        let rules = cfg.quota_rules();
+        let rule = |prefix: &str| rules.iter().find(|r| r.metric_prefix == prefix).cloned();
+        assert_eq!(rule("t.").map(|r| (r.max_bytes, r.evict_oldest)), Some((Some(2 << 30), true)));
+        assert_eq!(rule("").map(|r| r.max_bytes), Some(None), "the rest counts under no quota");
+        let reserved = rule(timeshard_proto::key::RESERVED_METRIC_PREFIX);
+        assert_eq!(reserved.map(|r| r.max_bytes), Some(None), "timeshard's own series are never evicted");
+        assert!(NodeConfig::default().quota_rules().is_empty(), "no quota, nothing measured");
+        for (bad, says) in [
+            ("on_full = \"evict_oldest\"", "needs a quota"),
+            ("quota = \"1KiB\"", "below the smallest"),
+            ("quota = \"1 parsec\"", "parsec"),
+            ("quota = \"1MiB\"\non_full = \"sometimes\"", "sometimes"),
+        ] {
+            let err = match toml::from_str::<NodeConfig>(&class(bad)) {
+                Ok(cfg) => cfg.validate().unwrap_err().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let memory = format!("[store]\nengine = \"memory\"\n{}", class("quota = \"1MiB\""));
+        let err = toml::from_str::<NodeConfig>(&memory).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("engine = \"disk\""), "{err}");
+    }
 
     #[test]
     fn coi_settings_are_checked() {

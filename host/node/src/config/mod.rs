@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use timeshard_proto::class::Classes;
 use timeshard_sdk::tls::TlsFiles;
 
-pub use class::{ClassConfig, CoiConfig};
+pub use class::{ClassConfig, CoiConfig, OnFull};
 pub use cluster::{HintsConfig, MembershipConfig, RepairConfig};
 pub use error::ConfigError;
 pub use http::{HttpConfig, MIN_TOKEN_CHARS};
@@ -162,6 +162,18 @@ impl NodeConfig {
         class::retention_rules(&self.classes)
     }
 
+    /// `[store] max_bytes` in force: the disk engine's limit (the memory engine has its own,
+    /// `memory_max_points`).
+    pub fn store_max_bytes(&self) -> Option<u64> {
+        self.store.max_bytes.filter(|_| self.store.engine == StoreEngine::Disk).map(|b| b.0)
+    }
+
+    /// The store's quota rules: one per class (see [`class::quota_rules`]); empty when no class
+    /// has a quota.
+    pub fn quota_rules(&self) -> Vec<timeshard_store::QuotaRule> {
+        class::quota_rules(&self.classes)
+    }
+
     /// Checks settings that have no valid default when given badly.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |setting: &str, message: &str| {
@@ -241,6 +253,16 @@ impl NodeConfig {
         for c in &self.classes {
             if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
                 return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });
+            }
+            if let Some(message) = timeshard_control_api::class::quota_problem(c.quota, c.on_full) {
+                return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });
+            }
+            if c.quota.is_some() && self.store.engine != StoreEngine::Disk {
+                return Err(ConfigError::Invalid {
+                    setting: format!("class {:?}", c.name),
+                    message: "quota needs [store] engine = \"disk\" (the memory engine has its own memory_max_points)"
+                        .into(),
+                });
             }
             if c.archive && self.tier.url.is_empty() {
                 return invalid("tier.url", "a class has archive = true: name the archive (a directory or s3://...)");

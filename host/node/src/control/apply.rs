@@ -31,6 +31,8 @@ pub fn class_config(spec: &ClassSpec) -> ClassConfig {
         archive: spec.archive,
         age_by: spec.age_by,
         coi: spec.coi.clone(),
+        quota: spec.quota,
+        on_full: spec.on_full,
     }
 }
 
@@ -49,6 +51,8 @@ pub fn class_spec(class: &ClassConfig) -> ClassSpec {
         archive: class.archive,
         age_by: class.age_by,
         coi: class.coi.clone(),
+        quota: class.quota,
+        on_full: class.on_full,
     }
 }
 

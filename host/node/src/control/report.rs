@@ -53,6 +53,7 @@ pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Repor
         problems.push(format!("no peers: none of the bootstrap peers ({}) answers", config.bootstrap.join(", ")));
     }
     problems.extend(crate::storage::DiskSpace::of(&config.data_dir).and_then(|d| d.problem()));
+    problems.extend(node.replica().usage().problems());
     if node.tier().archive().is_some() {
         problems.extend(node.tier().progress().outage(timeshard_clock::now_ns()));
     }

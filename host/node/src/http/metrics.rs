@@ -20,7 +20,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::metrics::{Ingest, Metrics, Query, get};
 use crate::node::Node;
-use crate::storage::{DiskSpace, dir_bytes};
+use crate::storage::{ClassUse, DiskSpace, dir_bytes};
 
 /// `GET /metrics`.
 pub async fn scrape(State(s): State<AppState>) -> Result<Response, ApiError> {
@@ -105,6 +105,7 @@ pub fn render(node: &Node) -> String {
         archive_export(&mut e, node);
     }
     disk(&mut e, &node.config().data_dir);
+    quotas(&mut e, &node.replica().usage().classes());
     if let Some(ms) = m.control_plane_contact_ms() {
         e.gauge(
             "timeshard_control_plane_last_contact_timestamp_seconds",
@@ -142,6 +143,37 @@ fn disk(e: &mut Exposition, data_dir: &Path) {
         "timeshard_disk_available_bytes",
         "Bytes of that filesystem the node may still write (unprivileged free space).",
         space.available as f64,
+    );
+}
+
+/// Classes with a quota: what they hold against it, and what eviction dropped.
+fn quotas(e: &mut Exposition, classes: &[ClassUse]) {
+    if classes.is_empty() {
+        return;
+    }
+    let labels: Vec<[(&str, &str); 1]> = classes.iter().map(|c| [("class", c.class.as_str())]).collect();
+    let each = |f: &dyn Fn(&ClassUse) -> u64| {
+        labels.iter().zip(classes).map(|(l, c)| (&l[..], f(c) as f64)).collect::<Vec<_>>()
+    };
+    e.gauges(
+        "timeshard_class_quota_bytes",
+        "A class's quota on this node's store.",
+        each(&|c| c.store.max_bytes.unwrap_or(0)),
+    );
+    e.gauges(
+        "timeshard_class_used_bytes",
+        "Bytes a class holds in this node's store as maintenance last measured them (sealed blocks, and 24 bytes per point not yet sealed); writes of a class that refuses are refused at its quota.",
+        each(&|c| c.bytes()),
+    );
+    e.counters(
+        "timeshard_class_evicted_blocks_total",
+        "Blocks a class with on_full = \"evict_oldest\" dropped, oldest first, to stay within its quota, since the node started.",
+        each(&|c| c.store.evicted_blocks),
+    );
+    e.counters(
+        "timeshard_class_evicted_points_total",
+        "Points those evicted blocks held.",
+        each(&|c| c.store.evicted_points),
     );
 }
 

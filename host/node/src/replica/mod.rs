@@ -64,10 +64,12 @@ impl Replica {
     /// Answers a replica request: `Store`, `Fetch`, `FetchWindows`, `FindSeries`,
     /// `RegisterSeries`, `HasSeries` or `Summarize` (anything else is refused as internal).
     pub async fn serve(&self, req: Request) -> Response {
-        if matches!(req, Request::Store { .. })
-            && let Some(why) = self.usage.refusal()
-        {
-            return Response::Error(ErrorReply::new(ErrorCode::Unavailable, why));
+        if let Request::Store { blocks } = &req {
+            if let Some(why) = self.usage.refusal(blocks) {
+                return Response::Error(ErrorReply::new(ErrorCode::Unavailable, why));
+            }
+            // Counted before the write: one that fails counts until the next measure only.
+            self.usage.note_written(blocks);
         }
         match req {
             req @ Request::Summarize { .. } => self.summarize(req).await,

@@ -24,6 +24,11 @@
 //! `max_backoff`. The archive's own operations are retried with backoff inside each round too.
 //! Uploads are rate-limited and stream one row group at a time (`[tier] row_group_rows`).
 //! Points files that interrupted exports left behind are cleaned up about once an hour.
+//!
+//! A class with a quota past [`EARLY_EXPORT_PERCENT`] of it exports its sealed blocks without
+//! waiting for its hot window (oldest days first), and drops them once archived: that is how
+//! an archived class stays within its quota. While the archive cannot take them nothing is
+//! dropped, and the replicas refuse the class's writes once it holds its quota.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -131,8 +136,27 @@ struct Walk {
     write_aged: HashSet<(SeriesKey, Timestamp)>,
 }
 
+/// Share of its quota past which an archived class's sealed blocks are exported without
+/// waiting for their hot window, oldest first, so that it does not fill and refuse writes
+/// while the archive can take them.
+const EARLY_EXPORT_PERCENT: u64 = 80;
+
+/// The metric prefixes of classes past [`EARLY_EXPORT_PERCENT`] of their quota, as the hot
+/// store last measured them.
+fn pressed_prefixes(tier: &Tier) -> HashSet<String> {
+    tier.hot
+        .quota_use()
+        .into_iter()
+        .filter(|u| {
+            u.max_bytes.is_some_and(|max| u.bytes.saturating_mul(100) >= max.saturating_mul(EARLY_EXPORT_PERCENT))
+        })
+        .map(|u| u.metric_prefix)
+        .collect()
+}
+
 /// Walks the hot store's blocks (see the module docs, step 1).
 async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
+    let pressed = pressed_prefixes(tier);
     let policy = tier.policy();
     let budget = tier.config.max_blocks_per_round;
     let mut found = Walk::default();
@@ -162,7 +186,10 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
             if !t.archive || tier.archive.is_none() {
                 continue;
             }
-            let due = due_at(t.age_by, b.quantum, b.last_write, t.hot_ns, tier.seal_grace_ns);
+            // A class near its quota exports what is sealed now: its hot window gives way
+            // before its writes are refused.
+            let hot_ns = if pressed.contains(&class.metric_prefix) { 0 } else { t.hot_ns };
+            let due = due_at(t.age_by, b.quantum, b.last_write, hot_ns, tier.seal_grace_ns);
             if now < due {
                 continue;
             }

@@ -301,6 +301,14 @@ impl Store for TieredStore {
     fn set_retention(&self, rules: Vec<RetentionRule>) {
         self.hot().set_retention(rules);
     }
+
+    fn set_quotas(&self, rules: Vec<timeshard_store::QuotaRule>) {
+        self.hot().set_quotas(rules);
+    }
+
+    fn quota_use(&self) -> Vec<timeshard_store::QuotaUse> {
+        self.hot().quota_use()
+    }
 }
 
 #[cfg(test)]
