@@ -57,41 +57,59 @@ fn value(seed: &mut u64) -> f64 {
     ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * 1000.0
 }
 
-/// Live ingest into one node until a write is refused: what was acknowledged, and the one
-/// refused batch (a refused write may have stored part of itself; retrying is safe).
-struct Ingest {
-    keys: Vec<SeriesKey>,
-    acked: Vec<Vec<Point>>,
-    refused: Vec<Vec<Point>>,
+/// Ingest into one node, in batches of incompressible points, until a write is refused: what
+/// was acknowledged, and the one refused batch (a refused write may have stored part of itself;
+/// retrying is safe).
+pub(crate) struct Ingest {
+    pub keys: Vec<SeriesKey>,
+    pub acked: Vec<Vec<Point>>,
+    pub refused: Vec<Vec<Point>>,
     /// The next batch's first timestamp.
-    t: i64,
+    pub t: i64,
+    step: i64,
     seed: u64,
 }
 
 impl Ingest {
-    fn new(metric: &str) -> anyhow::Result<Ingest> {
+    /// Live data: from two minutes ago, 50 µs apart.
+    pub fn new(metric: &str) -> anyhow::Result<Ingest> {
+        Ingest::at(metric, now_ns() - 120_000_000_000, STEP_NS)
+    }
+
+    /// Points `step` apart from `t`.
+    pub fn at(metric: &str, t: i64, step: i64) -> anyhow::Result<Ingest> {
         let keys = (0..SERIES)
             .map(|i| SeriesKey::new(metric, [("sensor", format!("s{i}").as_str())]))
             .collect::<Result<_, _>>()?;
         let (acked, refused) = (vec![Vec::new(); SERIES], vec![Vec::new(); SERIES]);
-        Ok(Ingest { keys, acked, refused, t: now_ns() - 120_000_000_000, seed: 7 })
+        Ok(Ingest { keys, acked, refused, t, step, seed: 7 })
     }
 
-    fn batch(&mut self) -> Vec<SeriesPoints> {
-        let first = self.t;
-        self.t += PER_SERIES as i64 * STEP_NS;
+    pub fn batch(&mut self) -> Vec<SeriesPoints> {
+        let (first, step) = (self.t, self.step);
+        self.t += PER_SERIES as i64 * step;
         let seed = &mut self.seed;
         self.keys
             .iter()
             .map(|k| SeriesPoints {
                 series: k.clone(),
-                points: (0..PER_SERIES as i64).map(|j| Point::new(first + j * STEP_NS, value(seed))).collect(),
+                points: (0..PER_SERIES as i64).map(|j| Point::new(first + j * step, value(seed))).collect(),
             })
             .collect()
     }
 
+    /// Writes `n` batches, each of which must be acknowledged.
+    pub async fn write(&mut self, client: &Client, n: usize) -> anyhow::Result<()> {
+        for _ in 0..n {
+            let b = self.batch();
+            client.write_batch(b.clone()).await?;
+            b.into_iter().enumerate().for_each(|(i, s)| self.acked[i].extend(s.points));
+        }
+        Ok(())
+    }
+
     /// Writes batches until one is refused; returns why.
-    async fn until_refused(&mut self, client: &Client) -> anyhow::Result<timeshard_sdk::Error> {
+    pub async fn until_refused(&mut self, client: &Client) -> anyhow::Result<timeshard_sdk::Error> {
         for _ in 0..MAX_BATCHES {
             let b = self.batch();
             match client.write_batch(b.clone()).await {
@@ -111,7 +129,7 @@ impl Ingest {
 
     /// Every acknowledged point reads back from `client`, and nothing else but points of the
     /// refused batch.
-    async fn check(&self, client: &Client) -> anyhow::Result<()> {
+    pub async fn check(&self, client: &Client) -> anyhow::Result<()> {
         let index = |points: &[Point]| points.iter().map(|p| (p.ts, p.value.to_bits())).collect::<HashSet<_>>();
         for (i, key) in self.keys.iter().enumerate() {
             let range = TimeRange::new(self.acked[i][0].ts, now_ns())?;
@@ -194,6 +212,18 @@ async fn a_store_at_its_max_bytes_refuses_writes_and_keeps_what_it_acknowledged(
     // Measured every 200 ms: the limit may be passed by what arrived in between, not by much.
     ensure!(held < ((2 * MAX_STORE_MIB) << 20) as f64, "the store holds {held} bytes, limit {MAX_STORE_MIB} MiB");
     ensure!(client.write_batch(ingest.batch()).await.is_err(), "a write taken past the limit");
+    ingest.check(&client).await?;
+
+    // A higher limit in the file applies on SIGHUP: writes are taken again.
+    cluster.edit_config(0, |c| c.store.max_bytes = Some(ByteSize((4 * MAX_STORE_MIB) << 20)))?;
+    cluster.reload(0)?;
+    let more = ingest.batch();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = client.write_batch(more.clone()).await {
+        ensure!(Instant::now() < deadline, "still refused after the limit was raised: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    more.into_iter().enumerate().for_each(|(i, s)| ingest.acked[i].extend(s.points));
     ingest.check(&client).await?;
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);

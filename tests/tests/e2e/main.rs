@@ -53,6 +53,7 @@ mod partition;
 mod policies;
 mod promql_oracle;
 mod queries;
+mod quotas;
 mod read_repair;
 mod renewal;
 mod retention;
