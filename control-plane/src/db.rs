@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "fleet", include_str!("../migrations/0001_fleet.sql")),
     (2, "policies", include_str!("../migrations/0002_policies.sql")),
     (3, "http_tokens", include_str!("../migrations/0003_http_tokens.sql")),
+    (4, "device_storage", include_str!("../migrations/0004_device_storage.sql")),
 ];
 
 #[derive(Debug)]

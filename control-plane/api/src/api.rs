@@ -177,7 +177,12 @@ pub struct Report {
     /// Modules it could not load (it runs the versions it had).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy_errors: Vec<PolicyLoadError>,
+    /// How full the node is and how far behind (disk, quotas, archive export).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageStatus>,
 }
+
+pub use timeshard_proto::wire::{ClassStorage, StorageStatus};
 
 /// A desired state a node refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -341,6 +346,9 @@ pub struct DeviceInfo {
     pub policies: Vec<PolicyRun>,
     #[serde(default)]
     pub policy_errors: Vec<PolicyLoadError>,
+    /// As the node last reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageStatus>,
 }
 
 /// `GET /v1/audit?limit=N&before=ID` (viewer): newest first.

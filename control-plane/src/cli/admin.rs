@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use http::Method;
+use timeshard_control_api::api::StorageStatus;
 use timeshard_control_api::api::{
     ApiTokenInfo, AuditEntry, Changed, CreateApiToken, CreateEnrollmentToken, DeviceInfo, EnrollmentTokenInfo,
     FleetInfo, PutClasses, PutNodeConfig, RevokeDevice, SetDeviceLocation, TokenCreated, paths,
@@ -592,6 +593,7 @@ pub async fn devices(args: DevicesArgs) -> anyhow::Result<()> {
                 health += &format!("; cannot load {}@{}: {}", e.name, e.version, e.error);
             }
             let policies: Vec<String> = d.policies.iter().map(|p| format!("{}@{}", p.name, p.version)).collect();
+            let (disk, backlog) = d.storage.as_ref().map(show_storage).unwrap_or_else(|| ("-".into(), "-".into()));
             vec![
                 d.node_id,
                 show_labels(&d.labels),
@@ -599,13 +601,52 @@ pub async fn devices(args: DevicesArgs) -> anyhow::Result<()> {
                 applied,
                 if policies.is_empty() { "-".into() } else { policies.join(",") },
                 health,
+                disk,
+                backlog,
                 show_opt_ms(d.last_seen_ms),
                 show_ms(d.cert_not_after_ms),
             ]
         })
         .collect();
-    table(&["NODE", "LABELS", "LOCATION", "GENERATION", "POLICIES", "HEALTH", "LAST SEEN", "CERT EXPIRES"], rows);
+    table(
+        &[
+            "NODE",
+            "LABELS",
+            "LOCATION",
+            "GENERATION",
+            "POLICIES",
+            "HEALTH",
+            "DISK FREE",
+            "EXPORT BACKLOG",
+            "LAST SEEN",
+            "CERT EXPIRES",
+        ],
+        rows,
+    );
     Ok(())
+}
+
+/// A device's disk (free MiB and share, and each class near or at its quota) and export
+/// backlog, as the device list shows them.
+fn show_storage(s: &StorageStatus) -> (String, String) {
+    let mut disk = match s.disk_size_bytes {
+        0 => "-".to_string(),
+        size => {
+            format!("{} MiB ({}%)", s.disk_available_bytes >> 20, s.disk_available_bytes.saturating_mul(100) / size)
+        }
+    };
+    for c in &s.classes {
+        let used = c.used_bytes.saturating_mul(100) / c.quota_bytes.max(1);
+        if c.refusing || used >= 80 {
+            disk += &format!("; {} {used}% of quota{}", c.class, if c.refusing { ", refusing" } else { "" });
+        }
+    }
+    let backlog = match (s.export_pending_blocks, s.export_failed_rounds) {
+        (0, 0) => "-".to_string(),
+        (blocks, 0) => format!("{blocks} blocks"),
+        (blocks, failed) => format!("{blocks} blocks, {failed} rounds failed"),
+    };
+    (disk, backlog)
 }
 
 /// `device ...`.

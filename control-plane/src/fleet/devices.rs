@@ -197,11 +197,18 @@ impl Fleet {
         if report.policy_errors.iter().any(|e| e.error.len() > 4096) {
             return too_long("a policy error");
         }
+        if let Some(s) = &report.storage
+            && (s.classes.len() > 256
+                || s.classes.iter().any(|c| c.class.len() > 64 || c.on_full.len() > 16)
+                || s.export_last_error.as_ref().is_some_and(|e| e.len() > 4096))
+        {
+            return too_long("storage");
+        }
         let mut w = self.db.write().await?;
         let updated = sqlx::query(
             "UPDATE devices SET last_seen_ms = $1, generation_applied = $2, digest_applied = $3, health = $4, \
-             message = $5, apply_error_json = $6, policies_json = $7, policy_errors_json = $8 \
-             WHERE node_id = $9 AND revoked_at_ms IS NULL",
+             message = $5, apply_error_json = $6, policies_json = $7, policy_errors_json = $8, storage_json = $9 \
+             WHERE node_id = $10 AND revoked_at_ms IS NULL",
         )
         .bind(now_ms())
         .bind(i64::try_from(report.generation_applied).unwrap_or(i64::MAX))
@@ -211,6 +218,7 @@ impl Fleet {
         .bind(report.apply_error.as_ref().map(json))
         .bind(json(&report.policies))
         .bind(json(&report.policy_errors))
+        .bind(report.storage.as_ref().map(json))
         .bind(node_id)
         .execute(&mut *w.tx)
         .await?

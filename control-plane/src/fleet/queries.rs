@@ -34,7 +34,7 @@ impl Fleet {
         let rows = sqlx::query(
             "SELECT node_id, token_id, labels_json, location_json, enrolled_at_ms, cert_serial, cert_not_after_ms, \
              revoked_at_ms, last_seen_ms, generation_applied, digest_applied, health, message, apply_error_json, \
-             policies_json, policy_errors_json FROM devices ORDER BY enrolled_at_ms, node_id",
+             policies_json, policy_errors_json, storage_json FROM devices ORDER BY enrolled_at_ms, node_id",
         )
         .fetch_all(self.db.pool())
         .await?;
@@ -62,6 +62,7 @@ impl Fleet {
                     apply_error: from_json_opt(r, "apply_error_json")?,
                     policies: from_json_opt(r, "policies_json")?.unwrap_or_default(),
                     policy_errors: from_json_opt(r, "policy_errors_json")?.unwrap_or_default(),
+                    storage: from_json_opt(r, "storage_json")?,
                 })
             })
             .collect()

@@ -1,8 +1,59 @@
 //! `timeshard status`: what one node knows of itself and the cluster.
 
 use anyhow::Result;
+use timeshard_proto::wire::StorageStatus;
 
 use crate::conn::ConnArgs;
+
+/// Disk, quotas, export backlog and the control plane's last answer.
+fn storage(s: &StorageStatus) {
+    let mib = |b: u64| b >> 20;
+    if s.disk_size_bytes > 0 {
+        let limit = match s.store_max_bytes {
+            0 => String::new(),
+            max => format!("; the store may hold {} MiB ([store] max_bytes)", mib(max)),
+        };
+        println!(
+            "disk: {} MiB of {} MiB available ({}% used){limit}",
+            mib(s.disk_available_bytes),
+            mib(s.disk_size_bytes),
+            100 - s.disk_available_bytes.saturating_mul(100) / s.disk_size_bytes
+        );
+    }
+    for c in &s.classes {
+        println!(
+            "class {}: {} of {} bytes ({}%), on_full = {}{}; {} blocks ({} points) evicted since start",
+            c.class,
+            c.used_bytes,
+            c.quota_bytes,
+            c.used_bytes.saturating_mul(100) / c.quota_bytes.max(1),
+            c.on_full,
+            if c.refusing { ", REFUSING WRITES" } else { "" },
+            c.evicted_blocks,
+            c.evicted_points
+        );
+    }
+    let ago = |ms: u64| (now_ms().saturating_sub(ms)) / 1000;
+    if s.export_pending_blocks > 0 || s.export_failed_rounds > 0 || s.export_last_success_ms > 0 {
+        let last = match s.export_last_success_ms {
+            0 => "no round has succeeded since start".to_string(),
+            ms => format!("last success {} s ago", ago(ms)),
+        };
+        println!(
+            "archive export: {} blocks waiting, {} rounds failed in a row, {last}{}",
+            s.export_pending_blocks,
+            s.export_failed_rounds,
+            s.export_last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+        );
+    }
+    if s.control_plane_contact_ms > 0 {
+        println!("control plane: last answered {} s ago", ago(s.control_plane_contact_ms));
+    }
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(timeshard_clock::now_ns() / 1_000_000).unwrap_or(0)
+}
 
 pub(crate) async fn run(args: ConnArgs) -> Result<()> {
     let client = args.connect().await?;
@@ -48,6 +99,7 @@ pub(crate) async fn run(args: ConnArgs) -> Result<()> {
         );
     }
     println!("write-ahead log: {} bytes", s.wal_bytes);
+    storage(&s.storage);
     if s.config_generation == 0 {
         println!("configuration: by hand (not enrolled), digest {:016x}", s.config_digest);
     } else {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use timeshard_proto::wire::{Limits, NodeStatus};
+use timeshard_proto::wire::{Limits, NodeStatus, StorageStatus};
 use timeshard_store::{DiskStore, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -204,6 +204,30 @@ impl Node {
             repair: self.repair().state().status(),
             wal_bytes: self.disk.as_ref().map_or(0, |d| d.stats().wal_bytes),
             policies: crate::policies::usage(self.coordinator().policies().map(|r| &**r)),
+            storage: self.storage_status(),
         }
+    }
+
+    /// How full this node is and how far behind (see [`StorageStatus`]).
+    pub fn storage_status(&self) -> StorageStatus {
+        let config = self.config();
+        let disk = crate::storage::DiskSpace::of(&config.data_dir);
+        let usage = self.replica().usage();
+        let mut status = StorageStatus {
+            disk_size_bytes: disk.map_or(0, |d| d.size),
+            disk_available_bytes: disk.map_or(0, |d| d.available),
+            store_max_bytes: config.store_max_bytes().unwrap_or(0),
+            classes: usage.classes().iter().map(crate::storage::ClassUse::status).collect(),
+            control_plane_contact_ms: self.metrics().control_plane_contact_ms().unwrap_or(0),
+            ..StorageStatus::default()
+        };
+        if self.tier().archive().is_some() {
+            let progress = self.tier().progress();
+            status.export_pending_blocks = progress.classes.values().map(|c| c.pending_blocks).sum();
+            status.export_failed_rounds = progress.failed_rounds;
+            status.export_last_success_ms = u64::try_from(progress.last_success_ns / 1_000_000).unwrap_or(0);
+            status.export_last_error = progress.last_error.clone();
+        }
+        status
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use timeshard_clock::now_ns;
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::wire::ClassStorage;
 use timeshard_store::backend::Backend;
 use timeshard_store::{DiskConfig, DiskStore, FsyncPolicy, MemStore, QuotaUse, Store, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -150,6 +151,19 @@ impl ClassUse {
     /// Bytes held: at the last measure, and written since.
     pub fn bytes(&self) -> u64 {
         self.store.bytes.saturating_add(self.added.load(Ordering::Relaxed))
+    }
+
+    /// The class as `timeshard status` and the control plane show it.
+    pub fn status(&self) -> ClassStorage {
+        ClassStorage {
+            class: self.class.clone(),
+            quota_bytes: self.store.max_bytes.unwrap_or(0),
+            used_bytes: self.bytes(),
+            on_full: self.on_full.to_string(),
+            refusing: self.refuses(),
+            evicted_blocks: self.store.evicted_blocks,
+            evicted_points: self.store.evicted_points,
+        }
     }
 
     /// Whether writes of the class are refused now.

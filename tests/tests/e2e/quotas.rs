@@ -221,6 +221,19 @@ async fn an_archived_class_refuses_writes_while_its_archive_is_away_and_archives
     ensure!(used < 2.0 * QUOTA as f64, "the backlog grew to {used} bytes past its quota of {QUOTA}");
     ingest.check(&client).await?;
     println!("archive away: refused at {used} bytes of {QUOTA}: {text}");
+    // `timeshard status` says how full and how far behind.
+    let out = Command::new(NODE)
+        .arg("status")
+        .env("TIMESHARD_NODE", cluster.addr(0).to_string())
+        .env("TIMESHARD_PKI", cluster.pki_dir())
+        .output()?;
+    let status = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "timeshard status: {}", String::from_utf8_lossy(&out.stderr));
+    for says in ["disk: ", "class archived: ", "on_full = evict_oldest, REFUSING WRITES", "archive export: "] {
+        ensure!(status.contains(says), "status lacks {says:?}:\n{status}");
+    }
+    ensure!(status.contains("rounds failed in a row") && status.contains("; last error: object store"), "{status}");
+    println!("{status}");
 
     // The archive is back: the class exports early, drops what is archived, and takes writes.
     moto.start("timeshard")?;

@@ -74,6 +74,7 @@ pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Repor
         apply_error: refused.cloned(),
         policies: node.coordinator().policies().map(|r| policy_runs(r)).unwrap_or_default(),
         policy_errors,
+        storage: Some(node.storage_status()),
     }
 }
 

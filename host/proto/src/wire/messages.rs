@@ -292,6 +292,45 @@ pub struct NodeStatus {
     pub wal_bytes: u64,
     /// The policy modules installed, with what their calls cost since they were installed.
     pub policies: Vec<PolicyUsage>,
+    /// How full the node is and how far behind: disk, quotas, export, control plane.
+    pub storage: StorageStatus,
+}
+
+/// How full a node is and how far behind it is, as `timeshard status` and the control plane's
+/// device list show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageStatus {
+    /// The filesystem holding the data directory: its size and the bytes still available (0
+    /// when it cannot be read).
+    pub disk_size_bytes: u64,
+    pub disk_available_bytes: u64,
+    /// `[store] max_bytes` (0: none).
+    pub store_max_bytes: u64,
+    /// Classes with a quota.
+    pub classes: Vec<ClassStorage>,
+    /// With an archive: blocks waiting to be exported, rounds failed in a row, when a round
+    /// last succeeded (Unix ms, 0: not since start) and the last error.
+    pub export_pending_blocks: u64,
+    pub export_failed_rounds: u32,
+    pub export_last_success_ms: u64,
+    pub export_last_error: Option<String>,
+    /// When the control plane last answered (Unix ms; 0: not since start, or not enrolled).
+    pub control_plane_contact_ms: u64,
+}
+
+/// A class's quota on a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassStorage {
+    pub class: String,
+    pub quota_bytes: u64,
+    pub used_bytes: u64,
+    /// `refuse` or `evict_oldest`.
+    pub on_full: String,
+    /// Whether the class's writes are refused now.
+    pub refusing: bool,
+    /// Blocks and points evicted since the node started.
+    pub evicted_blocks: u64,
+    pub evicted_points: u64,
 }
 
 /// One installed policy module and its calls, as a node's status shows them.

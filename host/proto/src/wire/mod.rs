@@ -20,8 +20,9 @@ pub use crate::point::{BlockPoints, SeriesPoints, WriteSeries};
 pub use crate::time::BlockPart;
 pub use framing::{FrameError, HEADER_BYTES, body_len, decode, encode, frame_bytes};
 pub use messages::{
-    ErrorCode, ErrorReply, MAX_BLOCK_PARTS, MAX_PARAM_BYTES, MAX_QUERY_PARAMS, MAX_REPORTED_REJECTIONS, NodeStatus,
-    PartialResult, PolicyUsage, QueryOutput, RejectedPoint, Request, Response, SeriesFilter, Summarized,
+    ClassStorage, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, MAX_PARAM_BYTES, MAX_QUERY_PARAMS, MAX_REPORTED_REJECTIONS,
+    NodeStatus, PartialResult, PolicyUsage, QueryOutput, RejectedPoint, Request, Response, SeriesFilter, StorageStatus,
+    Summarized,
 };
 pub use validation::{InvalidRequest, MAX_POLICY_BYTES, check_aggregate, check_read, check_write};
 

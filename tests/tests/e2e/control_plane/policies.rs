@@ -84,6 +84,7 @@ fn report(state: &DesiredState, runs: Vec<PolicyRun>, errors: Vec<PolicyLoadErro
         apply_error: None,
         policies: runs,
         policy_errors: errors,
+        storage: None,
     }
 }
 

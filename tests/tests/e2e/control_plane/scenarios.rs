@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use http::Method;
 use timeshard_control_api::agent::{self, Agent, AgentError};
 use timeshard_control_api::api::{
-    AuditEntry, Changed, CreateApiToken, CreateHttpToken, DeviceInfo, EnrollRequest, EnrollResponse, HealthStatus,
-    HttpTokenInfo, PutClasses, PutNodeConfig, Report, TokenCreated, paths,
+    AuditEntry, Changed, ClassStorage, CreateApiToken, CreateHttpToken, DeviceInfo, EnrollRequest, EnrollResponse,
+    HealthStatus, HttpTokenInfo, PutClasses, PutNodeConfig, Report, StorageStatus, TokenCreated, paths,
 };
 use timeshard_control_api::http::Endpoint;
 use timeshard_control_api::state::{NodeSettings, Selector, parse_labels};
@@ -49,6 +49,25 @@ pub async fn watch_to(client: &NodeClient, since: u64, at_least: u64) -> Desired
     }
 }
 
+/// What a device on a small card reports: a class refusing at its quota, an archive behind.
+fn small_card() -> StorageStatus {
+    StorageStatus {
+        disk_size_bytes: 8 << 30,
+        disk_available_bytes: 1 << 30,
+        classes: vec![ClassStorage {
+            class: "pmu".into(),
+            quota_bytes: 1 << 30,
+            used_bytes: 1 << 30,
+            on_full: "refuse".into(),
+            refusing: true,
+            ..ClassStorage::default()
+        }],
+        export_pending_blocks: 42,
+        export_failed_rounds: 3,
+        ..StorageStatus::default()
+    }
+}
+
 fn report_of(state: &DesiredState) -> Report {
     Report {
         generation_applied: state.generation,
@@ -58,6 +77,7 @@ fn report_of(state: &DesiredState) -> Report {
         apply_error: None,
         policies: vec![],
         policy_errors: vec![],
+        storage: Some(small_card()),
     }
 }
 
@@ -132,11 +152,19 @@ pub async fn enrollment_and_propagation(fleet: &TestFleet) {
         assert_eq!(d.digest_applied.as_deref(), Some(info.digest.as_str()));
         assert_eq!(d.health, Some(HealthStatus::Ok));
         assert!(d.last_seen_ms.is_some());
+        assert_eq!(d.storage, Some(small_card()), "the storage report is kept");
     }
-    // The CLI shows them as current.
+    // The CLI shows them as current, with their disk and export backlog.
     let (ok, out, err) = fleet.cli(&["devices"]).await;
     assert!(ok, "{err}");
     assert_eq!(out.matches("(current)").count(), 5, "{out}");
+    assert_eq!(out.matches("1024 MiB (12%); pmu 100% of quota, refusing").count(), 5, "{out}");
+    assert_eq!(out.matches("42 blocks, 3 rounds failed").count(), 5, "{out}");
+    // A report too large to keep is refused.
+    let mut huge = report_of(agents[0].applied());
+    huge.storage.as_mut().unwrap().export_last_error = Some("x".repeat(5000));
+    let err = agents[0].client().report(&huge).await.unwrap_err().to_string();
+    assert!(err.contains("storage"), "{err}");
 }
 
 /// A node offline during changes catches up at once when back, even after a restart of its

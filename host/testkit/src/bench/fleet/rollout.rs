@@ -46,6 +46,7 @@ pub async fn follow_policy(
         apply_error: None,
         policies: vec![PolicyRun { name: POLICY.into(), version: a.version.clone(), ..Default::default() }],
         policy_errors: Vec::new(),
+        storage: None,
     };
     client.report(&report).await?;
     *running = Some(a.version.clone());
