@@ -27,6 +27,7 @@
 //! It does not retry failed writes itself: writes are idempotent, so retrying a failed batch
 //! is always safe and left to the caller, who knows how long to keep trying.
 
+mod cert_grace;
 mod client;
 pub mod tls;
 pub mod transport;

@@ -15,6 +15,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use timeshard_proto::Id;
 use timeshard_proto::wire::ALPN;
 
+pub use crate::cert_grace::{EXPIRED_CERT_GRACE, GraceClientVerifier, GraceServerVerifier};
 pub use timeshard_proto::wire::{CLIENT_NAME, NODE_NAME};
 
 /// Loading or using certificates failed.
@@ -153,9 +154,7 @@ impl Signing {
             .key_provider
             .load_private_key(identity.key.clone_key())
             .map_err(|e| TlsError::Config(format!("the key cannot sign: {e}")))?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let verifier = client_verifier(identity, provider)?;
         Ok(Signing { signer, verifier })
     }
 }
@@ -172,12 +171,30 @@ pub fn signed_by(cert: &CertificateDer<'_>, scheme: u16, message: &[u8], signatu
     algs.iter().any(|alg| cert.verify_signature(*alg, message, signature).is_ok())
 }
 
-/// QUIC client configuration presenting `identity` and trusting its CA.
+/// Checks peers' client certificates against `identity`'s CA, accepting those expired less than
+/// [`EXPIRED_CERT_GRACE`] ago (see [`GraceClientVerifier`]).
+pub fn client_verifier(
+    identity: &Identity,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let inner = rustls::server::WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider)
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(Arc::new(GraceClientVerifier { inner, grace: EXPIRED_CERT_GRACE }))
+}
+
+/// QUIC client configuration presenting `identity` and trusting its CA (servers' certificates
+/// expired less than [`EXPIRED_CERT_GRACE`] ago included).
 pub fn client_config(identity: &Identity) -> Result<quinn::ClientConfig, TlsError> {
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(identity.roots.clone(), provider())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let verifier = Arc::new(GraceServerVerifier { inner, grace: EXPIRED_CERT_GRACE });
     let mut crypto = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(identity.roots.clone())
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
         .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
         .map_err(|e| TlsError::Config(e.to_string()))?;
     crypto.alpn_protocols = vec![ALPN.to_vec()];

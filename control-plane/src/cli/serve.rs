@@ -193,8 +193,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if args.cert_lifetime < Duration::from_secs(3600) {
         eprintln!(
-            "warning: --cert-lifetime {} is meant for tests: nodes renew every {} and stop talking once a renewal \
-             is missed by a third of it",
+            "warning: --cert-lifetime {} is meant for tests: nodes renew every {}, and a node whose certificate \
+             expired more than 14 days ago (the grace) must enroll again",
             humantime::format_duration(args.cert_lifetime),
             humantime::format_duration(args.cert_lifetime * 2 / 3)
         );

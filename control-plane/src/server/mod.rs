@@ -34,6 +34,7 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use timeshard_control_api::api::paths;
 use timeshard_control_api::policy::MAX_MODULE_BYTES;
+use timeshard_sdk::tls::{EXPIRED_CERT_GRACE, GraceClientVerifier};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
@@ -216,10 +217,13 @@ pub fn tls_config(fleet: &Arc<Fleet>) -> Result<Arc<ServerConfig>, Error> {
     let provider = timeshard_control_api::tls::provider();
     let mut roots = RootCertStore::empty();
     roots.add(fleet.ca.cert_der().clone()).map_err(|e| Error::Internal(format!("fleet CA: {e}")))?;
-    let clients = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+    let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()
         .map_err(|e| Error::Internal(format!("client verifier: {e}")))?;
+    // A device back after the control plane was away longer than its certificate's life renews
+    // with the expired one, within the grace its peers give it too.
+    let clients = Arc::new(GraceClientVerifier { inner, grace: EXPIRED_CERT_GRACE });
     let resolver = Arc::new(ServerCert(RwLock::new(Arc::new(server_cert(fleet)?))));
     let renewer = (resolver.clone(), fleet.clone());
     tokio::spawn(async move {

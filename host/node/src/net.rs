@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, TransportConfig, VarInt};
-use rustls::server::WebPkiClientVerifier;
 use timeshard_proto::Id;
 use timeshard_proto::wire::{ALPN, Request, Response};
 use timeshard_sdk::tls::{self, Identity, NODE_NAME, PeerIdentity};
@@ -129,9 +128,7 @@ impl From<tls::TlsError> for BindError {
 pub fn server_config(cfg: &NodeConfig, identity: &Identity) -> Result<quinn::ServerConfig, BindError> {
     let tls_err = |e: &dyn std::fmt::Display| BindError::Tls(e.to_string());
     let provider = tls::provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(identity.roots.clone(), provider.clone())
-        .build()
-        .map_err(|e| tls_err(&e))?;
+    let verifier = tls::client_verifier(identity, provider.clone())?;
     let mut crypto = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| tls_err(&e))?

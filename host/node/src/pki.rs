@@ -138,6 +138,33 @@ pub fn dev_pki(dir: &Path, nodes: usize) -> Result<PathBuf> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_certificate_expired_within_the_grace_is_accepted_and_one_past_it_or_from_another_ca_is_not() {
+        use rustls::pki_types::UnixTime;
+        use timeshard_sdk::tls::{EXPIRED_CERT_GRACE, Identity, client_verifier, provider};
+        let (fleet, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        init(fleet.path()).unwrap();
+        init(other.path()).unwrap();
+        let (files, expires) = issue_valid_for(fleet.path(), "brief", Role::Node, Duration::from_secs(1)).unwrap();
+        let (foreign, _) = issue_valid_for(other.path(), "foreign", Role::Node, Duration::from_secs(1)).unwrap();
+        let identity = Identity::load(&files).unwrap();
+        let verifier = client_verifier(&identity, provider()).unwrap();
+        let chain = |files: &TlsFiles| Identity::load(files).unwrap().chain;
+        let at = |after_expiry: Duration| {
+            UnixTime::since_unix_epoch(Duration::from_secs(expires.unix_timestamp() as u64) + after_expiry)
+        };
+        let verify = |files: &TlsFiles, after: Duration| {
+            let chain = chain(files);
+            verifier.verify_client_cert(&chain[0], &chain[1..], at(after)).map(|_| ())
+        };
+        verify(&files, Duration::from_secs(3600)).expect("an hour after expiry: within the grace");
+        verify(&files, EXPIRED_CERT_GRACE - Duration::from_secs(1)).expect("just within the grace");
+        let err = verify(&files, EXPIRED_CERT_GRACE + Duration::from_secs(60)).unwrap_err();
+        assert!(err.to_string().to_lowercase().contains("expired"), "{err}");
+        verify(&foreign, Duration::from_secs(3600)).expect_err("another CA's certificate, expired or not");
+        verify(&foreign, Duration::ZERO).expect_err("another CA's certificate");
+    }
+
     /// The `not_after` of the certificate in `pem`, as seconds since the epoch.
     fn not_after(pem: &Path) -> i64 {
         use rustls_pki_types::pem::PemObject as _;

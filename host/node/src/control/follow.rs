@@ -25,6 +25,9 @@ use crate::reconfigure::Prepared;
 
 /// How long one watch waits for a change before the control plane answers "nothing new".
 pub const WATCH_WAIT: Duration = Duration::from_secs(30);
+/// How long a watch waits while the control plane has been unreachable: its first answer says
+/// it is back, and renewal and reports, which wait for that, should not wait a whole watch.
+const WATCH_WAIT_AFTER_OUTAGE: Duration = Duration::from_secs(1);
 /// How often, while waiting for a change, the node looks whether a report is due.
 const REPORT_CHECK: Duration = Duration::from_secs(1);
 /// First wait before retrying an unreachable control plane; doubles up to [`RETRY_MAX`].
@@ -98,7 +101,8 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
         }
         // Wait for a change; meanwhile report policy failures (and use) as they happen.
         let answer = {
-            let watch = agent.client().watch(since, WATCH_WAIT);
+            let wait = if unreachable.is_some() { WATCH_WAIT_AFTER_OUTAGE } else { WATCH_WAIT };
+            let watch = agent.client().watch(since, wait);
             tokio::pin!(watch);
             let mut tick = tokio::time::interval(REPORT_CHECK);
             loop {
