@@ -46,6 +46,9 @@ pub struct ClassSpec {
     /// Export the class's history to the archive each node configures (`[tier] url`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub archive: bool,
+    /// With `archive`: higher priorities are exported first in each round (0 to 255).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub export_priority: u8,
     /// What the hot window and retention measure: event time (default) or write time.
     #[serde(default, skip_serializing_if = "AgeBy::is_event")]
     pub age_by: AgeBy,
@@ -100,6 +103,17 @@ impl std::fmt::Display for OnFull {
             OnFull::EvictOldest => "evict_oldest",
         })
     }
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
+/// What is wrong with a class's `export_priority`, if anything: it orders exports, so it needs
+/// `archive`. The node's `[[class]]` checks the same.
+pub fn priority_problem(export_priority: u8, archive: bool) -> Option<String> {
+    (export_priority > 0 && !archive)
+        .then(|| "export_priority applies to archived classes only: set archive = true, or leave it out".into())
 }
 
 /// Smallest class quota: less would fill with one block.
@@ -258,6 +272,7 @@ impl ClassSpec {
             retention: None,
             hot: None,
             archive: false,
+            export_priority: 0,
             age_by: AgeBy::Event,
             coi: None,
             quota: None,
@@ -285,7 +300,9 @@ impl ClassSpec {
         if self.retention.is_some_and(|r| r.is_zero()) {
             return Err(ClassError::ZeroRetention { class: name.clone() });
         }
-        if let Some(message) = tier_problem(self.hot, self.archive, self.retention) {
+        if let Some(message) = tier_problem(self.hot, self.archive, self.retention)
+            .or_else(|| priority_problem(self.export_priority, self.archive))
+        {
             return Err(ClassError::Tier { class: name.clone(), message });
         }
         if let Some(message) = quota_problem(self.quota, self.on_full) {

@@ -274,6 +274,9 @@ pub enum ClassCommand {
         /// Export sealed blocks past the hot window to each node's archive (`[tier] url`).
         #[arg(long)]
         archive: Option<bool>,
+        /// With --archive: classes with a higher priority (0-255) are exported first.
+        #[arg(long)]
+        export_priority: Option<u8>,
         /// The hot window of an archived class (default 30d).
         #[arg(long, value_parser = humantime::parse_duration)]
         hot: Option<Duration>,
@@ -299,7 +302,7 @@ pub enum ClassCommand {
         #[arg(long)]
         on_full: Option<OnFull>,
         /// Set the classes in this JSON file instead, in one change.
-        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "hot", "age_by", "coi", "no_coi", "quota", "no_quota", "on_full"])]
+        #[arg(long, conflicts_with_all = ["name", "prefix", "format", "quantum", "rf", "w", "r", "retention", "keep_forever", "archive", "export_priority", "hot", "age_by", "coi", "no_coi", "quota", "no_quota", "on_full"])]
         file: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
@@ -342,6 +345,7 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
             retention,
             keep_forever,
             archive,
+            export_priority,
             hot,
             age_by,
             coi,
@@ -379,6 +383,7 @@ pub async fn class(cmd: ClassCommand) -> anyhow::Result<()> {
                         class.retention = retention;
                     }
                     class.archive = archive.unwrap_or(class.archive);
+                    class.export_priority = export_priority.unwrap_or(class.export_priority);
                     if !class.archive {
                         class.hot = None;
                     }

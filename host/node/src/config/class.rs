@@ -40,6 +40,10 @@ pub struct ClassConfig {
     pub hot: Option<Duration>,
     /// Export this class's history to the archive; reads span both tiers.
     pub archive: bool,
+    /// With `archive = true`: classes with a higher priority are exported first in each round
+    /// (0 to 255, default 0), so a small uplink sends the important ones first.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub export_priority: u8,
     /// What the hot window and retention measure: `event` time (default) or `write` time.
     pub age_by: AgeBy,
     /// Context-of-interest replication (placement by the series' location); `rf`, `w` and `r`
@@ -81,12 +85,17 @@ impl Default for ClassConfig {
             retention: None,
             hot: None,
             archive: false,
+            export_priority: 0,
             age_by: AgeBy::Event,
             coi: None,
             quota: None,
             on_full: OnFull::Refuse,
         }
     }
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// The class table of `configs` (see `NodeConfig::class_table`).
@@ -182,6 +191,7 @@ mod tests {
         assert_eq!(reserved.map(|r| r.max_bytes), Some(None), "timeshard's own series are never evicted");
         assert!(NodeConfig::default().quota_rules().is_empty(), "no quota, nothing measured");
         for (bad, says) in [
+            ("export_priority = 3", "archived classes only"),
             ("on_full = \"evict_oldest\"", "needs a quota"),
             ("quota = \"1KiB\"", "below the smallest"),
             ("quota = \"1 parsec\"", "parsec"),

@@ -251,7 +251,9 @@ impl NodeConfig {
             return invalid("testing.wan_emulation", "need 0 <= per_hop_ms < 10000 and 1 <= route_factor < 100");
         }
         for c in &self.classes {
-            if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention) {
+            if let Some(message) = timeshard_control_api::class::tier_problem(c.hot, c.archive, c.retention)
+                .or_else(|| timeshard_control_api::class::priority_problem(c.export_priority, c.archive))
+            {
                 return Err(ConfigError::Invalid { setting: format!("class {:?}", c.name), message });
             }
             if let Some(message) = timeshard_control_api::class::quota_problem(c.quota, c.on_full) {

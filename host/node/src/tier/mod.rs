@@ -57,6 +57,8 @@ pub struct ClassTier {
     /// Retention (ns, by `age_by`). The tier applies it to the archive, and to hot blocks by
     /// write time (the store applies event-time retention to hot blocks).
     pub retention_ns: Option<i64>,
+    /// Higher goes first in an export round.
+    pub export_priority: u8,
 }
 
 impl ClassTier {
@@ -101,6 +103,7 @@ impl Policy {
                     hot_ns: c.hot_window().map_or(0, nanos),
                     age_by: c.age_by,
                     retention_ns: c.retention.map(nanos),
+                    export_priority: c.export_priority,
                 };
                 (c.name.clone(), tier)
             })
@@ -127,6 +130,7 @@ impl Policy {
             hot_ns: 0,
             age_by: AgeBy::Event,
             retention_ns: None,
+            export_priority: 0,
         })
     }
 

@@ -248,7 +248,7 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
         c.waiting_for_owner = 0;
     }
     let mut first_error = None;
-    for (name, (class, picker)) in found.due {
+    for (name, (class, picker)) in export_order(found.due, |c| tier.policy().tier(c).export_priority) {
         let offered = picker.offered();
         let due = picker.finish();
         if let Err(e) = move_class(tier, me, view, &class, due, offered, now).await {
@@ -261,6 +261,17 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
         first_error.get_or_insert(e);
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The classes with due blocks in the order a round exports them: higher `export_priority`
+/// first (they share the rate limit, so a small uplink carries them first), then by name.
+fn export_order<T>(
+    due: HashMap<String, (SeriesClass, T)>,
+    priority: impl Fn(&SeriesClass) -> u8,
+) -> Vec<(String, (SeriesClass, T))> {
+    let mut order: Vec<_> = due.into_iter().collect();
+    order.sort_by(|(a, (ca, _)), (b, (cb, _))| priority(cb).cmp(&priority(ca)).then_with(|| a.cmp(b)));
+    order
 }
 
 /// Removes this node's archive files past their class's retention (`timeshard_tier` hides
@@ -367,4 +378,24 @@ async fn move_class(
     c.exported_rows += report.rows;
     c.exported_bytes += report.bytes;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_exports_higher_priorities_first_then_by_name() {
+        let due: HashMap<String, (SeriesClass, ())> = [("bulk", 0), ("alarms", 9), ("audit", 0), ("pmu", 5)]
+            .into_iter()
+            .map(|(name, _)| (name.to_string(), (SeriesClass { name: name.into(), ..SeriesClass::default() }, ())))
+            .collect();
+        let priority = |c: &SeriesClass| match c.name.as_str() {
+            "alarms" => 9,
+            "pmu" => 5,
+            _ => 0,
+        };
+        let order: Vec<String> = export_order(due, priority).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(order, ["alarms", "pmu", "audit", "bulk"]);
+    }
 }
