@@ -1,8 +1,10 @@
 //! A node whose disk fills under live ingest: its data directory on a 64 MiB tmpfs, 40 MiB of it
 //! taken by another file. Writes are refused saying why, reads go on, every acknowledged point
 //! reads back, also after a SIGKILL while full and a restart on the full disk, and writes are
-//! taken again once space is freed. Mounting needs root, as the tests run in CI. And a store
-//! limited by `[store] max_bytes` refuses writes at its limit, before the disk fills.
+//! taken again once space is freed. Mounting needs root, as the tests run in CI. A store
+//! limited by `[store] max_bytes` refuses writes at its limit, before the disk fills, and takes
+//! them again when SIGHUP raises it. And one replica of three on a full disk: the others take
+//! the writes and keep hints, and it catches up from them once space is freed.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -227,5 +229,64 @@ async fn a_store_at_its_max_bytes_refuses_writes_and_keeps_what_it_acknowledged(
     ingest.check(&client).await?;
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}
+
+/// Points written while one replica's disk is full: the other two acknowledge them (W = 2), the
+/// coordinators keep hints for it, and it stays up, refuses what it cannot store, restarts on
+/// the full disk after a SIGKILL, and once space is freed takes the hints until it holds every
+/// acknowledged point on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_full_disk_catches_up_from_hints_once_space_is_freed() -> anyhow::Result<()> {
+    const FS_MIB: u64 = 128;
+    const BALLAST_MIB: usize = 108;
+    let (mut options, _dir) = ClusterOptions::for_tests(3, NODE);
+    options.classes = vec![ClassConfig { name: "all".into(), rf: 3, w: 2, r: 1, ..Default::default() }];
+    let data = options.dir.join("node-2").join("data");
+    let _tmpfs = Tmpfs::mount(&data, FS_MIB)?;
+    let ballast = data.join("ballast");
+    std::fs::write(&ballast, vec![0x5a; BALLAST_MIB << 20])?;
+    let mut cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    // Three times what node 2 has room for, all acknowledged by nodes 0 and 1.
+    let mut ingest = Ingest::new("disk.replica")?;
+    ingest.write(&client, 100).await?;
+    let available = cluster.metric(2, "timeshard_disk_available_bytes").await?.context("disk of node 2")?;
+    ensure!(available < (2 << 20) as f64, "node 2 still has {available} bytes: its disk never filled");
+    let hints = cluster.metric(0, "timeshard_hints_pending").await?.unwrap_or(0.0)
+        + cluster.metric(1, "timeshard_hints_pending").await?.unwrap_or(0.0);
+    ensure!(hints > 0.0, "no hints kept for the full replica");
+    println!("node 2 full ({available} bytes left), {hints} hints held for it");
+
+    // Killed while full, restarted on the full disk: it comes back up.
+    cluster.kill(2).await?;
+    cluster.restart(2).await?;
+    ensure!(cluster.is_running(2), "node 2 did not restart on its full disk");
+
+    // Space freed: the hints drain into it.
+    std::fs::remove_file(&ballast)?;
+    let started = Instant::now();
+    loop {
+        let pending = cluster.metric(0, "timeshard_hints_pending").await?.unwrap_or(0.0)
+            + cluster.metric(1, "timeshard_hints_pending").await?.unwrap_or(0.0);
+        if pending == 0.0 {
+            break;
+        }
+        ensure!(started.elapsed() < Duration::from_secs(180), "{pending} hints still pending after 180 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("hints delivered {:?} after space was freed", started.elapsed());
+    client.close().await;
+
+    // Node 2 alone holds every acknowledged point (R = 1, the others killed).
+    cluster.kill(0).await?;
+    cluster.kill(1).await?;
+    let alone = cluster.client(2).await?;
+    ingest.check(&alone).await?;
+    alone.close().await;
+    cluster.restart(0).await?;
+    cluster.restart(1).await?;
+    assert_eq!(cluster.shutdown().await?, 3);
     Ok(())
 }
