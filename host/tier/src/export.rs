@@ -26,7 +26,7 @@ use parquet::data_type::{DoubleType, Int64Type};
 use timeshard_clock::now_ns;
 use timeshard_proto::point::{set_digest, sort_dedup};
 use timeshard_proto::{Point, PointKey, Quantum, SeriesClass, SeriesKey};
-use timeshard_store::{Store, Summary};
+use timeshard_store::{Store, StoreError, Summary};
 use tokio::sync::mpsc;
 
 use crate::catalog::ArchivedBlock;
@@ -92,6 +92,9 @@ pub struct ExportReport {
     pub confirmed: Vec<Confirmed>,
     /// Blocks asked for that the hot store does not hold (nothing to export).
     pub missing: Vec<(SeriesKey, Quantum)>,
+    /// Blocks the hot store cannot read (damaged), with why: left out of the export, so that
+    /// they do not hold back the blocks after them, and kept hot.
+    pub unreadable: Vec<(SeriesKey, Quantum, String)>,
     /// Exports committed, in order.
     pub files: Vec<FileId>,
     /// Rows and bytes of the points files written.
@@ -116,6 +119,7 @@ struct Job {
 struct Encoded {
     entries: Vec<Entry>,
     missing: Vec<(SeriesKey, Quantum)>,
+    unreadable: Vec<(SeriesKey, Quantum, String)>,
     /// Jobs taken (written or found missing).
     consumed: usize,
     rows: u64,
@@ -217,6 +221,7 @@ impl Archive {
             let encoded = self.write_file(hot, &id, &jobs[next..], report).await?;
             next += encoded.consumed.max(1);
             report.missing.extend(encoded.missing);
+            report.unreadable.extend(encoded.unreadable);
             if encoded.entries.is_empty() {
                 continue;
             }
@@ -425,7 +430,18 @@ impl Archive {
             let (mut covers, mut seen) = (0u64, 0usize);
             let mut after: Option<PointKey> = None;
             loop {
-                let page = hot.read_block(&job.series, job.quantum.start, after, cfg.read_page_points.max(1))?;
+                let page = match hot.read_block(&job.series, job.quantum.start, after, cfg.read_page_points.max(1)) {
+                    Ok(page) => page,
+                    // Damage found before any of the block was written: leave it out (it stays
+                    // hot) rather than fail every later round on it.
+                    Err(StoreError::Corrupt(why)) if after.is_none() => {
+                        tracing::warn!(series = %job.series, quantum = job.quantum.start, error = %why,
+                            "a hot block cannot be read; left out of the export and kept hot");
+                        out.unreadable.push((job.series.clone(), job.quantum, why));
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let last = page.points.last().map(Point::key);
                 seen += page.points.len();
                 covers = covers.wrapping_add(set_digest(&page.points));
@@ -441,6 +457,9 @@ impl Archive {
                     (true, Some(last)) => after = Some(last),
                     _ => break,
                 }
+            }
+            if out.unreadable.last().is_some_and(|(s, q, _)| *s == job.series && *q == job.quantum) {
+                continue;
             }
             if seen == 0 {
                 out.missing.push((job.series.clone(), job.quantum));

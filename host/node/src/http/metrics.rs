@@ -190,6 +190,14 @@ fn archive_export(e: &mut Exposition, node: &Node) {
         "Blocks past their class's hot window that wait to be exported to the archive, by class.",
         labels.iter().zip(&pending).map(|(l, (_, n))| (&l[..], *n as f64)),
     );
+    // In the order of `labels`: by class.
+    let unreadable: Vec<(&str, u64)> =
+        pending.iter().map(|(c, _)| (*c, progress.classes.get(*c).map_or(0, |n| n.unreadable_blocks))).collect();
+    e.gauges(
+        "timeshard_archive_unreadable_blocks",
+        "Damaged hot blocks the last export of a class left out (kept hot), so that they do not hold back the rest.",
+        labels.iter().zip(&unreadable).map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
     e.gauge(
         "timeshard_archive_failed_rounds",
         "Export rounds in a row that failed (0 after one succeeds); the node logs why and backs off.",

@@ -166,6 +166,8 @@ impl Policy {
 /// What the export loop has done, for `timeshard archive status`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ClassCounters {
+    /// Damaged hot blocks the last export left out (kept hot; the store's health names them).
+    pub unreadable_blocks: u64,
     pub exported_files: u64,
     pub exported_blocks: u64,
     pub exported_rows: u64,

@@ -371,8 +371,13 @@ async fn move_class(
     let report = archive.export(hot, class, blocks).await?;
     let written = report.confirmed.iter().filter(|c| !c.already).count() as u64;
     info!(class = %class.name, files = report.files.len(), blocks = written, rows = report.rows, "exported to the archive");
+    for (series, quantum, why) in &report.unreadable {
+        warn!(class = %class.name, %series, quantum = quantum.start, error = %why,
+            "a damaged hot block was left out of the export and is kept hot");
+    }
     let mut progress = tier.progress();
     let c = progress.classes.entry(class.name.clone()).or_default();
+    c.unreadable_blocks = report.unreadable.len() as u64;
     c.exported_files += report.files.len() as u64;
     c.exported_blocks += written;
     c.exported_rows += report.rows;

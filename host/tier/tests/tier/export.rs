@@ -261,3 +261,55 @@ async fn a_flipped_byte_in_a_points_file_is_an_error_never_other_values() {
     println!("{} bytes flipped one at a time: {exact} reads exact, {refused} refused naming the file", exact + refused);
     assert!(refused > 0);
 }
+
+/// A damaged hot block (a flipped byte in its sealed frame) is left out of the export, named in
+/// the report, and kept hot; every other block is exported and reads back, so one bad block
+/// does not hold back the queue behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_hot_block_is_left_out_and_the_rest_is_exported() {
+    use timeshard_store::DiskStore;
+    use timeshard_store::faulty_disk::FaultyDisk;
+    let class = class("pmu", 10);
+    let disk = FaultyDisk::new();
+    let hot = Arc::new(DiskStore::open_with_backend(Arc::new(disk.clone()), Default::default()).unwrap());
+    let data: Vec<_> =
+        (1..=3).map(|bus| (series(&format!("pmu.phase{{bus={bus}}}")), signal_points(bus, T0, 60, 3_000))).collect();
+    for (s, points) in &data {
+        hot.write(&to_blocks(s, class.quantum, points)).unwrap();
+    }
+    while hot.maintain(T0 + DAY).unwrap().more {}
+    // Flip a byte in the middle of the block segment: it lands in one block's frame.
+    let (segment, len) = disk.files().into_iter().find(|(f, _)| f.starts_with("blocks/")).expect("a block segment");
+    disk.corrupt(&segment, len / 2, 0xff);
+    let blocks = hot_blocks(&*hot);
+    let damaged: Vec<_> =
+        blocks.iter().filter(|(s, q)| hot.read_block(s, q.start, None, 1 << 20).is_err()).cloned().collect();
+    assert_eq!(damaged.len(), 1, "one damaged block: {damaged:?}");
+
+    let archive = Archive::with_store(memory(), quick_config("n1")).unwrap();
+    let report = archive.export(hot.clone(), &class, blocks.clone()).await.unwrap();
+    let unreadable: Vec<_> = report.unreadable.iter().map(|(s, q, _)| (s.clone(), *q)).collect();
+    assert_eq!(unreadable, damaged, "the damaged block is named");
+    assert!(!report.unreadable[0].2.is_empty(), "and why");
+    assert_eq!(report.confirmed.len(), blocks.len() - 1, "every other block is exported");
+    assert!(report.confirmed.iter().all(|c| (c.series.clone(), c.quantum) != damaged[0]));
+    let range = TimeRange::new(T0 - DAY, T0 + DAY).unwrap();
+    for (s, _) in &data {
+        let want: Vec<Point> = hot_read_all_blocks(&*hot, s, &blocks, &damaged);
+        assert_eq!(read_all(&archive, &class, s, range, 10_000).await, want, "{s}");
+    }
+}
+
+/// The points of `series`'s blocks among `blocks`, less the `damaged` ones.
+fn hot_read_all_blocks(
+    hot: &dyn Store,
+    series: &timeshard_proto::SeriesKey,
+    blocks: &[(timeshard_proto::SeriesKey, timeshard_proto::Quantum)],
+    damaged: &[(timeshard_proto::SeriesKey, timeshard_proto::Quantum)],
+) -> Vec<Point> {
+    let mut out = Vec::new();
+    for b in blocks.iter().filter(|b| b.0 == *series && !damaged.contains(b)) {
+        out.extend(hot.read_block(&b.0, b.1.start, None, 1 << 20).unwrap().points);
+    }
+    out
+}
