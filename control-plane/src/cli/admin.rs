@@ -646,11 +646,15 @@ fn show_storage(s: &StorageStatus) -> (String, String) {
             disk += &format!("; {} {used}% of quota{}", c.class, if c.refusing { ", refusing" } else { "" });
         }
     }
-    let backlog = match (s.export_pending_blocks, s.export_failed_rounds) {
+    let mut backlog = match (s.export_pending_blocks, s.export_failed_rounds) {
         (0, 0) => "-".to_string(),
         (blocks, 0) => format!("{blocks} blocks"),
         (blocks, failed) => format!("{blocks} blocks, {failed} rounds failed"),
     };
+    if s.export_oldest_due_ms > 0 {
+        let behind = u64::try_from(now_ms()).unwrap_or(0).saturating_sub(s.export_oldest_due_ms) / 1000;
+        backlog += &format!(", {behind} s behind");
+    }
     (disk, backlog)
 }
 

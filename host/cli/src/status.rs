@@ -39,9 +39,14 @@ fn storage(s: &StorageStatus) {
             0 => "no round has succeeded since start".to_string(),
             ms => format!("last success {} s ago", ago(ms)),
         };
+        let behind = match s.export_oldest_due_ms {
+            0 => String::new(),
+            ms => format!(", the oldest due {} s ago", ago(ms)),
+        };
         println!(
-            "archive export: {} blocks waiting, {} rounds failed in a row, {last}{}",
+            "archive export: {} blocks ({} points) waiting{behind}, {} rounds failed in a row, {last}{}",
             s.export_pending_blocks,
+            s.export_pending_points,
             s.export_failed_rounds,
             s.export_last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
         );

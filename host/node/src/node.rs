@@ -224,6 +224,14 @@ impl Node {
         if self.tier().archive().is_some() {
             let progress = self.tier().progress();
             status.export_pending_blocks = progress.classes.values().map(|c| c.pending_blocks).sum();
+            status.export_pending_points = progress.classes.values().map(|c| c.pending_points).sum();
+            status.export_oldest_due_ms = progress
+                .classes
+                .values()
+                .filter(|c| c.oldest_due_ns > 0)
+                .map(|c| u64::try_from(c.oldest_due_ns / 1_000_000).unwrap_or(0))
+                .min()
+                .unwrap_or(0);
             status.export_failed_rounds = progress.failed_rounds;
             status.export_last_success_ms = u64::try_from(progress.last_success_ns / 1_000_000).unwrap_or(0);
             status.export_last_error = progress.last_error.clone();

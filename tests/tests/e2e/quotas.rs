@@ -229,7 +229,13 @@ async fn an_archived_class_refuses_writes_while_its_archive_is_away_and_archives
         .output()?;
     let status = String::from_utf8_lossy(&out.stdout);
     ensure!(out.status.success(), "timeshard status: {}", String::from_utf8_lossy(&out.stderr));
-    for says in ["disk: ", "class archived: ", "on_full = evict_oldest, REFUSING WRITES", "archive export: "] {
+    let behind = cluster.metric(0, "timeshard_archive_behind_seconds{class=\"archived\"}").await?;
+    ensure!(behind.is_some_and(|s| s > 0.0), "how far behind in /metrics: {behind:?}");
+    let pending = cluster.metric(0, "timeshard_archive_pending_points{class=\"archived\"}").await?;
+    ensure!(pending.is_some_and(|n| n > 0.0), "points waiting in /metrics: {pending:?}");
+    for says in
+        ["disk: ", "class archived: ", "on_full = evict_oldest, REFUSING WRITES", "points) waiting, the oldest due "]
+    {
         ensure!(status.contains(says), "status lacks {says:?}:\n{status}");
     }
     ensure!(status.contains("rounds failed in a row") && status.contains("; last error: object store"), "{status}");

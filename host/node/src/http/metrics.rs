@@ -191,6 +191,23 @@ fn archive_export(e: &mut Exposition, node: &Node) {
         labels.iter().zip(&pending).map(|(l, (_, n))| (&l[..], *n as f64)),
     );
     // In the order of `labels`: by class.
+    let of = |f: fn(&crate::tier::ClassCounters) -> u64| -> Vec<f64> {
+        pending.iter().map(|(c, _)| progress.classes.get(*c).map_or(0, f) as f64).collect()
+    };
+    e.gauges(
+        "timeshard_archive_pending_points",
+        "Points in the blocks waiting to be exported to the archive, by class.",
+        labels.iter().zip(of(|n| n.pending_points)).map(|(l, n)| (&l[..], n)),
+    );
+    let now = timeshard_clock::now_ns();
+    e.gauges(
+        "timeshard_archive_behind_seconds",
+        "How long the oldest block waiting for export has been due, by class (0: none waits): how far behind the archive is.",
+        labels
+            .iter()
+            .zip(of(|n| u64::try_from(n.oldest_due_ns).unwrap_or(0)))
+            .map(|(l, due)| (&l[..], if due > 0.0 { (now as f64 - due).max(0.0) / 1e9 } else { 0.0 })),
+    );
     let unreadable: Vec<(&str, u64)> =
         pending.iter().map(|(c, _)| (*c, progress.classes.get(*c).map_or(0, |n| n.unreadable_blocks))).collect();
     e.gauges(
