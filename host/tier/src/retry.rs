@@ -70,17 +70,20 @@ impl RateLimit {
         RateLimit { bytes_per_s: bytes_per_s.filter(|&b| b > 0), next: Mutex::new(None) }
     }
 
-    /// Waits until `bytes` more may be sent.
+    /// Waits until `bytes` more may be sent: until the end of their slot at the rate, after
+    /// the slots already taken. Waiting for the end (not the start) holds the rate over any
+    /// number of sends, the first included: an export of one part cannot pass the cap.
     pub async fn acquire(&self, bytes: usize) {
         let Some(rate) = self.bytes_per_s else { return };
-        let start = {
+        let end = {
             let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             let start = next.filter(|n| *n > now).unwrap_or(now);
-            *next = Some(start + Duration::from_secs_f64(bytes as f64 / rate as f64));
-            start
+            let end = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+            *next = Some(end);
+            end
         };
-        tokio::time::sleep_until(start.into()).await;
+        tokio::time::sleep_until(end.into()).await;
     }
 }
 
@@ -140,11 +143,14 @@ mod tests {
     async fn the_rate_limit_spaces_uploads() {
         let limit = RateLimit::new(Some(1_000_000));
         let t = Instant::now();
-        for _ in 0..3 {
+        limit.acquire(50_000).await;
+        // The first send waits for its own slot too: one part cannot pass the cap.
+        assert!(t.elapsed() >= Duration::from_millis(48), "{:?}", t.elapsed());
+        for _ in 0..2 {
             limit.acquire(50_000).await;
         }
-        // 100 KB must wait 100 ms before the third acquire returns.
-        assert!(t.elapsed() >= Duration::from_millis(95), "{:?}", t.elapsed());
+        // 150 KB at 1 MB/s: 150 ms.
+        assert!(t.elapsed() >= Duration::from_millis(145), "{:?}", t.elapsed());
         let free = RateLimit::new(None);
         let t = Instant::now();
         free.acquire(1 << 30).await;

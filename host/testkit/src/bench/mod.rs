@@ -18,6 +18,7 @@ pub mod repair;
 pub mod repair_sim;
 pub mod store;
 pub mod tier;
+mod tier_outage;
 pub mod trust;
 
 /// Where a benchmark works: the directory its options name, or a new temporary one (named

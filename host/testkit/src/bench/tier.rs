@@ -35,6 +35,10 @@ pub struct TierOptions {
     pub year_points: usize,
     /// Points per page of the day reads (as `bench store` scans).
     pub page_points: usize,
+    /// Points of the backlog exported after an outage and under the rate cap.
+    pub backlog_points: usize,
+    /// The rate cap of the capped export (bytes per second).
+    pub export_cap_bytes_per_s: u64,
     /// Quantum of the `pmu` class (default 10 s) and of the `counter` class (default 1 h).
     pub pmu_quantum: QuantumLen,
     pub counter_quantum: QuantumLen,
@@ -50,6 +54,8 @@ impl Default for TierOptions {
             day_points: 5_184_000,
             year_points: 31_536_000,
             page_points: 100_000,
+            backlog_points: 2_000_000,
+            export_cap_bytes_per_s: 1 << 20,
             pmu_quantum: QuantumLen::DEFAULT,
             counter_quantum: QuantumLen::new(3_600_000_000_000).expect("valid"),
         }
@@ -67,6 +73,8 @@ impl TierOptions {
             day_points: 36_000,
             year_points: 20_000,
             page_points: 10_000,
+            backlog_points: 30_000,
+            export_cap_bytes_per_s: 256 << 10,
             ..TierOptions::default()
         }
     }
@@ -90,6 +98,16 @@ pub struct TierBenchReport {
     pub read_day_hot_ms: f64,
     /// With the catalog's listing and manifests cached, as on a node that queries the archive.
     pub agg_year_1h_cold_ms: f64,
+    /// After an outage (every archive operation failing for a few rounds): MB of points files
+    /// per second exporting the backlog once the archive answers again.
+    pub backlog_drain_mb_per_s: f64,
+    /// The same export under `[tier] rate_limit_bytes_per_sec` = `export_cap_bytes_per_s`:
+    /// bytes of points files per second, which should come close to the cap and not pass it.
+    pub export_bytes_per_s_capped: u64,
+    pub export_cap_bytes_per_s: u64,
+    /// The durable store: from the disk having room again (simulated ENOSPC through its
+    /// backend) to the first write accepted.
+    pub enospc_recovery_s: f64,
     pub runs: Runs,
     pub setup: Setup,
 }
@@ -109,6 +127,11 @@ pub struct Runs {
     pub agg_year_1h_hot_ms: Vec<f64>,
     /// Manifest bytes per point (block summaries; not read by foreign engines).
     pub manifest_bytes_per_point: BytesPerPoint,
+    pub backlog_drain_mb_per_s: Vec<f64>,
+    pub export_bytes_per_s_capped: Vec<u64>,
+    pub enospc_recovery_s: Vec<f64>,
+    /// Export rounds that failed during each simulated outage before the archive came back.
+    pub outage_failed_rounds: usize,
 }
 
 /// How the figures were taken.
@@ -132,16 +155,16 @@ pub struct Setup {
     pub files_exported_for_the_year: usize,
 }
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+pub(super) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
     let context = context.into();
     move |source| BenchError::Io { context, source }
 }
 
-fn tier(e: timeshard_tier::Error) -> BenchError {
+pub(super) fn tier(e: timeshard_tier::Error) -> BenchError {
     BenchError::Check(format!("archive: {e}"))
 }
 
-fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
+pub(super) fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
     let p = dir.join(name);
     if p.exists() {
         std::fs::remove_dir_all(&p).map_err(io(format!("clearing {}", p.display())))?;
@@ -150,7 +173,7 @@ fn fresh(dir: &Path, name: &str) -> Result<PathBuf, BenchError> {
     Ok(p)
 }
 
-fn class(name: &str, quantum: QuantumLen) -> SeriesClass {
+pub(super) fn class(name: &str, quantum: QuantumLen) -> SeriesClass {
     SeriesClass {
         name: name.into(),
         metric_prefix: String::new(),
@@ -163,7 +186,7 @@ fn class(name: &str, quantum: QuantumLen) -> SeriesClass {
 
 /// A durable hot store in `dir` holding `series`' points from `points` (written in batches,
 /// then sealed).
-fn hot_store(
+pub(super) fn hot_store(
     dir: &Path,
     quantum: QuantumLen,
     series: impl IntoIterator<Item = (SeriesKey, Box<dyn Iterator<Item = Point>>)>,
@@ -184,7 +207,7 @@ fn hot_store(
     Ok(Arc::new(store))
 }
 
-fn blocks_of(hot: &dyn Store) -> Result<Vec<(SeriesKey, Quantum)>, BenchError> {
+pub(super) fn blocks_of(hot: &dyn Store) -> Result<Vec<(SeriesKey, Quantum)>, BenchError> {
     let mut out = Vec::new();
     let mut cursor = None;
     loop {
@@ -236,13 +259,18 @@ pub async fn run(dir: Option<PathBuf>, opts: TierOptions) -> anyhow::Result<serd
     value["floor"] = serde_json::to_value(&floor)?;
     println!(
         "export {:.0} points/s, {:.2} Parquet bytes/point (pmu), {:.2} (counter); a day of 60 Hz read cold in {:.1} ms, \
-         hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms",
+         hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms; a backlog drained at {:.1} MB/s after an \
+         outage, {} B/s under a cap of {}; writes again {:.4} s after ENOSPC cleared",
         report.export_points_per_s,
         report.parquet_bytes_per_point.pmu,
         report.parquet_bytes_per_point.counter,
         report.read_day_cold_ms,
         report.read_day_hot_ms,
-        report.agg_year_1h_cold_ms
+        report.agg_year_1h_cold_ms,
+        report.backlog_drain_mb_per_s,
+        report.export_bytes_per_s_capped,
+        report.export_cap_bytes_per_s,
+        report.enospc_recovery_s
     );
     println!("{}", floor.summary());
     Ok(value)
@@ -274,6 +302,7 @@ pub async fn measure(dir: &Path, opts: &TierOptions) -> Result<TierBenchReport, 
     counter_bytes(dir, opts, &mut r).await?;
     read_day(dir, opts, &mut r).await?;
     agg_year(dir, opts, &mut r).await?;
+    super::tier_outage::outage(dir, opts, &mut r).await?;
     Ok(r)
 }
 
@@ -484,10 +513,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = measure(dir.path(), &TierOptions::quick()).await.unwrap();
         let json = serde_json::to_value(&r).unwrap();
-        for key in ["export_points_per_s", "read_day_cold_ms", "read_day_hot_ms", "agg_year_1h_cold_ms"] {
+        for key in [
+            "export_points_per_s",
+            "read_day_cold_ms",
+            "read_day_hot_ms",
+            "agg_year_1h_cold_ms",
+            "backlog_drain_mb_per_s",
+            "export_bytes_per_s_capped",
+            "enospc_recovery_s",
+        ] {
             assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");
         }
         assert!(r.parquet_bytes_per_point.pmu > 0.0 && r.parquet_bytes_per_point.counter > 0.0, "{json}");
         assert!(!r.setup.pmu_value_encoding.is_empty(), "{json}");
+        assert!(r.export_bytes_per_s_capped <= r.export_cap_bytes_per_s * 11 / 10, "the cap holds: {json}");
+        assert!(r.runs.outage_failed_rounds > 0, "{json}");
     }
 }
