@@ -259,10 +259,17 @@ async fn a_replica_with_a_full_disk_catches_up_from_hints_once_space_is_freed() 
     ensure!(hints > 0.0, "no hints kept for the full replica");
     println!("node 2 full ({available} bytes left), {hints} hints held for it");
 
-    // Killed while full, restarted on the full disk: it comes back up.
+    // Killed while full, restarted on the full disk: it comes back up, and two anti-entropy
+    // intervals (5 s: its rounds try to fetch what it lacks and cannot store it) and its
+    // maintenance passes later it is still up.
     cluster.kill(2).await?;
     cluster.restart(2).await?;
     ensure!(cluster.is_running(2), "node 2 did not restart on its full disk");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    ensure!(cluster.is_running(2), "node 2 stopped while full");
+    ensure!(cluster.metric(2, "timeshard_disk_available_bytes").await?.is_some(), "node 2 answers /metrics");
+    // Reads go on through it, from its peers.
+    ingest.check(&cluster.client(2).await?).await?;
 
     // Space freed: the hints drain into it.
     std::fs::remove_file(&ballast)?;
