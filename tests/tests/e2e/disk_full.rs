@@ -35,6 +35,15 @@ const MAX_STORE_MIB: u64 = 8;
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
+    /// A `mib` MiB tmpfs at `dir` with `ballast_mib` of it taken by a file, whose path is
+    /// returned (remove it to free the space).
+    fn with_ballast(dir: &Path, mib: u64, ballast_mib: usize) -> anyhow::Result<(Tmpfs, PathBuf)> {
+        let fs = Tmpfs::mount(dir, mib)?;
+        let ballast = dir.join("ballast");
+        std::fs::write(&ballast, vec![0x5a; ballast_mib << 20])?;
+        Ok((fs, ballast))
+    }
+
     fn mount(dir: &Path, mib: u64) -> anyhow::Result<Tmpfs> {
         std::fs::create_dir_all(dir)?;
         let status =
@@ -152,9 +161,7 @@ async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyho
     // The node's data directory (its store and log) on the small filesystem; its config, keys
     // and log file stay outside, as on a device with a separate data partition.
     let data = options.dir.join("node-0").join("data");
-    let _tmpfs = Tmpfs::mount(&data, FS_MIB)?;
-    let ballast = data.join("ballast");
-    std::fs::write(&ballast, vec![0x5a; BALLAST_MIB << 20])?;
+    let (_tmpfs, ballast) = Tmpfs::with_ballast(&data, FS_MIB, BALLAST_MIB)?;
     let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
 
@@ -243,9 +250,7 @@ async fn a_replica_with_a_full_disk_catches_up_from_hints_once_space_is_freed() 
     let (mut options, _dir) = ClusterOptions::for_tests(3, NODE);
     options.classes = vec![ClassConfig { name: "all".into(), rf: 3, w: 2, r: 1, ..Default::default() }];
     let data = options.dir.join("node-2").join("data");
-    let _tmpfs = Tmpfs::mount(&data, FS_MIB)?;
-    let ballast = data.join("ballast");
-    std::fs::write(&ballast, vec![0x5a; BALLAST_MIB << 20])?;
+    let (_tmpfs, ballast) = Tmpfs::with_ballast(&data, FS_MIB, BALLAST_MIB)?;
     let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
 

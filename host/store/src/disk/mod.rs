@@ -360,6 +360,22 @@ impl State {
         }
     }
 
+    /// Drops the blocks of series `id` that end at or before `before` and raises its expiry
+    /// watermark to it (the caller has logged the `Expire` edit); calls `gone` with each block
+    /// dropped.
+    fn expire_series(&mut self, id: u32, before: i64, mut gone: impl FnMut(&Block)) {
+        let Some(s) = self.series.get_mut(&id) else { return };
+        let len = s.quantum.map_or(1, QuantumLen::ns);
+        s.expired_before = s.expired_before.max(before);
+        let keep = s.blocks.split_off(&(before - len + 1));
+        let dropped = std::mem::replace(&mut s.blocks, keep);
+        self.blocks -= dropped.len();
+        for (start, b) in dropped {
+            gone(&b);
+            self.forget_block(id, start, &b);
+        }
+    }
+
     /// Adds or takes `b` (block `start` of series `id`) in `merge_due` after its frames or
     /// flags changed: due once its quantum ended plus grace (`ends_at`) if fewer frames of at
     /// most `max_points` would hold it, at once if its frames overlap, else never.

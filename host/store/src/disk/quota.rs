@@ -229,22 +229,14 @@ impl DiskStore {
         self.index_append(m, &edits)?;
         let mut dropped = (0u64, 0u64, 0u64);
         let mut st = self.write_state();
-        let st = &mut *st;
         for id in ids {
-            let Some(s) = st.series.get_mut(&id) else { continue };
-            let len = s.quantum.map_or(1, QuantumLen::ns);
-            s.expired_before = s.expired_before.max(cutoff);
-            let keep = s.blocks.split_off(&(cutoff - len + 1));
-            let gone = std::mem::replace(&mut s.blocks, keep);
-            st.blocks -= gone.len();
-            for (start, b) in gone {
+            st.expire_series(id, cutoff, |b| {
                 let sealed: u64 = b.frames.as_slice().iter().map(|l| u64::from(l.len)).sum();
                 dropped.0 += 1;
                 dropped.1 += b.frames.count() + b.open.len() as u64;
                 dropped.2 += sealed + b.open.len() as u64 * OPEN_POINT_BYTES;
-                st.forget_block(id, start, &b);
                 report.evicted_blocks += 1;
-            }
+            });
         }
         Ok(dropped)
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use timeshard_proto::{QuantumLen, Timestamp};
+use timeshard_proto::Timestamp;
 
 use super::{DiskStore, Maint};
 use crate::index::Edit;
@@ -121,20 +121,8 @@ impl DiskStore {
         let edits: Vec<Edit> = todo.iter().map(|&(id, before)| Edit::Expire { id, before }).collect();
         self.index_append(m, &edits)?;
         let mut st = self.write_state();
-        let st = &mut *st;
         for (id, before) in todo {
-            let Some(s) = st.series.get_mut(&id) else {
-                continue;
-            };
-            let len = s.quantum.map_or(1, QuantumLen::ns);
-            s.expired_before = s.expired_before.max(before);
-            let keep = s.blocks.split_off(&(before - len + 1));
-            let gone = std::mem::replace(&mut s.blocks, keep);
-            st.blocks -= gone.len();
-            for (start, b) in gone {
-                st.forget_block(id, start, &b);
-                report.expired_blocks += 1;
-            }
+            st.expire_series(id, before, |_| report.expired_blocks += 1);
         }
         Ok(())
     }
