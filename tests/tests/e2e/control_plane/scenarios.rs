@@ -368,6 +368,11 @@ pub async fn bad_input(fleet: &TestFleet) {
     assert!(!ok && err.contains("--prefix"), "{err}");
     let (ok, _, err) = fleet.cli(&["class", "set", "pmu3", "--prefix", "pmu."]).await;
     assert!(!ok && err.contains("conflicts with class \"pmu\""), "{err}");
+    // Quotas and export priorities: checked, kept, listed.
+    let (ok, _, err) = fleet.cli(&["class", "set", "bulk", "--prefix", "bulk.", "--on-full", "evict_oldest"]).await;
+    assert!(!ok && err.contains("needs a quota"), "{err}");
+    let (ok, _, err) = fleet.cli(&["class", "set", "bulk", "--prefix", "bulk.", "--export-priority", "3"]).await;
+    assert!(!ok && err.contains("archived classes only"), "{err}");
 
     // A selector that matches nothing (unless asked for), invalid settings.
     let nobody = PutNodeConfig {
@@ -421,6 +426,17 @@ pub async fn bad_input(fleet: &TestFleet) {
     assert_eq!(fleet.fleet_info().await.generation, gen_before, "a refused change made a generation");
     assert_eq!(audit(fleet).await.len(), audit_before, "a refused change was audited as done");
     assert_eq!(classes(fleet).await, classes_before);
+
+    // A good quota after the refused ones: kept and listed.
+    let (ok, _, err) =
+        fleet.cli(&["class", "set", "bulk", "--prefix", "bulk.", "--quota", "2GiB", "--on-full", "evict_oldest"]).await;
+    assert!(ok, "{err}");
+    let bulk = classes(fleet).await.into_iter().find(|c| c.name == "bulk").expect("bulk");
+    assert_eq!((bulk.quota.map(|q| q.0), bulk.on_full.to_string()), (Some(2 << 30), "evict_oldest".into()));
+    let (ok, out, err) = fleet.cli(&["class", "list"]).await;
+    assert!(ok && out.contains("2048MiB, then evict_oldest"), "{out}{err}");
+    let (ok, _, err) = fleet.cli(&["class", "rm", "bulk"]).await;
+    assert!(ok, "{err}");
 
     // Roles after the checks above (creating a token is a change of its own).
     let viewer: TokenCreated = fleet
