@@ -651,6 +651,9 @@ fn show_storage(s: &StorageStatus) -> (String, String) {
         (blocks, 0) => format!("{blocks} blocks"),
         (blocks, failed) => format!("{blocks} blocks, {failed} rounds failed"),
     };
+    if s.export_pending_bytes > 0 {
+        backlog += &format!(", {} MiB", s.export_pending_bytes.div_ceil(1 << 20));
+    }
     if s.export_oldest_due_ms > 0 {
         let behind = u64::try_from(now_ms()).unwrap_or(0).saturating_sub(s.export_oldest_due_ms) / 1000;
         backlog += &format!(", {behind} s behind");

@@ -44,9 +44,10 @@ fn storage(s: &StorageStatus) {
             ms => format!(", the oldest due {} s ago", ago(ms)),
         };
         println!(
-            "archive export: {} blocks ({} points) waiting{behind}, {} rounds failed in a row, {last}{}",
+            "archive export: {} blocks ({} points, {} bytes) waiting{behind}, {} rounds failed in a row, {last}{}",
             s.export_pending_blocks,
             s.export_pending_points,
+            s.export_pending_bytes,
             s.export_failed_rounds,
             s.export_last_error.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default()
         );

@@ -225,6 +225,7 @@ impl Node {
             let progress = self.tier().progress();
             status.export_pending_blocks = progress.classes.values().map(|c| c.pending_blocks).sum();
             status.export_pending_points = progress.classes.values().map(|c| c.pending_points).sum();
+            status.export_pending_bytes = progress.classes.values().map(|c| c.pending_bytes).sum();
             status.export_oldest_due_ms = progress
                 .classes
                 .values()

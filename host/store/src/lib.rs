@@ -220,6 +220,9 @@ pub struct BlockInfo {
     /// maintenance interval). Blocks not written since the store was opened report the first
     /// maintenance time after opening (0 before it).
     pub last_write: Timestamp,
+    /// Bytes it takes in the store: its sealed frames, and [`OPEN_POINT_BYTES`] per point not
+    /// yet sealed (the memory store counts 16 per point).
+    pub bytes: u64,
 }
 
 /// Where a paged listing ([`Store::list_blocks`], [`Store::list_registered`]) goes on: returned

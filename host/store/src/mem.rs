@@ -87,6 +87,7 @@ impl MemSeries {
             count: b.count,
             digest: b.digest,
             last_write: b.last_write,
+            bytes: b.count * 16,
         })
     }
 }

@@ -233,8 +233,10 @@ async fn an_archived_class_refuses_writes_while_its_archive_is_away_and_archives
     ensure!(behind.is_some_and(|s| s > 0.0), "how far behind in /metrics: {behind:?}");
     let pending = cluster.metric(0, "timeshard_archive_pending_points{class=\"archived\"}").await?;
     ensure!(pending.is_some_and(|n| n > 0.0), "points waiting in /metrics: {pending:?}");
+    let bytes = cluster.metric(0, "timeshard_archive_pending_bytes{class=\"archived\"}").await?;
+    ensure!(bytes.is_some_and(|b| b > 0.0 && b <= 2.0 * QUOTA as f64), "bytes waiting in /metrics: {bytes:?}");
     for says in
-        ["disk: ", "class archived: ", "on_full = evict_oldest, REFUSING WRITES", "points) waiting, the oldest due "]
+        ["disk: ", "class archived: ", "on_full = evict_oldest, REFUSING WRITES", "bytes) waiting, the oldest due "]
     {
         ensure!(status.contains(says), "status lacks {says:?}:\n{status}");
     }

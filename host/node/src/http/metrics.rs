@@ -199,6 +199,11 @@ fn archive_export(e: &mut Exposition, node: &Node) {
         "Points in the blocks waiting to be exported to the archive, by class.",
         labels.iter().zip(of(|n| n.pending_points)).map(|(l, n)| (&l[..], n)),
     );
+    e.gauges(
+        "timeshard_archive_pending_bytes",
+        "Bytes the blocks waiting to be exported take in the hot store, by class.",
+        labels.iter().zip(of(|n| n.pending_bytes)).map(|(l, n)| (&l[..], n)),
+    );
     let now = timeshard_clock::now_ns();
     e.gauges(
         "timeshard_archive_behind_seconds",

@@ -174,9 +174,11 @@ pub(crate) struct ClassCounters {
     pub exported_bytes: u64,
     pub dropped_blocks: u64,
     pub pending_blocks: u64,
-    /// Points in the blocks due for export at the last walk, and when the oldest of them
+    /// Points in the blocks due for export at the last walk, the bytes they take in the hot
+    /// store, and when the oldest of them
     /// became due (0: none): how far behind the archive is.
     pub pending_points: u64,
+    pub pending_bytes: u64,
     pub oldest_due_ns: i64,
     pub waiting_for_owner: u64,
     pub expired_blocks: u64,

@@ -134,8 +134,8 @@ struct Walk {
     expired: Vec<BlockInfo>,
     /// Blocks of classes aged by write time still held (their write times are kept).
     write_aged: HashSet<(SeriesKey, Timestamp)>,
-    /// Per archived class: points due, and the oldest due time.
-    behind: HashMap<String, (u64, Timestamp)>,
+    /// Per archived class: points and bytes due, and the oldest due time.
+    behind: HashMap<String, (u64, u64, Timestamp)>,
 }
 
 /// Share of its quota past which an archived class's sealed blocks are exported without
@@ -195,8 +195,8 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
             if now < due {
                 continue;
             }
-            let behind = found.behind.entry(class.name.clone()).or_insert((0, due));
-            *behind = (behind.0 + b.count, behind.1.min(due));
+            let behind = found.behind.entry(class.name.clone()).or_insert((0, 0, due));
+            *behind = (behind.0 + b.count, behind.1 + b.bytes, behind.2.min(due));
             let (_, picker) =
                 found.due.entry(class.name.clone()).or_insert_with(|| (class.clone(), RoundPicker::new(budget)));
             let block = Due { series: b.series, quantum: b.quantum, digest: b.digest, due, last_write: b.last_write };
@@ -252,11 +252,11 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
         for c in progress.classes.values_mut() {
             c.pending_blocks = 0;
             c.waiting_for_owner = 0;
-            (c.pending_points, c.oldest_due_ns) = (0, 0);
+            (c.pending_points, c.pending_bytes, c.oldest_due_ns) = (0, 0, 0);
         }
-        for (class, (points, oldest)) in std::mem::take(&mut found.behind) {
+        for (class, (points, bytes, oldest)) in std::mem::take(&mut found.behind) {
             let c = progress.classes.entry(class).or_default();
-            (c.pending_points, c.oldest_due_ns) = (points, oldest);
+            (c.pending_points, c.pending_bytes, c.oldest_due_ns) = (points, bytes, oldest);
         }
     }
     let mut first_error = None;

@@ -311,8 +311,10 @@ pub struct StorageStatus {
     /// With an archive: blocks waiting to be exported, rounds failed in a row, when a round
     /// last succeeded (Unix ms, 0: not since start) and the last error.
     pub export_pending_blocks: u64,
-    /// Points in those blocks, and when the oldest of them became due (Unix ms; 0: none).
+    /// Points in those blocks, the bytes they take in the hot store, and when the oldest of
+    /// them became due (Unix ms; 0: none).
     pub export_pending_points: u64,
+    pub export_pending_bytes: u64,
     pub export_oldest_due_ms: u64,
     pub export_failed_rounds: u32,
     pub export_last_success_ms: u64,

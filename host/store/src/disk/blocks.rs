@@ -31,6 +31,7 @@ impl DiskStore {
             count,
             digest,
             last_write: b.last_write.max(opened),
+            bytes: b.bytes(),
         })
     }
 

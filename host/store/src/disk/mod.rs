@@ -284,6 +284,14 @@ struct Block {
     stuck: bool,
 }
 
+impl Block {
+    /// Bytes the block takes: sealed frames, and [`OPEN_POINT_BYTES`] per open point.
+    fn bytes(&self) -> u64 {
+        let sealed: u64 = self.frames.as_slice().iter().map(|l| u64::from(l.len)).sum();
+        sealed + self.open.len() as u64 * OPEN_POINT_BYTES
+    }
+}
+
 #[derive(Debug)]
 struct Series {
     key: SeriesKey,

@@ -164,8 +164,7 @@ impl DiskStore {
                 let evicts = rules[i].evict_oldest && rules[i].max_bytes.is_some();
                 let len = s.quantum.map_or(0, QuantumLen::ns);
                 for (&start, b) in &s.blocks {
-                    let sealed: u64 = b.frames.as_slice().iter().map(|l| u64::from(l.len)).sum();
-                    let held = sealed + b.open.len() as u64 * OPEN_POINT_BYTES;
+                    let held = b.bytes();
                     bytes[i] += held;
                     let end = start.saturating_add(len);
                     if evicts && len > 0 && end <= now {
@@ -231,10 +230,9 @@ impl DiskStore {
         let mut st = self.write_state();
         for id in ids {
             st.expire_series(id, cutoff, |b| {
-                let sealed: u64 = b.frames.as_slice().iter().map(|l| u64::from(l.len)).sum();
                 dropped.0 += 1;
                 dropped.1 += b.frames.count() + b.open.len() as u64;
-                dropped.2 += sealed + b.open.len() as u64 * OPEN_POINT_BYTES;
+                dropped.2 += b.bytes();
                 report.evicted_blocks += 1;
             });
         }
