@@ -307,3 +307,71 @@ async fn a_replica_with_a_full_disk_catches_up_from_hints_once_space_is_freed() 
     assert_eq!(cluster.shutdown().await?, 3);
     Ok(())
 }
+
+/// The archive export of a node whose disk is full. History waits while the archive is away;
+/// the disk fills with live data; then the archive comes back: export rounds run on the full
+/// disk (the drop horizon they record before dropping hot copies may not fit, and such a round
+/// fails and keeps the hot data), the node stays up, and once space is freed the history is
+/// archived and dropped from the hot store, every point reads back, and the archive holds no
+/// row twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_export_of_a_node_with_a_full_disk_loses_and_repeats_nothing() -> anyhow::Result<()> {
+    use crate::tier_support::{DAY, Moto, SEC, archived_class, duckdb, points, total, wait_reports, write};
+    let mut moto = Moto::reserve();
+    let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
+    options.classes = vec![
+        ClassConfig { name: "single".into(), rf: 1, w: 1, r: 1, ..Default::default() },
+        archived_class("history", "hist.", 1),
+    ];
+    options.tier = moto.tier("timeshard");
+    let data = options.dir.join("node-0").join("data");
+    let (_tmpfs, ballast) = Tmpfs::with_ballast(&data, FS_MIB, BALLAST_MIB)?;
+    let cluster = LocalCluster::start_converged(options).await?;
+    let client = cluster.client(0).await?;
+
+    // Two days old: due for export at once, but the archive is away.
+    let now = now_ns();
+    let history: Vec<(SeriesKey, Vec<Point>)> = (0..3)
+        .map(|s| {
+            (format!("hist.level{{tank={s}}}").parse().unwrap(), points(s, now - 3 * DAY, now - 2 * DAY, 10 * SEC))
+        })
+        .collect();
+    for (s, p) in &history {
+        write(&client, s, p).await?;
+    }
+    let mut ingest = Ingest::new("disk.fill")?;
+    ingest.until_refused(&client).await?;
+
+    // The archive comes back to a node with a full disk.
+    moto.start("timeshard")?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(cluster.is_running(0), "the node stopped exporting on a full disk");
+    let range = TimeRange::new(now - 4 * DAY, now)?;
+    for (s, p) in &history {
+        ensure!(client.read(s, range).await? == *p, "{s} changed on the full disk");
+    }
+
+    // Space freed: everything is archived and dropped from the hot store, once.
+    std::fs::remove_file(&ballast)?;
+    let blocks: u64 = history
+        .iter()
+        .map(|(_, p)| p.iter().map(|x| x.ts.div_euclid(60 * SEC)).collect::<HashSet<_>>().len() as u64)
+        .sum();
+    wait_reports(&cluster, &[0], Duration::from_secs(120), "history archived and dropped", |r| {
+        total(r, "history", |c| c.dropped_blocks) == blocks
+    })
+    .await?;
+    for (s, p) in &history {
+        ensure!(client.read(s, range).await? == *p, "{s} read back from the archive differs");
+    }
+    ingest.check(&client).await?;
+    let copy = dir.path().join("archive-copy");
+    crate::quotas::download(moto.port, "timeshard", &copy)?;
+    let db = duckdb(&copy.join("archive"))?;
+    let rows: i64 = db.groups.iter().filter_map(|g| g["count"].as_i64()).sum();
+    let written: usize = history.iter().map(|(_, p)| p.len()).sum();
+    ensure!(rows as usize == written && db.duplicates_all == 0, "{rows} rows for {written} points: {db:?}");
+    client.close().await;
+    assert_eq!(cluster.shutdown().await?, 1);
+    Ok(())
+}

@@ -148,7 +148,7 @@ async fn an_evicting_class_over_its_quota_keeps_its_newest_points_and_counts_the
 
 /// Copies every object of `bucket` on moto's server at `port` into `dest` (boto3 comes with
 /// `moto[server]`).
-fn download(port: u16, bucket: &str, dest: &Path) -> Result<()> {
+pub(crate) fn download(port: u16, bucket: &str, dest: &Path) -> Result<()> {
     const SCRIPT: &str = r#"
 import os, sys, boto3
 port, bucket, dest = sys.argv[1:4]

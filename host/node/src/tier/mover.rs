@@ -209,17 +209,29 @@ async fn walk(tier: &Arc<Tier>, now: Timestamp) -> Result<Walk, RoundError> {
     }
 }
 
-/// Drops hot blocks if they still have their digests; says which were dropped.
-async fn drop_blocks(tier: &Arc<Tier>, blocks: Vec<(SeriesKey, Timestamp, u64)>) -> Result<Vec<bool>, RoundError> {
+/// Drops hot blocks, in order, if they still have their digests; says which were dropped, up
+/// to the first that failed (a full disk, say), and that failure: what was dropped before it
+/// is counted all the same.
+async fn drop_blocks(
+    tier: &Arc<Tier>,
+    blocks: Vec<(SeriesKey, Timestamp, u64)>,
+) -> Result<(Vec<bool>, Option<RoundError>), RoundError> {
     if blocks.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let hot = tier.hot.clone();
-    let dropped = timeshard_clock::spawn_blocking(move || -> Result<Vec<bool>, StoreError> {
-        blocks.iter().map(|(series, start, digest)| hot.drop_block(series, *start, *digest)).collect()
+    let (dropped, failed) = timeshard_clock::spawn_blocking(move || {
+        let mut dropped = Vec::with_capacity(blocks.len());
+        for (series, start, digest) in &blocks {
+            match hot.drop_block(series, *start, *digest) {
+                Ok(d) => dropped.push(d),
+                Err(e) => return (dropped, Some(RoundError::Hot(e))),
+            }
+        }
+        (dropped, None)
     })
-    .await??;
-    Ok(dropped)
+    .await?;
+    Ok((dropped, failed))
 }
 
 /// One round (see the module docs).
@@ -238,12 +250,15 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
     })?;
     if !found.expired.is_empty() {
         let blocks = found.expired.iter().map(|b| (b.series.clone(), b.quantum.start, b.digest)).collect();
-        let dropped = drop_blocks(tier, blocks).await?;
+        let (dropped, failed) = drop_blocks(tier, blocks).await?;
         let policy = tier.policy();
         let mut progress = tier.progress();
         for (b, dropped) in found.expired.iter().zip(dropped) {
             let class = &policy.classes.of(&b.series).name;
             progress.classes.entry(class.clone()).or_default().expired_blocks += u64::from(dropped);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
     // Classes with nothing due now report nothing pending.
@@ -364,7 +379,8 @@ async fn move_class(
             .map_err(|e| RoundError::Hot(StoreError::Io { context: "recording the drop horizon".into(), source: e }))?;
     }
     let covered = covered.into_iter().map(|d| (d.series, d.quantum.start, d.digest)).collect();
-    let dropped = drop_blocks(tier, covered).await?.into_iter().filter(|&d| d).count() as u64;
+    let (dropped, failed) = drop_blocks(tier, covered).await?;
+    let dropped = dropped.into_iter().filter(|&d| d).count() as u64;
     let (mine, waiting) = split_by_turn(tier, me, view, class, rest, now);
     {
         let mut progress = tier.progress();
@@ -372,6 +388,9 @@ async fn move_class(
         c.dropped_blocks += dropped;
         c.pending_blocks = offered.saturating_sub(dropped);
         c.waiting_for_owner = waiting.len() as u64;
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     if mine.is_empty() {
         return Ok(());
