@@ -119,6 +119,24 @@ impl Ingest {
         Ok(())
     }
 
+    /// Writes one more batch, retrying it every 50 ms (writes are idempotent) until it is taken,
+    /// for up to `within`; returns how long that took and how many tries.
+    pub async fn write_once_taken(&mut self, client: &Client, within: Duration) -> anyhow::Result<(Duration, u32)> {
+        let started = Instant::now();
+        let b = self.batch();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match client.write_batch(b.clone()).await {
+                Ok(_) => break,
+                Err(e) => ensure!(started.elapsed() < within, "writes still refused after {within:?}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        b.into_iter().enumerate().for_each(|(i, s)| self.acked[i].extend(s.points));
+        Ok((started.elapsed(), tries))
+    }
+
     /// Writes batches until one is refused; returns why.
     pub async fn until_refused(&mut self, client: &Client) -> anyhow::Result<timeshard_sdk::Error> {
         for _ in 0..MAX_BATCHES {
@@ -186,21 +204,8 @@ async fn a_node_that_fills_its_disk_refuses_clearly_and_loses_nothing() -> anyho
 
     // Space freed: writes are taken again, and everything reads back.
     std::fs::remove_file(&ballast)?;
-    let freed = Instant::now();
-    let more = ingest.batch();
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match client.write_batch(more.clone()).await {
-            Ok(_) => break,
-            Err(e) => {
-                ensure!(freed.elapsed() < Duration::from_secs(30), "writes still refused after space was freed: {e}")
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    println!("a write taken {:?} after space was freed (try {tries})", freed.elapsed());
-    more.into_iter().enumerate().for_each(|(i, s)| ingest.acked[i].extend(s.points));
+    let (took, tries) = ingest.write_once_taken(&client, Duration::from_secs(30)).await?;
+    println!("a write taken {took:?} after space was freed (try {tries})");
     ingest.check(&client).await?;
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);
@@ -231,13 +236,7 @@ async fn a_store_at_its_max_bytes_refuses_writes_and_keeps_what_it_acknowledged(
     // A higher limit in the file applies on SIGHUP: writes are taken again.
     cluster.edit_config(0, |c| c.store.max_bytes = Some(ByteSize((4 * MAX_STORE_MIB) << 20)))?;
     cluster.reload(0)?;
-    let more = ingest.batch();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Err(e) = client.write_batch(more.clone()).await {
-        ensure!(Instant::now() < deadline, "still refused after the limit was raised: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    more.into_iter().enumerate().for_each(|(i, s)| ingest.acked[i].extend(s.points));
+    ingest.write_once_taken(&client, Duration::from_secs(30)).await?;
     ingest.check(&client).await?;
     client.close().await;
     assert_eq!(cluster.shutdown().await?, 1);
