@@ -128,8 +128,6 @@ pub struct StoreUse {
     classes: RwLock<Vec<ClassUse>>,
     /// Whether some class has a quota.
     quotas: AtomicBool,
-    /// Whether some class that refuses writes held its quota at the last measure.
-    any_full: AtomicBool,
 }
 
 /// A class with a quota, and what it held at the last measure.
@@ -168,12 +166,32 @@ impl ClassUse {
 
     /// Whether writes of the class are refused now.
     fn refuses(&self) -> bool {
-        self.store.max_bytes.is_some_and(|max| self.bytes() >= max) && (self.on_full == OnFull::Refuse || self.archive)
+        self.refuses_adding(0)
     }
 
-    fn refusal(&self) -> String {
+    /// Whether a write of `incoming` more bytes (counted as open points) is refused: the class
+    /// holds its quota, or (unless archived) the write would take it past it. Classes that
+    /// evict never refuse. An archived class takes writes until it holds its quota, so that it
+    /// always reaches the share at which its blocks go to the archive early (a write refused
+    /// for what it would add could leave it below that share for good).
+    fn refuses_adding(&self, incoming: u64) -> bool {
+        let bytes = self.bytes();
+        let ahead = if self.archive { 0 } else { incoming };
+        (self.on_full == OnFull::Refuse || self.archive)
+            && self.store.max_bytes.is_some_and(|max| bytes >= max || bytes.saturating_add(ahead) > max)
+    }
+
+    fn refusal(&self, incoming: u64) -> String {
         let (bytes, max) = (self.bytes(), self.store.max_bytes.unwrap_or(0));
-        let held = format!("class {:?} holds {bytes} bytes in this node's store, at its quota of {max}", self.class);
+        let held = if bytes >= max {
+            format!("class {:?} holds {bytes} bytes in this node's store, at its quota of {max}", self.class)
+        } else {
+            format!(
+                "class {:?} holds {bytes} bytes in this node's store, and this write (about {incoming} bytes) would \
+                 pass its quota of {max}",
+                self.class
+            )
+        };
         if self.archive {
             format!(
                 "{held}: blocks not yet archived are never evicted, so writes of the class are refused until the \
@@ -198,7 +216,6 @@ impl StoreUse {
             used: AtomicU64::new(0),
             classes: RwLock::new(Vec::new()),
             quotas: AtomicBool::new(false),
-            any_full: AtomicBool::new(false),
         };
         usage.set_limits(max, classes);
         usage
@@ -224,7 +241,6 @@ impl StoreUse {
         for c in held.iter_mut() {
             c.store.max_bytes = classes.iter().find(|k| k.name == c.class).and_then(|k| k.quota).map(|q| q.0);
         }
-        self.any_full.store(held.iter().any(ClassUse::refuses), Ordering::Relaxed);
         self.quotas.store(held.iter().any(|c| c.store.max_bytes.is_some()), Ordering::Relaxed);
     }
 
@@ -248,7 +264,6 @@ impl StoreUse {
                 c.added.store(0, Ordering::Relaxed);
             }
         }
-        self.any_full.store(classes.iter().any(ClassUse::refuses), Ordering::Relaxed);
     }
 
     /// Counts `blocks`, just stored, against their classes until the next measure.
@@ -257,17 +272,12 @@ impl StoreUse {
             return;
         }
         let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
-        let mut full = false;
         for b in blocks {
             if let Some(owner) = owner_of(&classes, b.series.metric())
                 && owner.store.max_bytes.is_some()
             {
                 owner.added.fetch_add(b.points.len() as u64 * timeshard_store::OPEN_POINT_BYTES, Ordering::Relaxed);
-                full |= owner.refuses();
             }
-        }
-        if full {
-            self.any_full.store(true, Ordering::Relaxed);
         }
     }
 
@@ -275,7 +285,7 @@ impl StoreUse {
     pub fn problems(&self) -> Vec<String> {
         let mut problems: Vec<String> = self.refusal(&[]).into_iter().collect();
         let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
-        problems.extend(classes.iter().filter(|c| c.refuses()).map(ClassUse::refusal));
+        problems.extend(classes.iter().filter(|c| c.refuses()).map(|c| c.refusal(0)));
         problems
     }
 
@@ -296,20 +306,37 @@ impl StoreUse {
                  until retention frees room or the limit is raised"
             ));
         }
-        if !self.any_full.load(Ordering::Relaxed) {
+        if !self.quotas.load(Ordering::Relaxed) {
             return None;
         }
         let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
-        blocks.iter().find_map(|b| {
-            let owner = owner_of(&classes, b.series.metric())?;
-            owner.refuses().then(|| owner.refusal())
-        })
+        // What the write adds to each class, as open points.
+        let mut incoming: Vec<(usize, u64)> = Vec::new();
+        for b in blocks {
+            let Some(i) = owner_index(&classes, b.series.metric()) else { continue };
+            let bytes = b.points.len() as u64 * timeshard_store::OPEN_POINT_BYTES;
+            match incoming.iter_mut().find(|(c, _)| *c == i) {
+                Some((_, n)) => *n += bytes,
+                None => incoming.push((i, bytes)),
+            }
+        }
+        incoming.into_iter().find_map(|(i, n)| classes[i].refuses_adding(n).then(|| classes[i].refusal(n)))
     }
 }
 
 /// The class `metric` belongs to: the longest matching prefix among all classes.
 fn owner_of<'a>(classes: &'a [ClassUse], metric: &str) -> Option<&'a ClassUse> {
-    classes.iter().filter(|c| metric.starts_with(&c.metric_prefix)).max_by_key(|c| c.metric_prefix.len())
+    owner_index(classes, metric).map(|i| &classes[i])
+}
+
+/// [`owner_of`], as an index into `classes`.
+fn owner_index(classes: &[ClassUse], metric: &str) -> Option<usize> {
+    classes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| metric.starts_with(&c.metric_prefix))
+        .max_by_key(|(_, c)| c.metric_prefix.len())
+        .map(|(i, _)| i)
 }
 
 /// Bytes in the files under `dir` (recursively); 0 if it does not exist.
@@ -438,16 +465,29 @@ mod disk_space_tests {
         assert!(evicting.store.evicted_blocks > 0 && !evicting.store.full(), "{evicting:?}");
         assert_eq!(usage.classes().len(), 3, "classes with a quota");
 
-        // Between measures, what is written counts (24 bytes a point): 2 x 2,000 points pass
-        // 64 KiB before maintenance measures again.
+        // Between measures, what is written counts (24 bytes a point), and a write that would
+        // take the class past its quota is refused before it is stored.
         let fresh = StoreUse::new(dir.path().to_path_buf(), None, &classes);
+        assert_eq!(fresh.refusal(&[block("r.x", 60)]), None, "48,000 bytes of 65,536");
         fresh.note_written(&[block("r.x", 60), block("e.x", 60)]);
-        assert_eq!(fresh.refusal(&[block("r.x", 61)]), None, "48,000 bytes of 65,536");
-        fresh.note_written(&[block("r.x", 61)]);
-        assert!(fresh.refusal(&[block("r.x", 62)]).is_some_and(|why| why.contains("96000 bytes")));
-        assert_eq!(fresh.refusal(&[block("e.x", 62)]), None);
+        let small = |i| BlockPoints { points: block("r.x", i).points[..500].to_vec(), ..block("r.x", i) };
+        assert_eq!(fresh.refusal(&[small(61)]), None, "12,000 more: 60,000 of 65,536");
+        let why = fresh.refusal(&[block("r.x", 61)]).expect("48,000 more would pass 65,536");
+        assert!(why.contains("holds 48000 bytes") && why.contains("would pass its quota of 65536"), "{why}");
+        let split = [small(61), small(62), small(63), small(64)];
+        assert!(fresh.refusal(&split).is_some(), "the blocks of one write count together");
+        assert_eq!(fresh.refusal(&[block("e.x", 61)]), None, "an evicting class never refuses");
+        // An archived class fills to its quota (its early export starts at 80 %), then refuses.
+        fresh.note_written(&[block("a.x", 60)]);
+        assert_eq!(fresh.refusal(&[block("a.x", 61)]), None, "48,000 held: taken although it passes");
+        fresh.note_written(&[block("a.x", 61)]);
+        let why = fresh.refusal(&[block("a.x", 62)]).expect("96,000 held of 65,536");
+        assert!(why.contains("class \"archived\" holds 96000"), "{why}");
+        fresh.note_written(&[small(61)]);
+        fresh.note_written(&[small(62)]);
+        assert!(fresh.refusal(&[small(63)]).is_some_and(|why| why.contains("holds 72000 bytes")));
         fresh.measure(&store);
-        assert!(fresh.refusal(&[block("r.x", 62)]).is_some(), "the store's measure: still full");
+        assert!(fresh.refusal(&[small(63)]).is_some(), "the store's measure: still full");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Class quotas on node processes. A class with `on_full = "evict_oldest"` over its quota keeps
+//! Class quotas on node processes. A class that refuses stops taking writes before they would
+//! pass its quota, saying so, and loses nothing. A class with `on_full = "evict_oldest"` over its quota keeps
 //! its newest points, counts every point it dropped, and stays so after a SIGKILL and a
 //! restart, while a class without a quota loses nothing; a smaller quota applies on SIGHUP. An archived class whose archive (moto's
 //! S3 server) is down refuses writes at its quota, saying why, and evicts nothing; once the
@@ -78,7 +79,8 @@ async fn an_evicting_class_over_its_quota_keeps_its_newest_points_and_counts_the
     let (mut options, _dir) = ClusterOptions::for_tests(1, NODE);
     let evicting =
         ClassConfig { quota: Some(ByteSize(QUOTA)), on_full: OnFull::EvictOldest, ..class("evicting", "ev.") };
-    options.classes = vec![class("single", ""), evicting];
+    let refusing = ClassConfig { quota: Some(ByteSize(QUOTA)), ..class("refusing", "rf.") };
+    options.classes = vec![class("single", ""), evicting, refusing];
     options.store.maintenance_interval = Duration::from_millis(200);
     let mut cluster = LocalCluster::start_converged(options).await?;
     let client = cluster.client(0).await?;
@@ -113,6 +115,19 @@ async fn an_evicting_class_over_its_quota_keeps_its_newest_points_and_counts_the
     println!("evicting class: {used} bytes held of {QUOTA}; {kept} points kept, {missing} evicted and counted");
     other.check(&client).await?;
     ensure!(cluster.metric(0, "timeshard_class_used_bytes{class=\"single\"}").await?.is_none(), "no quota, not shown");
+
+    // A class that refuses: writes stop before they would pass its quota, saying so; nothing it
+    // took is lost, and it never holds more than its quota.
+    let mut refused = Ingest::at("rf.history", HISTORY, STEP)?;
+    let text = refused.until_refused(&client).await?.to_string();
+    ensure!(text.contains("class \"refusing\"") && text.contains("quota of 1048576"), "the refusal says why: {text}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let taken = cluster.metric(0, "timeshard_class_used_bytes{class=\"refusing\"}").await?.context("refusing")?;
+    ensure!(taken <= QUOTA as f64, "the refusing class holds {taken} bytes, past its quota of {QUOTA}");
+    refused.check(&client).await?;
+    let none = cluster.metric(0, "timeshard_class_evicted_points_total{class=\"refusing\"}").await?;
+    ensure!(none == Some(0.0), "a refusing class evicted {none:?} points");
+    println!("refusing class: {taken} bytes of {QUOTA}: {text}");
 
     // Killed and restarted: what was evicted stays gone, what was kept is all there.
     client.close().await;
