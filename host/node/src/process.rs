@@ -39,8 +39,8 @@ pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> 
 /// [`crate::node::Node::stop_reason`]); on SIGHUP, re-reads the config file and applies what
 /// can change without a restart: the classes' retention, tier settings and quotas (unless the
 /// node is enrolled: then the control plane decides its classes), `[store] max_bytes`, and the
-/// `[policy]` section (new policy versions swap in;
-/// a module that fails to load leaves the last good one).
+/// `[policy]` section (new policy versions swap in; a module that fails to load leaves the last
+/// good one).
 pub async fn serve_until_stopped(node: &RunningNode, config: Option<&Path>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;

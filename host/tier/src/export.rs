@@ -433,10 +433,8 @@ impl Archive {
                 let page = match hot.read_block(&job.series, job.quantum.start, after, cfg.read_page_points.max(1)) {
                     Ok(page) => page,
                     // Damage found before any of the block was written: leave it out (it stays
-                    // hot) rather than fail every later round on it.
+                    // hot, and the caller reports it) rather than fail every later round on it.
                     Err(StoreError::Corrupt(why)) if after.is_none() => {
-                        tracing::warn!(series = %job.series, quantum = job.quantum.start, error = %why,
-                            "a hot block cannot be read; left out of the export and kept hot");
                         out.unreadable.push((job.series.clone(), job.quantum, why));
                         break;
                     }

@@ -52,7 +52,10 @@ pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Repor
     if node.dht().peer_count() == 0 && !config.bootstrap.is_empty() {
         problems.push(format!("no peers: none of the bootstrap peers ({}) answers", config.bootstrap.join(", ")));
     }
-    problems.extend(crate::storage::DiskSpace::of(&config.data_dir).and_then(|d| d.problem()));
+    // One statvfs for the problem and the figures.
+    let storage = node.storage_status();
+    let disk = crate::storage::DiskSpace { size: storage.disk_size_bytes, available: storage.disk_available_bytes };
+    problems.extend(disk.problem());
     problems.extend(node.replica().usage().problems());
     if node.tier().archive().is_some() {
         problems.extend(node.tier().progress().outage(timeshard_clock::now_ns()));
@@ -74,7 +77,7 @@ pub fn report(node: &Node, agent: &Agent, refused: Option<&ApplyError>) -> Repor
         apply_error: refused.cloned(),
         policies: node.coordinator().policies().map(|r| policy_runs(r)).unwrap_or_default(),
         policy_errors,
-        storage: Some(node.storage_status()),
+        storage: Some(storage),
     }
 }
 

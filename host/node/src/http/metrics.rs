@@ -213,12 +213,10 @@ fn archive_export(e: &mut Exposition, node: &Node) {
             .zip(of(|n| u64::try_from(n.oldest_due_ns).unwrap_or(0)))
             .map(|(l, due)| (&l[..], if due > 0.0 { (now as f64 - due).max(0.0) / 1e9 } else { 0.0 })),
     );
-    let unreadable: Vec<(&str, u64)> =
-        pending.iter().map(|(c, _)| (*c, progress.classes.get(*c).map_or(0, |n| n.unreadable_blocks))).collect();
     e.gauges(
         "timeshard_archive_unreadable_blocks",
         "Damaged hot blocks the last export of a class left out (kept hot), so that they do not hold back the rest.",
-        labels.iter().zip(&unreadable).map(|(l, (_, n))| (&l[..], *n as f64)),
+        labels.iter().zip(of(|n| n.unreadable_blocks)).map(|(l, n)| (&l[..], n)),
     );
     e.gauge(
         "timeshard_archive_failed_rounds",

@@ -275,7 +275,11 @@ async fn round(tier: &Arc<Tier>, me: Id, view: &View) -> Result<(), RoundError> 
         }
     }
     let mut first_error = None;
-    for (name, (class, picker)) in export_order(found.due, |c| tier.policy().tier(c).export_priority) {
+    let order = {
+        let policy = tier.policy();
+        export_order(found.due, |c| policy.tier(c).export_priority)
+    };
+    for (name, (class, picker)) in order {
         let offered = picker.offered();
         let due = picker.finish();
         if let Err(e) = move_class(tier, me, view, &class, due, offered, now).await {
