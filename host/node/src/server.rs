@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quinn::{Connection, Incoming, RecvStream, SendStream, VarInt};
+use timeshard_proto::window::Grid;
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, FrameError, Request, Response};
 use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport::{self, CallError, STOP_LIMIT};
@@ -333,7 +334,7 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
                 Ok(r) => r,
                 Err(e) => return Response::Error(e.into()),
             };
-            match node.coordinator().aggregate(series, range, width_ns).await {
+            match node.coordinator().aggregate(series, range, Grid::epoch(width_ns)).await {
                 Ok(windows) => Response::Windows { windows },
                 Err(e) => Response::Error(e),
             }

@@ -7,6 +7,7 @@
 //!
 //! NaN values: min and max ignore them (unless every value is NaN), sum and mean become NaN.
 
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, TimeRange, Timestamp};
 
 /// Summary of a set of points.
@@ -78,21 +79,21 @@ pub use timeshard_proto::window::WindowStats as WindowAggregate;
 #[derive(Debug)]
 pub struct Aggregator {
     range: TimeRange,
-    window_ns: i64,
+    grid: Grid,
     current: Option<(i64, Summary)>,
     out: Vec<WindowAggregate>,
 }
 
 impl Aggregator {
-    /// Windows of `window_ns` (positive; see [`timeshard_proto::window::check_windows`]) aligned to the epoch and
-    /// trimmed to `range`.
-    pub fn new(range: TimeRange, window_ns: i64) -> Aggregator {
-        Aggregator { range, window_ns: window_ns.max(1), current: None, out: Vec::new() }
+    /// Windows on `grid` (checked: see [`timeshard_proto::window::check_windows`]) trimmed
+    /// to `range`.
+    pub fn new(range: TimeRange, grid: Grid) -> Aggregator {
+        Aggregator { range, grid, current: None, out: Vec::new() }
     }
 
     /// The window index of `ts`.
     pub fn window_of(&self, ts: Timestamp) -> i64 {
-        ts.div_euclid(self.window_ns)
+        self.grid.index(ts)
     }
 
     /// Whether every instant of `[start, end)` lies in the range and in one window, so a
@@ -112,7 +113,7 @@ impl Aggregator {
                 continue;
             }
             let w = self.window_of(p.ts);
-            let w_end = (w + 1).saturating_mul(self.window_ns);
+            let w_end = self.grid.start(w.saturating_add(1));
             let mut j = i + 1;
             while j < points.len() && points[j].ts < w_end && self.range.contains(points[j].ts) {
                 j += 1;
@@ -138,8 +139,8 @@ impl Aggregator {
 
     fn flush(&mut self) {
         if let Some((w, s)) = self.current.take() {
-            let start = w.saturating_mul(self.window_ns).max(self.range.start());
-            let end = (w + 1).saturating_mul(self.window_ns).min(self.range.end());
+            let start = self.grid.start(w).max(self.range.start());
+            let end = self.grid.start(w.saturating_add(1)).min(self.range.end());
             self.out.push(WindowAggregate {
                 start,
                 end,
@@ -184,7 +185,7 @@ mod tests {
     #[test]
     fn windows_are_aligned_and_trimmed() {
         let range = TimeRange::new(5, 35).unwrap();
-        let mut a = Aggregator::new(range, 10);
+        let mut a = Aggregator::new(range, Grid::epoch(10));
         let pts: Vec<Point> = (0..40).map(|t| Point::new(t, t as f64)).collect();
         a.push_points(&pts);
         let w = a.finish();
@@ -195,7 +196,7 @@ mod tests {
         assert_eq!((w[1].first, w[1].last), (10.0, 19.0));
         assert!(a_fits());
         fn a_fits() -> bool {
-            let a = Aggregator::new(TimeRange::new(0, 100).unwrap(), 10);
+            let a = Aggregator::new(TimeRange::new(0, 100).unwrap(), Grid::epoch(10));
             a.fits_one_window(10, 20) && !a.fits_one_window(10, 21)
         }
     }

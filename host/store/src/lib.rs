@@ -69,6 +69,7 @@ use std::fmt;
 
 use timeshard_proto::packed::PackedColumns;
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 pub mod agg;
@@ -308,18 +309,13 @@ pub trait Store: Send + Sync + fmt::Debug {
         Ok(smallest(self.find_series(filter)?.iter(), limit))
     }
 
-    /// Aggregates of `series` over `range` in windows of `window_ns`: count, min, max, sum,
-    /// mean, first and last per window, for the windows that hold points, in time order.
-    /// Windows are aligned to multiples of `window_ns` since the epoch and trimmed to `range`.
-    /// First and last follow point identity order (time, event, value). A width that is not
-    /// positive, or makes more than [`timeshard_proto::window::MAX_WINDOWS`] windows, is
-    /// refused as [`StoreError::InvalidInput`].
-    fn aggregate(
-        &self,
-        series: &SeriesKey,
-        range: TimeRange,
-        window_ns: i64,
-    ) -> Result<Vec<WindowAggregate>, StoreError>;
+    /// Aggregates of `series` over `range` in the windows of `grid`: count, min, max, sum,
+    /// mean, first and last per window, for the windows that hold points, in time order,
+    /// trimmed to `range`. First and last follow point identity order (time, event, value).
+    /// A grid [`timeshard_proto::window::check_windows`] refuses (a width that is not
+    /// positive, more than [`timeshard_proto::window::MAX_WINDOWS`] windows) is
+    /// [`StoreError::InvalidInput`].
+    fn aggregate(&self, series: &SeriesKey, range: TimeRange, grid: Grid) -> Result<Vec<WindowAggregate>, StoreError>;
 
     /// One bounded step of background work at wall-clock time `now` (ns since the epoch):
     /// sealing, late-data merges, retention, compaction and log checkpoints. See the crate docs

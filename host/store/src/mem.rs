@@ -8,7 +8,7 @@ use std::ops::Bound;
 use std::sync::RwLock;
 
 use timeshard_proto::point::BlockPoints;
-use timeshard_proto::window::check_windows;
+use timeshard_proto::window::{Grid, check_windows};
 use timeshard_proto::{Point, PointKey, Quantum, QuantumLen, SeriesKey, TimeRange};
 
 use crate::agg::{Aggregator, WindowAggregate};
@@ -221,15 +221,10 @@ impl Store for MemStore {
         Ok(out)
     }
 
-    fn aggregate(
-        &self,
-        series: &SeriesKey,
-        range: TimeRange,
-        window_ns: i64,
-    ) -> Result<Vec<WindowAggregate>, StoreError> {
-        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
+    fn aggregate(&self, series: &SeriesKey, range: TimeRange, grid: Grid) -> Result<Vec<WindowAggregate>, StoreError> {
+        check_windows(&range, grid).map_err(StoreError::InvalidInput)?;
         let inner = self.read_lock();
-        let mut agg = Aggregator::new(range, window_ns);
+        let mut agg = Aggregator::new(range, grid);
         if let Some(s) = inner.get(series) {
             let start = PointKey { ts: range.start(), event: 0, value_bits: 0 };
             let points: Vec<Point> = s.points.range(start..).take_while(|k| k.ts < range.end()).map(point_of).collect();

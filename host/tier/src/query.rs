@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use parquet::data_type::{DoubleType, Int64Type};
 use timeshard_proto::point::{page_start, sort_dedup};
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, Quantum, SeriesClass, SeriesKey, TimeRange, Timestamp};
 use timeshard_store::agg::Aggregator;
 use timeshard_store::{ReadPage, WindowAggregate};
@@ -181,7 +182,7 @@ impl Archive {
         Ok(ReadPage { points: out, more: false })
     }
 
-    /// Window aggregates of `series` over `range` in the archive, as
+    /// Window aggregates of `series` over `range` in the archive, in the windows of `grid`, as
     /// [`timeshard_store::Store::aggregate`] computes them for the hot tier: a block whose
     /// quantum lies within one window and the range is answered from its manifest summary;
     /// only blocks cut by a window or range edge (or with racing parts) are read.
@@ -190,11 +191,11 @@ impl Archive {
         class: &SeriesClass,
         series: &SeriesKey,
         range: TimeRange,
-        window_ns: i64,
+        grid: Grid,
     ) -> Result<Vec<WindowAggregate>, Error> {
         layout::check_class(&class.name)?;
-        timeshard_proto::window::check_windows(&range, window_ns).map_err(Error::InvalidInput)?;
-        let mut agg = Aggregator::new(range, window_ns);
+        timeshard_proto::window::check_windows(&range, grid).map_err(Error::InvalidInput)?;
+        let mut agg = Aggregator::new(range, grid);
         let mut pending: Vec<ArchivedBlock> = Vec::new();
         let (from, to) = Archive::days_of(class, &range);
         for (day, ids) in self.inner.catalog.manifests(&class.name, from, to).await? {

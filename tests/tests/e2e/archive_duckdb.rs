@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 use timeshard_store::WindowAggregate;
 use timeshard_tier::faulty::{Fault, FaultyStore};
@@ -123,7 +124,7 @@ async fn duckdb_reads_what_the_archive_serves() {
     for (class, data, hot) in [(&pmu, &pmu_data, &hot_pmu), (&meter, &meter_data, &hot_meter)] {
         for (s, points) in data {
             assert_eq!(&read_all(&archive, class, s, range, 100_000).await, points);
-            for w in archive.aggregate(class, s, range, DAY).await.unwrap() {
+            for w in archive.aggregate(class, s, range, Grid::epoch(DAY)).await.unwrap() {
                 let day = timeshard_tier::Day::of(w.start).to_string();
                 ours.insert((class.name.clone(), s.to_string(), day), w);
             }

@@ -2,7 +2,7 @@
 
 use timeshard_proto::TimeRange;
 use timeshard_proto::time::MAX_TIMESTAMP;
-use timeshard_proto::window::check_windows;
+use timeshard_proto::window::{Grid, check_windows};
 
 use super::lexer::{Lexer, Tok};
 use super::time::parse_rfc3339;
@@ -379,7 +379,7 @@ impl Parser<'_> {
         // Every window of the range gets a row (fill), data or not: bound them before anything runs.
         if let Some(width) = select.interval {
             let range = TimeRange::new(select.start, select.end).map_err(|e| QueryError::Syntax(e.to_string()))?;
-            check_windows(&range, width).map_err(QueryError::TooLarge)?;
+            check_windows(&range, Grid::epoch(width)).map_err(QueryError::TooLarge)?;
         }
         Ok(select)
     }

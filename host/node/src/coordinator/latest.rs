@@ -9,6 +9,7 @@ use std::sync::Arc;
 use timeshard_proto::key::{self, series_meta_id};
 use timeshard_proto::quantum_index::span_ns;
 use timeshard_proto::time::{self, MAX_TIMESTAMP, MIN_TIMESTAMP};
+use timeshard_proto::window::Grid;
 use timeshard_proto::window::WindowStats;
 use timeshard_proto::wire::{BlockPart, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Contact, Point, Quantum, SeriesKey, TimeRange, Timestamp};
@@ -37,7 +38,7 @@ impl Coordinator {
         let width = key::index_quantum().ns();
         let n = parts.len();
         let ask = |c: Contact| {
-            let req = Request::FetchWindows { series: index.clone(), parts: parts.clone(), width_ns: width };
+            let req = Request::FetchWindows { series: index.clone(), parts: parts.clone(), grid: Grid::epoch(width) };
             async move {
                 match self.replica_call(&c, req).await? {
                     Response::BlockWindows { parts: p, settled } if p.len() == n => Ok((p, settled)),
@@ -57,7 +58,7 @@ impl Coordinator {
             let spans = entries.iter().rev().filter(|e| Quantum::at(e.ts, class.quantum).is_some());
             for entry in spans {
                 let Ok(range) = TimeRange::new(entry.ts, entry.ts.saturating_add(span).min(before)) else { continue };
-                let windows = self.aggregate(series.clone(), range, span).await?;
+                let windows = self.aggregate(series.clone(), range, Grid::epoch(span)).await?;
                 let Some(last_ts) = windows.iter().filter(|w| w.count > 0).map(|w| w.last_ts).max() else { continue };
                 let instant = TimeRange::new(last_ts, last_ts + 1).map_err(|e| unavailable(e.to_string()))?;
                 let (points, _) = self.read(series.clone(), instant, None, self.limits().max_page_points).await?;

@@ -15,7 +15,7 @@ use timeshard_proto::agreement::{self, OwnerAnswers};
 use timeshard_proto::placement::placement_id;
 use timeshard_proto::point::set_digest;
 use timeshard_proto::read::{self, MAX_QUERY_QUANTA};
-use timeshard_proto::window::{WindowStats, merge_windows};
+use timeshard_proto::window::{Grid, WindowStats, merge_windows};
 use timeshard_proto::wire::{
     BlockPart, ErrorCode, ErrorReply, MAX_BLOCK_PARTS, PartialResult, QueryOutput, Request, Response, Summarized,
 };
@@ -48,18 +48,18 @@ trait PushDown: Sync {
     ) -> impl Future<Output = Result<Self::Answer, ErrorReply>> + Send;
 }
 
-/// Window aggregates of block parts in windows of `width_ns`. Equal answers (digests included)
+/// Window aggregates of block parts in the windows of `grid`. Equal answers (digests included)
 /// mean the owners hold the same points.
 struct Windows {
     series: SeriesKey,
-    width_ns: i64,
+    grid: Grid,
 }
 
 impl PushDown for Windows {
     type Answer = Vec<WindowStats>;
 
     fn request(&self, parts: Vec<BlockPart>) -> Request {
-        Request::FetchWindows { series: self.series.clone(), parts, width_ns: self.width_ns }
+        Request::FetchWindows { series: self.series.clone(), parts, grid: self.grid }
     }
 
     fn parse(&self, resp: Response, parts: usize) -> Result<(Vec<Vec<WindowStats>>, bool), ErrorReply> {
@@ -74,7 +74,7 @@ impl PushDown for Windows {
     }
 
     async fn compute_here(&self, part: BlockPart, points: Vec<Point>) -> Result<Vec<WindowStats>, ErrorReply> {
-        let mut aggregator = Aggregator::new(part.range, self.width_ns);
+        let mut aggregator = Aggregator::new(part.range, self.grid);
         aggregator.push_points(&points);
         Ok(aggregator.finish())
     }
@@ -170,19 +170,19 @@ impl Coordinator {
         })
     }
 
-    /// Window aggregates of `range` of `series` in windows of `width_ns`: every owner answers
+    /// Window aggregates of `range` of `series` in the windows of `grid`: every owner answers
     /// for its quanta (from block summaries where a window covers whole quanta), and the
     /// windows are merged across quanta here.
     pub async fn aggregate(
         self: &Arc<Self>,
         series: SeriesKey,
         range: TimeRange,
-        width_ns: i64,
+        grid: Grid,
     ) -> Result<Vec<WindowStats>, ErrorReply> {
         let class = self.classes().of(&series).clone();
         let parts = self.query_parts(&series, &class, range).await?;
-        let per_part = self.ask_owners(&series, &class, &parts, &Windows { series: series.clone(), width_ns }).await?;
-        let windows = merge_windows(&range, width_ns, per_part);
+        let per_part = self.ask_owners(&series, &class, &parts, &Windows { series: series.clone(), grid }).await?;
+        let windows = merge_windows(&range, grid, per_part);
         if windows.is_empty() && !self.series_known(&series).await? {
             return Err(ErrorReply::new(
                 ErrorCode::UnknownSeries,

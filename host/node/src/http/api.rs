@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use timeshard_clock::now_ns;
 use timeshard_formats::influxql::time::{parse_api_time, parse_duration};
 use timeshard_proto::time::MAX_TIMESTAMP;
+use timeshard_proto::window::Grid;
 use timeshard_proto::wire::{self, SeriesFilter};
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 
@@ -119,7 +120,7 @@ pub async fn windows(State(s): State<AppState>, RawQuery(q): RawQuery) -> Result
         })?;
         let (series, range) = wire::check_aggregate(series.as_str(), range.start(), range.end(), width_ns)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let windows = s.node.coordinator().aggregate(series.clone(), range, width_ns).await?;
+        let windows = s.node.coordinator().aggregate(series.clone(), range, Grid::epoch(width_ns)).await?;
         let rows: Vec<Value> = windows
             .iter()
             .map(|w| {

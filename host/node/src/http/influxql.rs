@@ -21,6 +21,7 @@ use timeshard_formats::influxql::answer::{self, Data, SeriesData};
 use timeshard_formats::influxql::time::Epoch;
 use timeshard_formats::influxql::{self, Select, Statement};
 use timeshard_proto::time::MAX_TIMESTAMP;
+use timeshard_proto::window::Grid;
 use timeshard_proto::wire::ErrorCode;
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 
@@ -140,7 +141,8 @@ fn series_cap(s: &AppState, select: &Select, range: TimeRange) -> Result<SeriesC
     let max_series = s.config().max_query_series;
     // Without GROUP BY time(), one window covering the range.
     let (true, Some(width)) = (select.aggregates(), select.interval) else { return Ok(SeriesCap::Series(max_series)) };
-    let windows = timeshard_proto::window::check_windows(&range, width).map_err(ApiError::BadRequest)?.max(1);
+    let windows =
+        timeshard_proto::window::check_windows(&range, Grid::epoch(width)).map_err(ApiError::BadRequest)?.max(1);
     let by_windows = usize::try_from(s.config().max_query_windows as u64 / windows).unwrap_or(usize::MAX);
     if by_windows >= max_series {
         return Ok(SeriesCap::Series(max_series));
@@ -233,7 +235,7 @@ async fn read_series(
     if select.aggregates() {
         // Without GROUP BY time(), one window covering the range (at most two, merged).
         let width = select.interval.unwrap_or_else(|| range.len_ns());
-        return match coordinator.aggregate(key.clone(), range, width).await {
+        return match coordinator.aggregate(key.clone(), range, Grid::epoch(width)).await {
             Ok(w) => Ok(Data::Windows(w)),
             Err(e) => empty_if_unknown(e).map(|()| Data::Windows(Vec::new())).map_err(ApiError::from),
         };

@@ -130,8 +130,8 @@ async fn serve_store(store: &Arc<dyn Store>, req: Request, settled: bool) -> Res
             Ok(page) => Response::Points { points: page.points, more: page.more, settled },
             Err(e) => storage_error(e),
         },
-        Request::FetchWindows { series, parts, width_ns } => {
-            match parts.iter().map(|p| store.aggregate(&series, p.range, width_ns)).collect() {
+        Request::FetchWindows { series, parts, grid } => {
+            match parts.iter().map(|p| store.aggregate(&series, p.range, grid)).collect() {
                 Ok(parts) => Response::BlockWindows { parts, settled },
                 Err(e) => storage_error(e),
             }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use timeshard_clock::now_ns;
 use timeshard_proto::point::sort_dedup;
-use timeshard_proto::window::{check_windows, merge_windows};
+use timeshard_proto::window::{Grid, check_windows, merge_windows};
 use timeshard_proto::{Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
 use timeshard_store::agg::Aggregator;
 use timeshard_store::{
@@ -147,12 +147,12 @@ impl TieredStore {
         class: &SeriesClass,
         series: &SeriesKey,
         range: TimeRange,
-        window_ns: i64,
+        grid: Grid,
     ) -> Result<Vec<WindowAggregate>, StoreError> {
         let archive = self.tier.archive().ok_or_else(|| StoreError::Unavailable("no archive".into()))?;
         let archived: Vec<ArchivedBlock> = self.wait(archive.blocks(class, series, range)).map_err(from_tier)?;
         if archived.is_empty() {
-            return self.hot().aggregate(series, range, window_ns);
+            return self.hot().aggregate(series, range, grid);
         }
         let span = |from: Timestamp, to: Timestamp| {
             TimeRange::new(from, to).map_err(|e| StoreError::InvalidInput(e.to_string()))
@@ -162,7 +162,7 @@ impl TieredStore {
         let mut cold_run: Option<(Timestamp, Timestamp)> = None;
         let flush = |run: &mut Option<(Timestamp, Timestamp)>, parts: &mut Vec<Vec<WindowAggregate>>| {
             if let Some((from, to)) = run.take() {
-                let windows = self.wait(archive.aggregate(class, series, span(from, to)?, window_ns));
+                let windows = self.wait(archive.aggregate(class, series, span(from, to)?, grid));
                 parts.push(windows.map_err(from_tier)?);
             }
             Ok::<(), StoreError>(())
@@ -175,14 +175,14 @@ impl TieredStore {
             }
             if cursor < from {
                 flush(&mut cold_run, &mut parts)?;
-                parts.push(self.hot().aggregate(series, span(cursor, from)?, window_ns)?);
+                parts.push(self.hot().aggregate(series, span(cursor, from)?, grid)?);
             }
             let hot = self.hot().block_info(series, block.quantum.start)?;
             if hot.is_none_or(|h| block.covers(h.digest)) {
                 cold_run = Some((cold_run.map_or(from, |(start, _)| start), to));
             } else {
                 flush(&mut cold_run, &mut parts)?;
-                let mut agg = Aggregator::new(span(from, to)?, window_ns);
+                let mut agg = Aggregator::new(span(from, to)?, grid);
                 agg.push_points(&self.gather(class, series, span(from, to)?)?);
                 parts.push(agg.finish());
             }
@@ -190,9 +190,9 @@ impl TieredStore {
         }
         flush(&mut cold_run, &mut parts)?;
         if cursor < range.end() {
-            parts.push(self.hot().aggregate(series, span(cursor, range.end())?, window_ns)?);
+            parts.push(self.hot().aggregate(series, span(cursor, range.end())?, grid)?);
         }
-        Ok(merge_windows(&range, window_ns, parts))
+        Ok(merge_windows(&range, grid, parts))
     }
 }
 
@@ -211,16 +211,11 @@ impl Store for TieredStore {
         Ok(merge_pages(hot, cold, limit))
     }
 
-    fn aggregate(
-        &self,
-        series: &SeriesKey,
-        range: TimeRange,
-        window_ns: i64,
-    ) -> Result<Vec<WindowAggregate>, StoreError> {
-        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
+    fn aggregate(&self, series: &SeriesKey, range: TimeRange, grid: Grid) -> Result<Vec<WindowAggregate>, StoreError> {
+        check_windows(&range, grid).map_err(StoreError::InvalidInput)?;
         match self.cold_class(series, range)? {
-            Some(class) => self.aggregate_tiers(&class, series, range, window_ns),
-            None => self.hot().aggregate(series, range, window_ns),
+            Some(class) => self.aggregate_tiers(&class, series, range, grid),
+            None => self.hot().aggregate(series, range, grid),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::routing::Contact;
 use crate::series::SeriesKey;
 use crate::stream::{FetchPart, PartChunk, ReadRun};
 use crate::time::{BlockPart, Quantum, TimeRange};
-use crate::window::WindowStats;
+use crate::window::{Grid, WindowStats};
 
 /// A request. The first group is the peer protocol between nodes, the second the client
 /// protocol; nodes accept the peer protocol only from peers holding a node certificate.
@@ -45,8 +45,8 @@ pub enum Request {
     /// [`MAX_BLOCK_PARTS`]); answered with [`Response::Partials`], one entry per part.
     Summarize { series: SeriesKey, parts: Vec<BlockPart>, policy: String, params: Vec<(String, String)> },
     /// Window aggregates of each block part (at most [`MAX_BLOCK_PARTS`]); answered with
-    /// [`Response::BlockWindows`], one entry per part.
-    FetchWindows { series: SeriesKey, parts: Vec<BlockPart>, width_ns: i64 },
+    /// [`Response::BlockWindows`], one entry per part, in windows on `grid`.
+    FetchWindows { series: SeriesKey, parts: Vec<BlockPart>, grid: Grid },
     /// Registered series the receiver holds that pass the filter, at most `limit`; answered
     /// with [`Response::SeriesList`].
     FindSeries { filter: SeriesFilter, limit: u32 },

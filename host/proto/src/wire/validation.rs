@@ -180,7 +180,7 @@ pub fn check_aggregate(
     width_ns: i64,
 ) -> Result<(SeriesKey, TimeRange), InvalidRequest> {
     let (series, range) = check_read(series, start, end)?;
-    crate::window::check_windows(&range, width_ns).map_err(InvalidRequest::Windows)?;
+    crate::window::check_windows(&range, crate::window::Grid::epoch(width_ns)).map_err(InvalidRequest::Windows)?;
     Ok((series, range))
 }
 
@@ -269,11 +269,11 @@ impl Request {
                 check_policy(policy, params)
             }
             Request::Query { policy, params, .. } => check_policy(policy, params),
-            Request::FetchWindows { parts, width_ns, .. } => {
+            Request::FetchWindows { parts, grid, .. } => {
                 check_parts(parts)?;
                 let windows: u64 = parts
                     .iter()
-                    .map(|p| crate::window::check_windows(&p.range, *width_ns).map_err(InvalidRequest::Windows))
+                    .map(|p| crate::window::check_windows(&p.range, *grid).map_err(InvalidRequest::Windows))
                     .sum::<Result<u64, _>>()?;
                 if windows > crate::window::MAX_WINDOWS {
                     return Err(InvalidRequest::Windows(format!(

@@ -60,6 +60,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
 use crate::PackedBlock;
@@ -661,13 +662,8 @@ impl Store for DiskStore {
         Ok(out)
     }
 
-    fn aggregate(
-        &self,
-        series: &SeriesKey,
-        range: TimeRange,
-        window_ns: i64,
-    ) -> Result<Vec<WindowAggregate>, StoreError> {
-        self.aggregate_windows(series, range, window_ns)
+    fn aggregate(&self, series: &SeriesKey, range: TimeRange, grid: Grid) -> Result<Vec<WindowAggregate>, StoreError> {
+        self.aggregate_windows(series, range, grid)
     }
 
     fn list_blocks(&self, after: Option<ListCursor>, limit: usize) -> Result<BlockPage, StoreError> {

@@ -6,7 +6,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use timeshard_proto::window::check_windows;
+use timeshard_proto::window::{Grid, check_windows};
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
 use super::{DiskStore, seg_path, union};
@@ -103,13 +103,13 @@ impl DiskStore {
         &self,
         series: &SeriesKey,
         range: TimeRange,
-        window_ns: i64,
+        grid: Grid,
     ) -> Result<Vec<WindowAggregate>, StoreError> {
-        check_windows(&range, window_ns).map_err(StoreError::InvalidInput)?;
+        check_windows(&range, grid).map_err(StoreError::InvalidInput)?;
         let Some((id, len)) = self.lookup(series) else {
             return Ok(Vec::new());
         };
-        let mut agg = Aggregator::new(range, window_ns);
+        let mut agg = Aggregator::new(range, grid);
         // The first block not yet added.
         let mut cursor = len.quantum_of(range.start()).start;
         retry_moved(|| {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, SeriesKey, TimeRange};
 use timeshard_store::faulty_disk::{FaultyDisk, SplitMix64};
 use timeshard_store::{DiskConfig, Store};
@@ -54,7 +55,7 @@ fn readers_see_every_acknowledged_point_while_maintenance_moves_blocks() {
                     assert!(missing.is_empty(), "a read missed acknowledged points, e.g. {missing:?}");
                     // Windows of 2^47 ns (39 h) over all time stay within proto's MAX_WINDOWS;
                     // every point lies in the first one, as with any window above 0.12 s.
-                    let aggs = store.aggregate(k, all, 1 << 47).unwrap();
+                    let aggs = store.aggregate(k, all, Grid::epoch(1 << 47)).unwrap();
                     let n: u64 = aggs.iter().map(|a| a.count).sum();
                     assert!(
                         n >= want.len() as u64,

@@ -3,6 +3,7 @@
 //! nothing is lost silently.
 
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk};
 use timeshard_store::{DiskConfig, DiskStore, RetentionRule, SeriesFilter, Store, StoreError};
@@ -312,14 +313,14 @@ fn whole_quantum_windows_use_summaries_without_decoding() {
     settle(&store, i64::MAX / 2);
     assert_eq!(store.stats().sealed_blocks, 20);
     let before = store.stats();
-    let w = store.aggregate(&k, TimeRange::new(0, 20_000_000).unwrap(), 2_000_000).unwrap();
+    let w = store.aggregate(&k, TimeRange::new(0, 20_000_000).unwrap(), Grid::epoch(2_000_000)).unwrap();
     let after = store.stats();
     assert_eq!(w.len(), 10);
     assert_eq!(w[0].count, 20);
     assert_eq!(after.blocks_decoded, before.blocks_decoded, "no raw block was decoded");
     assert_eq!(after.summaries_used - before.summaries_used, 20);
     // A window that cuts a quantum decodes exactly the cut blocks.
-    let w = store.aggregate(&k, TimeRange::new(500_000, 19_500_000).unwrap(), 2_000_000).unwrap();
+    let w = store.aggregate(&k, TimeRange::new(500_000, 19_500_000).unwrap(), Grid::epoch(2_000_000)).unwrap();
     assert_eq!(w[0].count, 15);
     assert_eq!(store.stats().blocks_decoded - after.blocks_decoded, 2);
 }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::agg::Summary;
 use timeshard_store::faulty_disk::FaultyDisk;
@@ -209,8 +210,8 @@ proptest! {
         }
     }
 
-    /// Window aggregates equal a naive computation over the raw points, for any window width
-    /// and range, whether blocks are open, sealed, sealed with late data, or held as several
+    /// Window aggregates equal a naive computation over the raw points, for any window width,
+    /// origin and range, whether blocks are open, sealed, sealed with late data, or held as several
     /// checkpoint frames plus open points.
     #[test]
     fn aggregates_match_a_naive_reference(
@@ -219,6 +220,7 @@ proptest! {
         late in proptest::collection::vec((0i64..12_000_000, -50i16..50), 0..20),
         seal_at in prop_oneof![Just(0i64), Just(6_000_000), Just(i64::MAX / 2)],
         window in prop_oneof![Just(1_000_000i64), Just(2_000_000), Just(3_000_000), 1i64..5_000_000],
+        boundary in prop_oneof![Just(0i64), 0i64..12_000_000],
         (start, len) in (0i64..12_000_000, 1i64..14_000_000),
         shape in arb_shape(),
     ) {
@@ -242,25 +244,27 @@ proptest! {
         mem.write(&blocks(&s, qlen, &late)).unwrap();
 
         let range = TimeRange::new(start, start + len).unwrap();
-        if timeshard_proto::window::check_windows(&range, window).is_err() {
+        let grid = Grid::new(window, boundary);
+        if timeshard_proto::window::check_windows(&range, grid).is_err() {
             // Over the one windows limit (narrow windows, long range): both engines refuse it.
-            prop_assert!(matches!(store.aggregate(&s, range, window), Err(StoreError::InvalidInput(_))));
-            prop_assert!(matches!(mem.aggregate(&s, range, window), Err(StoreError::InvalidInput(_))));
+            prop_assert!(matches!(store.aggregate(&s, range, grid), Err(StoreError::InvalidInput(_))));
+            prop_assert!(matches!(mem.aggregate(&s, range, grid), Err(StoreError::InvalidInput(_))));
             return Ok(());
         }
-        let got = store.aggregate(&s, range, window).unwrap();
-        prop_assert_eq!(&got, &mem.aggregate(&s, range, window).unwrap());
+        let got = store.aggregate(&s, range, grid).unwrap();
+        prop_assert_eq!(&got, &mem.aggregate(&s, range, grid).unwrap());
 
         // Naive reference, written independently of the aggregator.
         let mut all: Vec<Point> = points.iter().chain(&late).copied().filter(|p| range.contains(p.ts)).collect();
         timeshard_proto::point::sort_dedup(&mut all);
         let mut by_w: BTreeMap<i64, Vec<Point>> = BTreeMap::new();
-        for p in all { by_w.entry(p.ts.div_euclid(window)).or_default().push(p); }
+        // Window w is [boundary + w * window, boundary + (w + 1) * window).
+        for p in all { by_w.entry((p.ts - boundary).div_euclid(window)).or_default().push(p); }
         prop_assert_eq!(got.len(), by_w.len());
         for (g, (w, ps)) in got.iter().zip(&by_w) {
             let vals: Vec<f64> = ps.iter().map(|p| p.value).collect();
-            prop_assert_eq!(g.start, (w * window).max(range.start()));
-            prop_assert_eq!(g.end, ((w + 1) * window).min(range.end()));
+            prop_assert_eq!(g.start, (boundary + w * window).max(range.start()));
+            prop_assert_eq!(g.end, (boundary + (w + 1) * window).min(range.end()));
             prop_assert_eq!(g.count, ps.len() as u64);
             prop_assert_eq!(g.min, vals.iter().copied().fold(f64::INFINITY, f64::min));
             prop_assert_eq!(g.max, vals.iter().copied().fold(f64::NEG_INFINITY, f64::max));

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::block::xor;
 use timeshard_store::{DiskConfig, DiskStore, Store, StoreError};
@@ -451,7 +452,7 @@ fn day_and_year(
         r.runs.scan_points_per_s.push((n as f64 / secs) as u64);
 
         let start = Instant::now();
-        let w = store.aggregate(&key, day, minute)?;
+        let w = store.aggregate(&key, day, Grid::epoch(minute))?;
         r.runs.agg_day_1m_ms.push(start.elapsed().as_secs_f64() * 1e3);
         // Windows are aligned to the epoch; T0 is not on a minute boundary.
         let want = (day.end() - 1).div_euclid(minute) - day.start().div_euclid(minute) + 1;
@@ -462,7 +463,7 @@ fn day_and_year(
         // For comparison: the same windows computed from a raw read.
         let start = Instant::now();
         let raw = store.read(&key, day, None, usize::MAX)?;
-        let mut agg = timeshard_store::agg::Aggregator::new(day, minute);
+        let mut agg = timeshard_store::agg::Aggregator::new(day, Grid::epoch(minute));
         agg.push_points(&raw.points);
         let w2 = agg.finish();
         r.runs.agg_day_1m_from_raw_ms.push(start.elapsed().as_secs_f64() * 1e3);
@@ -507,7 +508,7 @@ fn day_and_year(
     let hour = 3_600_000_000_000;
     for _ in 0..opts.reps.max(3) {
         let start = Instant::now();
-        let w = store.aggregate(&key, year, hour)?;
+        let w = store.aggregate(&key, year, Grid::epoch(hour))?;
         r.runs.agg_year_1h_ms.push(start.elapsed().as_secs_f64() * 1e3);
         if w.iter().map(|w| w.count).sum::<u64>() != opts.year_points as u64 {
             return Err(BenchError::Check("year aggregate lost points".into()));

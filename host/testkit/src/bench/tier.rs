@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use timeshard_proto::class::{Replication, SeriesClass};
+use timeshard_proto::window::Grid;
 use timeshard_proto::{KeyFormat, Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::{DiskConfig, DiskStore, Store};
 use timeshard_tier::{Archive, Config};
@@ -468,14 +469,14 @@ async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
     let want = {
         let hot = Arc::clone(&hot);
         let key = key.clone();
-        tokio::task::spawn_blocking(move || hot.aggregate(&key, year, hour))
+        tokio::task::spawn_blocking(move || hot.aggregate(&key, year, Grid::epoch(hour)))
             .await
             .map_err(|e| BenchError::Check(e.to_string()))??
     };
     let cold = archive(&adir)?;
     for rep in 0..opts.reps.max(3) + 1 {
         let start = Instant::now();
-        let windows = cold.aggregate(&counter, &key, year, hour).await.map_err(tier)?;
+        let windows = cold.aggregate(&counter, &key, year, Grid::epoch(hour)).await.map_err(tier)?;
         let ms = round3(start.elapsed().as_secs_f64() * 1e3);
         let same = windows.len() == want.len()
             && windows.iter().zip(&want).all(|(a, b)| (a.start, a.count, a.digest) == (b.start, b.count, b.digest));
@@ -490,7 +491,7 @@ async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
         let (hot, key) = (Arc::clone(&hot), key.clone());
         let ms = tokio::task::spawn_blocking(move || -> Result<f64, BenchError> {
             let start = Instant::now();
-            hot.aggregate(&key, year, hour)?;
+            hot.aggregate(&key, year, Grid::epoch(hour))?;
             Ok(round3(start.elapsed().as_secs_f64() * 1e3))
         })
         .await

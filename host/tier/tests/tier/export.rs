@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, TimeRange};
 use timeshard_store::Store;
 use timeshard_tier::layout::Kind;
@@ -123,7 +124,7 @@ async fn late_data_is_exported_as_a_diff_and_merges() {
     want.push(later);
     timeshard_proto::point::sort_dedup(&mut want);
     assert_eq!(read_all(&archive, &class, &s, range, 100_000).await, want);
-    let windows = archive.aggregate(&class, &s, range, 10 * SEC).await.unwrap();
+    let windows = archive.aggregate(&class, &s, range, Grid::epoch(10 * SEC)).await.unwrap();
     assert_eq!(windows.iter().map(|w| w.count).sum::<u64>(), want.len() as u64);
     let w = windows.iter().find(|w| w.start == q.start).unwrap();
     assert_eq!(w.digest, timeshard_proto::point::set_digest(want.iter().filter(|p| q.contains(p.ts))));
@@ -185,7 +186,7 @@ async fn a_damaged_file_fails_its_queries_by_name_and_spares_the_others() {
     assert!(matches!(err, timeshard_tier::Error::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains(path.as_ref()), "the error names the file: {err}");
     // Whole-quantum aggregates of the damaged series still come from its manifest ...
-    let windows = reader.aggregate(&class, &a, range, 60 * SEC).await.unwrap();
+    let windows = reader.aggregate(&class, &a, range, Grid::epoch(60 * SEC)).await.unwrap();
     assert_eq!(windows.iter().map(|w| w.count).sum::<u64>(), 3_000);
     // ... and the other series is served in full.
     assert_eq!(read_all(&reader, &class, &b, range, 1_000).await, hot_read_all(&*hot_b, &b, range));

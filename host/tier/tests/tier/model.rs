@@ -9,6 +9,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
 use proptest::prelude::*;
 use timeshard_proto::point::{set_digest, sort_dedup};
+use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, QuantumLen, SeriesClass, TimeRange};
 use timeshard_store::{MemStore, Store, WindowAggregate};
 use timeshard_tier::Archive;
@@ -180,7 +181,7 @@ proptest! {
             let want: Vec<Point> = all.iter().filter(|p| range.contains(p.ts)).copied().collect();
             prop_assert_eq!(read_all(&archive, &class, &s, range, limit).await, want);
             let width = width_ms * 1_000_000;
-            let got = archive.aggregate(&class, &s, range, width).await.unwrap();
+            let got = archive.aggregate(&class, &s, range, Grid::epoch(width)).await.unwrap();
             let reference = naive(&all, &range, width);
             prop_assert_eq!(got.len(), reference.len());
             for (g, r) in got.iter().zip(&reference) {

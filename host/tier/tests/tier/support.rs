@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use timeshard_proto::class::{Replication, SeriesClass};
 use timeshard_proto::point::BlockPoints;
+use timeshard_proto::window::Grid;
 use timeshard_proto::{KeyFormat, Point, Quantum, QuantumLen, SeriesKey, TimeRange};
 use timeshard_store::{MemStore, Store};
 use timeshard_tier::{Archive, Config, RetryPolicy};
@@ -131,7 +132,8 @@ pub fn hot_read_all(hot: &dyn Store, series: &SeriesKey, range: TimeRange) -> Ve
     }
 }
 
-/// Asserts the archive's window aggregates equal the hot store's (sums to rounding).
+/// Asserts the archive's window aggregates equal the hot store's (sums to rounding), in
+/// windows of `width` aligned to the epoch and shifted off it.
 pub async fn assert_same_aggregates(
     archive: &Archive,
     hot: &dyn Store,
@@ -140,9 +142,22 @@ pub async fn assert_same_aggregates(
     range: TimeRange,
     width: i64,
 ) {
-    let cold = archive.aggregate(class, series, range, width).await.unwrap();
-    let want = hot.aggregate(series, range, width).unwrap();
-    assert_eq!(cold.len(), want.len(), "windows of {width} ns over {range:?}");
+    for grid in [Grid::epoch(width), Grid::new(width, width / 3 + 1)] {
+        same_aggregates(archive, hot, class, series, range, grid).await;
+    }
+}
+
+async fn same_aggregates(
+    archive: &Archive,
+    hot: &dyn Store,
+    class: &SeriesClass,
+    series: &SeriesKey,
+    range: TimeRange,
+    grid: Grid,
+) {
+    let cold = archive.aggregate(class, series, range, grid).await.unwrap();
+    let want = hot.aggregate(series, range, grid).unwrap();
+    assert_eq!(cold.len(), want.len(), "windows of {grid:?} over {range:?}");
     for (c, w) in cold.iter().zip(&want) {
         assert_eq!(
             (c.start, c.end, c.count, c.first_ts, c.last_ts, c.digest),
