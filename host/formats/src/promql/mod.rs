@@ -1,6 +1,7 @@
 //! PromQL, sans I/O: the parser ([`parse`]), the evaluator of the subset dashboards send
-//! ([`eval`]), the data it reads through a [`Source`], the answers of Prometheus' HTTP API
-//! ([`api`]), and the label sets that stand for series keys ([`labels`]).
+//! ([`eval`]), the data it reads through a [`Source`] (for instant vector selectors, one sample
+//! per step: [`thin`]), the answers of Prometheus' HTTP API ([`api`]), and the label sets that
+//! stand for series keys ([`labels`]).
 //!
 //! What the subset holds: instant and range vector selectors with `offset`; `rate`, `irate`,
 //! `increase`, `delta`, `deriv`; `avg|min|max|sum|count|last|stddev|stdvar|present_over_time`
@@ -24,6 +25,7 @@ mod lexer;
 pub mod matcher;
 mod parser;
 pub mod source;
+pub mod thin;
 pub mod window;
 
 use std::fmt;
@@ -34,6 +36,7 @@ pub use labels::{Labels, METRIC_NAME};
 pub use matcher::{MatchOp, Matcher};
 pub use parser::parse;
 pub use source::{MemorySource, SelectedSeries, SeriesId, Source, SourceError};
+pub use thin::{LastSamples, last_samples};
 
 /// The bounds on a query, from its text to its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,11 @@
 //! ([`promql::data_needed`]: each selector's matchers and time span), lists the matching series
 //! across the cluster (the metric name and exact labels pushed down, the other matchers checked
 //! here on the decoded labels), reads their points the way the SDK reads them into a
-//! [`MemorySource`], and evaluates against that on a blocking thread.
+//! [`MemorySource`], and evaluates against that on a blocking thread. When every selector is an
+//! instant vector selector with the same offset ([`promql::last_samples`]), it reads instead
+//! the last point of each window ending at a step, computed by the owners next to the data
+//! (window aggregates on a [`Grid`] whose windows end at the steps): the same answer, from one
+//! point per step and series.
 //!
 //! Bounds: a selector matches at most `[http] max_query_series` series, and one query reads at
 //! most `[http] max_query_points` points over all its series (past either, Prometheus' error of
@@ -31,9 +35,10 @@ use timeshard_formats::promql::api::{self, Answer};
 use timeshard_formats::promql::eval::Options;
 use timeshard_formats::promql::matcher::{matches_all, metric_name};
 use timeshard_formats::promql::source::{SelectedSeries, SeriesId, Source, SourceError};
-use timeshard_formats::promql::{self, EvalError, Labels, Limits, MatchOp, Matcher, MemorySource, Sample};
+use timeshard_formats::promql::{self, EvalError, Labels, LastSamples, Limits, MatchOp, Matcher, MemorySource, Sample};
 use timeshard_formats::remote_read::{self, ReadLimits, ResponseType};
 use timeshard_proto::time::{MAX_TIMESTAMP, MIN_TIMESTAMP};
+use timeshard_proto::window::{Grid, check_windows};
 use timeshard_proto::wire::{ErrorCode, SeriesFilter};
 use timeshard_proto::{Point, SeriesKey, TimeRange};
 
@@ -147,9 +152,7 @@ async fn samples(
     read: &AtomicUsize,
     max: usize,
 ) -> Result<Vec<Sample>, EvalError> {
-    let start = start_ms.saturating_mul(NS_PER_MS).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
-    let end = end_ms.saturating_mul(NS_PER_MS).saturating_add(NS_PER_MS - 1).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
-    let Ok(range) = TimeRange::new(start, end) else { return Ok(Vec::new()) };
+    let Some(range) = ms_range(start_ms, end_ms) else { return Ok(Vec::new()) };
     let mut out: Vec<Sample> = Vec::new();
     let mut reader = s.node.coordinator().read_columns(key.clone(), range, None, STREAM_PAGE_POINTS as usize);
     while let Some(batch) = reader.next().await {
@@ -159,14 +162,60 @@ async fn samples(
             Err(e) => return Err(EvalError::Source(SourceError::Failed(e.to_string()))),
         };
         if read.fetch_add(batch.len(), Ordering::Relaxed) + batch.len() > max {
-            return Err(EvalError::Execution(format!(
-                "the query reads more than {max} points ([http] max_query_points): narrow the time range or the \
-                 selectors"
-            )));
+            return Err(too_many_points(max));
         }
         push_points(&mut out, batch.points());
     }
     Ok(out)
+}
+
+/// The last sample of each of `windows` within `start_ms..=end_ms` of one series, computed by
+/// the owners; the windows count against `read` as points would, up to `max`.
+async fn last_samples(
+    s: &AppState,
+    key: &SeriesKey,
+    (start_ms, end_ms): (i64, i64),
+    grid: Grid,
+    read: &AtomicUsize,
+    max: usize,
+) -> Result<Vec<Sample>, EvalError> {
+    let Some(range) = ms_range(start_ms, end_ms) else { return Ok(Vec::new()) };
+    let windows = match s.node.coordinator().aggregate(key.clone(), range, grid).await {
+        Ok(windows) => windows,
+        Err(e) if e.code == ErrorCode::UnknownSeries => return Ok(Vec::new()),
+        Err(e) => return Err(EvalError::Source(SourceError::Failed(e.to_string()))),
+    };
+    if read.fetch_add(windows.len(), Ordering::Relaxed) + windows.len() > max {
+        return Err(too_many_points(max));
+    }
+    // Windows end on millisecond boundaries, so a window's last point is also the last of its
+    // millisecond, as `push_points` keeps it.
+    Ok(windows
+        .iter()
+        .filter(|w| w.count > 0)
+        .map(|w| Sample { t: w.last_ts.div_euclid(NS_PER_MS), v: w.last })
+        .collect())
+}
+
+/// The grid of `windows` in nanoseconds, if it makes few enough windows over `start_ms..=end_ms`.
+fn grid_of(windows: LastSamples, (start_ms, end_ms): (i64, i64)) -> Option<Grid> {
+    let width_ns = windows.width_ms.checked_mul(NS_PER_MS)?;
+    let origin = (i128::from(windows.boundary_ms) * i128::from(NS_PER_MS)).rem_euclid(i128::from(width_ns));
+    let grid = Grid::new(width_ns, i64::try_from(origin).ok()?);
+    check_windows(&ms_range(start_ms, end_ms)?, grid).ok().map(|_| grid)
+}
+
+/// `start_ms..=end_ms` in nanoseconds, within the timestamps a store holds.
+fn ms_range(start_ms: i64, end_ms: i64) -> Option<TimeRange> {
+    let start = start_ms.saturating_mul(NS_PER_MS).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
+    let end = end_ms.saturating_mul(NS_PER_MS).saturating_add(NS_PER_MS - 1).clamp(MIN_TIMESTAMP, MAX_TIMESTAMP);
+    TimeRange::new(start, end).ok()
+}
+
+fn too_many_points(max: usize) -> EvalError {
+    EvalError::Execution(format!(
+        "the query reads more than {max} points ([http] max_query_points): narrow the time range or the selectors"
+    ))
 }
 
 /// Appends points (sorted by time) as samples in milliseconds, the last point of a millisecond
@@ -182,8 +231,13 @@ fn push_points(out: &mut Vec<Sample>, points: impl IntoIterator<Item = Point>) {
 }
 
 /// Reads what the selectors need: the series each matches, each over the union of the spans
-/// asked of it.
-async fn fetch(s: &AppState, needs: &[(Vec<Matcher>, i64, i64)], limits: &Limits) -> Result<MemorySource, EvalError> {
+/// asked of it; with `windows`, only the last point of each.
+async fn fetch(
+    s: &AppState,
+    needs: &[(Vec<Matcher>, i64, i64)],
+    windows: Option<LastSamples>,
+    limits: &Limits,
+) -> Result<MemorySource, EvalError> {
     let mut spans: HashMap<SeriesKey, (Labels, i64, i64)> = HashMap::new();
     for (matchers, start, end) in needs {
         for (key, labels) in list_matching(s, matchers, limits.max_series).await? {
@@ -195,7 +249,11 @@ async fn fetch(s: &AppState, needs: &[(Vec<Matcher>, i64, i64)], limits: &Limits
     let read = &AtomicUsize::new(0);
     let max = s.config().max_query_points;
     let reads = spans.into_iter().map(|(key, (labels, start, end))| async move {
-        Ok::<_, EvalError>((labels, samples(s, &key, start, end, read, max).await?))
+        let samples = match windows.and_then(|w| grid_of(w, (start, end))) {
+            Some(grid) => last_samples(s, &key, (start, end), grid, read, max).await?,
+            None => samples(s, &key, start, end, read, max).await?,
+        };
+        Ok::<_, EvalError>((labels, samples))
     });
     let mut source = MemorySource::new();
     let mut results = futures::stream::iter(reads).buffer_unordered(SERIES_PARALLELISM);
@@ -223,7 +281,8 @@ async fn evaluate(
         .into_iter()
         .map(|(selector, start, end)| (selector.matchers.clone(), start, end))
         .collect();
-    let source = match fetch(s, &needs, &limits).await {
+    let windows = promql::last_samples(&expr, range, Options::default().lookback_ms);
+    let source = match fetch(s, &needs, windows, &limits).await {
         Ok(source) => source,
         Err(e) => return failed(e),
     };
@@ -397,8 +456,9 @@ async fn read(s: &AppState, body: &[u8]) -> Response {
     };
     let mut results = Vec::with_capacity(request.queries.len());
     for q in &request.queries {
+        // Raw samples: the remote reader evaluates over them itself.
         let needs = [(q.matchers.clone(), q.start_ms, q.end_ms)];
-        match fetch(s, &needs, &limits).await {
+        match fetch(s, &needs, None, &limits).await {
             Ok(source) => results.push(source),
             Err(e) => {
                 let status = match api::ApiError::from(e.clone()).kind.status() {
