@@ -256,7 +256,7 @@ async fn start(nodes: usize, dir: &Path, binary: &Path) -> Result<LocalCluster> 
 }
 
 /// Waits until node `addr`'s store sealed everything (its open points are 0), at most a minute.
-async fn wait_sealed(client: &mut HttpClient) -> Result<()> {
+pub(super) async fn wait_sealed(client: &mut HttpClient) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let text = client.get("/metrics").await?.text();

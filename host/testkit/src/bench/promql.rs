@@ -10,7 +10,8 @@
 //!   5-minute step.
 //!
 //! The counters' class has hour-long quanta (`[[class]] quantum = "1h"`), as the README
-//! advises for scraped data. Each figure is the median of `reps` timed runs after two untimed ones. VictoriaMetrics is
+//! advises for scraped data. Both sides are queried settled: the node once its store has
+//! sealed the day's blocks, VictoriaMetrics once flushed. Each figure is the median of `reps` timed runs after two untimed ones. VictoriaMetrics is
 //! asked with `nocache=1`, so neither side answers from a cache of earlier answers (timeshard
 //! keeps none); both sides answer the same number of series, which is checked. The binary is
 //! `$VICTORIA_METRICS_BIN`, or `victoria-metrics` (Debian's package) or
@@ -183,6 +184,9 @@ async fn start_victoria(bin: &Path, dir: &Path) -> Result<Victoria> {
 pub async fn measure(node: SocketAddr, token: &str, dir: &Path, seconds: i64, reps: usize) -> Result<Value> {
     let bodies = bodies(seconds);
     write_all(node, Some(token), &bodies).await?;
+    // Settled as VictoriaMetrics is below (flushed): the day's blocks sealed, not queried while
+    // the store is still compressing them.
+    super::http::wait_sealed(&mut HttpClient::connect(node, Some(token)).await?).await?;
     let ours = time_queries(node, Some(token), seconds, reps, "").await?;
     let victoria = victoria_metrics();
     let theirs = match &victoria {
