@@ -178,6 +178,15 @@ pub struct MaintenanceReport {
     pub more: bool,
 }
 
+/// A block a read found damaged ([`Store::take_damaged`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedBlock {
+    pub series: SeriesKey,
+    pub quantum: Quantum,
+    /// Its digest in the store's memory, what [`Store::drop_block`] expects.
+    pub digest: u64,
+}
+
 /// One page of a read.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ReadPage {
@@ -371,6 +380,14 @@ pub trait Store: Send + Sync + fmt::Debug {
         quantum_start: Timestamp,
         expected_digest: u64,
     ) -> Result<bool, StoreError>;
+
+    /// The blocks reads found damaged since the last call (a failed checksum, a frame past its
+    /// segment's end), each with the digest it holds now, for [`Store::drop_block`]: the node
+    /// drops such a copy when replicas hold the block, and anti-entropy fetches it again.
+    /// Blocks gone since are left out.
+    fn take_damaged(&self) -> Vec<DamagedBlock> {
+        Vec::new()
+    }
 
     /// Registered series a page at a time, with cursors as [`Store::list_blocks`]; cheap at any
     /// dictionary size (no sorting, bounded work per call).

@@ -4,18 +4,21 @@
 //! points. Restarted, node 2 restores every block from its peers (every owner holds every block
 //! again, with equal digests), and the bytes it fetched are close to the size of the damaged
 //! blocks, far from the size of its store. Every acknowledged point reads back through it.
+//! And a block a read found damaged (a flipped bit) is dropped and fetched again.
 
 use std::time::{Duration, Instant};
 
 use timeshard_clock::now_ns;
 use timeshard_node::NodeConfig;
 use timeshard_node::config::ClassConfig;
+use timeshard_proto::Point;
 use timeshard_proto::placement::block_bytes;
 use timeshard_proto::wire::BlockPoints;
 use timeshard_sdk::SeriesPoints;
 use timeshard_store::{DiskConfig, DiskStore, Store};
 use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 use timeshard_testkit::datasets;
+use timeshard_testkit::inspect::Inspector;
 use timeshard_testkit::ledger::{self, Ledger, LiveWriter};
 
 use crate::NODE;
@@ -132,5 +135,107 @@ async fn anti_entropy_restores_damaged_blocks_streaming_about_what_differed() ->
     assert_eq!(read.missing, 0, "{read:?}");
     println!("all {} acknowledged points read back through node {DAMAGED}", read.checked);
     assert_eq!(cluster.shutdown().await?, NODES);
+    Ok(())
+}
+
+/// A bit flipped inside one sealed block of one replica (3 node processes, RF 3): the node
+/// serves that block as damaged, and once a read has found it, the node drops its copy and
+/// fetches it again from the other owners (issue 24: its digest in memory still matched
+/// theirs, so anti-entropy alone never did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_a_read_found_damaged_is_fetched_again_from_a_replica() -> anyhow::Result<()> {
+    const SEC: i64 = 1_000_000_000;
+    const QUANTUM: i64 = 60 * SEC;
+    let class = || ClassConfig {
+        name: "all".into(),
+        rf: 3,
+        w: 2,
+        r: 2,
+        quantum: Duration::from_secs(60),
+        ..ClassConfig::default()
+    };
+    let (mut options, _dir) = ClusterOptions::for_tests(3, NODE);
+    options.classes = vec![class()];
+    let mut cluster = LocalCluster::start_converged(options).await?;
+    let len = timeshard_proto::QuantumLen::new(QUANTUM)?;
+    // 8 historical series of 10 one-minute blocks, 12 points each.
+    let series = |i: usize| -> timeshard_proto::SeriesKey { format!("disk.rep{{n={i}}}").parse().expect("valid key") };
+    let mut written = std::collections::BTreeMap::new();
+    let client = cluster.client(0).await?;
+    for i in 0..8 {
+        let start = datasets::T0 - datasets::T0 % QUANTUM;
+        let points: Vec<Point> =
+            (0..120).map(|k| Point::new(start + k * 5 * SEC, (i * 1000 + k as usize) as f64)).collect();
+        for p in &points {
+            written.entry((i, len.quantum_of(p.ts))).or_insert_with(Vec::new).push(*p);
+        }
+        client.write_batch(vec![SeriesPoints { series: series(i), points }]).await?;
+    }
+    client.close().await;
+    // W = 2: node 2's copies may still be on the way.
+    let addr = cluster.contacts()[DAMAGED].addr;
+    let mut inspector = Inspector::new(&cluster).await?;
+    let deadline = Instant::now() + RESTORE_WITHIN;
+    for ((i, q), points) in &written {
+        while inspector.block(addr, &series(*i), *q).await.ok().as_ref() != Some(points) {
+            assert!(Instant::now() < deadline, "node {DAMAGED} never held series {i} at {}", q.start);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    inspector.close().await;
+
+    // Node 2's copies sealed into block segments, then a bit flipped a third into the largest.
+    assert!(cluster.terminate(DAMAGED).await?, "node {DAMAGED} stops cleanly");
+    let store_dir = cluster.data_dir(DAMAGED).join("store");
+    {
+        let store = DiskStore::open(&store_dir, DiskConfig::default())?;
+        while store.maintain(now_ns())?.more {}
+        anyhow::ensure!(store.stats().sealed_blocks >= written.len() as u64, "{:?}", store.stats());
+    }
+    let segments = std::fs::read_dir(store_dir.join("blocks"))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"));
+    let seg = segments.max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).expect("a block segment");
+    let mut bytes = std::fs::read(&seg)?;
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&seg, bytes)?;
+    cluster.restart(DAMAGED).await?;
+
+    // Ask node 2 for each of its blocks, as a peer does: the damaged one fails.
+    let mut inspector = Inspector::new(&cluster).await?;
+    let mut failed = Vec::new();
+    for ((i, q), points) in &written {
+        match inspector.block(addr, &series(*i), *q).await {
+            Ok(got) => assert_eq!(&got, points, "an intact block of series {i} at {}", q.start),
+            Err(e) => failed.push(format!("series {i} at {}: {e:#}", q.start)),
+        }
+    }
+    println!("a bit flipped at {at} of {} damaged {} block(s): {failed:#?}", seg.display(), failed.len());
+    assert!(!failed.is_empty() && failed.len() <= 2, "one flipped bit damages one block (or two): {failed:#?}");
+
+    // Within a few anti-entropy rounds, node 2 holds every block whole again.
+    let found = Instant::now();
+    loop {
+        let mut differ = 0;
+        for ((i, q), points) in &written {
+            if inspector.block(addr, &series(*i), *q).await.ok().as_ref() != Some(points) {
+                differ += 1;
+            }
+        }
+        if differ == 0 {
+            break;
+        }
+        assert!(found.elapsed() < RESTORE_WITHIN, "{differ} block(s) of node {DAMAGED} still damaged or missing");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = std::fs::read_to_string(cluster.log(DAMAGED))?;
+    assert!(log.contains("dropped a damaged copy of a block"), "node {DAMAGED} says what it did");
+    println!(
+        "node {DAMAGED} fetched its damaged block(s) again {:.1} s after a read found them",
+        found.elapsed().as_secs_f64()
+    );
+    inspector.close().await;
+    assert_eq!(cluster.shutdown().await?, 3);
     Ok(())
 }

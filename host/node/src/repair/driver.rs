@@ -87,6 +87,8 @@ impl Repair {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
+            // A copy found damaged goes first, so this round fetches it again.
+            self.drop_damaged().await;
             last_round = instant();
             let complete = self.round(&stop).await;
             let now = instant();

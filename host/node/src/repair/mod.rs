@@ -21,8 +21,11 @@
 //!   a copy once every owner confirmed it by digest; a graceful leave is a handoff of
 //!   everything.
 //! - [`read_repair`]: the task that sends the queued read repairs.
+//! - `damaged`: dropping a copy a read found damaged, when replicas hold the block, so the
+//!   next round fetches it again.
 
 pub mod alone;
+mod damaged;
 pub mod driver;
 pub mod handoff;
 pub mod inventory;

@@ -34,8 +34,8 @@ use timeshard_proto::window::{Grid, check_windows, merge_windows};
 use timeshard_proto::{Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
 use timeshard_store::agg::Aggregator;
 use timeshard_store::{
-    BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, RetentionRule, SeriesPage, Store, StoreError,
-    WindowAggregate, WriteStats,
+    BlockInfo, BlockPage, DamagedBlock, ListCursor, MaintenanceReport, ReadPage, RetentionRule, SeriesPage, Store,
+    StoreError, WindowAggregate, WriteStats,
 };
 use timeshard_tier::ArchivedBlock;
 
@@ -287,6 +287,10 @@ impl Store for TieredStore {
         expected_digest: u64,
     ) -> Result<bool, StoreError> {
         self.hot().drop_block(series, quantum_start, expected_digest)
+    }
+
+    fn take_damaged(&self) -> Vec<DamagedBlock> {
+        self.hot().take_damaged()
     }
 
     fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError> {

@@ -78,6 +78,12 @@ impl Settle {
         dropped || mine_new
     }
 
+    /// Takes the loss of a copy this node owns (a damaged block dropped to be fetched again):
+    /// it lacks that block until a catch-up round has pulled it.
+    pub fn on_copy_lost(&mut self, now: Instant) {
+        self.since = Some(self.since.map_or(now, |s| s.max(now)));
+    }
+
     /// When a round may start that would settle the node (`None` when it is settled).
     pub fn catch_up_at(&self) -> Option<Instant> {
         self.since.map(|s| s + self.delay)
@@ -172,6 +178,20 @@ mod tests {
         assert_eq!(s.catch_up_at(), Some(t0 + delay));
         assert!(s.round_completed(t0 + Duration::from_secs(6), true));
         assert!(s.catch_up_at().is_none());
+    }
+
+    #[test]
+    fn a_lost_copy_unsettles_a_node_until_a_later_catch_up_round() {
+        let t0 = Instant::now();
+        let delay = Duration::from_secs(5);
+        let mut s = Settle::new(delay, t0);
+        assert!(s.round_completed(t0 + delay, true));
+        let lost = t0 + Duration::from_secs(60);
+        s.on_copy_lost(lost);
+        assert!(!s.is_settled());
+        assert!(!s.round_completed(lost, true), "the round that pulls it right away does not settle yet");
+        assert_eq!(s.catch_up_at(), Some(lost + delay));
+        assert!(s.round_completed(lost + delay, true));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use timeshard_proto::{PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 use super::{Block, DiskStore, Frames, Series, State, difference, digest_of};
 use crate::index::Edit;
-use crate::{BlockInfo, BlockPage, LIST_SCAN_SLACK, ListCursor, ReadPage, SeriesPage, StoreError};
+use crate::{BlockInfo, BlockPage, DamagedBlock, LIST_SCAN_SLACK, ListCursor, ReadPage, SeriesPage, StoreError};
 
 /// How long a drop waits for writes logged before it to be applied.
 const DRAIN_WAIT: Duration = Duration::from_secs(5);
@@ -97,6 +97,22 @@ impl DiskStore {
         let range = TimeRange::new(q.start, q.end())
             .map_err(|e| StoreError::InvalidInput(format!("block {start} of {series}: {e}")))?;
         self.read_page(series, range, after, limit)
+    }
+
+    /// [`crate::Store::take_damaged`]: the damaged blocks recorded by reads, with the digests
+    /// they hold now; those gone since are left out.
+    pub(super) fn take_damaged_blocks(&self) -> Vec<DamagedBlock> {
+        let taken = std::mem::take(&mut *self.damaged.lock().expect("damaged lock"));
+        let st = self.read_state();
+        taken
+            .into_iter()
+            .filter_map(|(id, start)| {
+                let s = st.series.get(&id)?;
+                let b = s.blocks.get(&start)?;
+                let quantum = s.quantum?.quantum_of(start);
+                Some(DamagedBlock { series: s.key.clone(), quantum, digest: count_and_digest(b).1 })
+            })
+            .collect()
     }
 
     /// [`crate::Store::drop_block`]. Under the maintenance lock, so frames do not change while

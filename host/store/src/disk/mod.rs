@@ -63,7 +63,6 @@ use timeshard_proto::point::BlockPoints;
 use timeshard_proto::window::Grid;
 use timeshard_proto::{Point, PointKey, QuantumLen, SeriesKey, TimeRange, Timestamp};
 
-use crate::PackedBlock;
 use crate::agg::WindowAggregate;
 use crate::backend::{Backend, FileBackend};
 use crate::block::{self, Codec};
@@ -73,6 +72,7 @@ use crate::{
     BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, SeriesFilter, SeriesPage, Store, StoreError,
     WriteStats,
 };
+use crate::{DamagedBlock, PackedBlock};
 
 pub use quota::{OPEN_POINT_BYTES, QuotaRule, QuotaUse};
 pub use retain::RetentionRule;
@@ -455,6 +455,9 @@ pub struct DiskStore {
     open_copied: AtomicU64,
     series_walked: AtomicU64,
     summaries_used: AtomicU64,
+    /// Blocks a read found damaged (series id, quantum start), until the node takes them
+    /// ([`Store::take_damaged`]) to have them fetched again from a replica.
+    damaged: Mutex<BTreeSet<(u32, i64)>>,
 }
 
 impl fmt::Debug for DiskStore {
@@ -556,6 +559,7 @@ impl DiskStore {
             opened_at: AtomicI64::new(i64::MIN),
             decoded: AtomicU64::new(0),
             packed_sent: AtomicU64::new(0),
+            damaged: Mutex::default(),
             open_copied: AtomicU64::new(0),
             series_walked: AtomicU64::new(0),
             summaries_used: AtomicU64::new(0),
@@ -691,6 +695,10 @@ impl Store for DiskStore {
         limit: usize,
     ) -> Result<ReadPage, StoreError> {
         self.read_block_page(series, quantum_start, after, limit)
+    }
+
+    fn take_damaged(&self) -> Vec<DamagedBlock> {
+        self.take_damaged_blocks()
     }
 
     fn drop_block(

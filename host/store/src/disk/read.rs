@@ -323,6 +323,7 @@ impl DiskStore {
 
     /// The error for a damaged frame at `loc`, saying which block and what to do.
     fn corrupt(&self, id: u32, start: i64, loc: &Loc, why: String) -> Load {
+        self.damaged.lock().expect("damaged lock").insert((id, start));
         let key = self.read_state().series.get(&id).map_or_else(|| format!("id {id}"), |s| s.key.to_string());
         Load::Err(StoreError::Corrupt(format!(
             "the block of {key} at quantum {start} ({}, offset {}, {} bytes) is damaged: {why}; \

@@ -97,6 +97,38 @@ fn a_corrupt_block_is_reported_and_everything_else_still_served() {
     assert!(late.is_err(), "the block is still damaged, and says so");
 }
 
+/// A block a read found damaged is listed once by `take_damaged`, with the digest it holds, so
+/// the node can drop it and fetch a replica's copy; once dropped and written again it reads
+/// whole, across a restart (issue 24: a damaged owned block was never fetched again).
+#[test]
+fn a_damaged_block_is_reported_once_and_can_be_replaced() {
+    let disk = FaultyDisk::new();
+    let store = open(&disk, DiskConfig { block_segment_bytes: 1 << 20, ..small_config() });
+    let a: SeriesKey = "damaged{s=a}".parse().unwrap();
+    store.write(&blocks(&a, qlen(), &pts(0, 30))).unwrap();
+    settle(&store, i64::MAX / 2);
+    assert!(store.take_damaged().is_empty(), "nothing read damaged yet");
+    let (seg, _) = disk.files().into_iter().find(|(n, _)| n.starts_with("blocks/")).unwrap();
+    disk.corrupt(&seg, 40, 0x5a);
+    let first_q = TimeRange::new(0, 1_000_000).unwrap();
+    assert!(matches!(store.read(&a, first_q, None, 100), Err(StoreError::Corrupt(_))));
+    assert!(store.read(&a, first_q, None, 100).is_err(), "read twice, reported once");
+    let damaged = store.take_damaged();
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert_eq!((&damaged[0].series, damaged[0].quantum), (&a, qlen().quantum_of(0)));
+    assert!(store.take_damaged().is_empty(), "taken");
+    // The node drops it by that digest, and a replica's copy comes back.
+    assert!(store.drop_block(&a, 0, damaged[0].digest).unwrap());
+    let replica: Vec<Point> = pts(0, 10);
+    store.write(&blocks(&a, qlen(), &replica)).unwrap();
+    settle(&store, i64::MAX / 2);
+    assert_eq!(store.read(&a, first_q, None, 100).unwrap().points, replica);
+    drop(store);
+    let store = open(&disk, small_config());
+    assert_eq!(store.read(&a, first_q, None, 100).unwrap().points, replica, "across a restart");
+    assert_eq!(read_all(&store, &a, 100).len(), 30, "the other quanta untouched");
+}
+
 /// A misdirected seal (the append reported success, its bytes went elsewhere) leaves the
 /// index pointing past the segment's end: that block is damaged, as a failed checksum is, so
 /// repair leaves it out and takes it from a replica (issue 24, seed 1005), not a passing I/O

@@ -1,0 +1,62 @@
+//! Damaged copies fetched again. A block that a read found damaged here (a failed checksum, a
+//! frame past its segment's end) is left out of what this node serves, but its digest in
+//! memory still matches the replicas', so anti-entropy alone would never fetch it again
+//! (issue 24). Before each round the driver drops such a copy, by the digest it holds, when
+//! another owner holds the block, and unsettles this node until a catch-up round has pulled
+//! it: the round that follows fetches the replicas' copy. A block no other member owns is
+//! kept: its intact frames still read.
+
+use timeshard_proto::repair::BlockRef;
+use tracing::warn;
+
+use super::Repair;
+
+impl Repair {
+    /// Drops the damaged copies reads found since the last call that another owner holds;
+    /// returns how many.
+    pub(super) async fn drop_damaged(&self) -> usize {
+        let store = self.store.clone();
+        let damaged = match timeshard_clock::spawn_blocking(move || store.take_damaged()).await {
+            Ok(d) if !d.is_empty() => d,
+            _ => return 0,
+        };
+        let inv = match self.inventory().await {
+            Ok(inv) => inv,
+            Err(e) => {
+                warn!(blocks = damaged.len(), error = %e, "cannot place damaged blocks; kept as they are");
+                return 0;
+            }
+        };
+        let classes = self.coordinator.classes();
+        let mut dropped = 0;
+        for d in damaged {
+            let block = BlockRef::Points { series: d.series.clone(), quantum: d.quantum };
+            let owners = inv.place(&block, &classes).unwrap_or_default();
+            if !owners.iter().any(|c| c.id != self.me.id) {
+                warn!(series = %d.series, quantum = d.quantum.start, "a damaged block no other member owns is kept");
+                continue;
+            }
+            let store = self.store.clone();
+            let (series, start, digest) = (d.series.clone(), d.quantum.start, d.digest);
+            match timeshard_clock::spawn_blocking(move || store.drop_block(&series, start, digest)).await {
+                Ok(Ok(true)) => {
+                    dropped += 1;
+                    warn!(
+                        series = %d.series,
+                        quantum = d.quantum.start,
+                        "dropped a damaged copy of a block; anti-entropy fetches it from a replica"
+                    );
+                }
+                // Written or dropped since: the next read that finds it damaged reports it again.
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => warn!(series = %d.series, error = %e, "cannot drop a damaged block"),
+                Err(e) => warn!(error = %e, "dropping a damaged block failed"),
+            }
+        }
+        if dropped > 0 {
+            self.settle().on_copy_lost(timeshard_clock::instant());
+            self.state.set_settled(false);
+        }
+        dropped
+    }
+}
