@@ -189,3 +189,12 @@ fn seed_1046_an_owner_cut_off_by_a_partition_does_not_settle() {
 fn seed_3021_a_flipped_bit_in_format_does_not_keep_a_node_down() {
     passes_and_plans(3021, "flips a bit on a disk", |a| matches!(a, Action::BitFlip(_)));
 }
+
+/// A flipped bit damaged a block on node 1, and late points that could not merge into it stayed
+/// in memory: its digest in memory matched no replica's, and the copy was never fetched again
+/// (reads left it out). A block a read found damaged is now dropped, its unsealed points kept,
+/// and fetched again from a replica (`repair::damaged`, `Store::drop_damaged`).
+#[test]
+fn seed_10059_a_damaged_block_is_fetched_again_from_a_replica() {
+    passes_and_plans(10059, "flips a bit on a disk", |a| matches!(a, Action::BitFlip(_)));
+}

@@ -183,8 +183,6 @@ pub struct MaintenanceReport {
 pub struct DamagedBlock {
     pub series: SeriesKey,
     pub quantum: Quantum,
-    /// Its digest in the store's memory, what [`Store::drop_block`] expects.
-    pub digest: u64,
 }
 
 /// One page of a read.
@@ -382,11 +380,18 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<bool, StoreError>;
 
     /// The blocks reads found damaged since the last call (a failed checksum, a frame past its
-    /// segment's end), each with the digest it holds now, for [`Store::drop_block`]: the node
-    /// drops such a copy when replicas hold the block, and anti-entropy fetches it again.
-    /// Blocks gone since are left out.
+    /// segment's end): the node drops such a copy ([`Store::drop_damaged`]) when replicas
+    /// hold the block, and anti-entropy fetches it again. Blocks gone since are left out.
     fn take_damaged(&self) -> Vec<DamagedBlock> {
         Vec::new()
+    }
+
+    /// Drops damaged block (`series`, `quantum_start`) whatever its digest, durably, keeping
+    /// the points it holds in memory (not yet sealed, or late ones its damaged frames kept from
+    /// merging): only what was unreadable goes. Returns whether it was held.
+    fn drop_damaged(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<bool, StoreError> {
+        let _ = (series, quantum_start);
+        Ok(false)
     }
 
     /// Registered series a page at a time, with cursors as [`Store::list_blocks`]; cheap at any

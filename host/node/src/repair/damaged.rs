@@ -1,10 +1,10 @@
 //! Damaged copies fetched again. A block that a read found damaged here (a failed checksum, a
 //! frame past its segment's end) is left out of what this node serves, but its digest in
 //! memory still matches the replicas', so anti-entropy alone would never fetch it again
-//! (issue 24). Before each round the driver drops such a copy, by the digest it holds, when
-//! another owner holds the block, and unsettles this node until a catch-up round has pulled
-//! it: the round that follows fetches the replicas' copy. A block no other member owns is
-//! kept: its intact frames still read.
+//! (issue 24). Before each round the driver drops such a copy (its damaged frames; the points
+//! it holds in memory stay) when another owner holds the block, and unsettles this node until
+//! a catch-up round has pulled it: the round that follows fetches the replicas' copy. A block
+//! no other member owns is kept: its intact frames still read.
 
 use timeshard_proto::repair::BlockRef;
 use tracing::warn;
@@ -37,8 +37,8 @@ impl Repair {
                 continue;
             }
             let store = self.store.clone();
-            let (series, start, digest) = (d.series.clone(), d.quantum.start, d.digest);
-            match timeshard_clock::spawn_blocking(move || store.drop_block(&series, start, digest)).await {
+            let (series, start) = (d.series.clone(), d.quantum.start);
+            match timeshard_clock::spawn_blocking(move || store.drop_damaged(&series, start)).await {
                 Ok(Ok(true)) => {
                     dropped += 1;
                     warn!(
@@ -47,7 +47,7 @@ impl Repair {
                         "dropped a damaged copy of a block; anti-entropy fetches it from a replica"
                     );
                 }
-                // Written or dropped since: the next read that finds it damaged reports it again.
+                // Gone since.
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => warn!(series = %d.series, error = %e, "cannot drop a damaged block"),
                 Err(e) => warn!(error = %e, "dropping a damaged block failed"),

@@ -293,6 +293,10 @@ impl Store for TieredStore {
         self.hot().take_damaged()
     }
 
+    fn drop_damaged(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<bool, StoreError> {
+        self.hot().drop_damaged(series, quantum_start)
+    }
+
     fn list_registered(&self, after: Option<ListCursor>, limit: usize) -> Result<SeriesPage, StoreError> {
         self.hot().list_registered(after, limit)
     }

@@ -6,7 +6,8 @@ use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use timeshard_proto::{PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
+use timeshard_proto::point::BlockPoints;
+use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
 use super::{Block, DiskStore, Frames, Series, State, difference, digest_of};
 use crate::index::Edit;
@@ -99,8 +100,8 @@ impl DiskStore {
         self.read_page(series, range, after, limit)
     }
 
-    /// [`crate::Store::take_damaged`]: the damaged blocks recorded by reads, with the digests
-    /// they hold now; those gone since are left out.
+    /// [`crate::Store::take_damaged`]: the damaged blocks recorded by reads; those gone since
+    /// are left out.
     pub(super) fn take_damaged_blocks(&self) -> Vec<DamagedBlock> {
         let taken = std::mem::take(&mut *self.damaged.lock().expect("damaged lock"));
         let st = self.read_state();
@@ -108,9 +109,8 @@ impl DiskStore {
             .into_iter()
             .filter_map(|(id, start)| {
                 let s = st.series.get(&id)?;
-                let b = s.blocks.get(&start)?;
-                let quantum = s.quantum?.quantum_of(start);
-                Some(DamagedBlock { series: s.key.clone(), quantum, digest: count_and_digest(b).1 })
+                s.blocks.get(&start)?;
+                Some(DamagedBlock { series: s.key.clone(), quantum: s.quantum?.quantum_of(start) })
             })
             .collect()
     }
@@ -126,17 +126,46 @@ impl DiskStore {
         start: Timestamp,
         expected: u64,
     ) -> Result<bool, StoreError> {
+        Ok(self.drop_block_where(series, start, Some(expected))?.is_some())
+    }
+
+    /// [`crate::Store::drop_damaged`]: drops the block whatever it holds, then writes back the
+    /// points it held in memory (readable, and logged again after the drop, so they stay):
+    /// only its damaged sealed frames go, for a replica's copy to replace.
+    pub(super) fn drop_damaged_block(&self, series: &SeriesKey, start: Timestamp) -> Result<bool, StoreError> {
+        let Some((quantum, open)) = self.drop_block_where(series, start, None)? else { return Ok(false) };
+        if !open.is_empty() {
+            crate::Store::write(self, &[BlockPoints { series: series.clone(), quantum, points: open }])?;
+        }
+        Ok(true)
+    }
+
+    /// Drops block `start` of `series` if its digest is `expected` (and settled), or whatever
+    /// it holds without one; returns its quantum and the open points dropped with it.
+    fn drop_block_where(
+        &self,
+        series: &SeriesKey,
+        start: Timestamp,
+        expected: Option<u64>,
+    ) -> Result<Option<(Quantum, Vec<Point>)>, StoreError> {
         let mut m = self.lock_maint();
         let Some(&id) = self.read_state().ids.get(series) else {
-            return Ok(false);
+            return Ok(None);
         };
         let matches = |st: &State| {
-            st.series.get(&id).and_then(|s| s.blocks.get(&start)).is_some_and(|b| {
-                !b.overlap && !b.open_overlap && count_and_digest(b).0 > 0 && count_and_digest(b).1 == expected
+            st.series.get(&id).and_then(|s| s.blocks.get(&start)).is_some_and(|b| match expected {
+                Some(expected) => {
+                    !b.overlap && !b.open_overlap && count_and_digest(b).0 > 0 && count_and_digest(b).1 == expected
+                }
+                None => true,
             })
         };
+        let Some(quantum) = self.read_state().series.get(&id).and_then(|s| s.quantum).map(|q| q.quantum_of(start))
+        else {
+            return Ok(None);
+        };
         if !matches(&self.read_state()) {
-            return Ok(false);
+            return Ok(None);
         }
         let boundary = self.wal.rotate_boundary();
         let deadline = Instant::now() + DRAIN_WAIT;
@@ -153,7 +182,7 @@ impl DiskStore {
         let open = {
             let st = self.read_state();
             if !matches(&st) {
-                return Ok(false);
+                return Ok(None);
             }
             st.series[&id].blocks[&start].open.clone()
         };
@@ -163,7 +192,7 @@ impl DiskStore {
         let d = st.drops.entry((id, start)).or_default();
         *d = (*d).max(boundary);
         let Some(mut b) = st.series.get_mut(&id).and_then(|s| s.blocks.remove(&start)) else {
-            return Ok(true);
+            return Ok(Some((quantum, open)));
         };
         st.blocks -= 1;
         st.forget_block(id, start, &b);
@@ -180,7 +209,7 @@ impl DiskStore {
             st.series.get_mut(&id).expect("held above").blocks.insert(start, b);
             st.blocks += 1;
         }
-        Ok(true)
+        Ok(Some((quantum, open)))
     }
 
     /// One page of [`crate::Store::list_registered`]: by series number.

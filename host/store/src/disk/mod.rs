@@ -701,6 +701,10 @@ impl Store for DiskStore {
         self.take_damaged_blocks()
     }
 
+    fn drop_damaged(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<bool, StoreError> {
+        self.drop_damaged_block(series, quantum_start)
+    }
+
     fn drop_block(
         &self,
         series: &SeriesKey,
