@@ -10,6 +10,11 @@
 //! placement order (a location change moves CoI owners anywhere among them). A node always
 //! answers itself (its own certificate, as the inspection tools use it).
 //!
+//! A read that counts this node as an in-CoI owner (`in_coi`) is answered settled only if this
+//! node's own view agrees ([`vouches_in_coi`]): after a location change the asker may know of
+//! it before this node does, and this node's settledness then speaks for blocks it does not
+//! know it owns (issue 24, simulation seed 10201).
+//!
 //! Not covered here: index blocks of the quantum index, which are placed by the series they
 //! index (the replica cannot place them from the block alone) and pass; client reads
 //! (`Fetch` and the like), which any coordinator may send to the owners until clients carry
@@ -18,7 +23,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use timeshard_proto::placement::{self, Target};
-use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply};
+use timeshard_proto::wire::{BlockPoints, ErrorCode, ErrorReply, Request, Response};
 use timeshard_proto::{Classes, Id, Quantum, SeriesKey, key};
 
 use crate::membership::View;
@@ -129,6 +134,55 @@ pub fn check_registrations(
     Ok(())
 }
 
+/// The series and quanta a read request from a strict in-CoI read asks about (`in_coi`), or
+/// `None` for any other request.
+pub fn asked_in_coi(req: &Request) -> Option<(&SeriesKey, Vec<Quantum>)> {
+    match req {
+        Request::Fetch { series, quantum, in_coi: true, .. } => Some((series, vec![*quantum])),
+        Request::FetchWindows { series, parts, in_coi: true, .. }
+        | Request::Summarize { series, parts, in_coi: true, .. } => {
+            Some((series, parts.iter().map(|p| p.quantum).collect()))
+        }
+        Request::FetchParts { series, parts, in_coi: true, .. } => {
+            Some((series, parts.iter().map(|p| p.part.quantum).collect()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether this node (`me`) may answer settled to a read that counts it as an in-CoI owner of
+/// the blocks of `series` at `quanta`: its own view must place it among their in-CoI owners
+/// too. Index blocks pass (they are placed by the series they index, which the replica cannot
+/// tell from the block); a series this node cannot place, or places outside any CoI (the
+/// class tables differ for a moment), does not.
+pub fn vouches_in_coi(view: &View, classes: &Classes, me: Id, series: &SeriesKey, quanta: &[Quantum]) -> bool {
+    if key::indexed_series_hash(series).is_some() {
+        return true;
+    }
+    let class = classes.of(series);
+    quanta.iter().all(|q| {
+        let Ok(target) = placement::target(series, key::block_id(class.format, series, q), class) else {
+            return false;
+        };
+        if target.site.is_none() {
+            return false;
+        }
+        let placed = view.owners_of(&target);
+        placed.owners.iter().take(placed.synchronous).any(|c| c.id == me)
+    })
+}
+
+/// Marks a read answer unsettled (see [`vouches_in_coi`]).
+pub fn unsettle(resp: &mut Response) {
+    match resp {
+        Response::Points { settled, .. }
+        | Response::BlockWindows { settled, .. }
+        | Response::Partials { settled, .. }
+        | Response::PartPages { settled, .. } => *settled = false,
+        _ => {}
+    }
+}
+
 /// The refusal of a bulk read or listing of a block placement does not give to `peer`.
 pub fn not_the_askers(kind: Checked, peer: &Id, series: &SeriesKey, quantum: Option<&Quantum>) -> ErrorReply {
     let what = match quantum {
@@ -204,5 +258,68 @@ mod tests {
         let series = key::quantum_index_series(&"m".parse().unwrap());
         let q = QuantumLen::new(10_000_000_000).unwrap().quantum_of(0);
         assert!(block_target(&Classes::default(), &series, &q).is_none());
+    }
+
+    /// Issue 24, seed 10201: a member answers a read that counts it as an in-CoI owner settled
+    /// only if its own view makes it one; an out-of-CoI owner or a member placement does not
+    /// name (its view not yet showing a location change) does not vouch.
+    #[test]
+    fn only_a_member_its_own_view_makes_an_in_coi_owner_vouches_for_an_in_coi_read() {
+        use timeshard_proto::class::{Coi, SeriesClass};
+        // Twelve members, six near Atlanta and six in Seattle.
+        let located = |i: u16| {
+            let c = contact(i);
+            let mut m = Member::new(c.id, c.addr, 1);
+            m.location = Some(if i % 2 == 0 { (33.75, -84.39) } else { (47.6, -122.3) });
+            GossipEntry { member: m, age_ms: 0, proof: None, seen_at: None }
+        };
+        let view = View::for_tests(contact(0), (1..12).map(located));
+        view.set_location(Some(timeshard_proto::geo::GeoPoint::new(33.75, -84.39).unwrap()));
+        let coi = Coi {
+            n_in: 2,
+            n_out: 1,
+            in_coi_m: 50_000,
+            out_coi_m: 1_000_000,
+            coi_size_m: 50_000,
+            precision: 5,
+            location: None,
+        };
+        let class = SeriesClass {
+            name: "traffic".into(),
+            metric_prefix: "traffic.".into(),
+            coi: Some(coi),
+            ..Default::default()
+        };
+        let classes = Classes::new(vec![class]).unwrap();
+        let series: SeriesKey = "traffic.speed{geohash=dn5bpsb}".parse().unwrap();
+        let quantum = QuantumLen::new(10_000_000_000).unwrap().quantum_of(0);
+        let class = classes.of(&series);
+        let target = placement::target(&series, key::block_id(class.format, &series, &quantum), class).unwrap();
+        let placed = view.owners_of(&target);
+        assert_eq!((placed.synchronous, placed.owners.len()), (2, 3));
+        let vouches = |id: Id| vouches_in_coi(&view, &classes, id, &series, &[quantum]);
+        for c in &placed.owners[..2] {
+            assert!(vouches(c.id), "an in-CoI owner vouches");
+        }
+        assert!(!vouches(placed.owners[2].id), "an out-of-CoI owner does not");
+        let other = (0..12).map(contact).find(|c| !placed.owners.contains(c)).unwrap();
+        assert!(!vouches(other.id), "a member placement does not name does not");
+        // Index blocks cannot be placed from the block alone and pass.
+        let index = key::quantum_index_series(&series);
+        assert!(vouches_in_coi(&view, &classes, other.id, &index, &[quantum]));
+        // Only strict in-CoI reads are checked, and a read answer is unsettled by `unsettle`.
+        let fetch = |in_coi| Request::Fetch {
+            series: series.clone(),
+            quantum,
+            range: quantum.range(),
+            after: None,
+            limit: 1,
+            in_coi,
+        };
+        assert!(asked_in_coi(&fetch(false)).is_none());
+        assert_eq!(asked_in_coi(&fetch(true)).map(|(_, q)| q), Some(vec![quantum]));
+        let mut resp = Response::Points { points: Vec::new(), more: false, settled: true };
+        unsettle(&mut resp);
+        assert!(matches!(resp, Response::Points { settled: false, .. }));
     }
 }

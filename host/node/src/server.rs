@@ -220,7 +220,7 @@ async fn serve_stream(
                 node.dht().observe_incoming(peer, remote);
             }
             if crate::streams::is_streamed(&req) {
-                return crate::streams::serve(&node, peer.is_node, req, send).await;
+                return crate::streams::serve(&node, peer, req, send).await;
             }
             if let Request::Gossip { .. } = req {
                 let from = timeshard_proto::Contact { id: peer.id, addr: remote };
@@ -257,6 +257,19 @@ fn check_placement(node: &Node, peer: PeerIdentity, req: &Request) -> Result<(),
         warn!(peer = %peer.id.short(), error = %e.message, "refused a peer request");
     }
     checked
+}
+
+/// Whether this node's answer to `req` may say settled: false for a strict in-CoI read from
+/// another node whose view counts this node as an in-CoI owner while this node's own view does
+/// not ([`peer_scope::vouches_in_coi`]).
+pub(crate) fn in_coi_vouch(node: &Node, peer: PeerIdentity, req: &Request) -> bool {
+    let me = node.dht().me().id;
+    match peer_scope::asked_in_coi(req) {
+        Some((series, quanta)) if peer.id != me => {
+            peer_scope::vouches_in_coi(node.view(), &node.coordinator().classes(), me, series, &quanta)
+        }
+        _ => true,
+    }
 }
 
 /// Validates and answers one request, counting client writes and queries for `/metrics`.
@@ -303,7 +316,14 @@ async fn answer(node: &Arc<Node>, peer: PeerIdentity, req: Request) -> Response 
         | Request::HasSeries { .. }
         | Request::FetchWindows { .. }
         | Request::FindSeries { .. }
-        | Request::Summarize { .. }) => node.replica().serve(req).await,
+        | Request::Summarize { .. }) => {
+            let vouches = in_coi_vouch(node, peer, &req);
+            let mut resp = node.replica().serve(req).await;
+            if !vouches {
+                peer_scope::unsettle(&mut resp);
+            }
+            resp
+        }
         Request::Write { batch } => {
             let batch = match wire::check_write(batch) {
                 Ok(b) => b,

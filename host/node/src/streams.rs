@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use quinn::SendStream;
 use timeshard_proto::wire::{self, ErrorCode, ErrorReply, Request, Response};
+use timeshard_sdk::tls::PeerIdentity;
 use timeshard_sdk::transport;
 use tokio::sync::mpsc;
 use tracing::debug;
@@ -29,7 +30,7 @@ pub fn is_streamed(req: &Request) -> bool {
 }
 
 /// Answers a streamed request on `send`, after the checks every request gets.
-pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send: SendStream) {
+pub async fn serve(node: &Arc<Node>, peer: PeerIdentity, req: Request, mut send: SendStream) {
     let limit = node.limits().max_message_bytes;
     if let Err(e) = req.validate(&node.limits()) {
         return finish_with(node, &mut send, &Response::Error(e.into()), limit).await;
@@ -38,7 +39,7 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
         Ok(r) => r,
         Err(e) => return finish_with(node, &mut send, &Response::Error(e.into()), limit).await,
     };
-    if req.is_peer_only() && !peer_is_node {
+    if req.is_peer_only() && !peer.is_node {
         let e = ErrorReply::new(
             ErrorCode::Forbidden,
             format!("{} requests are for nodes; this certificate is a client's", req.kind()),
@@ -46,11 +47,15 @@ pub async fn serve(node: &Arc<Node>, peer_is_node: bool, req: Request, mut send:
         return finish_with(node, &mut send, &Response::Error(e), limit).await;
     }
     match req {
-        Request::FetchParts { series, parts, page_points } => {
+        Request::FetchParts { .. } => {
+            let vouches = crate::server::in_coi_vouch(node, peer, &req);
+            let Request::FetchParts { series, parts, page_points, .. } = req else { unreachable!() };
             let (mut rx, producer) = node.replica().fetch_parts(series, parts, page_points as usize);
             while let Some(frame) = rx.recv().await {
                 let resp = match frame {
-                    Ok(PartPages { chunks, settled, more }) => Response::PartPages { chunks, settled, more },
+                    Ok(PartPages { chunks, settled, more }) => {
+                        Response::PartPages { chunks, settled: settled && vouches, more }
+                    }
                     Err(e) => Response::Error(e),
                 };
                 let end = !matches!(resp, Response::PartPages { more: true, .. });

@@ -198,3 +198,15 @@ fn seed_3021_a_flipped_bit_in_format_does_not_keep_a_node_down() {
 fn seed_10059_a_damaged_block_is_fetched_again_from_a_replica() {
     passes_and_plans(10059, "flips a bit on a disk", |a| matches!(a, Action::BitFlip(_)));
 }
+
+/// Locations cleared one by one: a coordinator that had seen two clearings placed a CoI series
+/// on two members that had not seen them yet. Neither knew it was an in-CoI owner, so neither
+/// was catching up, and both answered settled without the last 15 s of acknowledged writes:
+/// `latest` returned an older point. A read that counts a member as an in-CoI owner now says
+/// so (`in_coi`), and the member answers settled only if its own view agrees
+/// (`peer_scope::vouches_in_coi`). Seed 10948 broke the same way.
+#[test]
+fn seed_10201_an_owner_that_has_not_seen_a_location_change_does_not_vouch_for_it() {
+    passes_and_plans(10201, "clears the locations", |a| *a == Action::ClearLocations);
+    passes_and_plans(10948, "clears the locations", |a| *a == Action::ClearLocations);
+}

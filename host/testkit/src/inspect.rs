@@ -92,6 +92,7 @@ impl Inspector {
                 range: quantum.range(),
                 after,
                 limit: self.limits.max_page_points,
+                in_coi: false,
             };
             match self.call(addr, &req).await? {
                 Response::Points { points: page, more, .. } => {

@@ -34,11 +34,12 @@ impl Coordinator {
         // settled), merged.
         let at = self.target(&series, meta, &class)?;
         let plan = self.read_plan(&at, &class);
-        let (candidates, r) = (plan.candidates, plan.r);
+        let (candidates, r, in_coi) = (plan.candidates, plan.r, plan.strict);
         let width = key::index_quantum().ns();
         let n = parts.len();
         let ask = |c: Contact| {
-            let req = Request::FetchWindows { series: index.clone(), parts: parts.clone(), grid: Grid::epoch(width) };
+            let req =
+                Request::FetchWindows { series: index.clone(), parts: parts.clone(), grid: Grid::epoch(width), in_coi };
             async move {
                 match self.replica_call(&c, req).await? {
                     Response::BlockWindows { parts: p, settled } if p.len() == n => Ok((p, settled)),

@@ -330,9 +330,11 @@ impl Coordinator {
         self.read_plan(target, class).candidates
     }
 
-    /// Settled answers a read of block `target` needs.
-    fn read_r(&self, target: &Target, class: &SeriesClass) -> usize {
-        self.read_plan(target, class).r
+    /// Settled answers a read of block `target` needs, and whether they must come from in-CoI
+    /// owners (a strict read: each is asked as one, see `Request::Fetch`).
+    fn read_quorum(&self, target: &Target, class: &SeriesClass) -> (usize, bool) {
+        let plan = self.read_plan(target, class);
+        (plan.r, plan.strict)
     }
 
     /// The owners of block `target` in the order a read asks them.
@@ -362,8 +364,14 @@ impl Coordinator {
             let mut cursor = after;
             let mut all_settled = true;
             loop {
-                let req =
-                    Request::Fetch { series: series.clone(), quantum, range: part, after: cursor, limit: limit_u32 };
+                let req = Request::Fetch {
+                    series: series.clone(),
+                    quantum,
+                    range: part,
+                    after: cursor,
+                    limit: limit_u32,
+                    in_coi: strict,
+                };
                 match self.replica_call(&c, req).await? {
                     Response::Points { points: page, more, settled } => {
                         all_settled &= settled;

@@ -30,8 +30,8 @@ use crate::policies;
 trait PushDown: Sync {
     type Answer: Send;
 
-    /// The request asking one owner about `parts`.
-    fn request(&self, parts: Vec<BlockPart>) -> Request;
+    /// The request asking one owner about `parts`, counted as an in-CoI owner if `in_coi`.
+    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request;
 
     /// The per-part answers in `resp`, checked against the number of parts asked, and whether
     /// the owner said it is settled.
@@ -58,8 +58,8 @@ struct Windows {
 impl PushDown for Windows {
     type Answer = Vec<WindowStats>;
 
-    fn request(&self, parts: Vec<BlockPart>) -> Request {
-        Request::FetchWindows { series: self.series.clone(), parts, grid: self.grid }
+    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request {
+        Request::FetchWindows { series: self.series.clone(), parts, grid: self.grid, in_coi }
     }
 
     fn parse(&self, resp: Response, parts: usize) -> Result<(Vec<Vec<WindowStats>>, bool), ErrorReply> {
@@ -93,12 +93,13 @@ struct Summaries {
 impl PushDown for Summaries {
     type Answer = Summarized;
 
-    fn request(&self, parts: Vec<BlockPart>) -> Request {
+    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request {
         Request::Summarize {
             series: self.series.clone(),
             parts,
             policy: self.policy.clone(),
             params: self.params.clone(),
+            in_coi,
         }
     }
 
@@ -235,14 +236,15 @@ impl Coordinator {
             .map(|p| self.target(series, placement_id(series, &p.quantum, &classes), class))
             .collect::<Result<Vec<_>, _>>()?;
         let replicas: Vec<Vec<Contact>> = targets.iter().map(|t| self.ordered_replicas(t, class)).collect();
-        let r = targets.first().map_or(usize::from(class.replication.r), |t| self.read_r(t, class));
+        let (r, in_coi) =
+            targets.first().map_or((usize::from(class.replication.r), false), |t| self.read_quorum(t, class));
         // Answers are kept in request order, and the first of agreeing answers is used: the
         // local node's first, then a fixed order, so the same query picks the same replicas.
         let requests = agreement::owner_requests(&replicas, r, self.dht.me().id, MAX_BLOCK_PARTS);
         let calls: Vec<_> = requests
             .into_iter()
             .map(|(c, idx)| {
-                let req = push_down.request(idx.iter().map(|&i| parts[i]).collect());
+                let req = push_down.request(idx.iter().map(|&i| parts[i]).collect(), in_coi);
                 async move {
                     let answer = match self.replica_call(&c, req).await {
                         Ok(resp) => push_down.parse(resp, idx.len()),
@@ -291,7 +293,7 @@ impl Coordinator {
         let target = self.target(series, placement_id(series, &part.quantum, &self.classes()), class)?;
         let plan = self.read_plan(&target, class);
         let ask = |c: Contact| async move {
-            let resp = self.replica_call(&c, push_down.request(vec![part])).await?;
+            let resp = self.replica_call(&c, push_down.request(vec![part], plan.strict)).await?;
             push_down.parse(resp, 1).map(|(mut answers, settled)| (answers.swap_remove(0), settled))
         };
         let r = plan.r;

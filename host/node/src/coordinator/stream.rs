@@ -283,6 +283,7 @@ impl Coordinator {
         node: Contact,
         series: &SeriesKey,
         parts: Vec<FetchPart>,
+        in_coi: bool,
     ) -> mpsc::Receiver<PartFrame> {
         let series = series.clone();
         if node.id == self.dht.me().id {
@@ -292,7 +293,7 @@ impl Coordinator {
         let (tx, rx) = mpsc::channel(FRAMES_AHEAD);
         let net = self.dht.net().clone();
         tokio::spawn(async move {
-            let req = Request::FetchParts { series, parts, page_points: STREAM_PAGE_POINTS };
+            let req = Request::FetchParts { series, parts, page_points: STREAM_PAGE_POINTS, in_coi };
             let mut frames = match net.open_stream(node.addr, node.id, &req).await {
                 Ok(f) => f,
                 Err(e) => {
@@ -335,12 +336,13 @@ impl Coordinator {
             .collect::<Result<Vec<_>, _>>()?;
         // R is the class's, or the context of interest's for this coordinator; the parts of one
         // series share both.
-        let r = targets.first().map_or(usize::from(class.replication.r), |t| self.read_r(t, class));
+        let (r, in_coi) =
+            targets.first().map_or((usize::from(class.replication.r), false), |t| self.read_quorum(t, class));
         let candidates: Vec<Vec<Contact>> = targets.iter().map(|t| self.read_candidates(t, class)).collect();
         let mut sources: HashMap<Id, Source> = HashMap::new();
         for (node, asked) in owner_fetches(&candidates, r, self.dht.me().id) {
             let fetch = asked.iter().map(|&(i, points)| FetchPart { part: parts[i], points }).collect();
-            let rx = self.open_source(node, series, fetch);
+            let rx = self.open_source(node, series, fetch, in_coi);
             let index = asked.into_iter().map(|(i, _)| i).collect();
             let source = Source { rx, index, pending: VecDeque::new(), settled: false, ended: false, failed: false };
             sources.insert(node.id, source);

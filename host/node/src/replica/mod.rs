@@ -79,7 +79,7 @@ impl Replica {
 
     /// Answers a peer's request to run a query policy over this node's parts of some blocks.
     async fn summarize(&self, req: Request) -> Response {
-        let Request::Summarize { series, parts, policy, params } = req else {
+        let Request::Summarize { series, parts, policy, params, .. } = req else {
             return Response::Error(ErrorReply::new(ErrorCode::Internal, "not a summarize request"));
         };
         let registry = match policies::required(self.policies.as_ref()) {
@@ -130,7 +130,7 @@ async fn serve_store(store: &Arc<dyn Store>, req: Request, settled: bool) -> Res
             Ok(page) => Response::Points { points: page.points, more: page.more, settled },
             Err(e) => storage_error(e),
         },
-        Request::FetchWindows { series, parts, grid } => {
+        Request::FetchWindows { series, parts, grid, .. } => {
             match parts.iter().map(|p| store.aggregate(&series, p.range, grid)).collect() {
                 Ok(parts) => Response::BlockWindows { parts, settled },
                 Err(e) => storage_error(e),
