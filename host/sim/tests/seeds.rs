@@ -210,3 +210,13 @@ fn seed_10201_an_owner_that_has_not_seen_a_location_change_does_not_vouch_for_it
     passes_and_plans(10201, "clears the locations", |a| *a == Action::ClearLocations);
     passes_and_plans(10948, "clears the locations", |a| *a == Action::ClearLocations);
 }
+
+/// A misdirected write damaged a block of `m.load` that no read asked for again: reads alone
+/// find damage, so the copy was never dropped and fetched again, and the block ended at two
+/// good copies of three. The repair driver now scrubs a step of the store after each round
+/// (`Store::scrub`). Seeds 10430, 10767, 10824, 10847, 10852 and 10870 broke the same way.
+#[test]
+fn seed_10037_a_scrub_finds_damage_no_read_came_across() {
+    passes_and_plans(10037, "misdirects a write", |a| matches!(a, Action::Misdirect(_)));
+    passes_and_plans(10870, "misdirects a write", |a| matches!(a, Action::Misdirect(_)));
+}

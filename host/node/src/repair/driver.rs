@@ -91,6 +91,7 @@ impl Repair {
             self.drop_damaged().await;
             last_round = instant();
             let complete = self.round(&stop).await;
+            self.scrub_step().await;
             let now = instant();
             next_round = match self.settle().catch_up_at() {
                 Some(_) if !complete => now + CATCH_UP_RETRY,

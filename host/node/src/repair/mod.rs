@@ -79,6 +79,8 @@ pub struct Repair {
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
     /// Asks the driver for a round now.
     wake: Notify,
+    /// Where the next scrub step starts (`damaged::scrub_step`).
+    scrub_cursor: Mutex<Option<timeshard_store::ListCursor>>,
     /// Peer requests refused because placement does not give their blocks (see
     /// [`crate::peer_scope`]).
     refusals: crate::peer_scope::Refusals,
@@ -112,6 +114,7 @@ impl Repair {
             peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
             wake: Notify::new(),
+            scrub_cursor: Mutex::new(None),
             refusals: Default::default(),
             cfg,
             coordinator,

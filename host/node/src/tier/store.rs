@@ -34,8 +34,8 @@ use timeshard_proto::window::{Grid, check_windows, merge_windows};
 use timeshard_proto::{Point, PointKey, SeriesClass, SeriesKey, TimeRange, Timestamp};
 use timeshard_store::agg::Aggregator;
 use timeshard_store::{
-    BlockInfo, BlockPage, DamagedBlock, ListCursor, MaintenanceReport, ReadPage, RetentionRule, SeriesPage, Store,
-    StoreError, WindowAggregate, WriteStats,
+    BlockInfo, BlockPage, DamagedBlock, ListCursor, MaintenanceReport, ReadPage, RetentionRule, ScrubPage, SeriesPage,
+    Store, StoreError, WindowAggregate, WriteStats,
 };
 use timeshard_tier::ArchivedBlock;
 
@@ -291,6 +291,10 @@ impl Store for TieredStore {
 
     fn take_damaged(&self) -> Vec<DamagedBlock> {
         self.hot().take_damaged()
+    }
+
+    fn scrub(&self, after: Option<ListCursor>, max_frames: usize) -> Result<ScrubPage, StoreError> {
+        self.hot().scrub(after, max_frames)
     }
 
     fn drop_damaged(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<bool, StoreError> {

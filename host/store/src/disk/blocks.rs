@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 use timeshard_proto::point::BlockPoints;
 use timeshard_proto::{Point, PointKey, Quantum, SeriesKey, TimeRange, Timestamp};
 
+use super::read::Load;
 use super::{Block, DiskStore, Frames, Series, State, difference, digest_of};
 use crate::index::Edit;
-use crate::{BlockInfo, BlockPage, DamagedBlock, LIST_SCAN_SLACK, ListCursor, ReadPage, SeriesPage, StoreError};
+use crate::{
+    BlockInfo, BlockPage, DamagedBlock, LIST_SCAN_SLACK, ListCursor, ReadPage, ScrubPage, SeriesPage, StoreError,
+};
 
 /// How long a drop waits for writes logged before it to be applied.
 const DRAIN_WAIT: Duration = Duration::from_secs(5);
@@ -98,6 +101,56 @@ impl DiskStore {
         let range = TimeRange::new(q.start, q.end())
             .map_err(|e| StoreError::InvalidInput(format!("block {start} of {series}: {e}")))?;
         self.read_page(series, range, after, limit)
+    }
+
+    /// [`crate::Store::scrub`]: the frames of the blocks after `after` are listed under the
+    /// state lock (bounded like a listing), then read and decoded without it; a damaged one is
+    /// recorded by [`DiskStore::load`]. A frame whose segment compaction removed meanwhile is
+    /// skipped (its new copy is checked next pass).
+    pub(super) fn scrub_page(&self, after: Option<ListCursor>, max_frames: usize) -> ScrubPage {
+        let (frames, next) = {
+            let st = self.read_state();
+            let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
+            let mut frames = Vec::new();
+            let mut visited = 0usize;
+            let mut next = None;
+            'series: while id < st.next_id {
+                if frames.len() >= max_frames || visited >= max_frames.saturating_add(LIST_SCAN_SLACK) {
+                    next = Some(ListCursor { series: id, after: from });
+                    break;
+                }
+                if let Some(s) = st.series.get(&id) {
+                    let range = (from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded);
+                    for (&start, b) in s.blocks.range(range) {
+                        if frames.len() >= max_frames {
+                            next = Some(ListCursor { series: id, after: from });
+                            break 'series;
+                        }
+                        visited += 1;
+                        frames.extend(b.frames.as_slice().iter().map(|loc| (id, start, *loc)));
+                        from = Some(start);
+                    }
+                }
+                visited += 1;
+                id += 1;
+                from = None;
+            }
+            (frames, next)
+        };
+        let mut page = ScrubPage { next, ..ScrubPage::default() };
+        for (id, start, loc) in frames {
+            match self.load(id, start, &loc) {
+                Ok(_) => page.checked += 1,
+                Err(Load::Gone) => {}
+                Err(Load::Err(StoreError::Corrupt(_))) => {
+                    page.checked += 1;
+                    page.damaged += 1;
+                }
+                // A passing I/O failure: the next pass tries again.
+                Err(Load::Err(_)) => {}
+            }
+        }
+        page
     }
 
     /// [`crate::Store::take_damaged`]: the damaged blocks recorded by reads; those gone since

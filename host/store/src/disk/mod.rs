@@ -72,7 +72,7 @@ use crate::{
     BlockInfo, BlockPage, ListCursor, MaintenanceReport, ReadPage, SeriesFilter, SeriesPage, Store, StoreError,
     WriteStats,
 };
-use crate::{DamagedBlock, PackedBlock};
+use crate::{DamagedBlock, PackedBlock, ScrubPage};
 
 pub use quota::{OPEN_POINT_BYTES, QuotaRule, QuotaUse};
 pub use retain::RetentionRule;
@@ -699,6 +699,10 @@ impl Store for DiskStore {
 
     fn take_damaged(&self) -> Vec<DamagedBlock> {
         self.take_damaged_blocks()
+    }
+
+    fn scrub(&self, after: Option<ListCursor>, max_frames: usize) -> Result<ScrubPage, StoreError> {
+        Ok(self.scrub_page(after, max_frames))
     }
 
     fn drop_damaged(&self, series: &SeriesKey, quantum_start: Timestamp) -> Result<bool, StoreError> {
