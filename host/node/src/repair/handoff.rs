@@ -74,8 +74,9 @@ impl Repair {
     /// `settle_for` left out unless `everything` (leaving).
     pub(super) async fn handoff_pass(&self, everything: bool) -> Result<HandoffReport, StoreError> {
         let inv = self.inventory().await?;
-        let cutoff = if everything { i64::MAX } else { now_ns().saturating_sub(self.cfg.settle_for.as_nanos() as i64) };
-        let report = self.hand_off(&inv, cutoff).await;
+        let now = now_ns();
+        let cutoff = if everything { i64::MAX } else { now.saturating_sub(self.cfg.settle_for.as_nanos() as i64) };
+        let report = self.hand_off(&inv, cutoff, now).await;
         Counters::set(&self.state.counters.handoff_pending, report.blocks - report.dropped);
         if report.dropped > 0 || report.pushed > 0 {
             info!(
@@ -89,14 +90,19 @@ impl Repair {
         Ok(report)
     }
 
-    async fn hand_off(&self, inv: &Arc<Inventory>, cutoff: i64) -> HandoffReport {
+    /// Hands off the displaced blocks last written up to `cutoff`, and those last written after
+    /// `now`: this node's clock has jumped back since (a write time ahead of the clock says
+    /// nothing about how recent the write is), and waiting for the clock to pass it again
+    /// would keep a stale copy the length of the jump (issue 24: a minute, in ten seeds). An
+    /// early handoff loses nothing: the drop checks the digest, and later points stay.
+    async fn hand_off(&self, inv: &Arc<Inventory>, cutoff: i64, now: i64) -> HandoffReport {
         let mut report = HandoffReport::default();
         let confirmed = self.confirmed_registrations(inv.generation);
         let mut work: Vec<Displaced> = Vec::new();
         for item in inv.displaced() {
             let registration = matches!(item.block, BlockRef::Registration { .. });
-            if (!registration && item.last_write > cutoff) || (registration && confirmed.contains(item.block.series()))
-            {
+            let recent = item.last_write > cutoff && item.last_write <= now;
+            if (!registration && recent) || (registration && confirmed.contains(item.block.series())) {
                 continue;
             }
             let owners: Vec<Contact> =
