@@ -306,6 +306,17 @@ impl World {
             }
             Action::Join(i) => {
                 if self.nodes[*i].life == Life::Unborn {
+                    // As an operator would: the joiner's seeds are members still in the
+                    // cluster, not the first two of the plan (seed 10993: both had gone, and
+                    // the joiner stayed alone, rightly never settled, to the end).
+                    let seeds: Vec<String> = (0..self.nodes.len())
+                        .filter(|&k| k != *i && self.nodes[k].life == Life::Up)
+                        .take(2)
+                        .map(|k| crate::fleet::node_addr(k).to_string())
+                        .collect();
+                    if !seeds.is_empty() {
+                        self.nodes[*i].config.bootstrap = seeds;
+                    }
                     self.start(*i, t);
                 }
             }

@@ -220,3 +220,28 @@ fn seed_10037_a_scrub_finds_damage_no_read_came_across() {
     passes_and_plans(10037, "misdirects a write", |a| matches!(a, Action::Misdirect(_)));
     passes_and_plans(10870, "misdirects a write", |a| matches!(a, Action::Misdirect(_)));
 }
+
+/// A node's clock jumped back a minute: its displaced copies, last written "in the future" by
+/// its clock, waited for the clock to pass that time again before handoff, and the stale copy
+/// was still there at the end (seeds 10125, 10322, 10359, 10368, 10433, 10510, 10542 and 10957
+/// too). A write time ahead of the clock now counts as settled for handoff.
+#[test]
+fn seed_10220_a_clock_that_jumped_back_does_not_hold_a_displaced_copy() {
+    passes_and_plans(
+        10220,
+        "jumps a clock back a minute",
+        |a| matches!(a, Action::Skew(_, s) if *s <= -60_000_000_000),
+    );
+}
+
+/// An owner whose clock lagged a minute compared blocks with its replicas using its own cutoff:
+/// the replicas left out everything they wrote within the lag, and the owner kept 25 of 31
+/// points to the end. A replica answers with its own cutoff when that is later.
+#[test]
+fn seed_10743_an_owner_whose_clock_lags_still_fetches_what_it_lacks() {
+    passes_and_plans(
+        10743,
+        "jumps a clock back a minute",
+        |a| matches!(a, Action::Skew(_, s) if *s <= -60_000_000_000),
+    );
+}
