@@ -11,7 +11,8 @@
 //! answers itself (its own certificate, as the inspection tools use it).
 //!
 //! A read that counts this node as an in-CoI owner (`in_coi`) is answered settled only if this
-//! node's own view agrees ([`vouches_in_coi`]): after a location change the asker may know of
+//! node's own view agrees ([`vouches_in_coi`], index blocks included: the read names the
+//! series they index): after a location change the asker may know of
 //! it before this node does, and this node's settledness then speaks for blocks it does not
 //! know it owns (issue 24, simulation seed 10201).
 //!
@@ -134,34 +135,46 @@ pub fn check_registrations(
     Ok(())
 }
 
-/// The series and quanta a read request from a strict in-CoI read asks about (`in_coi`), or
-/// `None` for any other request.
-pub fn asked_in_coi(req: &Request) -> Option<(&SeriesKey, Vec<Quantum>)> {
+/// What a read request from a strict in-CoI read asks about (`in_coi`): the series, the one
+/// that places its blocks, and the quanta; `None` for any other request.
+pub fn asked_in_coi(req: &Request) -> Option<(&SeriesKey, &SeriesKey, Vec<Quantum>)> {
     match req {
-        Request::Fetch { series, quantum, in_coi: true, .. } => Some((series, vec![*quantum])),
-        Request::FetchWindows { series, parts, in_coi: true, .. }
-        | Request::Summarize { series, parts, in_coi: true, .. } => {
-            Some((series, parts.iter().map(|p| p.quantum).collect()))
+        Request::Fetch { series, quantum, in_coi: Some(base), .. } => Some((series, base, vec![*quantum])),
+        Request::FetchWindows { series, parts, in_coi: Some(base), .. }
+        | Request::Summarize { series, parts, in_coi: Some(base), .. } => {
+            Some((series, base, parts.iter().map(|p| p.quantum).collect()))
         }
-        Request::FetchParts { series, parts, in_coi: true, .. } => {
-            Some((series, parts.iter().map(|p| p.part.quantum).collect()))
+        Request::FetchParts { series, parts, in_coi: Some(base), .. } => {
+            Some((series, base, parts.iter().map(|p| p.part.quantum).collect()))
         }
         _ => None,
     }
 }
 
 /// Whether this node (`me`) may answer settled to a read that counts it as an in-CoI owner of
-/// the blocks of `series` at `quanta`: its own view must place it among their in-CoI owners
-/// too. Index blocks pass (they are placed by the series they index, which the replica cannot
-/// tell from the block); a series this node cannot place, or places outside any CoI (the
-/// class tables differ for a moment), does not.
-pub fn vouches_in_coi(view: &View, classes: &Classes, me: Id, series: &SeriesKey, quanta: &[Quantum]) -> bool {
-    if key::indexed_series_hash(series).is_some() {
-        return true;
+/// the blocks of `series` at `quanta`, placed by series `base` (`series` itself, or the series
+/// an index series indexes): its own view must place it among their in-CoI owners too. A
+/// `base` that does not place `series` (not itself, nor the series it indexes), a series this
+/// node cannot place, or one it places outside any CoI (the class tables differ for a moment)
+/// does not vouch.
+pub fn vouches_in_coi(
+    view: &View,
+    classes: &Classes,
+    me: Id,
+    series: &SeriesKey,
+    base: &SeriesKey,
+    quanta: &[Quantum],
+) -> bool {
+    let places = match key::indexed_series_hash(series) {
+        Some(_) => key::quantum_index_series(base) == *series,
+        None => base == series,
+    };
+    if !places {
+        return false;
     }
-    let class = classes.of(series);
+    let class = classes.of(base);
     quanta.iter().all(|q| {
-        let Ok(target) = placement::target(series, key::block_id(class.format, series, q), class) else {
+        let Ok(target) = placement::target(base, placement::placement_id(series, q, classes), class) else {
             return false;
         };
         if target.site.is_none() {
@@ -270,7 +283,7 @@ mod tests {
         let located = |i: u16| {
             let c = contact(i);
             let mut m = Member::new(c.id, c.addr, 1);
-            m.location = Some(if i % 2 == 0 { (33.75, -84.39) } else { (47.6, -122.3) });
+            m.location = Some(if i.is_multiple_of(2) { (33.75, -84.39) } else { (47.6, -122.3) });
             GossipEntry { member: m, age_ms: 0, proof: None, seen_at: None }
         };
         let view = View::for_tests(contact(0), (1..12).map(located));
@@ -297,18 +310,27 @@ mod tests {
         let target = placement::target(&series, key::block_id(class.format, &series, &quantum), class).unwrap();
         let placed = view.owners_of(&target);
         assert_eq!((placed.synchronous, placed.owners.len()), (2, 3));
-        let vouches = |id: Id| vouches_in_coi(&view, &classes, id, &series, &[quantum]);
+        let vouches = |id: Id| vouches_in_coi(&view, &classes, id, &series, &series, &[quantum]);
         for c in &placed.owners[..2] {
             assert!(vouches(c.id), "an in-CoI owner vouches");
         }
         assert!(!vouches(placed.owners[2].id), "an out-of-CoI owner does not");
         let other = (0..12).map(contact).find(|c| !placed.owners.contains(c)).unwrap();
         assert!(!vouches(other.id), "a member placement does not name does not");
-        // Index blocks cannot be placed from the block alone and pass.
+        // An index block is placed by the series it indexes, named by the read.
         let index = key::quantum_index_series(&series);
-        assert!(vouches_in_coi(&view, &classes, other.id, &index, &[quantum]));
+        let at = placement::target(&series, key::series_meta_id(&series), class).unwrap();
+        let index_owners = view.owners_of(&at);
+        let in_coi = index_owners.owners[0].id;
+        assert!(vouches_in_coi(&view, &classes, in_coi, &index, &series, &[quantum]));
+        let outside = (0..12).map(contact).find(|c| !index_owners.owners[..2].contains(c)).unwrap();
+        assert!(!vouches_in_coi(&view, &classes, outside.id, &index, &series, &[quantum]));
+        // A read naming a series that does not place the block does not vouch.
+        let other: SeriesKey = "traffic.speed{geohash=dn5bpsc}".parse().unwrap();
+        assert!(!vouches_in_coi(&view, &classes, in_coi, &index, &other, &[quantum]));
+        assert!(!vouches_in_coi(&view, &classes, placed.owners[0].id, &series, &other, &[quantum]));
         // Only strict in-CoI reads are checked, and a read answer is unsettled by `unsettle`.
-        let fetch = |in_coi| Request::Fetch {
+        let fetch = |in_coi: Option<SeriesKey>| Request::Fetch {
             series: series.clone(),
             quantum,
             range: quantum.range(),
@@ -316,8 +338,9 @@ mod tests {
             limit: 1,
             in_coi,
         };
-        assert!(asked_in_coi(&fetch(false)).is_none());
-        assert_eq!(asked_in_coi(&fetch(true)).map(|(_, q)| q), Some(vec![quantum]));
+        assert!(asked_in_coi(&fetch(None)).is_none());
+        let strict = fetch(Some(series.clone()));
+        assert_eq!(asked_in_coi(&strict), Some((&series, &series, vec![quantum])));
         let mut resp = Response::Points { points: Vec::new(), more: false, settled: true };
         unsettle(&mut resp);
         assert!(matches!(resp, Response::Points { settled: false, .. }));

@@ -265,8 +265,8 @@ fn check_placement(node: &Node, peer: PeerIdentity, req: &Request) -> Result<(),
 pub(crate) fn in_coi_vouch(node: &Node, peer: PeerIdentity, req: &Request) -> bool {
     let me = node.dht().me().id;
     match peer_scope::asked_in_coi(req) {
-        Some((series, quanta)) if peer.id != me => {
-            peer_scope::vouches_in_coi(node.view(), &node.coordinator().classes(), me, series, &quanta)
+        Some((series, base, quanta)) if peer.id != me => {
+            peer_scope::vouches_in_coi(node.view(), &node.coordinator().classes(), me, series, base, &quanta)
         }
         _ => true,
     }

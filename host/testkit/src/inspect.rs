@@ -92,7 +92,7 @@ impl Inspector {
                 range: quantum.range(),
                 after,
                 limit: self.limits.max_page_points,
-                in_coi: false,
+                in_coi: None,
             };
             match self.call(addr, &req).await? {
                 Response::Points { points: page, more, .. } => {

@@ -34,10 +34,12 @@ impl Coordinator {
         // settled), merged.
         let at = self.target(&series, meta, &class)?;
         let plan = self.read_plan(&at, &class);
-        let (candidates, r, in_coi) = (plan.candidates, plan.r, plan.strict);
+        let (candidates, r) = (plan.candidates, plan.r);
+        let in_coi = plan.strict.then(|| series.clone());
         let width = key::index_quantum().ns();
         let n = parts.len();
         let ask = |c: Contact| {
+            let in_coi = in_coi.clone();
             let req =
                 Request::FetchWindows { series: index.clone(), parts: parts.clone(), grid: Grid::epoch(width), in_coi };
             async move {
@@ -54,7 +56,8 @@ impl Coordinator {
         let span = span_ns(class.quantum);
         for i in (0..parts.len()).rev().filter(|&i| held(i)) {
             let part = parts[i];
-            let entries = self.fetch_block(&index, &class, &at, part.quantum, part.range, None, usize::MAX).await?;
+            let entries =
+                self.fetch_block(&index, &series, &class, &at, part.quantum, part.range, None, usize::MAX).await?;
             // Entries of an older quantum length cannot be read under the current one.
             let spans = entries.iter().rev().filter(|e| Quantum::at(e.ts, class.quantum).is_some());
             for entry in spans {

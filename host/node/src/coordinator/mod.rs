@@ -342,12 +342,14 @@ impl Coordinator {
         self.read_plan(target, class).owners
     }
 
-    /// Reads one block from R settled replicas (further candidates when owners are catching
+    /// Reads one block of `series`, placed by `placed_by` (itself, or the series an index
+    /// series indexes), from R settled replicas (further candidates when owners are catching
     /// up) and merges every answer.
     #[allow(clippy::too_many_arguments)]
     async fn fetch_block(
         &self,
         series: &SeriesKey,
+        placed_by: &SeriesKey,
         class: &SeriesClass,
         target: &Target,
         quantum: Quantum,
@@ -370,7 +372,7 @@ impl Coordinator {
                     range: part,
                     after: cursor,
                     limit: limit_u32,
-                    in_coi: strict,
+                    in_coi: strict.then(|| placed_by.clone()),
                 };
                 match self.replica_call(&c, req).await? {
                     Response::Points { points: page, more, settled } => {

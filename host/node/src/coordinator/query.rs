@@ -30,8 +30,9 @@ use crate::policies;
 trait PushDown: Sync {
     type Answer: Send;
 
-    /// The request asking one owner about `parts`, counted as an in-CoI owner if `in_coi`.
-    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request;
+    /// The request asking one owner about `parts`, counted as an in-CoI owner when `in_coi`
+    /// names the series placing them (see `Request::Fetch`).
+    fn request(&self, parts: Vec<BlockPart>, in_coi: Option<SeriesKey>) -> Request;
 
     /// The per-part answers in `resp`, checked against the number of parts asked, and whether
     /// the owner said it is settled.
@@ -58,7 +59,7 @@ struct Windows {
 impl PushDown for Windows {
     type Answer = Vec<WindowStats>;
 
-    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request {
+    fn request(&self, parts: Vec<BlockPart>, in_coi: Option<SeriesKey>) -> Request {
         Request::FetchWindows { series: self.series.clone(), parts, grid: self.grid, in_coi }
     }
 
@@ -93,7 +94,7 @@ struct Summaries {
 impl PushDown for Summaries {
     type Answer = Summarized;
 
-    fn request(&self, parts: Vec<BlockPart>, in_coi: bool) -> Request {
+    fn request(&self, parts: Vec<BlockPart>, in_coi: Option<SeriesKey>) -> Request {
         Request::Summarize {
             series: self.series.clone(),
             parts,
@@ -244,7 +245,7 @@ impl Coordinator {
         let calls: Vec<_> = requests
             .into_iter()
             .map(|(c, idx)| {
-                let req = push_down.request(idx.iter().map(|&i| parts[i]).collect(), in_coi);
+                let req = push_down.request(idx.iter().map(|&i| parts[i]).collect(), in_coi.then(|| series.clone()));
                 async move {
                     let answer = match self.replica_call(&c, req).await {
                         Ok(resp) => push_down.parse(resp, idx.len()),
@@ -293,7 +294,8 @@ impl Coordinator {
         let target = self.target(series, placement_id(series, &part.quantum, &self.classes()), class)?;
         let plan = self.read_plan(&target, class);
         let ask = |c: Contact| async move {
-            let resp = self.replica_call(&c, push_down.request(vec![part], plan.strict)).await?;
+            let resp =
+                self.replica_call(&c, push_down.request(vec![part], plan.strict.then(|| series.clone()))).await?;
             push_down.parse(resp, 1).map(|(mut answers, settled)| (answers.swap_remove(0), settled))
         };
         let r = plan.r;
@@ -305,7 +307,8 @@ impl Coordinator {
                 return Ok(answer);
             }
         }
-        let points = self.fetch_block(series, class, &target, part.quantum, part.range, None, usize::MAX).await?;
+        let points =
+            self.fetch_block(series, series, class, &target, part.quantum, part.range, None, usize::MAX).await?;
         push_down.compute_here(part, points).await
     }
 }

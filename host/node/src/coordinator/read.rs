@@ -47,7 +47,7 @@ impl Coordinator {
                 .map(|part| self.target(&series, placement_id(&series, &part.quantum, &classes), &class))
                 .collect::<Result<Vec<_>, _>>()?;
             let fetches = window.iter().zip(&targets).map(|(part, target)| {
-                self.fetch_block(&series, &class, target, part.quantum, part.range, after, remaining)
+                self.fetch_block(&series, &series, &class, target, part.quantum, part.range, after, remaining)
             });
             for result in futures::future::join_all(fetches).await {
                 if page.push(result?) {
@@ -80,7 +80,7 @@ impl Coordinator {
         let mut found = Scan::new(scan, class.quantum, limit);
         for (q, part) in found.index_parts() {
             let at = self.target(series, placement_id(&index, &q, &classes), class)?;
-            let entries = self.fetch_block(&index, class, &at, q, part, None, usize::MAX).await?;
+            let entries = self.fetch_block(&index, series, class, &at, q, part, None, usize::MAX).await?;
             if found.push(&entries) {
                 break;
             }

@@ -283,7 +283,7 @@ impl Coordinator {
         node: Contact,
         series: &SeriesKey,
         parts: Vec<FetchPart>,
-        in_coi: bool,
+        in_coi: Option<SeriesKey>,
     ) -> mpsc::Receiver<PartFrame> {
         let series = series.clone();
         if node.id == self.dht.me().id {
@@ -342,7 +342,7 @@ impl Coordinator {
         let mut sources: HashMap<Id, Source> = HashMap::new();
         for (node, asked) in owner_fetches(&candidates, r, self.dht.me().id) {
             let fetch = asked.iter().map(|&(i, points)| FetchPart { part: parts[i], points }).collect();
-            let rx = self.open_source(node, series, fetch, in_coi);
+            let rx = self.open_source(node, series, fetch, in_coi.then(|| series.clone()));
             let index = asked.into_iter().map(|(i, _)| i).collect();
             let source = Source { rx, index, pending: VecDeque::new(), settled: false, ended: false, failed: false };
             sources.insert(node.id, source);
@@ -381,7 +381,7 @@ impl Coordinator {
                     let (quantum, range) = (part.quantum, part.range);
                     in_line.push_back(
                         async move {
-                            me.fetch_block(&series, &class, &target, quantum, range, after, usize::MAX)
+                            me.fetch_block(&series, &series, &class, &target, quantum, range, after, usize::MAX)
                                 .await
                                 .map(Ready::Points)
                         }

@@ -31,15 +31,23 @@ pub enum Request {
     /// Raw points of one block within `range` (which lies inside `quantum`), strictly after
     /// `after`, at most `limit`; answered with [`Response::Points`]. `in_coi` on this and
     /// the other read requests: the asker counts the receiver as an in-CoI owner of every
-    /// block asked about (a strict in-CoI read), so the answer is settled only if the
-    /// receiver's own view places those blocks' in-CoI owners on it too: a view that has not
-    /// yet seen a location change must not vouch for blocks it does not know it owns.
-    Fetch { series: SeriesKey, quantum: Quantum, range: TimeRange, after: Option<PointKey>, limit: u32, in_coi: bool },
+    /// block asked about (a strict in-CoI read) and names the series that places them (the
+    /// series itself, or the one an index series indexes), so the answer is settled only if
+    /// the receiver's own view places those blocks' in-CoI owners on it too: a view that has
+    /// not yet seen a location change must not vouch for blocks it does not know it owns.
+    Fetch {
+        series: SeriesKey,
+        quantum: Quantum,
+        range: TimeRange,
+        after: Option<PointKey>,
+        limit: u32,
+        in_coi: Option<SeriesKey>,
+    },
     /// The points of `parts` of one series (at most [`MAX_BLOCK_PARTS`]), or only their count
     /// and digest where a part says so; answered with a stream of [`Response::PartPages`]
     /// frames of at most `page_points` points each, parts in the order asked, the last frame
     /// with `more: false`.
-    FetchParts { series: SeriesKey, parts: Vec<FetchPart>, page_points: u32, in_coi: bool },
+    FetchParts { series: SeriesKey, parts: Vec<FetchPart>, page_points: u32, in_coi: Option<SeriesKey> },
     /// Record that these series exist (the series dictionary); answered with [`Response::Stored`].
     RegisterSeries { series: Vec<SeriesKey> },
     /// Whether the receiver holds the registration of `series`; answered with
@@ -47,10 +55,16 @@ pub enum Request {
     HasSeries { series: SeriesKey },
     /// Run query policy `policy` over the raw points of each block part (at most
     /// [`MAX_BLOCK_PARTS`]); answered with [`Response::Partials`], one entry per part.
-    Summarize { series: SeriesKey, parts: Vec<BlockPart>, policy: String, params: Vec<(String, String)>, in_coi: bool },
+    Summarize {
+        series: SeriesKey,
+        parts: Vec<BlockPart>,
+        policy: String,
+        params: Vec<(String, String)>,
+        in_coi: Option<SeriesKey>,
+    },
     /// Window aggregates of each block part (at most [`MAX_BLOCK_PARTS`]); answered with
     /// [`Response::BlockWindows`], one entry per part, in windows on `grid`.
-    FetchWindows { series: SeriesKey, parts: Vec<BlockPart>, grid: Grid, in_coi: bool },
+    FetchWindows { series: SeriesKey, parts: Vec<BlockPart>, grid: Grid, in_coi: Option<SeriesKey> },
     /// Registered series the receiver holds that pass the filter, at most `limit`; answered
     /// with [`Response::SeriesList`].
     FindSeries { filter: SeriesFilter, limit: u32 },
@@ -577,7 +591,14 @@ mod tests {
             _Ping,
             _FindNode,
             _Store,
-            Fetch { series: String, quantum: (i64, i64), range: Raw, after: Option<PointKey>, limit: u32, in_coi: bool },
+            Fetch {
+                series: String,
+                quantum: (i64, i64),
+                range: Raw,
+                after: Option<PointKey>,
+                limit: u32,
+                in_coi: Option<String>,
+            },
         }
         let fetch = |start, end| {
             postcard::to_stdvec(&RawRequest::Fetch {
@@ -586,7 +607,7 @@ mod tests {
                 range: Raw { start, end },
                 after: None,
                 limit: 10,
-                in_coi: false,
+                in_coi: None,
             })
             .unwrap()
         };
