@@ -18,7 +18,8 @@ use tracing::warn;
 use super::Repair;
 
 /// Sealed frames a scrub step reads after each round: at the default round of 60 s, a store
-/// of a million blocks is checked about every two days, and a step costs a few MiB of reads.
+/// of a million blocks is checked about every two days, and a step costs a few MiB of reads and
+/// their checksums (no point is decoded).
 pub(super) const SCRUB_FRAMES_PER_ROUND: usize = 1024;
 
 impl Repair {

@@ -104,8 +104,8 @@ impl DiskStore {
     }
 
     /// [`crate::Store::scrub`]: the frames of the blocks after `after` are listed under the
-    /// state lock (bounded like a listing), then read and decoded without it; a damaged one is
-    /// recorded by [`DiskStore::load`]. A frame whose segment compaction removed meanwhile is
+    /// state lock (bounded like a listing), then read and their checksums checked without it
+    /// (no point is decoded); a damaged one is recorded by [`DiskStore::check_frame`]. A frame whose segment compaction removed meanwhile is
     /// skipped (its new copy is checked next pass).
     pub(super) fn scrub_page(&self, after: Option<ListCursor>, max_frames: usize) -> ScrubPage {
         let (frames, next) = {
@@ -139,7 +139,7 @@ impl DiskStore {
         };
         let mut page = ScrubPage { next, ..ScrubPage::default() };
         for (id, start, loc) in frames {
-            match self.load(id, start, &loc) {
+            match self.check_frame(id, start, &loc) {
                 Ok(_) => page.checked += 1,
                 Err(Load::Gone) => {}
                 Err(Load::Err(StoreError::Corrupt(_))) => {

@@ -303,6 +303,23 @@ impl DiskStore {
         }
     }
 
+    /// Checks the sealed frame at `loc` (of block `start` of series `id`) without decoding its
+    /// points: its checksum, and that it is that block's (what a scrub needs; a damaged one is
+    /// recorded as a read would record it).
+    pub(super) fn check_frame(&self, id: u32, start: i64, loc: &Loc) -> Result<(), Load> {
+        let bytes = self.read_frame(id, start, loc)?;
+        match block::decode_header(&bytes) {
+            Ok(h) if h.series == id && h.quantum.start == start => Ok(()),
+            Ok(h) => Err(self.corrupt(
+                id,
+                start,
+                loc,
+                format!("it holds series id {} quantum {} instead", h.series, h.quantum.start),
+            )),
+            Err(e) => Err(self.corrupt(id, start, loc, e.0)),
+        }
+    }
+
     /// The bytes of the sealed frame at `loc` (of block `start` of series `id`).
     fn read_frame(&self, id: u32, start: i64, loc: &Loc) -> Result<Vec<u8>, Load> {
         let path = seg_path(loc.seg);
