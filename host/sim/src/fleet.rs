@@ -102,6 +102,15 @@ pub struct SimNode {
     pub incarnation: u32,
 }
 
+impl SimNode {
+    /// Whether its process runs: up, or leaving and not yet stopped (seed 12001: a node that
+    /// left with a full disk never got it back, could not record its drops, and kept stale
+    /// displaced copies to the end).
+    pub fn running(&self) -> bool {
+        self.life == Life::Up || (self.life == Life::Left && self.host.is_some())
+    }
+}
+
 impl std::fmt::Debug for SimNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimNode").field("index", &self.index).field("life", &self.life).finish_non_exhaustive()

@@ -338,7 +338,7 @@ impl World {
             }
             Action::DiskFull(i) => self.nodes[*i].disk.fail_writes(FailKind::DiskFull),
             Action::DiskHeal(i) => {
-                if self.nodes[*i].life == Life::Up {
+                if self.nodes[*i].running() {
                     self.nodes[*i].disk.heal();
                 }
             }
@@ -363,7 +363,7 @@ impl World {
                     if self.nodes[i].location != original {
                         self.relocate(i, original);
                     }
-                    if self.nodes[i].life == Life::Up {
+                    if self.nodes[i].running() {
                         self.nodes[i].disk.heal();
                     }
                     if self.nodes[i].life == Life::Down {

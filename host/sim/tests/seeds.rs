@@ -245,3 +245,11 @@ fn seed_10743_an_owner_whose_clock_lags_still_fetches_what_it_lacks() {
         |a| matches!(a, Action::Skew(_, s) if *s <= -60_000_000_000),
     );
 }
+
+/// The simulator healed only the disks of nodes up: a node that filled its disk and then left
+/// never got it back, could not record its drops, and kept stale displaced copies to the end.
+/// A leaving node still running is healed like any other.
+#[test]
+fn seed_12001_a_node_leaving_with_a_full_disk_gets_it_back() {
+    passes_and_plans(12001, "fills a disk and then makes that node leave", |a| matches!(a, Action::Leave(3)));
+}
