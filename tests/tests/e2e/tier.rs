@@ -286,11 +286,22 @@ async fn retention_removes_archived_history_past_it() -> Result<()> {
 
     // Four days of retention from now on (SIGHUP): what is older vanishes from reads, and the
     // files of days wholly past it from the archive; each node removes its own (and only those).
+    // A node removes a day once its end is past its clock minus four days, so which days go
+    // is decided by the time of the reload, not by `gone`: between 00:00 and 01:00 UTC the day
+    // before the cut-off holds only points of `gone` and goes too (seen at 00:12 UTC: [2, 2]
+    // against [1, 1]). A day ending within the next three minutes of the cut-off would go or
+    // stay depending on when each node looks: the reload waits until it has passed.
+    let mut cut_off = now_ns() - KEEP;
+    let next_day_end = cut_off.div_euclid(DAY) * DAY + DAY;
+    if next_day_end - cut_off <= 3 * MIN {
+        tokio::time::sleep(std::time::Duration::from_nanos((next_day_end - cut_off + SEC) as u64)).await;
+        cut_off = now_ns() - KEEP;
+    }
     for i in all {
         cluster.edit_config(i, |c| c.classes[0].retention = Some(std::time::Duration::from_secs(4 * 86_400)))?;
         cluster.reload(i)?;
     }
-    let must_go = |day: &str| timeshard_tier::Day::parse(day).is_some_and(|d| d.start() + DAY <= gone.1);
+    let must_go = |day: &str| timeshard_tier::Day::parse(day).is_some_and(|d| d.start() + DAY <= cut_off);
     let doomed =
         files_under(&root, "/manifests/").into_iter().filter(|f| day_of_path(f).is_some_and(|d| must_go(&d))).count();
     assert!(doomed >= 2, "days wholly past retention were archived: {doomed} files");
