@@ -5,23 +5,49 @@
 //! raise another node's version. Incarnations are bounded by this node's clock plus
 //! `max_clock_skew`, so nobody can push a version out of reach of its owner's refutation.
 //!
-//! Verified certificate chains are remembered (by the hash of the chain, until they expire),
-//! so the steady state costs one signature check per entry that advanced.
+//! The signature covers the entry and the anchor of a hash chain; each later heartbeat is
+//! proven by the next token of that chain ([`timeshard_proto::beat_chain`]). A checker
+//! remembers, per member, the last body and token it verified, so the steady state costs a
+//! hash or two per entry that advanced, and one signature check per change of an entry
+//! (or every [`beat_chain::LEN`] heartbeats). Verified certificate chains are remembered too
+//! (by the hash of the chain, until they expire).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use rand::Rng as _;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::SigningKey;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use timeshard_proto::Id;
+use timeshard_proto::beat_chain::{self, BeatChain, Token};
 use timeshard_proto::membership::{GossipEntry, Member, Proof};
 use timeshard_sdk::tls::{self, Identity, PeerIdentity, TlsError};
 
-/// Verified chains remembered before the memory is cleared.
+/// Verified chains (and members' verified entries) remembered before the memory is cleared.
 const VERIFIED_MAX: usize = 32_768;
+
+/// This node's entry as it last signed it.
+struct Own {
+    /// The entry with the heartbeat its chain starts at: what the signature covers.
+    body: Member,
+    proof: Proof,
+    chain: BeatChain,
+}
+
+/// The last entry of a member this node verified.
+#[derive(Clone, Copy)]
+struct Known {
+    /// SHA-1 of what was verified but the token: the signed bytes, the signature and the
+    /// certificate that made it.
+    body: Id,
+    beat: u64,
+    token: Token,
+    /// When the certificate expires.
+    until: UnixTime,
+}
 
 /// Why a gossip entry was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,8 +107,10 @@ pub struct Attest {
     max_skew: Duration,
     /// SHA-1 of a verified chain's first certificate → when it expires.
     verified: Mutex<HashMap<Id, UnixTime>>,
-    /// The last entry signed, and its proof: one signature per version.
-    own: Mutex<Option<(Member, Proof)>>,
+    /// This node's entry as last signed: one signature per change of the entry.
+    own: Mutex<Option<Own>>,
+    /// Member id → its entry as last verified.
+    known: Mutex<HashMap<Id, Known>>,
     refused: [AtomicU64; Refusal::ALL.len()],
 }
 
@@ -101,6 +129,7 @@ impl Attest {
             max_skew,
             verified: Mutex::new(HashMap::new()),
             own: Mutex::new(None),
+            known: Mutex::new(HashMap::new()),
             refused: Default::default(),
         })
     }
@@ -113,18 +142,24 @@ impl Attest {
         Ok(())
     }
 
-    /// The proof of this node's `member` entry (signed once per version).
+    /// The proof of this node's `member` entry: a new signature when the entry changed (or its
+    /// chain ran out), else the next token of the chain signed last.
     pub fn sign(&self, member: &Member) -> Option<Proof> {
         let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((signed, proof)) = own.as_ref()
-            && signed == member
+        if let Some(o) = own.as_ref()
+            && o.body == (Member { heartbeat: o.chain.first(), ..member.clone() })
+            && let Some(beats) = o.chain.prove(member.heartbeat)
         {
-            return Some(proof.clone());
+            return Some(Proof { beats, ..o.proof.clone() });
         }
+        let chain = BeatChain::new(member.heartbeat, timeshard_clock::rng().random());
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-        let (scheme, signature) = tls::sign(&*keys.signer, &member.signed_bytes()).ok()?;
-        let proof = Proof { chain: keys.chain.iter().map(|c| c.as_ref().to_vec()).collect(), scheme, signature };
-        *own = Some((member.clone(), proof.clone()));
+        let signed = member.signed_bytes(chain.first(), &chain.anchor());
+        let (scheme, signature) = tls::sign(&*keys.signer, &signed).ok()?;
+        let beats = chain.prove(member.heartbeat)?;
+        let proof = Proof { chain: keys.chain.iter().map(|c| c.as_ref().to_vec()).collect(), scheme, signature, beats };
+        let body = Member { heartbeat: chain.first(), ..member.clone() };
+        *own = Some(Own { body, proof: proof.clone(), chain });
         Some(proof)
     }
 
@@ -146,15 +181,50 @@ impl Attest {
         if member.incarnation > now_ns.saturating_add(skew_ns) {
             return Err(Refusal::FromTheFuture);
         }
+        let beats = &proof.beats;
+        if member.heartbeat.checked_sub(beats.first).is_none_or(|k| k > beat_chain::LEN) {
+            return Err(Refusal::Signature);
+        }
+        let signed = member.signed_bytes(beats.first, &beats.anchor);
+        let body = {
+            let mut all = Vec::with_capacity(signed.len() + proof.signature.len() + proof.chain[0].len() + 2);
+            all.extend_from_slice(&signed);
+            all.extend_from_slice(&proof.scheme.to_be_bytes());
+            all.extend_from_slice(&proof.signature);
+            all.extend_from_slice(&proof.chain[0]);
+            Id::sha1(&all)
+        };
+        let now = UnixTime::since_unix_epoch(Duration::from_nanos(now_ns));
+        // A later beat of an entry verified before: its token hashes to the token verified.
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner()).get(&member.id).copied();
+        if let Some(k) = known.filter(|k| k.body == body && k.until > now && member.heartbeat >= k.beat) {
+            if !beat_chain::reaches(&beats.token, member.heartbeat - k.beat, &k.token) {
+                return Err(Refusal::Signature);
+            }
+            self.remember(member.id, Known { beat: member.heartbeat, token: beats.token, ..k });
+            return Ok(());
+        }
         let chain: Vec<CertificateDer<'_>> = proof.chain.iter().map(|c| CertificateDer::from(c.as_slice())).collect();
         let peer = PeerIdentity::of_certificate(&chain[0]).ok_or(Refusal::Certificate)?;
         if !peer.is_node || peer.id != member.id {
             return Err(Refusal::NotThatNode);
         }
-        self.verify_chain(&chain, now_ns)?;
-        tls::signed_by(&chain[0], proof.scheme, &member.signed_bytes(), &proof.signature)
-            .then_some(())
-            .ok_or(Refusal::Signature)
+        let until = self.verify_chain(&chain, now)?;
+        if !tls::signed_by(&chain[0], proof.scheme, &signed, &proof.signature)
+            || !beat_chain::proves(beats, member.heartbeat)
+        {
+            return Err(Refusal::Signature);
+        }
+        self.remember(member.id, Known { body, beat: member.heartbeat, token: beats.token, until });
+        Ok(())
+    }
+
+    fn remember(&self, id: Id, known: Known) {
+        let mut all = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if all.len() >= VERIFIED_MAX && !all.contains_key(&id) {
+            all.clear();
+        }
+        all.insert(id, known);
     }
 
     /// Whether the key of one of the fleet CA certificates made `signature` (TLS scheme
@@ -164,13 +234,12 @@ impl Attest {
         keys.cas.iter().any(|ca| tls::signed_by(ca, scheme, message, signature))
     }
 
-    /// Verifies that `chain` leads to the fleet CA as of `now_ns`, remembering the answer
-    /// until the certificate expires.
-    fn verify_chain(&self, chain: &[CertificateDer<'_>], now_ns: u64) -> Result<(), Refusal> {
-        let now = UnixTime::since_unix_epoch(Duration::from_nanos(now_ns));
+    /// Verifies that `chain` leads to the fleet CA as of `now`, remembering the answer until
+    /// the certificate expires (which it returns).
+    fn verify_chain(&self, chain: &[CertificateDer<'_>], now: UnixTime) -> Result<UnixTime, Refusal> {
         let key = Id::sha1(chain[0].as_ref());
-        if self.verified.lock().unwrap_or_else(|e| e.into_inner()).get(&key).is_some_and(|until| *until > now) {
-            return Ok(());
+        if let Some(until) = self.verified.lock().unwrap_or_else(|e| e.into_inner()).get(&key).filter(|u| **u > now) {
+            return Ok(*until);
         }
         let verifier = self.keys.read().unwrap_or_else(|e| e.into_inner()).verifier.clone();
         verifier.verify_client_cert(&chain[0], &chain[1..], now).map_err(|_| Refusal::Certificate)?;
@@ -184,7 +253,7 @@ impl Attest {
             verified.clear();
         }
         verified.insert(key, not_after);
-        Ok(())
+        Ok(not_after)
     }
 
     /// Entries refused so far, by reason.
@@ -251,6 +320,58 @@ pub(crate) mod tests {
         assert_eq!(checker.check(&forged, now_ns()), Err(Refusal::NotThatNode));
         let counted: u64 = checker.refused().iter().map(|(_, n)| n).sum();
         assert_eq!(counted, 4);
+    }
+
+    #[test]
+    fn heartbeats_are_proven_by_the_chain_and_cannot_be_advanced_by_anyone_else() {
+        let dir = fleet(2);
+        let (a, b) = (identity(dir.path(), "node-0"), identity(dir.path(), "node-1"));
+        let skew = Duration::from_secs(60);
+        let (signer, checker) = (Attest::new(&a, skew).unwrap(), Attest::new(&b, skew).unwrap());
+        let mut member = member_of(&a);
+        let first = signed_entry(&signer, member.clone());
+        for beat in 1..=20 {
+            member.heartbeat = beat;
+            let entry = signed_entry(&signer, member.clone());
+            let proof = entry.proof.as_ref().unwrap();
+            assert_eq!(proof.signature, first.proof.as_ref().unwrap().signature, "one signature for the chain");
+            assert_eq!(checker.check(&entry, now_ns()), Ok(()), "beat {beat}");
+            // A relay that holds this beat's proof claims the next beat with it.
+            let mut forged = entry.clone();
+            forged.member.heartbeat += 1;
+            assert_eq!(checker.check(&forged, now_ns()), Err(Refusal::Signature), "beat {beat} + 1 forged");
+        }
+        // A checker that never saw the chain verifies a late beat from the anchor.
+        member.heartbeat = 200;
+        let late = signed_entry(&signer, member.clone());
+        let fresh = Attest::new(&b, skew).unwrap();
+        assert_eq!(fresh.check(&late, now_ns()), Ok(()));
+        // Past the chain's end the node signs a new one; a forged heartbeat far beyond the
+        // chain is refused before any hashing.
+        member.heartbeat = beat_chain::LEN + 1;
+        let next = signed_entry(&signer, member.clone());
+        assert_ne!(next.proof.as_ref().unwrap().signature, first.proof.as_ref().unwrap().signature);
+        assert_eq!(checker.check(&next, now_ns()), Ok(()));
+        let mut far = next.clone();
+        far.member.heartbeat = u64::MAX;
+        assert_eq!(checker.check(&far, now_ns()), Err(Refusal::Signature));
+        // A changed entry is signed anew, and the old chain's tokens do not carry over to it.
+        member.heartbeat += 1;
+        member.status = timeshard_proto::membership::MemberStatus::Leaving;
+        let leaving = signed_entry(&signer, member.clone());
+        assert_eq!(checker.check(&leaving, now_ns()), Ok(()));
+        let mut moved = next.clone();
+        moved.member.status = timeshard_proto::membership::MemberStatus::Left;
+        assert_eq!(checker.check(&moved, now_ns()), Err(Refusal::Signature));
+        // A token swapped in from another node's chain, on a body verified before.
+        let other = Attest::new(&b, skew).unwrap();
+        let mut theirs = member_of(&b);
+        theirs.heartbeat = leaving.member.heartbeat + 1;
+        let their_token = signed_entry(&other, theirs).proof.unwrap().beats.token;
+        let mut swapped = leaving.clone();
+        swapped.member.heartbeat += 1;
+        swapped.proof.as_mut().unwrap().beats.token = their_token;
+        assert_eq!(checker.check(&swapped, now_ns()), Err(Refusal::Signature));
     }
 
     #[test]

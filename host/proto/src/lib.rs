@@ -21,6 +21,7 @@
 
 pub mod agreement;
 pub mod batch;
+pub mod beat_chain;
 pub mod class;
 pub mod geo;
 pub mod hash;

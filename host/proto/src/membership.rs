@@ -35,6 +35,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde::{Deserialize, Serialize};
 
+use crate::beat_chain::{BeatProof, Token};
 use crate::geo::GeoPoint;
 use crate::placement::coi::Located;
 
@@ -141,9 +142,10 @@ pub struct RevocationNews {
     pub list: Option<SignedRevocations>,
 }
 
-/// A node's signature over its own entry: the certificate chain that binds its id (the id is
-/// the hash of the certificate's public key) and the signature of [`Member::signed_bytes`]
-/// with that key.
+/// A node's proof of its own entry: the certificate chain that binds its id (the id is the
+/// hash of the certificate's public key), the signature with that key of
+/// [`Member::signed_bytes`] (the entry and the anchor of a beat chain), and the token that
+/// proves the entry's heartbeat on that chain ([`crate::beat_chain`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proof {
     /// DER certificates, the node's own first.
@@ -151,6 +153,7 @@ pub struct Proof {
     /// The TLS `SignatureScheme` code of the signature.
     pub scheme: u16,
     pub signature: Vec<u8>,
+    pub beats: BeatProof,
 }
 
 impl Proof {
@@ -164,10 +167,14 @@ impl Proof {
 }
 
 impl Member {
-    /// What a node signs for its entry: a domain tag, then the entry's postcard encoding.
-    pub fn signed_bytes(&self) -> Vec<u8> {
-        let mut out = b"timeshard member entry v1\0".to_vec();
-        out.extend(postcard::to_allocvec(self).expect("a member always encodes"));
+    /// What a node signs for its entry: a domain tag, the entry's postcard encoding with the
+    /// heartbeat its beat chain starts at (`chain_first`), then the chain's anchor. Later
+    /// heartbeats are proven by the chain, not signed.
+    pub fn signed_bytes(&self, chain_first: u64, anchor: &Token) -> Vec<u8> {
+        let body = Member { heartbeat: chain_first, ..self.clone() };
+        let mut out = b"timeshard member entry v2\0".to_vec();
+        out.extend(postcard::to_allocvec(&body).expect("a member always encodes"));
+        out.extend_from_slice(anchor);
         out
     }
 }
