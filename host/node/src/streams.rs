@@ -46,10 +46,10 @@ pub async fn serve(node: &Arc<Node>, peer: PeerIdentity, req: Request, mut send:
         );
         return finish_with(node, &mut send, &Response::Error(e), limit).await;
     }
+    // Whether this replica vouches for an in-CoI read's answer (true for any other request).
+    let vouches = crate::server::in_coi_vouch(node, peer, &req);
     match req {
-        Request::FetchParts { .. } => {
-            let vouches = crate::server::in_coi_vouch(node, peer, &req);
-            let Request::FetchParts { series, parts, page_points, .. } = req else { unreachable!() };
+        Request::FetchParts { series, parts, page_points, .. } => {
             let (mut rx, producer) = node.replica().fetch_parts(series, parts, page_points as usize);
             while let Some(frame) = rx.recv().await {
                 let resp = match frame {

@@ -61,7 +61,8 @@ pub struct HintsConfig {
     pub max_age: Duration,
     /// Most bytes of hints kept; a hint beyond it is dropped.
     pub max_bytes: u64,
-    /// Bytes per second replayed to replicas that are back.
+    /// Bytes per second replayed to replicas that are back (message bytes as framed on the
+    /// wire).
     pub replay_bytes_per_sec: u64,
     /// Writes to replicas that may still run after their write was answered; beyond it they
     /// become hints.
@@ -99,7 +100,8 @@ pub struct RepairConfig {
     /// round has pulled from every neighbour, this node answers reads as unsettled.
     #[serde(with = "humantime_serde")]
     pub catch_up_delay: Duration,
-    /// Most bytes per second anti-entropy fetches and handoff pushes, each.
+    /// Most bytes per second anti-entropy fetches and handoff pushes, each: message bytes as
+    /// framed on the wire (QUIC packet headers not counted).
     pub bytes_per_sec: u64,
     /// Read repairs waiting to be sent, at most; more are dropped and counted (anti-entropy
     /// repairs them later).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use timeshard_clock::now_ns;
 use timeshard_proto::placement::{block_bytes, pack, split_block};
-use timeshard_proto::wire::{BlockPoints, Limits, Request, Response};
+use timeshard_proto::wire::{self, BlockPoints, Limits, Request, Response};
 use timeshard_proto::{Contact, Id, SeriesKey};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -136,10 +136,7 @@ impl Replayer {
         let points: usize = fresh.iter().map(|h| h.payload.points()).sum();
         let pace = Pace { bytes_per_sec: self.bytes_per_sec };
         for req in requests(fresh.into_iter().map(|h| h.payload).collect(), &self.limits) {
-            let bytes = match &req {
-                Request::Store { blocks } => blocks.iter().map(block_bytes).sum(),
-                _ => 0,
-            };
+            let bytes = usize::try_from(wire::frame_bytes(&req)).unwrap_or(usize::MAX);
             match self.dht.call(&contact, &req).await {
                 Ok(Response::Stored { .. }) => {}
                 Ok(other) => return Err(format!("unexpected answer to a hint: {other:?}")),

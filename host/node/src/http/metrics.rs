@@ -388,7 +388,7 @@ fn repair(e: &mut Exposition, rp: &RepairStatus) {
     );
     e.counter(
         "timeshard_repair_fetched_bytes_total",
-        "Bytes of blocks anti-entropy streamed into this node.",
+        "Bytes of the messages that fetched blocks into this node (requests and answers, as framed on the wire).",
         rp.bytes_fetched as f64,
     );
     e.gauge(
@@ -403,7 +403,7 @@ fn repair(e: &mut Exposition, rp: &RepairStatus) {
     );
     e.counter(
         "timeshard_repair_handoff_pushed_bytes_total",
-        "Bytes of blocks streamed to owners that lacked them.",
+        "Bytes of the messages that pushed blocks to owners that lacked them (as framed on the wire).",
         rp.handoff_bytes_pushed as f64,
     );
     e.counter(

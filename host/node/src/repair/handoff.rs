@@ -19,9 +19,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use timeshard_clock::now_ns;
-use timeshard_proto::placement::block_bytes;
 use timeshard_proto::repair::{BlockRef, Handoff, MAX_REQUEST_BLOCKS, OwnerCopy};
-use timeshard_proto::wire::{BlockPoints, Request, Response};
+use timeshard_proto::wire::{self, BlockPoints, Request, Response};
 use timeshard_proto::{Contact, Id, Point, SeriesKey};
 use timeshard_store::StoreError;
 use tracing::{debug, info, warn};
@@ -264,19 +263,22 @@ impl Repair {
         report: &mut HandoffReport,
     ) -> Result<(), String> {
         let PushBatch { blocks, complete, .. } = std::mem::take(batch);
-        let bytes: usize = blocks.iter().map(block_bytes).sum();
+        // What crosses the wire, as the transport frames it.
+        let mut bytes = 0u64;
         if !blocks.is_empty() {
             for req in requests(vec![HintPayload::Blocks(blocks)], &self.limits) {
+                bytes += wire::frame_bytes(&req);
                 self.send(owner, &req).await?;
             }
         }
-        report.bytes += bytes as u64;
-        Counters::add(&self.state.counters.handoff_bytes_pushed, bytes as u64);
+        report.bytes += bytes;
+        Counters::add(&self.state.counters.handoff_bytes_pushed, bytes);
         for i in complete {
             work[i].handoff.confirmed(&owner.id);
             report.pushed += 1;
             Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
         }
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;

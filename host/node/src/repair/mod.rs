@@ -147,7 +147,8 @@ impl Repair {
     }
 
     /// Waits as long as `bytes` fetched take at the configured rate.
-    async fn pace(&self, bytes: usize) {
+    async fn pace(&self, bytes: u64) {
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;

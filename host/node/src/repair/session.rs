@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use timeshard_proto::repair::tree::{self, Descent};
 use timeshard_proto::repair::{BlockRef, MAX_LEAF_ENTRIES, MAX_REQUEST_BLOCKS, RepairEntry, RepairScope, to_fetch};
-use timeshard_proto::wire::{Request, Response};
+use timeshard_proto::wire::{self, Request, Response};
 use timeshard_proto::{Contact, Id, Quantum, SeriesKey};
 use tokio::sync::mpsc;
 
@@ -64,10 +64,7 @@ impl Repair {
     /// A compare message: counted both ways.
     async fn compare(&self, peer: &Contact, req: &Request) -> Result<Response, SessionError> {
         let resp = self.call(peer, req).await?;
-        Counters::add(
-            &self.state.counters.compare_bytes,
-            timeshard_proto::wire::frame_bytes(req) + timeshard_proto::wire::frame_bytes(&resp),
-        );
+        Counters::add(&self.state.counters.compare_bytes, wire::frame_bytes(req) + wire::frame_bytes(&resp));
         Ok(resp)
     }
 
@@ -239,13 +236,15 @@ impl Repair {
         let mut after = None;
         loop {
             let req = Request::ReadBlocks { blocks: blocks.clone(), after, limit };
-            let (page, next) = match self.call(peer, &req).await? {
+            let resp = self.call(peer, &req).await?;
+            // What crossed the wire both ways, as the transport framed it.
+            let bytes = wire::frame_bytes(&req) + wire::frame_bytes(&resp);
+            let (page, next) = match resp {
                 Response::Blocks { blocks, next } => (blocks, next),
                 other => return Err(SessionError::Unexpected(format!("{other:?}"))),
             };
             delivered.extend(page.iter().filter(|b| !b.points.is_empty()).map(|b| (b.series.clone(), b.quantum)));
-            let bytes = page.iter().map(timeshard_proto::placement::block_bytes).sum::<usize>();
-            Counters::add(&self.state.counters.bytes_fetched, bytes as u64);
+            Counters::add(&self.state.counters.bytes_fetched, bytes);
             // A closed queue means the storer failed; `pull` reports its error.
             if !page.is_empty() && pages.send(page).await.is_err() {
                 return Err(SessionError::Store("the storer stopped".into()));

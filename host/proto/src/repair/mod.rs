@@ -163,12 +163,13 @@ pub struct RepairStatus {
     /// Bytes of comparisons (tree hashes and leaf listings), both ways, in the sessions this
     /// node ran: what anti-entropy costs when there is nothing to repair.
     pub compare_bytes: u64,
-    /// Blocks anti-entropy fetched into this node, and their bytes on the wire.
+    /// Blocks anti-entropy fetched into this node, and the bytes of the messages that fetched
+    /// them (requests and answers, as framed on the wire).
     pub blocks_fetched: u64,
     pub bytes_fetched: u64,
     /// Blocks this node held but no longer owned at its last handoff pass.
     pub handoff_pending: u64,
-    /// Blocks and bytes pushed to owners that lacked them.
+    /// Blocks pushed to owners that lacked them, and the bytes of the messages (as framed).
     pub handoff_blocks_pushed: u64,
     pub handoff_bytes_pushed: u64,
     /// Copies dropped after every owner confirmed it holds them.

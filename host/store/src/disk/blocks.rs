@@ -24,6 +24,41 @@ fn count_and_digest(b: &Block) -> (u64, u64) {
     (b.frames.count() + b.open.len() as u64, b.frames.digest().wrapping_add(b.open_digest))
 }
 
+/// Walks the blocks in (series number, quantum start) order from cursor `after`, handing each
+/// to `take`, which answers how many items the page holds now. Stops when the page holds
+/// `limit` items, or after `limit` plus [`LIST_SCAN_SLACK`] blocks and series numbers visited
+/// (empty series and empty blocks cost a step too), returning the cursor to go on from; `None`
+/// once every block was walked.
+fn walk_blocks(
+    st: &State,
+    after: Option<ListCursor>,
+    limit: usize,
+    mut take: impl FnMut(u32, &Series, i64, &Block) -> usize,
+) -> Option<ListCursor> {
+    let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
+    let (mut held, mut visited) = (0usize, 0usize);
+    while id < st.next_id {
+        if held >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
+            return Some(ListCursor { series: id, after: from });
+        }
+        if let Some(s) = st.series.get(&id) {
+            let range = (from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded);
+            for (&start, b) in s.blocks.range(range) {
+                if held >= limit {
+                    return Some(ListCursor { series: id, after: from });
+                }
+                visited += 1;
+                held = take(id, s, start, b);
+                from = Some(start);
+            }
+        }
+        visited += 1;
+        id += 1;
+        from = None;
+    }
+    None
+}
+
 impl DiskStore {
     /// The report of block `start` of `s`, with `opened` standing in for older write times.
     fn info(s: &Series, start: i64, b: &Block, opened: i64) -> Option<BlockInfo> {
@@ -48,29 +83,12 @@ impl DiskStore {
     pub(super) fn list_blocks_page(&self, after: Option<ListCursor>, limit: usize) -> BlockPage {
         let opened = self.opened();
         let st = self.read_state();
-        let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
         let mut blocks = Vec::new();
-        let mut visited = 0usize;
-        while id < st.next_id {
-            if blocks.len() >= limit || visited >= limit.saturating_add(LIST_SCAN_SLACK) {
-                return BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) };
-            }
-            if let Some(s) = st.series.get(&id) {
-                let range = (from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded);
-                for (&start, b) in s.blocks.range(range) {
-                    if blocks.len() >= limit {
-                        return BlockPage { blocks, next: Some(ListCursor { series: id, after: from }) };
-                    }
-                    visited += 1;
-                    blocks.extend(Self::info(s, start, b, opened));
-                    from = Some(start);
-                }
-            }
-            visited += 1;
-            id += 1;
-            from = None;
-        }
-        BlockPage { blocks, next: None }
+        let next = walk_blocks(&st, after, limit, |_, s, start, b| {
+            blocks.extend(Self::info(s, start, b, opened));
+            blocks.len()
+        });
+        BlockPage { blocks, next }
     }
 
     /// [`crate::Store::block_info`].
@@ -108,35 +126,11 @@ impl DiskStore {
     /// (no point is decoded); a damaged one is recorded by [`DiskStore::check_frame`]. A frame whose segment compaction removed meanwhile is
     /// skipped (its new copy is checked next pass).
     pub(super) fn scrub_page(&self, after: Option<ListCursor>, max_frames: usize) -> ScrubPage {
-        let (frames, next) = {
-            let st = self.read_state();
-            let (mut id, mut from) = after.map_or((0, None), |c| (c.series, c.after));
-            let mut frames = Vec::new();
-            let mut visited = 0usize;
-            let mut next = None;
-            'series: while id < st.next_id {
-                if frames.len() >= max_frames || visited >= max_frames.saturating_add(LIST_SCAN_SLACK) {
-                    next = Some(ListCursor { series: id, after: from });
-                    break;
-                }
-                if let Some(s) = st.series.get(&id) {
-                    let range = (from.map_or(Bound::Unbounded, Bound::Excluded), Bound::Unbounded);
-                    for (&start, b) in s.blocks.range(range) {
-                        if frames.len() >= max_frames {
-                            next = Some(ListCursor { series: id, after: from });
-                            break 'series;
-                        }
-                        visited += 1;
-                        frames.extend(b.frames.as_slice().iter().map(|loc| (id, start, *loc)));
-                        from = Some(start);
-                    }
-                }
-                visited += 1;
-                id += 1;
-                from = None;
-            }
-            (frames, next)
-        };
+        let mut frames = Vec::new();
+        let next = walk_blocks(&self.read_state(), after, max_frames, |id, _, start, b| {
+            frames.extend(b.frames.as_slice().iter().map(|loc| (id, start, *loc)));
+            frames.len()
+        });
         let mut page = ScrubPage { next, ..ScrubPage::default() };
         for (id, start, loc) in frames {
             match self.check_frame(id, start, &loc) {
