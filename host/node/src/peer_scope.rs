@@ -173,13 +173,17 @@ pub fn vouches_in_coi(
         return false;
     }
     let class = classes.of(base);
+    // The series' site is the same for every quantum: placed once (a geohash decode), then
+    // each quantum's block id with it.
+    let Some(first) = quanta.first() else { return true };
+    let Ok(mut target) = placement::target(base, placement::placement_id(series, first, classes), class) else {
+        return false;
+    };
+    if target.site.is_none() {
+        return false;
+    }
     quanta.iter().all(|q| {
-        let Ok(target) = placement::target(base, placement::placement_id(series, q, classes), class) else {
-            return false;
-        };
-        if target.site.is_none() {
-            return false;
-        }
+        target.id = placement::placement_id(series, q, classes);
         let placed = view.owners_of(&target);
         placed.owners.iter().take(placed.synchronous).any(|c| c.id == me)
     })
