@@ -126,18 +126,13 @@ async fn disagreements(cluster: &LocalCluster, attempted: &BTreeSet<(u32, Quantu
 }
 
 /// A node other than node 0 that owns the blocks of the quantum holding `at_ns`.
-fn owner_of_quantum_at(cluster: &LocalCluster, at_ns: i64, rng: &mut impl Rng) -> anyhow::Result<usize> {
+/// The owners, as node indices, of the quantum holding `at_ns` (the same for every series).
+fn owners_of_quantum_at(cluster: &LocalCluster, at_ns: i64) -> anyhow::Result<Vec<usize>> {
     let classes = NodeConfig { classes: vec![class()], ..NodeConfig::default() }.class_table()?;
     let len = QuantumLen::new(QUANTUM.as_nanos() as i64)?;
     let members = cluster.contacts();
     let id = placement_id(&series(0), &len.quantum_of(at_ns), &classes);
-    let held: Vec<usize> = owners(&members, &id, 3)
-        .iter()
-        .filter_map(|o| members.iter().position(|m| m.id == o.id))
-        .filter(|&i| i != 0)
-        .collect();
-    anyhow::ensure!(!held.is_empty(), "no owner of the quantum at {at_ns} besides node 0");
-    Ok(held[rng.random_range(0..held.len())])
+    Ok(owners(&members, &id, 3).iter().filter_map(|o| members.iter().position(|m| m.id == o.id)).collect())
 }
 
 fn class() -> ClassConfig {
@@ -160,15 +155,16 @@ async fn killed_replicas_get_their_hints_and_every_replica_converges() -> anyhow
     // put the quantum first, so every series of a quantum has the same three owners: node a
     // is one of those of a quantum written while it is down (the kill is at least 5 s long:
     // detection, then 2 s), so it misses writes whatever the draw.
+    // Node b owns none of that quantum: were it a second owner, the quantum's writes would
+    // miss W = 2 and fail outright, leaving nothing to hint (a fresh-clone run drew that).
     let seed: u64 = rand::rng().random();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let a = owner_of_quantum_at(&cluster, now_ns() + 3_000_000_000, &mut rng)?;
-    let b = loop {
-        let b = rng.random_range(1..NODES);
-        if b != a {
-            break b;
-        }
-    };
+    let held = owners_of_quantum_at(&cluster, now_ns() + 3_000_000_000)?;
+    let others: Vec<usize> = held.iter().copied().filter(|&i| i != 0).collect();
+    anyhow::ensure!(!others.is_empty(), "no owner of the quantum besides node 0");
+    let a = others[rng.random_range(0..others.len())];
+    let free: Vec<usize> = (1..NODES).filter(|i| !held.contains(i)).collect();
+    let b = free[rng.random_range(0..free.len())];
     println!("seed {seed}: killing nodes {a} and {b}");
     cluster.kill(a).await?;
     cluster.kill(b).await?;
