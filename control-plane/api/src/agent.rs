@@ -17,6 +17,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::Method;
@@ -25,7 +26,7 @@ use timeshard_proto::Id;
 
 use crate::api::{EnrollRequest, EnrollResponse, Issued, RenewRequest, Report, paths};
 use crate::files::{self, EnrollmentRecord, FileError, NewEnrollment};
-use crate::http::{CALL_TIMEOUT, Endpoint, HttpError};
+use crate::http::{CALL_TIMEOUT, Endpoint, Exchange, HttpError};
 use crate::state::{DesiredState, STATE_FORMAT};
 use crate::tls::{self, TlsError};
 use crate::token::{Fingerprint, Token, TokenError, TokenKind};
@@ -199,8 +200,13 @@ pub struct NodeClient {
 impl NodeClient {
     /// A client presenting `credentials`.
     pub fn new(credentials: Credentials) -> Result<NodeClient, AgentError> {
+        NodeClient::through(credentials, None)
+    }
+
+    /// [`NodeClient::new`], its calls made through `exchange` when there is one (a simulation).
+    pub fn through(credentials: Credentials, exchange: Option<Arc<dyn Exchange>>) -> Result<NodeClient, AgentError> {
         let config = tls::node_config(&credentials.ca_pem, &credentials.cert_pem, &credentials.key_pem)?;
-        let endpoint = Endpoint::new(&credentials.url, config)?;
+        let endpoint = Endpoint::new(&credentials.url, config)?.through(exchange);
         let (not_before, not_after) = validity(&credentials.cert_pem)?;
         Ok(NodeClient { credentials, endpoint, not_before, not_after })
     }
@@ -236,7 +242,7 @@ impl NodeClient {
         let mut credentials = self.credentials.clone();
         credentials.cert_pem = issued.certificate_pem.clone();
         credentials.ca_pem = issued.ca_pem.clone();
-        *self = NodeClient::new(credentials)?;
+        *self = NodeClient::through(credentials, self.endpoint.exchange())?;
         Ok(issued)
     }
 
@@ -317,6 +323,12 @@ impl Agent {
     /// Loads the enrollment in `data_dir`. Needs no network: a node restarted while the control
     /// plane is away starts from [`Agent::applied`].
     pub fn open(data_dir: &Path) -> Result<Agent, AgentError> {
+        Agent::open_through(data_dir, None)
+    }
+
+    /// [`Agent::open`], reaching the control plane through `exchange` when there is one (a
+    /// simulation) instead of the network.
+    pub fn open_through(data_dir: &Path, exchange: Option<Arc<dyn Exchange>>) -> Result<Agent, AgentError> {
         let dir = data_dir.join(files::CONTROL_DIR);
         if !Agent::is_enrolled(data_dir) {
             return Err(AgentError::NotEnrolled { dir: data_dir.to_path_buf() });
@@ -331,7 +343,7 @@ impl Agent {
             key_pem: files::read(&dir.join(files::KEY_FILE))?,
         };
         let applied = decode_state(files::read_json(&dir.join(files::DESIRED_FILE))?)?;
-        Ok(Agent { dir, client: NodeClient::new(credentials)?, applied })
+        Ok(Agent { dir, client: NodeClient::through(credentials, exchange)?, applied })
     }
 
     /// `<data_dir>/control`: holds `ca.pem`, `node.pem` and `node.key` for the node's TLS.

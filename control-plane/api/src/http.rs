@@ -2,6 +2,8 @@
 //! bounded answers, and timeouts on connecting and on the whole call. Small on purpose: it runs
 //! on the node, next to everything else, on 512 MB devices.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,16 +59,33 @@ impl HttpError {
     }
 }
 
+/// What an [`Exchange`] call returns.
+pub type ExchangeFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, HttpError>> + Send + 'a>>;
+
+/// The control plane reached some other way than HTTPS over TCP: a simulator's control plane
+/// in the same process, which answers each call as the server would (status and JSON body),
+/// for the node whose certificate the TLS connection would have presented. Everything above
+/// the transport (paths, JSON, errors, timeouts) runs as it does over the network.
+pub trait Exchange: Send + Sync {
+    /// `method path` with `body`, as [`Endpoint::call`] would send it.
+    fn call<'a>(&'a self, method: Method, path: &'a str, body: Option<Vec<u8>>) -> ExchangeFuture<'a>;
+}
+
 /// The control plane at one address, with one TLS configuration.
 #[derive(Clone)]
 pub struct Endpoint {
     authority: String,
     tls: Arc<ClientConfig>,
+    /// Calls go here instead of over the network (a simulation).
+    exchange: Option<Arc<dyn Exchange>>,
 }
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("authority", &self.authority).finish()
+        f.debug_struct("Endpoint")
+            .field("authority", &self.authority)
+            .field("exchange", &self.exchange.is_some())
+            .finish()
     }
 }
 
@@ -121,7 +140,17 @@ impl Answer {
 impl Endpoint {
     /// The control plane at `url` (`https://HOST:PORT`), reached with `tls`.
     pub fn new(url: &str, tls: Arc<ClientConfig>) -> Result<Endpoint, HttpError> {
-        Ok(Endpoint { authority: authority_of(url)?, tls })
+        Ok(Endpoint { authority: authority_of(url)?, tls, exchange: None })
+    }
+
+    /// This endpoint with its calls made through `exchange` instead of the network.
+    pub fn through(self, exchange: Option<Arc<dyn Exchange>>) -> Endpoint {
+        Endpoint { exchange, ..self }
+    }
+
+    /// Where calls go instead of the network, if anywhere.
+    pub fn exchange(&self) -> Option<Arc<dyn Exchange>> {
+        self.exchange.clone()
     }
 
     /// `host:port` it connects to.
@@ -155,7 +184,13 @@ impl Endpoint {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<Answer, HttpError> {
-        tokio::time::timeout(timeout, self.call_inner(method, path, bearer, body))
+        let call = async {
+            match &self.exchange {
+                Some(exchange) => exchange.call(method, path, body).await,
+                None => self.call_inner(method, path, bearer, body).await,
+            }
+        };
+        tokio::time::timeout(timeout, call)
             .await
             .map_err(|_| HttpError::Timeout { addr: self.authority.clone(), after: timeout })?
     }

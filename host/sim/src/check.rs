@@ -37,6 +37,9 @@ pub mod property {
     pub const MEMORY: &str = "memory";
     /// A node failed to start, or the final reads could not run.
     pub const LIVENESS: &str = "liveness";
+    /// After the faults, every running node runs (and has reported) the control plane's last
+    /// generation of desired state.
+    pub const CONFIG_APPLIED: &str = "config_applied";
 }
 
 /// Copies a block must have at the end: its replication factor (both classes use 3).
@@ -155,6 +158,14 @@ pub fn check(history: &History) -> Vec<Failure> {
             Event::NodeError { node, error, t } => {
                 fail(property::LIVENESS, format!("node {node} at t={t}: {error}"));
             }
+            Event::Config { node, running, reported, latest, t } if running != latest || reported != latest => {
+                fail(
+                    property::CONFIG_APPLIED,
+                    format!(
+                        "node {node} at t={t} runs generation {running} and reported {reported}; the control plane is at {latest}"
+                    ),
+                );
+            }
             Event::Copies { series, quantum, copies, why, .. } if why == "end" => {
                 let digests: BTreeSet<(u64, u64)> = copies.iter().map(|c| (c.count, c.digest)).collect();
                 if digests.len() > 1 {
@@ -195,4 +206,22 @@ pub fn check(history: &History) -> Vec<Failure> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_behind_the_control_plane_at_the_end_fails_config_applied() {
+        let config = |running, reported| Event::Config { t: 9, node: 4, running, reported, latest: 3 };
+        let caught_up = History { events: vec![config(3, 3)] };
+        assert!(check(&caught_up).is_empty());
+        for (running, reported) in [(2, 3), (3, 2)] {
+            let behind = History { events: vec![config(running, reported)] };
+            let failures = check(&behind);
+            assert_eq!(failures.len(), 1, "{failures:?}");
+            assert_eq!(failures[0].property, property::CONFIG_APPLIED);
+        }
+    }
 }

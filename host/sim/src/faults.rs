@@ -25,10 +25,13 @@ pub enum Kind {
     Clock,
     /// Joins, graceful leaves, departures (a node gone for good) and location changes.
     Membership,
+    /// The control plane out of reach of every device for a while.
+    Control,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [Kind::Network, Kind::Partition, Kind::Crash, Kind::Disk, Kind::Clock, Kind::Membership];
+    pub const ALL: [Kind; 7] =
+        [Kind::Network, Kind::Partition, Kind::Crash, Kind::Disk, Kind::Clock, Kind::Membership, Kind::Control];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -38,6 +41,7 @@ impl Kind {
             Kind::Disk => "disk",
             Kind::Clock => "clock",
             Kind::Membership => "membership",
+            Kind::Control => "control",
         }
     }
 }
@@ -82,7 +86,7 @@ impl FromStr for Faults {
         let mut out = Vec::new();
         for name in s.split(',') {
             let k = Kind::ALL.into_iter().find(|k| k.name() == name.trim()).ok_or_else(|| {
-                format!("unknown fault family {name:?}: use all, none, or a list of network, partition, crash, disk, clock, membership")
+                format!("unknown fault family {name:?}: use all, none, or a list of network, partition, crash, disk, clock, membership, control")
             })?;
             if !out.contains(&k) {
                 out.push(k);
@@ -114,6 +118,10 @@ pub enum Action {
     Relocate(usize, Option<(f64, f64)>),
     /// Every node loses its location (a rollout that cleared them).
     ClearLocations,
+    /// The control plane becomes unreachable from every device.
+    ControlDown,
+    /// It is back.
+    ControlUp,
     Skew(usize, i64),
     DiskFull(usize),
     DiskHeal(usize),
@@ -151,7 +159,17 @@ impl Plan {
         let mut steps = Vec::new();
         let start = spec.start.as_nanos() as u64;
         let end = start + spec.length.as_nanos() as u64;
-        let kinds = &spec.faults.0;
+        // Control-plane outages come from a stream of their own, so that enabling them leaves
+        // every other fault of a seed's plan where it was.
+        let kinds: Vec<Kind> = spec.faults.0.iter().copied().filter(|k| *k != Kind::Control).collect();
+        if spec.faults.has(Kind::Control) {
+            let mut outages = SplitMix64(seed ^ 0x00C0_4701);
+            for _ in 0..outages.below(3) {
+                let at = start + outages.below(end - start);
+                steps.push((at, Action::ControlDown));
+                steps.push(((at + 2 * SEC + outages.below(18 * SEC)).min(end), Action::ControlUp));
+            }
+        }
         let mut t = start;
         // Nodes down (crashed, departed or left) at once are at most two, so a quorum remains.
         let mut down_until: Vec<u64> = vec![0; spec.nodes + spec.joiners];
@@ -225,6 +243,8 @@ impl Plan {
                     };
                     steps.push((t, Action::Skew(n, skew)));
                 }
+                // Drawn apart, above.
+                Kind::Control => continue,
                 Kind::Membership => match rng.below(6) {
                     0 if joined < spec.joiners => {
                         steps.push((t, Action::Join(spec.nodes + joined)));

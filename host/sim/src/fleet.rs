@@ -1,6 +1,7 @@
 //! The simulated fleet: real nodes (`timeshard_node::RunningNode`) on simulated hosts, each
 //! with its socket on the simulated network and its store on a faulty disk that outlives
-//! crashes; starting, crashing, restarting, joining and departing them.
+//! crashes, enrolled in the simulated control plane and following it; starting, crashing,
+//! restarting, joining and departing them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,14 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
+use timeshard_control_api::Agent;
 use timeshard_node::config::{ClassConfig, CoiConfig, Fsync, StoreEngine};
 use timeshard_node::seams::Seams;
-use timeshard_node::start::Applied;
 use timeshard_node::{Node, NodeConfig, RunningNode};
 use timeshard_proto::geo::GeoPoint;
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk};
 
+use crate::control::ControlPlane;
 use crate::host::Host;
 use crate::net::Network;
 
@@ -92,6 +94,10 @@ pub struct SimNode {
     pub addr: SocketAddr,
     pub config: NodeConfig,
     pub tls: TlsFiles,
+    /// Its id, as the control plane knows the device.
+    pub node_id: String,
+    /// Where it stands (the network's latencies follow it at once; the node learns it from
+    /// the control plane).
     pub location: Option<GeoPoint>,
     pub life: Life,
     /// The disk: survives crashes as its crash image.
@@ -149,14 +155,16 @@ pub fn node_config(i: usize, dir: &std::path::Path, tls: &TlsFiles, location: Op
 }
 
 impl SimNode {
-    /// A node not started yet.
-    pub fn new(index: usize, config: NodeConfig, tls: TlsFiles) -> SimNode {
+    /// A node not started yet, enrolled in `control` at the location its configuration names.
+    pub fn new(index: usize, config: NodeConfig, tls: TlsFiles, control: &ControlPlane) -> Result<SimNode> {
         let location = config.location().ok().flatten();
-        SimNode {
+        let node_id = control.enroll(&config.data_dir, &tls, location)?;
+        Ok(SimNode {
             index,
             addr: config.listen,
             config,
             tls,
+            node_id,
             location,
             life: Life::Unborn,
             disk: FaultyDisk::new(),
@@ -164,11 +172,19 @@ impl SimNode {
             running: Arc::default(),
             start_error: Arc::default(),
             incarnation: 0,
-        }
+        })
     }
 
-    /// Boots the node's host at `now_ns` and starts the node on it (it joins as it runs).
-    pub fn start(&mut self, net: &Arc<Network>, now_ns: u64, epoch_ns: i64, seed: u64) -> Result<()> {
+    /// Boots the node's host at `now_ns` and starts the node on it, as an enrolled node: from
+    /// the desired state it applied last, following `control` (it joins as it runs).
+    pub fn start(
+        &mut self,
+        net: &Arc<Network>,
+        control: &Arc<ControlPlane>,
+        now_ns: u64,
+        epoch_ns: i64,
+        seed: u64,
+    ) -> Result<()> {
         self.incarnation += 1;
         let host = Host::boot(format!("node-{}#{}", self.index, self.incarnation), now_ns, epoch_ns, seed);
         net.set_location(self.index, self.location);
@@ -181,12 +197,13 @@ impl SimNode {
         }
         endpoint.rng_seed(Some(rng_seed));
         let seams = Seams { socket: Some(socket), endpoint: Some(endpoint), disk: Some(Arc::new(self.disk.clone())) };
-        let mut config = self.config.clone();
-        config.location = self.location.map(|p| format!("{},{}", p.lat, p.lon));
+        // Its location is the control plane's, as for any enrolled device.
+        let config = NodeConfig { location: None, ..self.config.clone() };
+        let agent = Agent::open_through(&config.data_dir, Some(control.link(self.node_id.clone())))?;
         let running = self.running.clone();
         let failed = self.start_error.clone();
         host.spawn(async move {
-            match RunningNode::start_on(config, Applied::default(), seams).await {
+            match timeshard_node::control::start_on(config, agent, seams).await {
                 Ok(node) => *running.lock().unwrap_or_else(|e| e.into_inner()) = Some(node),
                 Err(e) => *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string()),
             }

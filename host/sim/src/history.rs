@@ -48,6 +48,9 @@ pub enum Event {
     Held { t: u64, series: String, points: Vec<Pt> },
     /// A node's memory against its budget.
     Memory { t: u64, node: usize, what: String, used: u64, limit: u64 },
+    /// At the end: the generation of desired state a running node runs and last reported,
+    /// and the control plane's.
+    Config { t: u64, node: usize, running: u64, reported: u64, latest: u64 },
     /// A node could not start, or failed in a way the simulator saw.
     NodeError { t: u64, node: usize, error: String },
     /// Totals at the end.

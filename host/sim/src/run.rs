@@ -15,6 +15,7 @@ use timeshard_sdk::{Client, ClientOptions};
 use timeshard_store::faulty_disk::{FailKind, SplitMix64};
 
 use crate::check::{self, Failure};
+use crate::control::ControlPlane;
 use crate::faults::{Action, Faults, Plan, PlanSpec};
 use crate::fleet::{self, CLIENT_LOCATION, JOIN_LOCATIONS, LOCATIONS, Life, SimNode};
 use crate::history::{Copy, Event, History, Pt};
@@ -81,6 +82,7 @@ const AUDIT_EVERY: u64 = 5 * SEC;
 struct World {
     seed: u64,
     net: Arc<Network>,
+    control: Arc<ControlPlane>,
     nodes: Vec<SimNode>,
     clients_host: Host,
     clients: Arc<Clients>,
@@ -97,13 +99,14 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     let mut pki = Pki::new(&dir.path().join("pki"), seed)?;
     let net = Network::new(seed, opts.window);
     let total = opts.nodes + opts.joiners;
+    let control = ControlPlane::new(fleet::classes().iter().map(timeshard_node::control::class_spec).collect());
     let mut nodes = Vec::with_capacity(total);
     for i in 0..total {
         let tls = pki.issue(&format!("node-{i}"), true)?;
         let location =
             if i < opts.nodes { LOCATIONS.get(i % LOCATIONS.len()) } else { JOIN_LOCATIONS.get(i - opts.nodes) };
         let config = fleet::node_config(i, dir.path(), &tls, location.copied());
-        nodes.push(SimNode::new(i, config, tls));
+        nodes.push(SimNode::new(i, config, tls, &control)?);
     }
     let client_tls = pki.issue("client", false)?;
     let clients_host = Host::boot("clients".into(), 0, EPOCH_NS, seed ^ 0xC11E_0000);
@@ -135,6 +138,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     let mut world = World {
         seed,
         net,
+        control,
         nodes,
         clients_host,
         clients,
@@ -257,7 +261,7 @@ impl World {
 
     fn start(&mut self, i: usize, t: u64) {
         let seed = self.host_seed(i, self.nodes[i].incarnation + 1);
-        if let Err(e) = self.nodes[i].start(&self.net, t, EPOCH_NS, seed) {
+        if let Err(e) = self.nodes[i].start(&self.net, &self.control, t, EPOCH_NS, seed) {
             self.sim_events.push(Event::NodeError { t, node: i, error: format!("{e:#}") });
         }
         if let Some(h) = &self.nodes[i].host {
@@ -323,13 +327,14 @@ impl World {
             Action::Leave(i) => self.leave(*i),
             Action::Relocate(i, to) => {
                 let to = to.and_then(|(lat, lon)| timeshard_proto::geo::GeoPoint::new(lat, lon).ok());
-                self.relocate(*i, to);
+                self.relocate(&[(*i, to)]);
             }
             Action::ClearLocations => {
-                for i in 0..self.nodes.len() {
-                    self.relocate(i, None);
-                }
+                let moves: Vec<_> = (0..self.nodes.len()).map(|i| (i, None)).collect();
+                self.relocate(&moves);
             }
+            Action::ControlDown => self.control.set_reachable(false),
+            Action::ControlUp => self.control.set_reachable(true),
             Action::Skew(i, skew) => {
                 self.skews[*i] = *skew;
                 if let Some(h) = &self.nodes[*i].host {
@@ -358,11 +363,13 @@ impl World {
             Action::HealAll => {
                 self.net.set_faults(LinkFaults::default());
                 self.net.heal();
+                self.control.set_reachable(true);
+                let back: Vec<_> = (0..self.nodes.len())
+                    .map(|i| (i, self.nodes[i].config.location().ok().flatten()))
+                    .filter(|(i, original)| self.nodes[*i].location != *original)
+                    .collect();
+                self.relocate(&back);
                 for i in 0..self.nodes.len() {
-                    let original = self.nodes[i].config.location().ok().flatten();
-                    if self.nodes[i].location != original {
-                        self.relocate(i, original);
-                    }
                     if self.nodes[i].running() {
                         self.nodes[i].disk.heal();
                     }
@@ -374,16 +381,21 @@ impl World {
         }
     }
 
-    fn relocate(&mut self, i: usize, to: Option<timeshard_proto::geo::GeoPoint>) {
-        let n = &mut self.nodes[i];
-        if matches!(n.life, Life::Unborn | Life::Departed | Life::Left) {
-            return;
+    /// Moves devices, as an operator does through the control plane: one new generation for
+    /// all of them, which each node applies when its follower gets it. The network's
+    /// latencies follow the devices at once.
+    fn relocate(&mut self, moves: &[(usize, Option<timeshard_proto::geo::GeoPoint>)]) {
+        let mut changes = Vec::new();
+        for &(i, to) in moves {
+            let n = &mut self.nodes[i];
+            if matches!(n.life, Life::Unborn | Life::Departed | Life::Left) {
+                continue;
+            }
+            n.location = to;
+            self.net.set_location(i, to);
+            changes.push((n.node_id.clone(), to));
         }
-        n.location = to;
-        self.net.set_location(i, to);
-        if let (Some(host), Some(node)) = (&n.host, n.node()) {
-            host.enter(|| node.view().set_location(to));
-        }
+        self.control.set_locations(&changes);
     }
 
     /// A graceful leave, asked the way an operator does: with the node's own certificate.
@@ -446,6 +458,20 @@ impl World {
     /// The oracle's last look: what every running node's store holds of each series, and
     /// every copy of each block that holds acknowledged points.
     fn audit_end(&mut self, t: u64) {
+        let latest = self.control.generation();
+        for n in &self.nodes {
+            let Some(node) = n.node() else { continue };
+            if n.life != Life::Up {
+                continue;
+            }
+            self.sim_events.push(Event::Config {
+                t,
+                node: n.index,
+                running: node.config_generation(),
+                reported: self.control.reported(&n.node_id),
+                latest,
+            });
+        }
         let range = workload::written_range();
         let series: Vec<SeriesKey> = workload::series();
         for s in &series {

@@ -253,3 +253,35 @@ fn seed_10743_an_owner_whose_clock_lags_still_fetches_what_it_lacks() {
 fn seed_12001_a_node_leaving_with_a_full_disk_gets_it_back() {
     passes_and_plans(12001, "fills a disk and then makes that node leave", |a| matches!(a, Action::Leave(3)));
 }
+
+/// The control plane under simulation: seed 24 clears every device's location while the
+/// control plane is out of reach of the whole fleet. The nodes keep running the generation
+/// they applied, get the new one when the control plane is back (and its restore of the
+/// locations after the faults), lose nothing, and all end on its last generation.
+#[test]
+fn seed_24_locations_cleared_while_the_control_plane_is_away_arrive_late_and_lose_nothing() {
+    let out = timeshard_sim::run(24, &opts()).unwrap();
+    let mut away = false;
+    let cleared_while_away = out.plan.steps.iter().any(|(_, a)| {
+        match a {
+            Action::ControlDown => away = true,
+            Action::ControlUp => away = false,
+            _ => {}
+        }
+        away && *a == Action::ClearLocations
+    });
+    assert!(cleared_while_away, "seed 24 no longer clears the locations during an outage; find another seed");
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+    let generations: Vec<(u64, u64)> = out
+        .history
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Config { running, latest, .. } => Some((*running, *latest)),
+            _ => None,
+        })
+        .collect();
+    assert!(generations.len() >= 6, "most of the fleet runs at the end: {generations:?}");
+    // Generation 1, the clearing, and the locations given back after the faults.
+    assert!(generations.iter().all(|&(running, latest)| running == latest && latest >= 3), "{generations:?}");
+}

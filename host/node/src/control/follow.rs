@@ -8,12 +8,13 @@
 //! gets through brings it up to date.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
 use timeshard_control_api::api::{ApplyError, PolicyLoadError};
 use timeshard_control_api::{Agent, AgentError, DesiredState};
 use timeshard_sdk::tls::Identity;
+use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::apply::effective_config;
@@ -72,7 +73,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
         // reports and fetching modules wait until it answers.
         let reachable = unreachable.is_none();
         if reachable
-            && agent.client().renewal_due(SystemTime::now())
+            && agent.client().renewal_due(wall_clock())
             && Instant::now() >= renew_after
             && let Err(e) = renew(&node, &mut agent).await
         {
@@ -118,10 +119,7 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
                 }
                 // Renewal waits for no answer: a watch may last WATCH_WAIT, a short-lived
                 // certificate not that long.
-                if unreachable.is_none()
-                    && agent.client().renewal_due(SystemTime::now())
-                    && Instant::now() >= renew_after
-                {
+                if unreachable.is_none() && agent.client().renewal_due(wall_clock()) && Instant::now() >= renew_after {
                     break Ok(None);
                 }
                 let marks = Marks::of(&node);
@@ -196,6 +194,12 @@ async fn run(node: Arc<Node>, mut agent: Agent, base: NodeConfig) {
             }
         }
     }
+}
+
+/// The wall clock as certificates' validity is read against: the host's (simulated under
+/// simulation, like every clock the node reads).
+fn wall_clock() -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(u64::try_from(timeshard_clock::now_ns()).unwrap_or(0))
 }
 
 /// The control plane answered: `/metrics` shows how long ago ([`crate::metrics::Metrics`]).

@@ -20,12 +20,18 @@ use tracing::{info, warn};
 
 use crate::config::NodeConfig;
 use crate::reconfigure::parse_revoked;
+use crate::seams::Seams;
 use crate::start::{Applied, RunningNode, StartError};
 
 /// Starts the node enrolled in `agent`'s directory from the desired state it applied last (no
 /// network needed), over `base` (the node's file and flags), and follows the control plane
 /// from there.
 pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartError> {
+    start_on(base, agent, Seams::default()).await
+}
+
+/// [`start`] on `seams`: a simulator's socket and disk (its control plane is in the agent).
+pub async fn start_on(base: NodeConfig, agent: Agent, seams: Seams) -> Result<RunningNode, StartError> {
     if !base.classes.is_empty() {
         warn!(
             "the config file's [[class]] tables are ignored: an enrolled node takes its classes from the control plane"
@@ -62,7 +68,7 @@ pub async fn start(base: NodeConfig, agent: Agent) -> Result<RunningNode, StartE
         http_tokens: desired.http_tokens.clone(),
         revocations: desired.revocations.as_ref().and_then(crate::revocations::from_desired),
     };
-    let running = RunningNode::start_from(config, applied).await?;
+    let running = RunningNode::start_on(config, applied, seams).await?;
     let node = running.node().clone();
     node.tasks().spawn(follow::follow(node.clone(), agent, base));
     Ok(running)

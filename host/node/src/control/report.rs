@@ -4,7 +4,9 @@
 //! after a change, soon after a policy fails (so a failing rollout is stopped quickly), now
 //! and then while policies are used, and at least every minute.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use timeshard_control_api::Agent;
 use timeshard_control_api::api::{ApplyError, HealthStatus, PolicyRun, Report};

@@ -28,7 +28,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Fault families: all, none, or a comma-separated list of network, partition, crash,
-    /// disk, clock, membership.
+    /// disk, clock, membership, control.
     #[arg(long, default_value = "all")]
     faults: Faults,
     /// Seconds of simulated time faults strike.
