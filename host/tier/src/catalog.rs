@@ -22,13 +22,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::path::Path;
 use timeshard_proto::{Quantum, SeriesKey};
 use timeshard_store::Summary;
+use tokio::time::Instant;
 
 use crate::cache::Lru;
 use crate::error::Error;

@@ -15,7 +15,12 @@
 //!   checked against the digests computed while writing (`verify`), then the manifest. Only a
 //!   committed manifest makes a block confirmed.
 //! - Memory: one row group of points (`row_group_rows`), the encoded bytes of one part, and two
-//!   row groups' bytes in the channel between the encoding thread and the uploader.
+//!   row groups' bytes in the channel between the encoding task and the uploader.
+//! - Threads. The encoding task awaits what is I/O (the archived rows a block is diffed
+//!   against, room in the channel) and hands what blocks (reading the hot block, encoding) to
+//!   [`timeshard_clock::spawn_blocking`] a stretch at a time, moving the writer in and back out:
+//!   the blocking pool on a node, the runtime's own thread under the simulator, where nothing
+//!   may block it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -114,7 +119,7 @@ struct Job {
     last_write: i64,
 }
 
-/// What the encoding thread produced for one file.
+/// What the encoding task produced for one file.
 #[derive(Debug, Default)]
 struct Encoded {
     entries: Vec<Entry>,
@@ -268,16 +273,12 @@ impl Archive {
         }
     }
 
-    /// One attempt: encode on the blocking pool while uploading here, verify, commit.
+    /// One attempt: encode in a task of its own while uploading here, verify, commit.
     async fn try_write_file(&self, hot: &Arc<dyn Store>, id: &FileId, jobs: &[Job]) -> Result<(Encoded, u64), Error> {
         let cfg = &self.inner.config.export;
         let path = id.path(Kind::Points);
         let (tx, mut rx) = mpsc::channel::<Bytes>(2);
-        let encoder = {
-            let (archive, hot, jobs) = (self.clone(), Arc::clone(hot), jobs.to_vec());
-            let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || archive.encode(&runtime, &*hot, &jobs, &tx))
-        };
+        let encoder = tokio::spawn(self.clone().encode(Arc::clone(hot), jobs.into(), tx));
         let mut upload: Option<Box<dyn MultipartUpload>> = None;
         let uploaded: Result<(BytesMut, u64), Error> = async {
             let mut buf = BytesMut::new();
@@ -384,99 +385,29 @@ impl Archive {
         Ok(())
     }
 
-    /// The encoding thread: reads each job's block from `hot`, writes the points the archive
+    /// The encoding task: reads each job's block from `hot`, writes the points the archive
     /// lacks, and sends the file's bytes a row group at a time.
-    fn encode(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        hot: &dyn Store,
-        jobs: &[Job],
-        tx: &mpsc::Sender<Bytes>,
-    ) -> Result<Encoded, Error> {
-        let cfg = &self.inner.config.export;
-        let parquet = |e: parquet::errors::ParquetError| Error::Internal(format!("encoding a points file: {e}"));
-        let send = |bytes: Bytes| -> Result<(), Error> {
-            if bytes.is_empty() {
-                return Ok(());
-            }
-            tx.blocking_send(bytes).map_err(|_| Error::Internal("the upload stopped".into()))
-        };
-        let mut w = PointsWriter::new(cfg.row_group_rows);
-        let mut out = Encoded::default();
-        let mut current: Option<(SeriesKey, u32)> = None;
-        for job in jobs {
-            if w.rows() >= cfg.max_file_rows {
-                break;
-            }
-            out.consumed += 1;
-            let prior: Vec<Point> = match &job.prior {
-                Some(b) if b.rows() > 0 => {
-                    let mut p = runtime.block_on(self.load(&Batch::Merged(b), i64::MIN))?;
-                    sort_dedup(&mut p);
-                    p
-                }
-                _ => Vec::new(),
-            };
-            let series = match &current {
-                Some((s, i)) if *s == job.series => *i,
-                _ => {
-                    let i = w.begin_series(&job.series);
-                    current = Some((job.series.clone(), i));
-                    i
-                }
-            };
-            let row_start = w.rows();
-            let mut summary = SummaryBuilder::default();
-            let (mut covers, mut seen) = (0u64, 0usize);
-            let mut after: Option<PointKey> = None;
-            loop {
-                let page = match hot.read_block(&job.series, job.quantum.start, after, cfg.read_page_points.max(1)) {
-                    Ok(page) => page,
-                    // Damage found before any of the block was written: leave it out (it stays
-                    // hot, and the caller reports it) rather than fail every later round on it.
-                    Err(StoreError::Corrupt(why)) if after.is_none() => {
-                        out.unreadable.push((job.series.clone(), job.quantum, why));
-                        break;
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let last = page.points.last().map(Point::key);
-                seen += page.points.len();
-                covers = covers.wrapping_add(set_digest(&page.points));
-                let fresh: Vec<Point> = if prior.is_empty() {
-                    page.points
-                } else {
-                    page.points.into_iter().filter(|p| prior.binary_search(p).is_err()).collect()
-                };
-                summary.add(&fresh);
-                w.push(series, &fresh).map_err(parquet)?;
-                send(w.take_output())?;
-                match (page.more, last) {
-                    (true, Some(last)) => after = Some(last),
-                    _ => break,
+    async fn encode(self, hot: Arc<dyn Store>, jobs: Arc<[Job]>, tx: mpsc::Sender<Bytes>) -> Result<Encoded, Error> {
+        let mut encoder = Encoder::new(&self.inner.config.export);
+        let mut prior = None;
+        loop {
+            let (hot, jobs, loaded) = (Arc::clone(&hot), Arc::clone(&jobs), prior.take());
+            let (back, step) = timeshard_clock::spawn_blocking(move || {
+                let step = encoder.advance(&*hot, &jobs, loaded);
+                (encoder, step)
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("encoding task failed: {e}")))?;
+            encoder = back;
+            match step? {
+                Step::Output(bytes) => send(&tx, bytes).await?,
+                Step::NeedsPrior(block) => prior = Some(self.load(&Batch::Merged(&block), i64::MIN).await?),
+                Step::Finished(bytes) => {
+                    send(&tx, bytes).await?;
+                    return Ok(encoder.out);
                 }
             }
-            if out.unreadable.last().is_some_and(|(s, q, _)| *s == job.series && *q == job.quantum) {
-                continue;
-            }
-            if seen == 0 {
-                out.missing.push((job.series.clone(), job.quantum));
-                continue;
-            }
-            out.entries.push(Entry {
-                series: job.series.clone(),
-                quantum: job.quantum,
-                row_start,
-                summary: summary.finish(),
-                covers,
-                base: set_digest(&prior),
-            });
         }
-        w.finish().map_err(parquet)?;
-        send(w.take_output())?;
-        out.rows = w.rows();
-        out.encoding = w.value_encoding().map_or("byte_stream_split", schema::ValueEncoding::name);
-        Ok(out)
     }
 
     /// Reads the uploaded points file back and checks its size, rows, and every block's
@@ -546,6 +477,178 @@ impl Archive {
             Some((e, _)) => Err(mismatch(format!("block {} at {} is missing", e.series, e.quantum.start))),
             None => Ok(()),
         }
+    }
+}
+
+/// Sends `bytes` of a points file on to the uploader (none: nothing).
+async fn send(tx: &mpsc::Sender<Bytes>, bytes: Bytes) -> Result<(), Error> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    tx.send(bytes).await.map_err(|_| Error::Internal("the upload stopped".into()))
+}
+
+/// Where [`Encoder::advance`] stopped, and what its caller is to do before calling it again.
+#[derive(Debug)]
+enum Step {
+    /// Bytes of the file (whole row groups) to send on.
+    Output(Bytes),
+    /// The next job's block has archived rows: load them (unsorted is fine) and pass them in.
+    NeedsPrior(ArchivedBlock),
+    /// The file is complete; its last bytes. [`Encoder::out`] holds what it contains.
+    Finished(Bytes),
+}
+
+/// The blocking half of encoding one file: the writer, and how far through the jobs it is.
+/// It moves into blocking work and back out at every [`Step`].
+#[derive(Debug)]
+struct Encoder {
+    w: PointsWriter,
+    out: Encoded,
+    max_file_rows: u64,
+    read_page_points: usize,
+    /// The series being written, and its index in the writer.
+    current: Option<(SeriesKey, u32)>,
+    /// The next job to start.
+    next: usize,
+    /// The job whose block is being read, between pages.
+    block: Option<BlockInProgress>,
+}
+
+/// A job whose block is being read page by page.
+#[derive(Debug)]
+struct BlockInProgress {
+    job: usize,
+    series: u32,
+    /// The points the archive holds of the block, sorted.
+    prior: Vec<Point>,
+    row_start: u64,
+    summary: SummaryBuilder,
+    /// Digest of the hot points read.
+    covers: u64,
+    /// Hot points read.
+    seen: usize,
+    /// The last point read, when more follow.
+    after: Option<PointKey>,
+}
+
+impl Encoder {
+    fn new(cfg: &ExportConfig) -> Encoder {
+        Encoder {
+            w: PointsWriter::new(cfg.row_group_rows),
+            out: Encoded::default(),
+            max_file_rows: cfg.max_file_rows,
+            read_page_points: cfg.read_page_points.max(1),
+            current: None,
+            next: 0,
+            block: None,
+        }
+    }
+
+    /// Reads and encodes pages of the jobs' blocks until the writer has bytes to send, the next
+    /// job needs its block's archived rows (the caller loads them and passes them as `prior`),
+    /// or the file is complete.
+    fn advance(&mut self, hot: &dyn Store, jobs: &[Job], mut prior: Option<Vec<Point>>) -> Result<Step, Error> {
+        let parquet = |e: parquet::errors::ParquetError| Error::Internal(format!("encoding a points file: {e}"));
+        loop {
+            let mut block = match self.block.take() {
+                Some(block) => block,
+                None if self.next == jobs.len() || self.w.rows() >= self.max_file_rows => {
+                    self.w.finish().map_err(parquet)?;
+                    self.out.rows = self.w.rows();
+                    self.out.encoding =
+                        self.w.value_encoding().map_or("byte_stream_split", schema::ValueEncoding::name);
+                    return Ok(Step::Finished(self.w.take_output()));
+                }
+                None => {
+                    let prior = match &jobs[self.next].prior {
+                        Some(b) if b.rows() > 0 => match prior.take() {
+                            Some(mut p) => {
+                                sort_dedup(&mut p);
+                                p
+                            }
+                            None => return Ok(Step::NeedsPrior(b.clone())),
+                        },
+                        _ => Vec::new(),
+                    };
+                    self.start(jobs, prior)
+                }
+            };
+            let job = &jobs[block.job];
+            let page = match hot.read_block(&job.series, job.quantum.start, block.after, self.read_page_points) {
+                Ok(page) => page,
+                // Damage found before any of the block was written: leave it out (it stays
+                // hot, and the caller reports it) rather than fail every later round on it.
+                Err(StoreError::Corrupt(why)) if block.after.is_none() => {
+                    self.out.unreadable.push((job.series.clone(), job.quantum, why));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let last = page.points.last().map(Point::key);
+            block.seen += page.points.len();
+            block.covers = block.covers.wrapping_add(set_digest(&page.points));
+            let fresh: Vec<Point> = if block.prior.is_empty() {
+                page.points
+            } else {
+                page.points.into_iter().filter(|p| block.prior.binary_search(p).is_err()).collect()
+            };
+            block.summary.add(&fresh);
+            self.w.push(block.series, &fresh).map_err(parquet)?;
+            let bytes = self.w.take_output();
+            match (page.more, last) {
+                (true, Some(last)) => {
+                    block.after = Some(last);
+                    self.block = Some(block);
+                }
+                _ => self.end(job, block),
+            }
+            if !bytes.is_empty() {
+                return Ok(Step::Output(bytes));
+            }
+        }
+    }
+
+    /// Takes the next job, whose block's archived points are `prior` (sorted).
+    fn start(&mut self, jobs: &[Job], prior: Vec<Point>) -> BlockInProgress {
+        let job = &jobs[self.next];
+        let series = match &self.current {
+            Some((s, i)) if *s == job.series => *i,
+            _ => {
+                let i = self.w.begin_series(&job.series);
+                self.current = Some((job.series.clone(), i));
+                i
+            }
+        };
+        let block = BlockInProgress {
+            job: self.next,
+            series,
+            prior,
+            row_start: self.w.rows(),
+            summary: SummaryBuilder::default(),
+            covers: 0,
+            seen: 0,
+            after: None,
+        };
+        self.out.consumed += 1;
+        self.next += 1;
+        block
+    }
+
+    /// Records the block of `job`, read to its end.
+    fn end(&mut self, job: &Job, block: BlockInProgress) {
+        if block.seen == 0 {
+            self.out.missing.push((job.series.clone(), job.quantum));
+            return;
+        }
+        self.out.entries.push(Entry {
+            series: job.series.clone(),
+            quantum: job.quantum,
+            row_start: block.row_start,
+            summary: block.summary.finish(),
+            covers: block.covers,
+            base: set_digest(&block.prior),
+        });
     }
 }
 

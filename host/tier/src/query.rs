@@ -323,7 +323,7 @@ impl Archive {
                 decode(&pf)?
             } else {
                 let pf = Arc::clone(&pf);
-                tokio::task::spawn_blocking(move || decode(&pf))
+                timeshard_clock::spawn_blocking(move || decode(&pf))
                     .await
                     .map_err(|e| Error::Internal(format!("decoding task failed: {e}")))??
             };

@@ -2,7 +2,10 @@
 
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use rand::Rng as _;
+use tokio::time::Instant;
 
 use crate::error::Error;
 
@@ -28,9 +31,7 @@ impl RetryPolicy {
     /// failed together do not retry together.
     pub fn backoff(&self, attempt: u32) -> Duration {
         let base = self.first_backoff.saturating_mul(1 << attempt.saturating_sub(1).min(20)).min(self.max_backoff);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-        base + base.mul_f64(f64::from(nanos % 1000) / 4000.0)
+        base + base.mul_f64(timeshard_clock::rng().random_range(0.0..0.25))
     }
 }
 
@@ -83,7 +84,7 @@ impl RateLimit {
             *next = Some(end);
             end
         };
-        tokio::time::sleep_until(end.into()).await;
+        tokio::time::sleep_until(end).await;
     }
 }
 

@@ -144,7 +144,7 @@ impl Archive {
     pub async fn cleanup(&self, grace: Duration) -> Result<CleanupReport, Error> {
         let _no_export_meanwhile = self.inner.export_lock.lock().await;
         let listed = self.list_all().await?;
-        let now = SystemTime::now();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(timeshard_clock::now_ns()).unwrap_or(0));
         let old = |t: Option<SystemTime>| t.is_none_or(|t| now.duration_since(t).unwrap_or_default() >= grace);
         let mut report = CleanupReport::default();
         for (id, (_, modified)) in &listed.points {

@@ -234,7 +234,7 @@ pub struct Tier {
     relisting: AtomicBool,
     /// When listing each class last failed: reads do not wait for another attempt within the
     /// listing TTL.
-    list_failures: Mutex<HashMap<String, (std::time::Instant, String)>>,
+    list_failures: Mutex<HashMap<String, (tokio::time::Instant, String)>>,
     /// Per class, the end of the newest quantum this node dropped a hot copy of (see
     /// [`Tier::drop_horizon`]), kept in `drops_file`.
     drops: Mutex<HashMap<String, Timestamp>>,
@@ -452,7 +452,7 @@ impl Tier {
     /// (then the earlier failure is the answer); remembers a failure. The error says why.
     pub(crate) async fn relist(&self, class: &SeriesClass) -> Result<(), String> {
         let Some(archive) = &self.archive else { return Ok(()) };
-        let recent = |(at, _): &&(std::time::Instant, String)| at.elapsed() < self.config.listing_ttl;
+        let recent = |(at, _): &&(tokio::time::Instant, String)| at.elapsed() < self.config.listing_ttl;
         if let Some((_, e)) =
             self.list_failures.lock().unwrap_or_else(|e| e.into_inner()).get(&class.name).filter(recent)
         {
@@ -462,7 +462,7 @@ impl Tier {
         let mut failures = self.list_failures.lock().unwrap_or_else(|e| e.into_inner());
         match &result {
             Ok(()) => failures.remove(&class.name),
-            Err(e) => failures.insert(class.name.clone(), (std::time::Instant::now(), e.clone())),
+            Err(e) => failures.insert(class.name.clone(), (tokio::time::Instant::now(), e.clone())),
         };
         result
     }

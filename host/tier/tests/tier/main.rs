@@ -6,5 +6,6 @@ mod export;
 mod faults;
 mod model;
 mod retention;
+mod sim;
 mod support;
 mod trust;
