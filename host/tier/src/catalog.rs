@@ -20,7 +20,7 @@
 //! the block's summary is the merge of the parts' summaries; otherwise (two exporters raced on
 //! one block) reads merge the parts' points and drop duplicates, and aggregates read points.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -401,13 +401,25 @@ impl Catalog {
         manifests: &[FileId],
     ) -> Result<Arc<Vec<ArchivedBlock>>, Error> {
         let key = (class.to_string(), day, series.clone());
-        if let Some(hit) = self.state().blocks.get(&key)
+        let cached = self.state().blocks.get(&key);
+        if let Some(hit) = &cached
             && hit.manifests == manifests
         {
             return Ok(Arc::clone(&hit.blocks));
         }
-        let mut by_quantum: BTreeMap<i64, ArchivedBlock> = BTreeMap::new();
-        for id in manifests {
+        // Every export round of every node adds a manifest to the day, so a day's list mostly
+        // grows: decode only what it added to the list the cache was built from (decoding the
+        // whole day again at every new manifest made lookups quadratic in the day's exports).
+        let position: BTreeMap<&FileId, usize> = manifests.iter().enumerate().map(|(i, id)| (id, i)).collect();
+        let (mut by_quantum, added): (BTreeMap<i64, ArchivedBlock>, Vec<&FileId>) = match &cached {
+            Some(hit) if hit.manifests.iter().all(|id| position.contains_key(id)) => {
+                let known: BTreeSet<&FileId> = hit.manifests.iter().collect();
+                let blocks = hit.blocks.iter().map(|b| (b.quantum.start, b.clone())).collect();
+                (blocks, manifests.iter().filter(|id| !known.contains(id)).collect())
+            }
+            _ => (BTreeMap::new(), manifests.iter().collect()),
+        };
+        for id in added {
             if self.is_refused(id) {
                 continue;
             }
@@ -440,6 +452,11 @@ impl Catalog {
                     .parts
                     .push(part);
             }
+        }
+        // Parts in the order of the list, as a decoding of the whole list gives them (a
+        // block's chain digest reads them in commit order).
+        for block in by_quantum.values_mut() {
+            block.parts.sort_by_key(|p| position.get(&*p.file).copied().unwrap_or(usize::MAX));
         }
         let blocks: Arc<Vec<ArchivedBlock>> = Arc::new(by_quantum.into_values().collect());
         let weight = 1 + blocks.iter().map(|b| b.parts.len()).sum::<usize>();

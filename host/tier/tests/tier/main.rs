@@ -2,6 +2,7 @@
 //! fault-injecting object stores, with no outside server. (S3 on moto's server and DuckDB
 //! reading the archive need outside programs: they are end-to-end tests, in `tests/`.)
 
+mod catalog;
 mod export;
 mod faults;
 mod model;
