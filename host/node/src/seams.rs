@@ -1,13 +1,15 @@
-//! What a node runs on that a simulator replaces: the UDP socket under its QUIC endpoint and
-//! the disk under its store. A node started the ordinary way ([`Seams::default`]) binds a real
-//! socket on `listen` and opens its store in `<data_dir>/store`; the rest of the node does not
-//! know the difference. Time, randomness and blocking work are `timeshard_clock`'s seams.
+//! What a node runs on that a simulator replaces: the UDP socket under its QUIC endpoint, the
+//! disk under its store and the object store under its archive. A node started the ordinary
+//! way ([`Seams::default`]) binds a real socket on `listen`, opens its store in
+//! `<data_dir>/store` and its archive at `[tier] url`; the rest of the node does not know the
+//! difference. Its control plane's seam is in the agent it is started with. Time, randomness and blocking work are `timeshard_clock`'s seams.
 
 use std::sync::Arc;
 
 use quinn::{AsyncUdpSocket, Endpoint, EndpointConfig, TokioRuntime};
 use timeshard_sdk::tls::Identity;
 use timeshard_store::backend::Backend;
+use timeshard_tier::object_store::ObjectStore;
 
 use crate::config::NodeConfig;
 use crate::net::{BindError, server_config};
@@ -22,6 +24,9 @@ pub struct Seams {
     pub endpoint: Option<EndpointConfig>,
     /// The disk the store's engine runs on, instead of `<data_dir>/store`.
     pub disk: Option<Arc<dyn Backend>>,
+    /// The object store the archive is on, instead of the one `[tier] url` names (which must
+    /// still be set: it says the node has an archive).
+    pub archive: Option<Arc<dyn ObjectStore>>,
 }
 
 impl std::fmt::Debug for Seams {
@@ -29,6 +34,7 @@ impl std::fmt::Debug for Seams {
         f.debug_struct("Seams")
             .field("socket", &self.socket.as_ref().map(|s| s.local_addr().ok()))
             .field("disk", &self.disk.is_some())
+            .field("archive", &self.archive.is_some())
             .finish()
     }
 }

@@ -144,7 +144,7 @@ impl RunningNode {
     pub async fn start_on(config: NodeConfig, applied: Applied, seams: Seams) -> Result<RunningNode, StartError> {
         config.validate()?;
         let Endpoint { net, me, http_listener } = bind(&config, &applied, &seams).await?;
-        let Stores { store, disk, tier } = open_stores(&config, &me.id, seams.disk)?;
+        let Stores { store, disk, tier } = open_stores(&config, &me.id, seams.disk, seams.archive)?;
         let Discovery { dht, view, faults, digest } = discovery(&config, &applied, me, net)?;
         let data = data_path(&config, &applied, &dht, &view, &store)?;
         let node = Arc::new(Node {
@@ -257,6 +257,7 @@ fn open_stores(
     config: &NodeConfig,
     id: &Id,
     disk: Option<Arc<dyn timeshard_store::backend::Backend>>,
+    archive: Option<Arc<dyn timeshard_tier::object_store::ObjectStore>>,
 ) -> Result<Stores, StartError> {
     let (store, disk) = storage::open(config, disk)?;
     // The identity again (phase 1 gave it to the network): its key seals archive manifests.
@@ -267,7 +268,7 @@ fn open_stores(
             source: std::io::Error::other("it changed while the node started; start it again"),
         });
     }
-    let tier = Tier::open(config, &identity, store.clone())?;
+    let tier = Tier::open(config, &identity, store.clone(), archive)?;
     let store: Arc<dyn Store> = match tier.archive() {
         Some(_) => Arc::new(TieredStore::new(tier.clone())),
         None => store,

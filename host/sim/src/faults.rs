@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use timeshard_store::faulty_disk::SplitMix64;
 
+use crate::archive::ArchiveFault;
 use crate::net::LinkFaults;
 
 /// A family of faults; `--faults` names them.
@@ -27,11 +28,22 @@ pub enum Kind {
     Membership,
     /// The control plane out of reach of every device for a while.
     Control,
+    /// A node's requests to the object store fail: 5xx errors, an outage that cuts uploads
+    /// short, a request whose answer is lost.
+    Archive,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] =
-        [Kind::Network, Kind::Partition, Kind::Crash, Kind::Disk, Kind::Clock, Kind::Membership, Kind::Control];
+    pub const ALL: [Kind; 8] = [
+        Kind::Network,
+        Kind::Partition,
+        Kind::Crash,
+        Kind::Disk,
+        Kind::Clock,
+        Kind::Membership,
+        Kind::Control,
+        Kind::Archive,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +54,7 @@ impl Kind {
             Kind::Clock => "clock",
             Kind::Membership => "membership",
             Kind::Control => "control",
+            Kind::Archive => "archive",
         }
     }
 }
@@ -86,7 +99,7 @@ impl FromStr for Faults {
         let mut out = Vec::new();
         for name in s.split(',') {
             let k = Kind::ALL.into_iter().find(|k| k.name() == name.trim()).ok_or_else(|| {
-                format!("unknown fault family {name:?}: use all, none, or a list of network, partition, crash, disk, clock, membership, control")
+                format!("unknown fault family {name:?}: use all, none, or a list of network, partition, crash, disk, clock, membership, control, archive")
             })?;
             if !out.contains(&k) {
                 out.push(k);
@@ -122,6 +135,10 @@ pub enum Action {
     ControlDown,
     /// It is back.
     ControlUp,
+    /// Node `.0`'s requests to the object store start failing.
+    ArchiveFails(usize, ArchiveFault),
+    /// They succeed again.
+    ArchiveHeals(usize),
     Skew(usize, i64),
     DiskFull(usize),
     DiskHeal(usize),
@@ -159,15 +176,30 @@ impl Plan {
         let mut steps = Vec::new();
         let start = spec.start.as_nanos() as u64;
         let end = start + spec.length.as_nanos() as u64;
-        // Control-plane outages come from a stream of their own, so that enabling them leaves
-        // every other fault of a seed's plan where it was.
-        let kinds: Vec<Kind> = spec.faults.0.iter().copied().filter(|k| *k != Kind::Control).collect();
+        // Control-plane and object-store faults come from streams of their own, so that
+        // enabling them leaves every other fault of a seed's plan where it was.
+        let kinds: Vec<Kind> =
+            spec.faults.0.iter().copied().filter(|k| !matches!(k, Kind::Control | Kind::Archive)).collect();
         if spec.faults.has(Kind::Control) {
             let mut outages = SplitMix64(seed ^ 0x00C0_4701);
             for _ in 0..outages.below(3) {
                 let at = start + outages.below(end - start);
                 steps.push((at, Action::ControlDown));
                 steps.push(((at + 2 * SEC + outages.below(18 * SEC)).min(end), Action::ControlUp));
+            }
+        }
+        if spec.faults.has(Kind::Archive) {
+            let mut faults = SplitMix64(seed ^ 0x00A7_C41E);
+            for _ in 0..faults.below(5) {
+                let at = start + faults.below(end - start);
+                let n = faults.below(spec.nodes as u64) as usize;
+                let fault = match faults.below(3) {
+                    0 => ArchiveFault::Errors { every: 1 + faults.below(3), count: 1 + faults.below(12) },
+                    1 => ArchiveFault::CutAfter(faults.below(4)),
+                    _ => ArchiveFault::LostAnswer(faults.below(4)),
+                };
+                steps.push((at, Action::ArchiveFails(n, fault)));
+                steps.push(((at + SEC + faults.below(15 * SEC)).min(end), Action::ArchiveHeals(n)));
             }
         }
         let mut t = start;
@@ -244,7 +276,7 @@ impl Plan {
                     steps.push((t, Action::Skew(n, skew)));
                 }
                 // Drawn apart, above.
-                Kind::Control => continue,
+                Kind::Control | Kind::Archive => continue,
                 Kind::Membership => match rng.below(6) {
                     0 if joined < spec.joiners => {
                         steps.push((t, Action::Join(spec.nodes + joined)));

@@ -16,6 +16,7 @@ use timeshard_node::{Node, NodeConfig, RunningNode};
 use timeshard_proto::geo::GeoPoint;
 use timeshard_sdk::tls::TlsFiles;
 use timeshard_store::faulty_disk::{FailKind, FaultyDisk};
+use timeshard_tier::object_store::ObjectStore;
 
 use crate::control::ControlPlane;
 use crate::host::Host;
@@ -38,17 +39,31 @@ pub const JOIN_LOCATIONS: [&str; 3] = ["33.760,-84.420", "39.739,-104.990", "33.
 /// Where the clients are: Atlanta.
 pub const CLIENT_LOCATION: (f64, f64) = (33.749, -84.388);
 
-/// The series classes every node runs: a DHT class and a context-of-interest class (n_in 2:
-/// W 2 of the in-CoI replicas, R 1 derived; reads inside the CoI ask both, settled).
+/// The series classes every node runs: a DHT class, the same archived, and a
+/// context-of-interest class (n_in 2: W 2 of the in-CoI replicas, R 1 derived; reads inside
+/// the CoI ask both, settled).
 pub fn classes() -> Vec<ClassConfig> {
     vec![
         ClassConfig {
             name: "load".into(),
-            metric_prefix: "m.".into(),
+            metric_prefix: "m.load".into(),
             quantum: Duration::from_secs(5),
             rf: 3,
             w: 2,
             r: 2,
+            ..ClassConfig::default()
+        },
+        // The same, exported to the archive once 20 s old and then dropped from every
+        // replica: by the end of a run its points are read back from the archive.
+        ClassConfig {
+            name: "cold".into(),
+            metric_prefix: "m.cold".into(),
+            quantum: Duration::from_secs(5),
+            rf: 3,
+            w: 2,
+            r: 2,
+            hot: Some(Duration::from_secs(20)),
+            archive: true,
             ..ClassConfig::default()
         },
         ClassConfig {
@@ -151,6 +166,13 @@ pub fn node_config(i: usize, dir: &std::path::Path, tls: &TlsFiles, location: Op
     c.repair.anti_entropy_interval = Duration::from_secs(5);
     c.repair.settle_for = Duration::from_secs(3);
     c.repair.catch_up_delay = Duration::from_secs(3);
+    // The archive is the simulator's bucket (`Seams::archive`); `memory://` says there is one.
+    c.tier.url = "memory://".into();
+    c.tier.interval = Duration::from_secs(20);
+    c.tier.listing_ttl = Duration::from_secs(5);
+    c.tier.takeover_after = Duration::from_secs(10);
+    c.tier.max_backoff = Duration::from_secs(40);
+    c.tier.row_group_rows = 4096;
     c
 }
 
@@ -181,6 +203,7 @@ impl SimNode {
         &mut self,
         net: &Arc<Network>,
         control: &Arc<ControlPlane>,
+        archive: Arc<dyn ObjectStore>,
         now_ns: u64,
         epoch_ns: i64,
         seed: u64,
@@ -196,7 +219,12 @@ impl SimNode {
             chunk.copy_from_slice(&s.next_u64().to_le_bytes());
         }
         endpoint.rng_seed(Some(rng_seed));
-        let seams = Seams { socket: Some(socket), endpoint: Some(endpoint), disk: Some(Arc::new(self.disk.clone())) };
+        let seams = Seams {
+            socket: Some(socket),
+            endpoint: Some(endpoint),
+            disk: Some(Arc::new(self.disk.clone())),
+            archive: Some(archive),
+        };
         // Its location is the control plane's, as for any enrolled device.
         let config = NodeConfig { location: None, ..self.config.clone() };
         let agent = Agent::open_through(&config.data_dir, Some(control.link(self.node_id.clone())))?;

@@ -41,10 +41,11 @@ pub enum Event {
     FinalRead { t: u64, series: String, via: usize, points: Vec<Pt>, error: Option<String> },
     /// After the faults stopped: aggregates of a series over windows, through a node.
     Aggregate { t: u64, series: String, via: usize, width_ns: i64, windows: Vec<Window>, error: Option<String> },
-    /// The oracle's look at one block on every node whose disk holds it.
-    Copies { t: u64, why: String, series: String, quantum: i64, copies: Vec<Copy> },
-    /// The points of a series that some running node's store holds (the oracle reads every
-    /// store directly).
+    /// The oracle's look at one block on every node whose disk holds it, and how many of its
+    /// points the archive holds.
+    Copies { t: u64, why: String, series: String, quantum: i64, copies: Vec<Copy>, archived: u64 },
+    /// The points of a series that some running node's store or the archive holds (the oracle
+    /// reads every store and the bucket directly).
     Held { t: u64, series: String, points: Vec<Pt> },
     /// A node's memory against its budget.
     Memory { t: u64, node: usize, what: String, used: u64, limit: u64 },

@@ -7,12 +7,14 @@
 //! The parts, from the ground up: [`net`] (datagrams between hosts: latency, loss,
 //! duplication, reordering, partitions), [`host`] (a host: a paused runtime of its own, moved
 //! through windows of virtual time), [`pki`] (certificates from the seed), [`control`] (the
-//! control plane every node is enrolled in and follows), [`fleet`] (nodes on hosts, with
+//! control plane every node is enrolled in and follows), [`archive`] (the object store the
+//! fleet exports to), [`fleet`] (nodes on hosts, with
 //! faulty disks; start, crash, restart), [`workload`] (clients writing and
 //! reading through the SDK), [`faults`] (the plan a seed draws), [`history`] (what a run
 //! recorded), [`check`] (properties over a history) and [`run`] (one seed, start to end).
 //! README.md's "Simulation" says why it is built this way and what it costs.
 
+pub mod archive;
 pub mod check;
 pub mod control;
 pub mod faults;

@@ -2,7 +2,7 @@
 //! everything heals, the fleet settles, the clients read everything back and the oracle looks
 //! at every store; then the checker reads the history.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +14,7 @@ use timeshard_sdk::tls::Identity;
 use timeshard_sdk::{Client, ClientOptions};
 use timeshard_store::faulty_disk::{FailKind, SplitMix64};
 
+use crate::archive::Bucket;
 use crate::check::{self, Failure};
 use crate::control::ControlPlane;
 use crate::faults::{Action, Faults, Plan, PlanSpec};
@@ -83,6 +84,7 @@ struct World {
     seed: u64,
     net: Arc<Network>,
     control: Arc<ControlPlane>,
+    bucket: Bucket,
     nodes: Vec<SimNode>,
     clients_host: Host,
     clients: Arc<Clients>,
@@ -139,6 +141,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
         seed,
         net,
         control,
+        bucket: Bucket::new(total),
         nodes,
         clients_host,
         clients,
@@ -190,6 +193,13 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     // The final reads, through every running node in turn.
     let via: Vec<usize> =
         world.nodes.iter().filter(|n| n.life == Life::Up && n.node().is_some()).map(|n| n.index).collect();
+    if via.is_empty() {
+        world.sim_events.push(Event::NodeError {
+            t,
+            node: usize::MAX,
+            error: "no node runs for the final reads".into(),
+        });
+    }
     let reads = world.clients_host.spawn(workload::final_reads(world.clients.clone(), via));
     let give_up = t + 120 * SEC;
     while !reads.is_finished() && t < give_up {
@@ -261,7 +271,8 @@ impl World {
 
     fn start(&mut self, i: usize, t: u64) {
         let seed = self.host_seed(i, self.nodes[i].incarnation + 1);
-        if let Err(e) = self.nodes[i].start(&self.net, &self.control, t, EPOCH_NS, seed) {
+        let archive = self.bucket.link(i);
+        if let Err(e) = self.nodes[i].start(&self.net, &self.control, archive, t, EPOCH_NS, seed) {
             self.sim_events.push(Event::NodeError { t, node: i, error: format!("{e:#}") });
         }
         if let Some(h) = &self.nodes[i].host {
@@ -335,6 +346,8 @@ impl World {
             }
             Action::ControlDown => self.control.set_reachable(false),
             Action::ControlUp => self.control.set_reachable(true),
+            Action::ArchiveFails(i, fault) => self.bucket.fail(*i, *fault),
+            Action::ArchiveHeals(i) => self.bucket.heal(*i),
             Action::Skew(i, skew) => {
                 self.skews[*i] = *skew;
                 if let Some(h) = &self.nodes[*i].host {
@@ -364,6 +377,9 @@ impl World {
                 self.net.set_faults(LinkFaults::default());
                 self.net.heal();
                 self.control.set_reachable(true);
+                for i in 0..self.nodes.len() {
+                    self.bucket.heal(i);
+                }
                 let back: Vec<_> = (0..self.nodes.len())
                     .map(|i| (i, self.nodes[i].config.location().ok().flatten()))
                     .filter(|(i, original)| self.nodes[*i].location != *original)
@@ -474,9 +490,30 @@ impl World {
         }
         let range = workload::written_range();
         let series: Vec<SeriesKey> = workload::series();
+        let classes = self.nodes[0].config.class_table().expect("the simulated classes are valid");
         for s in &series {
             let mut held: BTreeSet<Pt> = BTreeSet::new();
             let mut quanta: BTreeSet<i64> = BTreeSet::new();
+            let class = classes.of(s);
+            let q = class.quantum;
+            // The archive's copies: what the bucket's committed exports hold.
+            let mut archived: BTreeMap<i64, u64> = BTreeMap::new();
+            let archived_class = self.nodes[0].config.classes.iter().any(|c| c.name == class.name && c.archive);
+            if archived_class {
+                match self.bucket.points(&self.nodes[0].tls, class, s, range) {
+                    Ok(points) => {
+                        for p in points {
+                            *archived.entry(p.ts.div_euclid(q.ns()) * q.ns()).or_default() += 1;
+                            held.insert((p.ts, p.event));
+                        }
+                    }
+                    Err(e) => self.sim_events.push(Event::NodeError {
+                        t,
+                        node: usize::MAX,
+                        error: format!("the oracle cannot read {s} from the archive: {e:#}"),
+                    }),
+                }
+            }
             let mut per_node = Vec::new();
             for n in &self.nodes {
                 let (Some(host), Some(node)) = (&n.host, n.node()) else { continue };
@@ -487,8 +524,6 @@ impl World {
                     held.insert((p.ts, p.event));
                 }
             }
-            let classes = self.nodes[0].config.class_table().expect("the simulated classes are valid");
-            let q = classes.of(s).quantum;
             for (ts, _) in &held {
                 quanta.insert(ts.div_euclid(q.ns()) * q.ns());
             }
@@ -500,7 +535,15 @@ impl World {
                         Some(Copy { node: *i, up: true, count: info.count, digest: info.digest })
                     })
                     .collect();
-                self.sim_events.push(Event::Copies { t, why: "end".into(), series: s.to_string(), quantum, copies });
+                let archived = archived.get(&quantum).copied().unwrap_or(0);
+                self.sim_events.push(Event::Copies {
+                    t,
+                    why: "end".into(),
+                    series: s.to_string(),
+                    quantum,
+                    copies,
+                    archived,
+                });
             }
             self.sim_events.push(Event::Held { t, series: s.to_string(), points: held.into_iter().collect() });
         }

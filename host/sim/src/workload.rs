@@ -21,7 +21,10 @@ use crate::net::HostClock;
 
 /// The series the clients write: DHT-placed ones and Atlanta's context-of-interest ones.
 pub fn series() -> Vec<SeriesKey> {
-    let mut out: Vec<SeriesKey> = (0..4).map(|i| format!("m.load{{dev=d{i}}}").parse().expect("valid")).collect();
+    let mut out: Vec<SeriesKey> = (0..4)
+        .map(|i| if i < 2 { format!("m.load{{dev=d{i}}}") } else { format!("m.cold{{dev=d{i}}}") })
+        .map(|s| s.parse().expect("valid"))
+        .collect();
     out.extend((0..3).map(|i| format!("traffic.speed{{geohash=dn5bpsb,seg={i}}}").parse().expect("valid")));
     out
 }
@@ -187,6 +190,9 @@ pub async fn reader(clients: Arc<Clients>, id: usize) {
 pub async fn final_reads(clients: Arc<Clients>, via: Vec<usize>) {
     let mut cache = HashMap::new();
     let range = written_range();
+    if via.is_empty() {
+        return;
+    }
     for (i, s) in series().iter().enumerate() {
         let node = via[i % via.len()];
         let t = clients.now();

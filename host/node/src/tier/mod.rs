@@ -271,7 +271,13 @@ impl Tier {
     /// folder and exports; its key seals its manifests) over its hot store. Every node has
     /// one, idle unless an archive is configured or a class ages by write time (a
     /// reconfiguration may make it so). Must be called within the node's runtime.
-    pub fn open(config: &NodeConfig, identity: &Identity, hot: Arc<dyn Store>) -> Result<Arc<Tier>, TierError> {
+    /// `seam` is the object store to use instead of the one `[tier] url` names (a simulator's).
+    pub fn open(
+        config: &NodeConfig,
+        identity: &Identity,
+        hot: Arc<dyn Store>,
+        seam: Option<Arc<dyn timeshard_tier::object_store::ObjectStore>>,
+    ) -> Result<Arc<Tier>, TierError> {
         let policy = Policy::of(config)?;
         let t = &config.tier;
         let dir = config.data_dir.join("tier");
@@ -308,8 +314,11 @@ impl Tier {
                 retry: timeshard_tier::RetryPolicy::default(),
             };
             let options: Vec<(String, String)> = t.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            let archive = Archive::open_with_options(&t.url, &options, archive_config)
-                .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
+            let archive = match seam {
+                Some(store) => Archive::with_store(store, archive_config),
+                None => Archive::open_with_options(&t.url, &options, archive_config),
+            }
+            .map_err(|e| TierError::Archive { url: t.url.clone(), source: Box::new(e) })?;
             Some(archive)
         };
         if let Some(archive) = &archive {

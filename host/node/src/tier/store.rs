@@ -84,8 +84,18 @@ impl TieredStore {
         &**self.tier.hot()
     }
 
-    fn wait<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.tier.runtime.block_on(f)
+    /// The archive's answer to `f`. Store calls run on blocking threads, which wait for it on
+    /// the runtime. A simulated host has no thread to spare: the simulated object store
+    /// answers from memory at once, so its answer is taken at the first poll, and one that
+    /// has to wait (an injected failure retried after a backoff, a listing another task
+    /// holds) fails the call retryably.
+    fn wait<F: std::future::Future>(&self, f: F) -> Result<F::Output, StoreError> {
+        if timeshard_clock::sim::active() {
+            return futures::FutureExt::now_or_never(f).ok_or_else(|| {
+                StoreError::Unavailable("the archive did not answer at once (simulated host); try again".into())
+            });
+        }
+        Ok(self.tier.runtime.block_on(f))
     }
 
     /// The class of `series` when `range` may hold cold points of it. Classes that are not
@@ -102,7 +112,7 @@ impl TieredStore {
             // a range it never dropped anything from are its whole answer.
             None if range.start() >= self.tier.drop_horizon(&class.name) => return Ok(None),
             None => {
-                self.wait(self.tier.relist(class)).map_err(|e| {
+                self.wait(self.tier.relist(class))?.map_err(|e| {
                     StoreError::Unavailable(format!(
                         "the archive cannot be listed, so its cold ranges cannot be read: {e}"
                     ))
@@ -131,7 +141,7 @@ impl TieredStore {
         }
         after = None;
         loop {
-            let page = self.wait(archive.read(class, series, range, after, GATHER_PAGE)).map_err(from_tier)?;
+            let page = self.wait(archive.read(class, series, range, after, GATHER_PAGE))?.map_err(from_tier)?;
             after = page.points.last().map(Point::key);
             all.extend(page.points);
             if !page.more {
@@ -150,7 +160,7 @@ impl TieredStore {
         grid: Grid,
     ) -> Result<Vec<WindowAggregate>, StoreError> {
         let archive = self.tier.archive().ok_or_else(|| StoreError::Unavailable("no archive".into()))?;
-        let archived: Vec<ArchivedBlock> = self.wait(archive.blocks(class, series, range)).map_err(from_tier)?;
+        let archived: Vec<ArchivedBlock> = self.wait(archive.blocks(class, series, range))?.map_err(from_tier)?;
         if archived.is_empty() {
             return self.hot().aggregate(series, range, grid);
         }
@@ -162,7 +172,7 @@ impl TieredStore {
         let mut cold_run: Option<(Timestamp, Timestamp)> = None;
         let flush = |run: &mut Option<(Timestamp, Timestamp)>, parts: &mut Vec<Vec<WindowAggregate>>| {
             if let Some((from, to)) = run.take() {
-                let windows = self.wait(archive.aggregate(class, series, span(from, to)?, grid));
+                let windows = self.wait(archive.aggregate(class, series, span(from, to)?, grid))?;
                 parts.push(windows.map_err(from_tier)?);
             }
             Ok::<(), StoreError>(())
@@ -207,7 +217,7 @@ impl Store for TieredStore {
         let hot = self.hot().read(series, range, after, limit)?;
         let Some(class) = self.cold_class(series, range)? else { return Ok(hot) };
         let archive = self.tier.archive().ok_or_else(|| StoreError::Unavailable("no archive".into()))?;
-        let cold = self.wait(archive.read(&class, series, range, after, limit)).map_err(from_tier)?;
+        let cold = self.wait(archive.read(&class, series, range, after, limit))?.map_err(from_tier)?;
         Ok(merge_pages(hot, cold, limit))
     }
 

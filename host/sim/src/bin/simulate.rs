@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use timeshard_sim::{Faults, Options};
+// The nodes' allocator (mimalloc), as in the `timeshard` binary, with its own defaults: the
+// simulator runs eight nodes in one process and wants speed, not memory handed back at once.
+use timeshard_alloc as _;
 
 /// Deterministic simulation of an 8-node timeshard fleet under faults.
 ///
@@ -28,7 +31,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Fault families: all, none, or a comma-separated list of network, partition, crash,
-    /// disk, clock, membership, control.
+    /// disk, clock, membership, control, archive.
     #[arg(long, default_value = "all")]
     faults: Faults,
     /// Seconds of simulated time faults strike.
