@@ -326,3 +326,13 @@ fn seed_10000_exports_through_object_store_faults_lose_nothing() {
     assert!(cold.len() >= 10 && archived * 2 >= cold.len(), "{cold:?}");
     assert!(cold.iter().any(|(_, hot)| *hot == 0), "no hot copy was dropped: {cold:?}");
 }
+
+/// Bug 3: a round of anti-entropy that asked no neighbour counted as complete (`0 == 0`), so a
+/// node that restarted knowing no member yet called itself settled. Seed 59 restarts node 0
+/// (the bootstrap node, which has no seeds of its own) and then reads `latest` of a CoI series
+/// through it: with `Settle::round_complete` back at `0 == 0`, node 0 answers settled without
+/// the last 4.4 s of acknowledged writes (`stale_in_coi`).
+#[test]
+fn seed_59_a_restarted_node_that_asked_no_neighbour_is_not_settled() {
+    passes_and_plans(59, "restarts node 0", |a| *a == Action::Restart(0));
+}
