@@ -278,11 +278,7 @@ impl Repair {
             report.pushed += 1;
             Counters::add(&self.state.counters.handoff_blocks_pushed, 1);
         }
-        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let wait = self.push_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+        super::wait_for(&self.push_pace, bytes).await;
         Ok(())
     }
 

@@ -148,11 +148,7 @@ impl Repair {
 
     /// Waits as long as `bytes` fetched take at the configured rate.
     async fn pace(&self, bytes: u64) {
-        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let wait = self.fetch_pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+        wait_for(&self.fetch_pace, bytes).await;
     }
 
     /// The inventory of this node's blocks, at most [`INVENTORY_MAX_AGE`] old.
@@ -199,5 +195,14 @@ impl Repair {
         let inv = Arc::new(built);
         *slot = Some(inv.clone());
         Ok(inv)
+    }
+}
+
+/// Waits as long as `bytes` on the wire take at the rate of `pace` (repair's fetches, or
+/// handoff's pushes).
+async fn wait_for(pace: &Mutex<Pace>, bytes: u64) {
+    let wait = pace.lock().unwrap_or_else(|e| e.into_inner()).take(bytes, timeshard_clock::instant());
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
     }
 }

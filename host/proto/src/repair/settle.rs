@@ -144,7 +144,7 @@ impl Pace {
 
     /// Takes `bytes` (after they were sent or received); returns how long to wait before the
     /// next transfer so the average stays within the rate.
-    pub fn take(&mut self, bytes: usize, now: Instant) -> Duration {
+    pub fn take(&mut self, bytes: u64, now: Instant) -> Duration {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.rate).min(self.rate) - bytes as f64;
