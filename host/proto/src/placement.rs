@@ -89,9 +89,28 @@ pub fn owners_of<M: Members + ?Sized>(target: &Target, eligible: &M, located: &[
         }
         Some(site) => {
             let p = coi::place(&target.id, site, located);
-            Owners { synchronous: p.in_coi.len(), owners: p.owners(), fallback: p.fallback, out_short: p.out_short }
+            let mut owners = p.owners();
+            fill_from_dht(&mut owners, target, site, eligible);
+            Owners { synchronous: p.in_coi.len(), owners, fallback: p.fallback, out_short: p.out_short }
         }
     }
+}
+
+/// Tops up the owners of a CoI block with the members closest to it by XOR when fewer located
+/// members than n_in + n_out exist (locations cleared, or not yet set, on most of the fleet).
+/// The extra owners are asynchronous, like out-of-CoI ones; they keep the block at n_in + n_out
+/// copies, where handoff would otherwise move every displaced copy onto the few located members
+/// and the departure of one of them lose the block (seed 17181).
+fn fill_from_dht<M: Members + ?Sized>(owners: &mut Vec<Contact>, target: &Target, site: &coi::Site, eligible: &M) {
+    let want = usize::from(site.coi.n_in) + usize::from(site.coi.n_out);
+    if owners.len() >= want {
+        return;
+    }
+    let closest = eligible.closest_to(&target.id, want + owners.len());
+    let missing = want - owners.len();
+    let extra: Vec<Contact> =
+        closest.into_iter().filter(|c| !owners.iter().any(|o| o.id == c.id)).take(missing).collect();
+    owners.extend(extra);
 }
 
 /// Whom a write of a CoI block waits for: its in-CoI owners, and only they (FogStore: every
@@ -449,6 +468,41 @@ mod tests {
     /// Issue 24 (seed 3): with both in-CoI owners cut off from the coordinator, a write was
     /// acknowledged by two stand-ins and an in-CoI read, which asks the owners, missed it.
     /// Only in-CoI owners count; too few up refuses the write, naming the ones down.
+    #[test]
+    fn a_coi_block_with_too_few_located_members_is_topped_up_from_the_dht() {
+        // Seed 17181: one node of eight located. Its block must keep n_in + n_out owners, the
+        // located one first and in-CoI, the others the closest by XOR, or handoff leaves the
+        // located node its only copy.
+        let members: Vec<Contact> = (0..8u32)
+            .map(|i| Contact { id: Id::sha1(&i.to_be_bytes()), addr: ([127, 0, 0, 1], 7000 + i as u16).into() })
+            .collect();
+        let at = crate::geo::GeoPoint::new(33.75, -84.39).unwrap();
+        let located = vec![coi::Located { contact: members[5], at }];
+        let c = crate::class::Coi {
+            n_in: 2,
+            n_out: 1,
+            in_coi_m: 50_000,
+            out_coi_m: 1_000_000,
+            coi_size_m: 50_000,
+            precision: 5,
+            location: None,
+        };
+        let target = Target { id: Id::sha1(b"block"), rf: 3, site: Some(coi::Site::new(at, c)) };
+        let placed = owners_of(&target, members.as_slice(), &located);
+        assert_eq!(placed.synchronous, 1);
+        assert_eq!(placed.owners.len(), 3);
+        assert_eq!(placed.owners[0], members[5]);
+        let rest: Vec<Contact> = members.iter().filter(|c| c.id != members[5].id).copied().collect();
+        assert_eq!(placed.owners[1..], owners(&rest, &target.id, 2)[..]);
+        // Nobody located: the DHT's three closest, none of them synchronous.
+        let placed = owners_of(&target, members.as_slice(), &[]);
+        assert_eq!((placed.synchronous, placed.owners), (0, owners(&members, &target.id, 3)));
+        // Enough located members: placement is CoI's alone.
+        let located: Vec<coi::Located> = members[..3].iter().map(|&contact| coi::Located { contact, at }).collect();
+        let placed = owners_of(&target, members.as_slice(), &located);
+        assert!(placed.owners.iter().all(|o| members[..3].contains(o)));
+    }
+
     #[test]
     fn in_coi_writes_count_only_in_coi_owners() {
         let c = |n: &[u8], port: u16| Contact { id: Id::sha1(n), addr: ([127, 0, 0, 1], port).into() };

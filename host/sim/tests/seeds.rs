@@ -336,3 +336,21 @@ fn seed_10000_exports_through_object_store_faults_lose_nothing() {
 fn seed_59_a_restarted_node_that_asked_no_neighbour_is_not_settled() {
     passes_and_plans(59, "restarts node 0", |a| *a == Action::Restart(0));
 }
+
+/// Bug 12: after every location was cleared, one node got a location back and CoI placement
+/// named it the only owner of every CoI block (one located member, n_in + n_out = 3). Handoff
+/// moved every displaced copy onto it, and its departure lost them. Placement now tops the
+/// owners up from the DHT while too few members are located.
+#[test]
+fn seed_17181_one_located_node_is_not_the_only_copy_of_coi_blocks() {
+    let out = timeshard_sim::run(17181, &Options { faults: Faults::all(), ..opts() }).unwrap();
+    let steps = &out.plan.steps;
+    let cleared = steps.iter().position(|(_, a)| *a == Action::ClearLocations);
+    let relocated = steps.iter().position(|(_, a)| matches!(a, Action::Relocate(_, Some(_))));
+    let departed = steps.iter().position(|(_, a)| matches!(a, Action::Depart(_)));
+    assert!(
+        matches!((cleared, relocated, departed), (Some(c), Some(r), Some(d)) if c < r && r < d),
+        "seed 17181 no longer clears the locations, locates one node and has a node depart; find another seed"
+    );
+    assert!(out.failures.is_empty(), "{:#?}", out.failures);
+}
