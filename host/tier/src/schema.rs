@@ -225,7 +225,10 @@ pub fn points_properties(value: ValueEncoding) -> WriterProperties {
 /// Writer settings of a manifest.
 pub fn manifest_properties() -> WriterProperties {
     let path = |i: usize| ColumnPath::from(manifest::NAMES[i]);
-    let mut b = base_properties().set_dictionary_enabled(false);
+    // Snappy, not zstd: a manifest is small and every node decodes each one, and zstd creates
+    // a context per column chunk (17 per manifest), each asking the CPU for its features, a
+    // trap on a virtual machine that cost more than the decoding.
+    let mut b = base_properties().set_compression(Compression::SNAPPY).set_dictionary_enabled(false);
     b = b.set_column_dictionary_enabled(path(manifest::SERIES_KEY), true);
     for c in [manifest::QUANTUM_START, manifest::ROW_START, manifest::FIRST_TS, manifest::LAST_TS] {
         b = b.set_column_encoding(path(c), Encoding::DELTA_BINARY_PACKED);
