@@ -99,6 +99,17 @@ impl Clients {
     }
 }
 
+/// A client's error as text, and the connection to `node` forgotten unless the node answered
+/// (a refusal such as a short quorum leaves the connection as good as it was). Redialling after
+/// every refusal made each fault that refuses writes a storm of handshakes no real client
+/// would make.
+fn forget_if_broken(cache: &mut HashMap<usize, Client>, node: usize, e: timeshard_sdk::Error) -> String {
+    if e.code().is_none() {
+        cache.remove(&node);
+    }
+    e.to_string()
+}
+
 /// A writer: a batch of 1 to 4 live points of one series every 50 to 300 ms, each sent to up
 /// to three nodes in turn until one acknowledges it.
 pub async fn writer(clients: Arc<Clients>, id: usize) {
@@ -125,15 +136,12 @@ pub async fn writer(clients: Arc<Clients>, id: usize) {
             let Some(node) = clients.pick_node(&mut rng, last) else { break };
             last = Some(node);
             let result = match clients.client(&mut cache, node).await {
-                Ok(c) => c.write(s, &points).await.map_err(|e| e.to_string()),
+                Ok(c) => c.write(s, &points).await.map_err(|e| forget_if_broken(&mut cache, node, e)),
                 Err(e) => Err(e),
             };
             match result {
                 Ok(_) => (acked, error) = (true, None),
-                Err(e) => {
-                    cache.remove(&node);
-                    error = Some(e);
-                }
+                Err(e) => error = Some(e),
             }
         }
         let done = clients.now();
@@ -167,14 +175,11 @@ pub async fn reader(clients: Arc<Clients>, id: usize) {
         let invoked = clients.now();
         let result = match clients.client(&mut cache, node).await {
             Ok(c) => match c.with_location(CLIENT_LOCATION.0, CLIENT_LOCATION.1) {
-                Ok(c) => c.latest(s).await.map_err(|e| e.to_string()),
+                Ok(c) => c.latest(s).await.map_err(|e| forget_if_broken(&mut cache, node, e)),
                 Err(e) => Err(e.to_string()),
             },
             Err(e) => Err(e),
         };
-        if result.is_err() {
-            cache.remove(&node);
-        }
         let done = clients.now();
         let (point, error) = match result {
             Ok(p) => (p.map(|p| (p.ts, p.event)), None),
