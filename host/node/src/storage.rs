@@ -125,6 +125,9 @@ pub struct StoreUse {
     /// `[store] max_bytes`; 0: no limit.
     max: AtomicU64,
     used: AtomicU64,
+    /// Bytes written since that measure, counted as open points: under load a measure can come
+    /// late, and writes in between must not take the store far past `max`.
+    added: AtomicU64,
     classes: RwLock<Vec<ClassUse>>,
     /// Whether some class has a quota.
     quotas: AtomicBool,
@@ -214,6 +217,7 @@ impl StoreUse {
             dir,
             max: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            added: AtomicU64::new(0),
             classes: RwLock::new(Vec::new()),
             quotas: AtomicBool::new(false),
         };
@@ -253,6 +257,7 @@ impl StoreUse {
     pub fn measure(&self, store: &dyn Store) {
         if self.max.load(Ordering::Relaxed) > 0 {
             self.used.store(dir_bytes(&self.dir), Ordering::Relaxed);
+            self.added.store(0, Ordering::Relaxed);
         }
         let measured = store.quota_use();
         let mut classes = self.classes.write().unwrap_or_else(|e| e.into_inner());
@@ -268,6 +273,9 @@ impl StoreUse {
 
     /// Counts `blocks`, just stored, against their classes until the next measure.
     pub fn note_written(&self, blocks: &[BlockPoints]) {
+        if self.max.load(Ordering::Relaxed) > 0 {
+            self.added.fetch_add(open_bytes(blocks), Ordering::Relaxed);
+        }
         if !self.quotas.load(Ordering::Relaxed) {
             return;
         }
@@ -299,7 +307,7 @@ impl StoreUse {
     /// last measure, or a class of theirs that does not evict held its quota.
     pub fn refusal(&self, blocks: &[BlockPoints]) -> Option<String> {
         let max = self.max.load(Ordering::Relaxed);
-        let used = self.used.load(Ordering::Relaxed);
+        let used = self.used.load(Ordering::Relaxed).saturating_add(self.added.load(Ordering::Relaxed));
         if max > 0 && used >= max {
             return Some(format!(
                 "this node's store holds {used} bytes on disk, at its [store] max_bytes of {max}: writes are refused \
@@ -322,6 +330,11 @@ impl StoreUse {
         }
         incoming.into_iter().find_map(|(i, n)| classes[i].refuses_adding(n).then(|| classes[i].refusal(n)))
     }
+}
+
+/// What `blocks` add to a store before they are sealed: [`timeshard_store::OPEN_POINT_BYTES`] a point.
+fn open_bytes(blocks: &[BlockPoints]) -> u64 {
+    blocks.iter().map(|b| b.points.len() as u64).sum::<u64>() * timeshard_store::OPEN_POINT_BYTES
 }
 
 /// The class `metric` belongs to: the longest matching prefix among all classes.
@@ -413,6 +426,21 @@ mod disk_space_tests {
         limited.set_limits(Some(2000), &[]);
         limited.measure(&store);
         assert!(limited.refusal(&[]).is_some(), "a lower limit applies at the next measure");
+
+        // Between measures, what is written counts (24 bytes a point): a measure that comes
+        // late under load does not let writes run far past the limit.
+        limited.set_limits(Some(4000), &[]);
+        limited.measure(&store);
+        assert_eq!(limited.refusal(&[]), None, "3000 bytes of 4000");
+        let series: timeshard_proto::SeriesKey = "s.x".parse().unwrap();
+        let len = timeshard_proto::QuantumLen::new(1_000_000_000).unwrap();
+        let points = (0..50).map(|i| timeshard_proto::Point::new(i, 1.0)).collect();
+        let block = BlockPoints { series, quantum: timeshard_proto::Quantum::at(0, len).unwrap(), points };
+        limited.note_written(std::slice::from_ref(&block));
+        let why = limited.refusal(&[]).expect("3000 + 50 x 24 bytes held of 4000");
+        assert!(why.contains("holds 4200 bytes"), "{why}");
+        limited.measure(&store);
+        assert_eq!(limited.refusal(&[]), None, "a measure counts what reached the disk instead");
     }
 
     #[test]
