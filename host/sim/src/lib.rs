@@ -11,7 +11,8 @@
 //! fleet exports to), [`fleet`] (nodes on hosts, with
 //! faulty disks; start, crash, restart), [`workload`] (clients writing and
 //! reading through the SDK), [`faults`] (the plan a seed draws), [`history`] (what a run
-//! recorded), [`check`] (properties over a history) and [`run`] (one seed, start to end).
+//! recorded), [`check`] (properties over a history), [`run`] (one seed, start to end) and [`watchdog`]
+//! (a run whose simulated time stands still ends the process).
 //! README.md's "Simulation" says why it is built this way and what it costs.
 
 pub mod archive;
@@ -24,6 +25,7 @@ pub mod host;
 pub mod net;
 pub mod pki;
 pub mod run;
+pub mod watchdog;
 pub mod workload;
 
 pub use faults::Faults;

@@ -23,6 +23,7 @@ use crate::history::{Copy, Event, History, Pt};
 use crate::host::Host;
 use crate::net::{LinkFaults, Network};
 use crate::pki::Pki;
+use crate::watchdog::Watchdog;
 use crate::workload::{self, Clients};
 
 /// What the wall clocks of the fleet read at simulation time 0: 2025-06-15.
@@ -151,6 +152,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
         reported_errors: BTreeSet::new(),
     };
     let window = opts.window.as_nanos() as u64;
+    let watchdog = Watchdog::start(seed);
     let mut t = 0u64;
     let mut starts: Vec<(u64, usize)> = (0..opts.nodes).map(|i| (i as u64 * 300_000_000, i)).collect();
     let mut step = 0;
@@ -159,6 +161,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     while t < final_at {
         t += window;
         world.run_hosts(t);
+        watchdog.beat(t);
         starts.retain(|&(at, i)| {
             if at <= t {
                 world.start(i, t);
@@ -205,6 +208,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Outcome> {
     while !reads.is_finished() && t < give_up {
         t += window;
         world.run_hosts(t);
+        watchdog.beat(t);
         world.upkeep(t);
     }
     if !reads.is_finished() {

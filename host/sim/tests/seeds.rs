@@ -354,3 +354,13 @@ fn seed_17181_one_located_node_is_not_the_only_copy_of_coi_blocks() {
     );
     assert!(out.failures.is_empty(), "{:#?}", out.failures);
 }
+
+/// Bug 13: node 0, restarted and cut off, found by its scrub a block with a flipped bit that no
+/// other member owned in its view; the block is kept then, but each scrub that found damage
+/// asked for a round at once, the round reached nobody and took no simulated time, and the
+/// scrub found the block again: simulated time stood still and the run hung (the watchdog now
+/// ends such a run, `watchdog::STALL_LIMIT`). Damage now hurries one round, never two in a row.
+#[test]
+fn seed_20075_a_damaged_block_no_other_member_owns_does_not_spin_the_repair_driver() {
+    passes_and_plans(20075, "flips a bit on node 0", |a| *a == Action::BitFlip(0));
+}

@@ -24,21 +24,26 @@ pub(super) const SCRUB_FRAMES_PER_ROUND: usize = 1024;
 
 impl Repair {
     /// Reads and checks the next step of the store; damage found is dropped and fetched again
-    /// before the next round ([`Repair::drop_damaged`]).
-    pub(super) async fn scrub_step(&self) {
+    /// before the next round ([`Repair::drop_damaged`]). Returns whether it found damage.
+    pub(super) async fn scrub_step(&self) -> bool {
         let after = *self.scrub_cursor.lock().expect("scrub cursor lock");
         let store = self.store.clone();
         match timeshard_clock::spawn_blocking(move || store.scrub(after, SCRUB_FRAMES_PER_ROUND)).await {
             Ok(Ok(page)) => {
                 if page.damaged > 0 {
                     warn!(damaged = page.damaged, checked = page.checked, "the scrub found damaged blocks");
-                    // The next round comes at once, after dropping them.
-                    self.wake.notify_one();
                 }
                 *self.scrub_cursor.lock().expect("scrub cursor lock") = page.next;
+                page.damaged > 0
             }
-            Ok(Err(e)) => warn!(error = %e, "the scrub could not read the store; it tries again next round"),
-            Err(e) => warn!(error = %e, "the scrub failed"),
+            Ok(Err(e)) => {
+                warn!(error = %e, "the scrub could not read the store; it tries again next round");
+                false
+            }
+            Err(e) => {
+                warn!(error = %e, "the scrub failed");
+                false
+            }
         }
     }
 

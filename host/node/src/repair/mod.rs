@@ -43,7 +43,6 @@ use timeshard_proto::repair::{Pace, Settle, Undelivered};
 use timeshard_proto::wire::Limits;
 use timeshard_proto::{Classes, Contact, SeriesKey};
 use timeshard_store::{Store, StoreError};
-use tokio::sync::Notify;
 
 use crate::config::RepairConfig;
 use crate::coordinator::Coordinator;
@@ -77,8 +76,6 @@ pub struct Repair {
     peers_seen: alone::PeersSeen,
     /// Registrations every owner confirmed, in the view of this generation.
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
-    /// Asks the driver for a round now.
-    wake: Notify,
     /// Where the next scrub step starts (`damaged::scrub_step`).
     scrub_cursor: Mutex<Option<timeshard_store::ListCursor>>,
     /// Peer requests refused because placement does not give their blocks (see
@@ -113,7 +110,6 @@ impl Repair {
             undelivered: Mutex::new(Undelivered::default()),
             peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
-            wake: Notify::new(),
             scrub_cursor: Mutex::new(None),
             refusals: Default::default(),
             cfg,
