@@ -465,14 +465,11 @@ mod tests {
         }
     }
 
-    /// Issue 24 (seed 3): with both in-CoI owners cut off from the coordinator, a write was
-    /// acknowledged by two stand-ins and an in-CoI read, which asks the owners, missed it.
-    /// Only in-CoI owners count; too few up refuses the write, naming the ones down.
+    /// Issue 24 (seed 17181): with one node of eight located, it was the only owner of every
+    /// CoI block. A block keeps n_in + n_out owners: the located one first and in-CoI, the
+    /// others the closest by XOR, or handoff leaves the located node its only copy.
     #[test]
     fn a_coi_block_with_too_few_located_members_is_topped_up_from_the_dht() {
-        // Seed 17181: one node of eight located. Its block must keep n_in + n_out owners, the
-        // located one first and in-CoI, the others the closest by XOR, or handoff leaves the
-        // located node its only copy.
         let members: Vec<Contact> = (0..8u32)
             .map(|i| Contact { id: Id::sha1(&i.to_be_bytes()), addr: ([127, 0, 0, 1], 7000 + i as u16).into() })
             .collect();
@@ -503,6 +500,9 @@ mod tests {
         assert!(placed.owners.iter().all(|o| members[..3].contains(o)));
     }
 
+    /// Issue 24 (seed 3): with both in-CoI owners cut off from the coordinator, a write was
+    /// acknowledged by two stand-ins and an in-CoI read, which asks the owners, missed it.
+    /// Only in-CoI owners count; too few up refuses the write, naming the ones down.
     #[test]
     fn in_coi_writes_count_only_in_coi_owners() {
         let c = |n: &[u8], port: u16| Contact { id: Id::sha1(n), addr: ([127, 0, 0, 1], port).into() };
