@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
-use parquet::basic::PageType;
+use parquet::basic::{Encoding, PageType};
 use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::DataType;
@@ -86,6 +86,7 @@ impl ParquetFile {
             }
         }
         let meta = reader.finish().map_err(corrupt)?;
+        check_column_chunks(&meta, size).map_err(|e| Error::corrupt(path, e))?;
         Ok(ParquetFile { path: path.clone(), size, meta, dictionaries: None })
     }
 
@@ -173,7 +174,6 @@ impl ParquetFile {
     pub async fn fetch(&self, store: &dyn ObjectStore, span: &Span, cols: &[usize]) -> Result<Pages, Error> {
         let mut ranges: Vec<Range<u64>> = Vec::new();
         let index = self.meta.page_index_for_row_group(span.rg);
-        let group = self.meta.row_group(span.rg);
         // Offsets and sizes come from the file: a damaged footer or page index may hold negative
         // or overflowing ones, which must be an error, not a panic (found by fuzzing).
         let bad_location = || Error::corrupt(&self.path, "a page location is negative or overflows");
@@ -183,7 +183,7 @@ impl ParquetFile {
             Ok(a..a.checked_add(n).ok_or_else(bad_location)?)
         };
         for &col in cols {
-            let chunk = group.column(col);
+            let chunk = self.column_chunk(span.rg, col)?;
             let (chunk_start, chunk_len) = chunk.byte_range();
             let Some(oi) = index.offset_index(col) else {
                 ranges.push(chunk_start..chunk_start.checked_add(chunk_len).ok_or_else(bad_location)?);
@@ -239,11 +239,23 @@ impl ParquetFile {
         Ok((pages, bytes))
     }
 
+    /// Column `col`'s chunk in row group `rg`: a file of another schema has fewer columns than
+    /// its name promises, which is an error, not an index out of bounds.
+    fn column_chunk(&self, rg: usize, col: usize) -> Result<&parquet::file::metadata::ColumnChunkMetaData, Error> {
+        let group =
+            self.meta.row_groups().get(rg).ok_or_else(|| Error::corrupt(&self.path, format!("no row group {rg}")))?;
+        let columns = group.num_columns().min(self.meta.file_metadata().schema_descr().num_columns());
+        if col >= columns {
+            return Err(Error::corrupt(&self.path, format!("row group {rg} has {columns} columns, not column {col}")));
+        }
+        Ok(group.column(col))
+    }
+
     /// Decodes rows `span` of column `col` from `pages` (fetched for at least that span).
     pub fn decode<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
         let corrupt = |e: ParquetError| Error::corrupt(&self.path, format!("row group {}, column {col}: {e}", span.rg));
+        let chunk = self.column_chunk(span.rg, col)?;
         let group = self.meta.row_group(span.rg);
-        let chunk = group.column(col);
         let locations =
             self.meta.page_index_for_row_group(span.rg).offset_index(col).map(|o| o.page_locations().clone());
         let mut inner =
@@ -264,7 +276,7 @@ impl ParquetFile {
             _ => None,
         };
         let page_reader: Box<dyn PageReader> =
-            Box::new(CachingPages { inner, pending, deferred: None, replaced, fill });
+            Box::new(CachingPages { inner, pending, deferred: None, replaced, fill, has_dictionary: false });
         let descr = self.meta.file_metadata().schema_descr().column(col);
         let mut reader = ColumnReaderImpl::<T>::new(descr, page_reader);
         let skipped = reader.skip_records(span.start).map_err(corrupt)?;
@@ -283,6 +295,26 @@ impl ParquetFile {
     }
 }
 
+/// Every column chunk of `meta` lies within a file of `size` bytes. The parquet crate's
+/// `ColumnChunkMetaData::byte_range` (called by its page reader as well as here) asserts that a
+/// chunk's start and length are not negative: a damaged footer would panic there (found by
+/// fuzzing, fuzz/regressions/tier_manifest), so a file is refused at open instead.
+fn check_column_chunks(meta: &ParquetMetaData, size: u64) -> Result<(), String> {
+    for (rg, group) in meta.row_groups().iter().enumerate() {
+        for (col, chunk) in group.columns().iter().enumerate() {
+            let start = chunk.dictionary_page_offset().unwrap_or(chunk.data_page_offset());
+            let len = chunk.compressed_size();
+            let end = u64::try_from(start).ok().zip(u64::try_from(len).ok()).and_then(|(a, n)| a.checked_add(n));
+            if end.is_none_or(|end| end > size) {
+                return Err(format!(
+                    "row group {rg}, column {col}: its chunk at offset {start}, {len} bytes long, lies outside the file of {size} bytes"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A column chunk's pages, with its dictionary page served from a [`DictionaryCache`]
 /// (`pending`: the inner reader's was skipped unread) or put there once read (`fill`).
 struct CachingPages {
@@ -293,6 +325,8 @@ struct CachingPages {
     /// The inner reader's dictionary page was skipped for the cached one: never read it.
     replaced: bool,
     fill: Option<(Arc<DictionaryCache>, DictionaryKey)>,
+    /// A dictionary page went to the column reader (from `get_next_page` or as a deferred one).
+    has_dictionary: bool,
 }
 
 impl CachingPages {
@@ -316,11 +350,31 @@ impl Iterator for CachingPages {
 
 impl PageReader for CachingPages {
     fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
-        if let Some(p) = self.pending.take() {
-            return Ok(Some(p));
+        let page = match self.pending.take() {
+            Some(p) => Some(p),
+            None => {
+                let page = self.inner.get_next_page()?;
+                self.remember(&page);
+                page
+            }
+        };
+        match &page {
+            Some(Page::DictionaryPage { .. }) => self.has_dictionary = true,
+            // The column reader installs a deferred dictionary before decoding such a page, and
+            // the parquet crate panics when there is none ("Decoder for dict should have been
+            // set"; found by fuzzing, fuzz/regressions/tier_points): take it here to check, and
+            // keep it for the reader.
+            Some(p)
+                if !self.has_dictionary
+                    && matches!(p.encoding(), Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY) =>
+            {
+                match self.take_deferred_dictionary()? {
+                    Some(dictionary @ Page::DictionaryPage { .. }) => self.deferred = Some(dictionary),
+                    _ => return Err(ParquetError::General("a dictionary-encoded page has no dictionary page".into())),
+                }
+            }
+            _ => {}
         }
-        let page = self.inner.get_next_page()?;
-        self.remember(&page);
         Ok(page)
     }
 
@@ -348,14 +402,18 @@ impl PageReader for CachingPages {
     }
 
     fn take_deferred_dictionary(&mut self) -> parquet::errors::Result<Option<Page>> {
-        if let Some(p) = self.deferred.take() {
-            return Ok(Some(p));
+        let page = match self.deferred.take() {
+            Some(p) => Some(p),
+            None if self.replaced => None,
+            None => {
+                let page = self.inner.take_deferred_dictionary()?;
+                self.remember(&page);
+                page
+            }
+        };
+        if matches!(page, Some(Page::DictionaryPage { .. })) {
+            self.has_dictionary = true;
         }
-        if self.replaced {
-            return Ok(None);
-        }
-        let page = self.inner.take_deferred_dictionary()?;
-        self.remember(&page);
         Ok(page)
     }
 
@@ -451,6 +509,70 @@ mod tests {
                 }
             }
             assert!(errors > 0, "the damaged page index is found");
+        });
+    }
+
+    /// An archive file's bytes put in an in-memory store, opened.
+    async fn opened(bytes: &'static [u8], path: &str) -> (InMemory, Result<ParquetFile, Error>) {
+        let store = InMemory::new();
+        let path = Path::from(path);
+        store.put(&path, Bytes::from_static(bytes).into()).await.unwrap();
+        let file = ParquetFile::open(&store, &path).await;
+        (store, file)
+    }
+
+    /// Found by fuzzing (fuzz/regressions/tier_manifest/negative-column-chunk-offset): a
+    /// manifest whose footer gives a column chunk a negative offset reached the parquet crate's
+    /// `byte_range`, which asserts. It is refused at open, naming the chunk.
+    #[test]
+    fn a_column_chunk_at_a_negative_offset_is_refused_at_open() {
+        let bytes = include_bytes!("../../../fuzz/regressions/tier_manifest/negative-column-chunk-offset");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (_, file) = opened(bytes, "manifests/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let e = file.expect_err("a chunk outside the file");
+            assert!(e.to_string().contains("row group 0, column 0: its chunk at offset -4096"), "{e}");
+        });
+    }
+
+    /// Found by fuzzing (fuzz/regressions/tier_points/dictionary-page-missing): a points file
+    /// whose dictionary-encoded column chunk lost its dictionary page made the parquet crate
+    /// panic ("Decoder for dict should have been set"). Decoding it is an error naming the
+    /// column; the other columns still decode.
+    #[test]
+    fn a_dictionary_encoded_chunk_without_its_dictionary_is_corrupt_not_a_panic() {
+        use parquet::data_type::{ByteArrayType, Int64Type};
+
+        use crate::schema::points as col;
+        let bytes = include_bytes!("../../../fuzz/regressions/tier_points/dictionary-page-missing");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (store, file) = opened(bytes, "points/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let file = file.expect("the footer is whole");
+            let span = Span { rg: 0, start: 0, end: file.meta.row_group(0).num_rows() as usize };
+            let pages = file.fetch(&store, &span, &[col::SERIES_KEY, col::TIMESTAMP]).await.expect("fetched");
+            let e = file.decode::<ByteArrayType>(&pages, &span, col::SERIES_KEY).expect_err("no dictionary");
+            assert!(
+                e.to_string().contains("column 0: Parquet error: a dictionary-encoded page has no dictionary page"),
+                "{e}"
+            );
+            let ts = file.decode::<Int64Type>(&pages, &span, col::TIMESTAMP).expect("timestamps are whole");
+            assert_eq!(ts.len(), span.end);
+        });
+    }
+
+    /// A file of another schema (a manifest under a points file's name) has fewer columns than
+    /// asked for: an error, not an index out of bounds.
+    #[test]
+    fn a_column_the_file_does_not_have_is_an_error() {
+        let bytes = include_bytes!("../../../fuzz/corpus/tier_manifest/one-block");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (store, file) = opened(bytes, "points/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let file = file.expect("a whole file");
+            let span = Span { rg: 0, start: 0, end: 1 };
+            let e = file.fetch(&store, &span, &[40]).await.expect_err("no column 40");
+            assert!(e.to_string().contains("not column 40"), "{e}");
         });
     }
 }
