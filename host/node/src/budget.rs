@@ -86,7 +86,8 @@ impl Shares {
     /// request times out. They are request bytes the frames' account does not see yet, so
     /// every allowed connection's window together stays within the queues' share: half of it
     /// is every connection's first window (`connections`: those the node accepts and those it
-    /// dials), the other half larger windows granted to some of them ([`ReceiveWindows`]).
+    /// dials), the other half is shared out as larger windows among the connections admitted
+    /// or dialed, a quarter for peers and a quarter for clients ([`ReceiveWindows`]).
     ///
     /// The number of streams does not change the bound: they share their connection's window
     /// (the sum of every stream's received bytes counts against it).
@@ -96,12 +97,8 @@ impl Shares {
         let largest = u64::from(max_message_bytes).saturating_mul(4).min(u64::from(u32::MAX)).max(MIN_WINDOW);
         let initial = (half / connections.max(1) as u64).clamp(MIN_WINDOW, largest);
         let granted = (half / WINDOW_GRANTS).clamp(initial, largest);
-        let grants_per_role = match granted - initial {
-            0 => 0,
-            extra => usize::try_from(half / 2 / extra).unwrap_or(usize::MAX),
-        };
         let stream = granted.min(u64::from(max_message_bytes) + 8);
-        ReceiveWindows { initial, granted, grants_per_role, stream }
+        ReceiveWindows { initial, granted, pool_per_role: half / 2, stream }
     }
 }
 
@@ -109,9 +106,9 @@ impl Shares {
 /// `queues / 2 / MIN_WINDOW` allowed connections (8192 at the default budget), the first
 /// windows together outgrow their half of the queues' share.
 pub const MIN_WINDOW: u64 = 4 << 10;
-/// Windows granted from the other half of the queues' share, peers and clients together, when
-/// each is as large as the budget allows (512 KiB at the default budget: about 10 MB/s per
-/// connection across 50 ms, far more on a LAN).
+/// Connections, peers and clients together, that get the largest window the budget allows
+/// (512 KiB at the default budget: about 10 MB/s per connection across 50 ms, far more on a
+/// LAN); more share the same bytes in smaller windows.
 const WINDOW_GRANTS: u64 = 64;
 
 /// QUIC receive windows ([`Shares::receive_windows`]).
@@ -119,21 +116,57 @@ const WINDOW_GRANTS: u64 = 64;
 pub struct ReceiveWindows {
     /// Every connection's window from its first packet (the transport's `receive_window`).
     pub initial: u64,
-    /// A connection's window once it holds a grant: a connection the node admitted or dialed,
-    /// while grants of its role (peers, clients) last; given back when it closes.
+    /// The largest window a connection the node admitted or dialed gets: while few connections
+    /// of its role share the pool.
     pub granted: u64,
-    /// Grants peers may hold at once, and clients apart from them.
-    pub grants_per_role: usize,
+    /// Bytes of window beyond the first ones that peers' connections share, and clients' apart
+    /// from them ([`ReceiveWindows::shared`]).
+    pub pool_per_role: u64,
     /// One stream's window (`stream_receive_window`): a whole message, at most a granted window.
     pub stream: u64,
 }
 
 impl ReceiveWindows {
     /// Bytes every connection's window may hold together, at most: `connections` first
-    /// windows, and the grants of both roles.
+    /// windows, and both roles' pools.
     pub fn bound(&self, connections: usize) -> u64 {
-        let grants = 2 * self.grants_per_role as u64 * (self.granted - self.initial);
-        (connections as u64).saturating_mul(self.initial).saturating_add(grants)
+        (connections as u64).saturating_mul(self.initial).saturating_add(2 * self.pool_per_role)
+    }
+
+    /// The window of each of the connections of one role that share its pool `step` ways (a
+    /// power of two, at least their number): the pool split evenly, between the first window
+    /// and the largest.
+    pub fn shared(&self, step: usize) -> u64 {
+        let extra = self.pool_per_role / step.max(1) as u64;
+        self.initial + extra.min(self.granted - self.initial)
+    }
+}
+
+/// How many ways one role's pool of window bytes is split ([`ReceiveWindows::shared`]): the
+/// number of connections rounded up to a power of two, so that windows change only when the
+/// count doubles, or falls to a quarter (connections that come and go near a boundary do not
+/// resize every other connection's window each time). Sans-IO: the endpoint applies a change
+/// to every connection of the role.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowSplit {
+    step: usize,
+}
+
+impl WindowSplit {
+    /// The split now.
+    pub fn step(&self) -> usize {
+        self.step.max(1)
+    }
+
+    /// The role now has `holders` connections: the new split if every window must change.
+    pub fn resize(&mut self, holders: usize) -> Option<usize> {
+        let grow = holders > self.step();
+        let shrink = self.step() > 1 && holders <= self.step() / 4;
+        if !grow && !shrink {
+            return None;
+        }
+        self.step = holders.max(1).next_power_of_two();
+        Some(self.step)
     }
 }
 
@@ -486,13 +519,18 @@ mod tests {
         let limits = crate::config::LimitsConfig::default();
         let connections = 2 * limits.max_connections;
         let message = limits.max_message_bytes;
-        // The default budget: 4 KiB first windows for 8,192 connections, 512 KiB grants.
+        // The default budget: 4 KiB first windows for 8,192 connections, 512 KiB windows for up
+        // to 32 connections of a role.
         let s = Shares::of(256 << 20);
         let w = s.receive_windows(connections, message);
-        assert_eq!(w, ReceiveWindows { initial: 4 << 10, granted: 512 << 10, grants_per_role: 32, stream: 512 << 10 });
+        assert_eq!(
+            w,
+            ReceiveWindows { initial: 4 << 10, granted: 512 << 10, pool_per_role: 16 << 20, stream: 512 << 10 }
+        );
+        assert_eq!(w.shared(32), 512 << 10);
         assert!(w.bound(connections) <= s.queues, "{} of {}", w.bound(connections), s.queues);
         // What it was before: 64 MiB a connection, 4096 connections a node (256 GiB).
-        assert!(w.bound(connections) < u64::from(message) * 4);
+        assert!(w.bound(connections) <= u64::from(message) * 4);
         // Larger budgets give larger windows, never past four whole messages; the bound holds
         // at every budget where the first windows are above their floor.
         for budget_mib in [4u64, 16, 64, 256, 1024, 4096, 65536] {
@@ -502,8 +540,7 @@ mod tests {
                 assert!(w.initial >= MIN_WINDOW && w.initial <= w.granted, "{budget_mib} MiB, {conns}: {w:?}");
                 assert!(w.granted <= u64::from(message) * 4, "{budget_mib} MiB, {conns}: {w:?}");
                 assert!(w.stream <= w.granted && w.stream <= u64::from(message) + 8, "{w:?}");
-                let grants = 2 * w.grants_per_role as u64 * (w.granted - w.initial);
-                assert!(grants <= s.queues / 2, "{budget_mib} MiB, {conns}: grants {grants}");
+                assert!(2 * w.pool_per_role <= s.queues / 2, "{budget_mib} MiB, {conns}: {w:?}");
                 if s.queues / 2 / conns as u64 >= MIN_WINDOW {
                     assert!(w.bound(conns) <= s.queues, "{budget_mib} MiB, {conns}: {} > {}", w.bound(conns), s.queues);
                 }
@@ -514,6 +551,48 @@ mod tests {
         assert!(big.initial >= 1 << 20, "{big:?}");
         // A small message limit caps streams at one message.
         assert_eq!(Shares::of(256 << 20).receive_windows(16, 65_536).stream, 65_536 + 8);
+    }
+
+    /// Before, each role had 32 fixed grants: the 33rd connection of a role (an 18-node
+    /// cluster where every pair dials both ways has 34 peer connections) was left at a 4 KiB
+    /// window. Now every connection of the role shares the pool, and all of them together
+    /// stay within it.
+    #[test]
+    fn every_admitted_connection_shares_its_roles_window_pool() {
+        let limits = crate::config::LimitsConfig::default();
+        let w = Shares::of(256 << 20).receive_windows(2 * limits.max_connections, limits.max_message_bytes);
+        let mut split = WindowSplit::default();
+        let mut windows = Vec::new();
+        for holders in 1..=limits.max_connections {
+            split.resize(holders);
+            assert!(split.step() >= holders, "{holders} connections split {} ways", split.step());
+            let each = w.shared(split.step());
+            assert!(holders as u64 * (each - w.initial) <= w.pool_per_role, "{holders} x {each}");
+            windows.push(each);
+        }
+        assert_eq!(windows[31], 512 << 10, "32 connections get the largest window");
+        assert_eq!(windows[33], (4 << 10) + (256 << 10), "the 34th gets a share, not the first window");
+        assert!(windows[1023] > w.initial, "{}", windows[1023]);
+        assert!(windows.windows(2).all(|p| p[1] <= p[0]), "more connections, smaller windows");
+    }
+
+    /// Windows change for the whole role only when the count doubles or falls to a quarter:
+    /// a connection coming and going at a boundary does not resize the others each time.
+    #[test]
+    fn the_split_changes_only_when_the_count_doubles_or_falls_to_a_quarter() {
+        let mut split = WindowSplit::default();
+        assert_eq!(split.resize(1), None, "one connection: the whole pool, as before any");
+        assert_eq!(split.resize(2), Some(2));
+        assert_eq!(split.resize(3), Some(4));
+        assert_eq!(split.resize(4), None);
+        assert_eq!(split.resize(5), Some(8));
+        for _ in 0..10 {
+            assert_eq!(split.resize(4), None, "back under a boundary: kept");
+            assert_eq!(split.resize(5), None);
+        }
+        assert_eq!(split.resize(2), Some(2), "a quarter: the windows grow again");
+        assert_eq!(split.resize(1), None, "a half: kept");
+        assert_eq!(split.step(), 2);
     }
 
     #[test]

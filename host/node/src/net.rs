@@ -12,7 +12,7 @@
 //!
 //! What a connection may make the node buffer comes from the memory budget
 //! ([`crate::budget::Shares::receive_windows`]): every connection starts with a small receive
-//! window, and those admitted or dialed get a larger one while grants of their role last.
+//! window, and those admitted or dialed share a larger pool of window bytes per role.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use timeshard_sdk::transport::{self, CallError, Traffic};
 use tokio::time::Instant;
 
 use crate::attest::Attest;
-use crate::budget::{ReceiveWindows, Shares};
+use crate::budget::{ReceiveWindows, Shares, WindowSplit};
 use crate::config::NodeConfig;
 
 /// Failures talking to a peer.
@@ -64,7 +64,7 @@ fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
     t.max_idle_timeout(Some(cfg.dht.idle_timeout.try_into().expect("idle timeout fits a QUIC varint")));
     t.keep_alive_interval(Some(cfg.dht.idle_timeout / 3));
     // What a peer may make this node buffer comes from the memory budget: a small window for
-    // every connection, a larger one for those given a grant ([`WindowGrants`]).
+    // every connection, a share of a larger pool for those admitted or dialed ([`WindowGrants`]).
     let windows = receive_windows(cfg);
     t.receive_window(VarInt::from_u64(windows.initial).expect("bounded window"));
     t.stream_receive_window(VarInt::from_u64(windows.stream).expect("bounded window"));
@@ -75,32 +75,73 @@ fn transport_config(cfg: &NodeConfig) -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
-/// The larger receive windows, handed out from pools the memory budget bounds
-/// ([`Shares::receive_windows`]), apart for peers and for clients so that clients holding every
-/// grant of theirs cannot slow replication and repair.
+/// The larger receive windows, shared out of pools the memory budget bounds
+/// ([`Shares::receive_windows`]), apart for peers and for clients so that clients holding
+/// most of theirs cannot slow replication and repair. Every connection of a role the node
+/// admitted or dialed gets an equal share of its pool (at most the largest window), so a node
+/// with many peers gives each a smaller window instead of leaving the last ones at the first.
 #[derive(Debug)]
 struct WindowGrants {
     windows: ReceiveWindows,
-    peers: Arc<tokio::sync::Semaphore>,
-    clients: Arc<tokio::sync::Semaphore>,
+    peers: Mutex<Holders>,
+    clients: Mutex<Holders>,
+}
+
+/// The connections of one role that share its pool, by quinn's stable id.
+#[derive(Debug, Default)]
+struct Holders {
+    connections: HashMap<usize, Connection>,
+    split: WindowSplit,
+}
+
+impl Holders {
+    fn window_of(&self, windows: &ReceiveWindows) -> VarInt {
+        VarInt::from_u64(windows.shared(self.split.step())).expect("bounded window")
+    }
+
+    /// Resizes every holder's window when the split changed (quinn takes a smaller window
+    /// back as the sender's data is read).
+    fn resize(&mut self, windows: &ReceiveWindows) -> bool {
+        if self.split.resize(self.connections.len()).is_none() {
+            return false;
+        }
+        let window = self.window_of(windows);
+        for c in self.connections.values() {
+            c.set_receive_window(window);
+        }
+        true
+    }
 }
 
 impl WindowGrants {
     fn new(windows: ReceiveWindows) -> WindowGrants {
-        let pool = || Arc::new(tokio::sync::Semaphore::new(windows.grants_per_role));
-        WindowGrants { windows, peers: pool(), clients: pool() }
+        WindowGrants { windows, peers: Mutex::default(), clients: Mutex::default() }
     }
 
-    /// Raises `conn`'s receive window if a grant of its role is left; the grant comes back
-    /// when the connection closes.
-    fn grant(&self, conn: &Connection, peer: bool) {
-        let pool = if peer { &self.peers } else { &self.clients };
-        let Ok(permit) = pool.clone().try_acquire_owned() else { return };
-        conn.set_receive_window(VarInt::from_u64(self.windows.granted).expect("bounded window"));
-        let conn = conn.clone();
+    /// Gives `conn` its share of its role's pool (resizing the others' when the split
+    /// changes); the share goes back to the others when the connection closes.
+    fn holders(&self, peer: bool) -> std::sync::MutexGuard<'_, Holders> {
+        let role = if peer { &self.peers } else { &self.clients };
+        role.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn grant(self: &Arc<Self>, conn: &Connection, peer: bool) {
+        let id = conn.stable_id();
+        {
+            let mut holders = self.holders(peer);
+            if holders.connections.insert(id, conn.clone()).is_some() {
+                return;
+            }
+            if !holders.resize(&self.windows) {
+                conn.set_receive_window(holders.window_of(&self.windows));
+            }
+        }
+        let (grants, conn) = (Arc::clone(self), conn.clone());
         tokio::spawn(async move {
             conn.closed().await;
-            drop(permit);
+            let mut holders = grants.holders(peer);
+            holders.connections.remove(&id);
+            holders.resize(&grants.windows);
         });
     }
 }
@@ -277,8 +318,8 @@ impl Net {
         }
     }
 
-    /// Gives `conn` a larger receive window if grants of its role (`peer`: a node's
-    /// certificate) are left: call once a connection is admitted.
+    /// Gives `conn` its share of its role's window pool (`peer`: a node's certificate): call
+    /// once a connection is admitted or dialed.
     pub fn grant_window(&self, conn: &Connection, peer: bool) {
         let grants = self.grants.read().unwrap_or_else(|e| e.into_inner()).clone();
         grants.grant(conn, peer);
