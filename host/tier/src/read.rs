@@ -295,20 +295,40 @@ impl ParquetFile {
     }
 }
 
-/// Every column chunk of `meta` lies within a file of `size` bytes. The parquet crate's
-/// `ColumnChunkMetaData::byte_range` (called by its page reader as well as here) asserts that a
-/// chunk's start and length are not negative: a damaged footer would panic there (found by
-/// fuzzing, fuzz/regressions/tier_manifest), so a file is refused at open instead.
+/// Every column chunk of `meta` lies within a file of `size` bytes, and every page its offset
+/// index locates lies within its chunk, in row order. The parquet crate's page reader trusts
+/// both: `ColumnChunkMetaData::byte_range` asserts that a chunk's start and length are not
+/// negative, and a first page located before its chunk's start overflows a subtraction
+/// (serialized_reader.rs:696). Damaged footers and page indexes panicked there (found by
+/// fuzzing, fuzz/regressions/tier_manifest and tier_points), so such a file is refused at open.
 fn check_column_chunks(meta: &ParquetMetaData, size: u64) -> Result<(), String> {
     for (rg, group) in meta.row_groups().iter().enumerate() {
+        let index = meta.page_index_for_row_group(rg);
         for (col, chunk) in group.columns().iter().enumerate() {
             let start = chunk.dictionary_page_offset().unwrap_or(chunk.data_page_offset());
             let len = chunk.compressed_size();
             let end = u64::try_from(start).ok().zip(u64::try_from(len).ok()).and_then(|(a, n)| a.checked_add(n));
-            if end.is_none_or(|end| end > size) {
+            let Some(end) = end.filter(|&end| end <= size) else {
                 return Err(format!(
                     "row group {rg}, column {col}: its chunk at offset {start}, {len} bytes long, lies outside the file of {size} bytes"
                 ));
+            };
+            let Some(offsets) = index.offset_index(col) else { continue };
+            let mut rows_from = 0;
+            for (i, loc) in offsets.page_locations().iter().enumerate() {
+                let page_end = u64::try_from(loc.offset)
+                    .ok()
+                    .zip(u64::try_from(loc.compressed_page_size).ok())
+                    .and_then(|(a, n)| a.checked_add(n));
+                let within = page_end.is_some_and(|page_end| loc.offset >= start && page_end <= end);
+                if !within || loc.first_row_index < rows_from {
+                    return Err(format!(
+                        "row group {rg}, column {col}: page {i}'s location (offset {}, {} bytes, first row {}) lies \
+                         outside its chunk ({start}..{end}) or out of row order",
+                        loc.offset, loc.compressed_page_size, loc.first_row_index
+                    ));
+                }
+                rows_from = loc.first_row_index;
             }
         }
     }
@@ -487,28 +507,41 @@ mod tests {
 
     use super::*;
 
-    /// Found by fuzzing (fuzz/regressions/tier_points): a points file whose page index holds a
-    /// negative page size made `fetch` overflow and panic; a damaged archive file must be an
-    /// error naming it, and the node goes on.
+    /// Found by fuzzing (fuzz/regressions/tier_points/crash-4ec4…): a points file whose page
+    /// index holds a negative page size made `fetch` overflow and panic; a damaged archive file
+    /// must be an error naming it, and the node goes on. Such a file is refused at open now.
     #[test]
     fn a_negative_page_location_is_corrupt_not_a_panic() {
-        let file =
+        let bytes =
             include_bytes!("../../../fuzz/regressions/tier_points/crash-4ec479281a14cc2a161a83e8e4af01d903497270");
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(async {
-            let store = InMemory::new();
-            let path = Path::from("points/class=pmu/day=2023-11-14/n1-0000000001.parquet");
-            store.put(&path, Bytes::from_static(file).into()).await.unwrap();
-            let file = ParquetFile::open(&store, &path).await.expect("the footer itself parses");
-            let mut errors = 0;
-            for rg in 0..file.meta.num_row_groups() {
-                let span = Span { rg, start: 0, end: file.meta.row_group(rg).num_rows().max(0) as usize };
-                if let Err(e) = file.fetch(&store, &span, &[0, 2, 3]).await {
-                    assert!(e.to_string().contains("page location"), "{e}");
-                    errors += 1;
-                }
+            let (_, file) = opened(bytes, "points/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let e = file.expect_err("the damaged page index is found");
+            assert!(e.to_string().contains("location (offset"), "{e}");
+        });
+    }
+
+    /// Found by fuzzing (fuzz/regressions/tier_points/crash-d42b… and tier_manifest/crash-91f1…):
+    /// a page index whose first page lies before its column chunk's start overflowed a
+    /// subtraction in the parquet crate's page reader (a panic with overflow checks, a garbage
+    /// page size without). Both files are refused at open, naming the page.
+    #[test]
+    fn a_page_located_before_its_chunk_is_refused_at_open() {
+        let points =
+            include_bytes!("../../../fuzz/regressions/tier_points/crash-d42b8c191a181c87a53f08240cd584dbcebbc0d9");
+        let manifest =
+            include_bytes!("../../../fuzz/regressions/tier_manifest/crash-91f1214d0ed4b0a272f57b0149e81a0169c07373");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            for (bytes, path) in [
+                (&points[..], "points/class=pmu/day=2023-11-14/n1-0000000001.parquet"),
+                (&manifest[..], "manifests/class=pmu/day=2023-11-14/n1-0000000001.parquet"),
+            ] {
+                let (_, file) = opened(bytes, path).await;
+                let e = file.expect_err("a page outside its chunk");
+                assert!(e.to_string().contains("outside its chunk"), "{path}: {e}");
             }
-            assert!(errors > 0, "the damaged page index is found");
         });
     }
 
