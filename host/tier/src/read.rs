@@ -252,7 +252,29 @@ impl ParquetFile {
     }
 
     /// Decodes rows `span` of column `col` from `pages` (fetched for at least that span).
+    ///
+    /// The parquet crate's decoders trust the page bytes in places the checks at open cannot
+    /// reach (a delta-encoded page declaring no values but holding a first one underflows a
+    /// counter: found by fuzzing, fuzz/regressions/tier_manifest/crash-d7c9…). A panic inside
+    /// them is caught here and becomes a corrupt-file error naming the column: the reader,
+    /// which it leaves half-done, is dropped with it, and nothing else is shared.
     pub fn decode<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
+        let decoded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_unguarded::<T>(pages, span, col)));
+        decoded.unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(Error::corrupt(
+                &self.path,
+                format!("row group {}, column {col}: the Parquet decoder failed: {why}", span.rg),
+            ))
+        })
+    }
+
+    fn decode_unguarded<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
         let corrupt = |e: ParquetError| Error::corrupt(&self.path, format!("row group {}, column {col}: {e}", span.rg));
         let chunk = self.column_chunk(span.rg, col)?;
         let group = self.meta.row_group(span.rg);
@@ -542,6 +564,42 @@ mod tests {
                 let e = file.expect_err("a page outside its chunk");
                 assert!(e.to_string().contains("outside its chunk"), "{path}: {e}");
             }
+        });
+    }
+
+    /// Found by fuzzing (fuzz/regressions/tier_manifest/crash-d7c9…): a delta-encoded page
+    /// declaring no values but holding a first one underflowed a counter inside the parquet
+    /// crate's decoder, past every check at open. Decoding it is a corrupt-file error naming
+    /// the column, however the decoder fails (a panic with overflow checks, an error without).
+    #[test]
+    fn a_page_the_parquet_decoder_fails_on_is_a_corrupt_file_error() {
+        use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
+        let bytes =
+            include_bytes!("../../../fuzz/regressions/tier_manifest/crash-d7c9c80711f15a55b9827ad4f4491c86e6954b25");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (store, file) = opened(bytes, "manifests/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let file = file.expect("its footer and page index are whole");
+            let columns = file.meta.file_metadata().schema_descr().num_columns();
+            let mut failed = Vec::new();
+            for rg in 0..file.meta.num_row_groups() {
+                let span = Span { rg, start: 0, end: file.meta.row_group(rg).num_rows().max(0) as usize };
+                let cols: Vec<usize> = (0..columns).collect();
+                let pages = file.fetch(&store, &span, &cols).await.expect("fetched");
+                for col in cols {
+                    let descr = file.meta.file_metadata().schema_descr().column(col);
+                    let decoded = match descr.physical_type() {
+                        parquet::basic::Type::INT64 => file.decode::<Int64Type>(&pages, &span, col).map(drop),
+                        parquet::basic::Type::DOUBLE => file.decode::<DoubleType>(&pages, &span, col).map(drop),
+                        _ => file.decode::<ByteArrayType>(&pages, &span, col).map(drop),
+                    };
+                    if let Err(e) = decoded {
+                        failed.push(e.to_string());
+                    }
+                }
+            }
+            assert!(!failed.is_empty(), "the damaged page is found");
+            assert!(failed.iter().all(|e| e.contains("is corrupt") && e.contains("column ")), "{failed:?}");
         });
     }
 
