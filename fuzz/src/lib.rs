@@ -372,12 +372,34 @@ pub(crate) fn archive_file_id() -> timeshard_tier::FileId {
     timeshard_tier::FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1, legacy: false }
 }
 
+/// The archive reader catches panics inside the parquet crate's page decoders and answers a
+/// corrupt-file error (`timeshard_tier::read::ParquetFile::decode`), but libFuzzer's panic hook
+/// aborts before anything unwinds. This hook lets those panics unwind to the reader's guard
+/// as they do in the node, and hands every other panic (the project's own code included) to
+/// libFuzzer's hook, which reports it.
+fn let_parquet_decoder_panics_unwind() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let fuzzer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_decoder = info.location().is_some_and(|l| {
+                let file = l.file().replace('\\', "/");
+                file.contains("/parquet-") && (file.contains("/src/encodings/") || file.contains("/src/column/reader"))
+            });
+            if !in_decoder {
+                fuzzer(info);
+            }
+        }));
+    });
+}
+
 /// Puts `data` at `path` in an in-memory object store and runs `read` over it.
 fn archive<F, Fut>(path: object_store::path::Path, data: &[u8], read: F)
 where
     F: FnOnce(Arc<dyn object_store::ObjectStore>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let_parquet_decoder_panics_unwind();
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
     runtime.block_on(async {
         let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
