@@ -1,6 +1,7 @@
 //! `timeshard bench tier`: the cold tier (`timeshard-tier`) measured on the real disk: export
 //! from a durable hot store ([`DiskStore`]) to an archive in a local directory, Parquet bytes per
-//! point, a day of one 60 Hz series read cold and hot, and 1-hour windows over a cold year.
+//! point, a day of one 60 Hz series read cold and hot, and 1-hour windows over a cold year;
+//! cold reads again with the archive's files dropped from the page cache.
 //! [`measure`] returns a [`TierBenchReport`], [`run`] the benchmark's JSON document with the
 //! [`Floor`]. The data are the `pmu` and `counter` datasets of BENCHMARKS.md
 //! ([`crate::datasets`]).
@@ -99,6 +100,11 @@ pub struct TierBenchReport {
     pub read_day_hot_ms: f64,
     /// With the catalog's listing and manifests cached, as on a node that queries the archive.
     pub agg_year_1h_cold_ms: f64,
+    /// The day read by a new archive handle with none of the archive's files in the page cache
+    /// (dropped before each read): listing, manifests, footers and pages all from the disk.
+    pub read_day_uncached_ms: f64,
+    /// The year aggregated the same way.
+    pub agg_year_1h_uncached_ms: f64,
     /// After an outage (every archive operation failing for a few rounds): MB of points files
     /// per second exporting the backlog once the archive answers again.
     pub backlog_drain_mb_per_s: f64,
@@ -124,6 +130,11 @@ pub struct Runs {
     /// handle: listing, manifests and footers fetched first.
     pub read_day_cold_first_ms: f64,
     pub agg_year_1h_cold_first_ms: f64,
+    pub read_day_uncached_ms: Vec<f64>,
+    pub agg_year_1h_uncached_ms: Vec<f64>,
+    /// Bytes of the archive's files still in the page cache right after they were dropped,
+    /// as `fincore` counts them (its largest over the reads; absent without `fincore`).
+    pub uncached_resident_bytes: Option<u64>,
     /// The same year aggregated by the hot store.
     pub agg_year_1h_hot_ms: Vec<f64>,
     /// Manifest bytes per point (block summaries; not read by foreign engines).
@@ -259,15 +270,18 @@ pub async fn run(dir: Option<PathBuf>, opts: TierOptions) -> anyhow::Result<serd
     let mut value = serde_json::to_value(&report)?;
     value["floor"] = serde_json::to_value(&floor)?;
     println!(
-        "export {:.0} points/s, {:.2} Parquet bytes/point (pmu), {:.2} (counter); a day of 60 Hz read cold in {:.1} ms, \
-         hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms; a backlog drained at {:.1} MB/s after an \
-         outage, {} B/s under a cap of {}; writes again {:.4} s after ENOSPC cleared",
+        "export {:.0} points/s, {:.2} Parquet bytes/point (pmu), {:.2} (counter); a day of 60 Hz read cold in {:.1} ms \
+         ({:.1} ms not in the page cache), hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms ({:.2} ms not \
+         cached); a backlog drained at {:.1} MB/s after an outage, {} B/s under a cap of {}; writes again {:.4} s after \
+         ENOSPC cleared",
         report.export_points_per_s,
         report.parquet_bytes_per_point.pmu,
         report.parquet_bytes_per_point.counter,
         report.read_day_cold_ms,
+        report.read_day_uncached_ms,
         report.read_day_hot_ms,
         report.agg_year_1h_cold_ms,
+        report.agg_year_1h_uncached_ms,
         report.backlog_drain_mb_per_s,
         report.export_bytes_per_s_capped,
         report.export_cap_bytes_per_s,
@@ -382,6 +396,43 @@ async fn counter_bytes(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) 
     Ok(())
 }
 
+/// Drops every file under `dir` from the page cache: written back first (dirty pages stay
+/// cached), then `posix_fadvise(DONTNEED)`. Returns what `fincore` still counts resident, if it
+/// is installed, as a check that the drop took.
+fn drop_from_page_cache(dir: &Path) -> Result<Option<u64>, BenchError> {
+    use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io("listing the archive"))? {
+            let path = entry.map_err(io("listing the archive"))?.path();
+            if path.is_dir() { dirs.push(path) } else { files.push(path) }
+        }
+    }
+    for path in &files {
+        let file = std::fs::File::open(path).map_err(io("opening an archive file"))?;
+        file.sync_all().map_err(io("writing an archive file back"))?;
+        posix_fadvise(&file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+            .map_err(|e| BenchError::Check(format!("dropping {} from the page cache: {e}", path.display())))?;
+    }
+    let Ok(out) = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--raw", "--output", "RES"])
+        .args(&files)
+        .output()
+    else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(out.status.success().then(|| text.lines().filter_map(|l| l.trim().parse::<u64>().ok()).sum()))
+}
+
+/// Keeps the largest of the resident bytes seen after drops.
+fn note_resident(r: &mut TierBenchReport, resident: Option<u64>) {
+    if let Some(b) = resident {
+        r.runs.uncached_resident_bytes = Some(r.runs.uncached_resident_bytes.unwrap_or(0).max(b));
+    }
+}
+
 /// A day of one 60 Hz series read in pages, from the archive and from the hot store.
 async fn read_day(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Result<(), BenchError> {
     let hot_dir = fresh(dir, "day-hot")?;
@@ -400,25 +451,38 @@ async fn read_day(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
             Err(BenchError::Check(format!("read {n} points, expected {}", opts.day_points)))
         }
     };
-    let cold = archive(&adir)?;
-    for rep in 0..opts.reps.max(3) + 1 {
-        let start = Instant::now();
-        let mut n = 0;
-        let mut after = None;
-        loop {
-            let page = cold.read(&pmu, &key, day, after, opts.page_points).await.map_err(tier)?;
-            n += page.points.len();
-            after = page.points.last().map(Point::key);
-            if !page.more {
-                break;
+    let read_all = |cold: Archive| {
+        let (pmu, key) = (pmu.clone(), key.clone());
+        async move {
+            let start = Instant::now();
+            let mut n = 0;
+            let mut after = None;
+            loop {
+                let page = cold.read(&pmu, &key, day, after, opts.page_points).await.map_err(tier)?;
+                n += page.points.len();
+                after = page.points.last().map(Point::key);
+                if !page.more {
+                    break;
+                }
             }
+            Ok::<_, BenchError>((start.elapsed().as_secs_f64() * 1e3, n, cold))
         }
-        let ms = start.elapsed().as_secs_f64() * 1e3;
+    };
+    let mut cold = archive(&adir)?;
+    for rep in 0..opts.reps.max(3) + 1 {
+        let (ms, n, kept) = read_all(cold).await?;
+        cold = kept;
         check(n)?;
         if rep == 0 {
             r.runs.read_day_cold_first_ms = round3(ms);
         } else {
             r.runs.read_day_cold_ms.push(round3(ms));
+            // Not cached: a new handle, and the files dropped from the page cache.
+            let resident = drop_from_page_cache(&adir)?;
+            note_resident(r, resident);
+            let (ms, n, _) = read_all(archive(&adir)?).await?;
+            check(n)?;
+            r.runs.read_day_uncached_ms.push(round3(ms));
         }
 
         let hot = Arc::clone(&hot);
@@ -445,6 +509,7 @@ async fn read_day(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
         }
     }
     r.read_day_cold_ms = median(&r.runs.read_day_cold_ms);
+    r.read_day_uncached_ms = median(&r.runs.read_day_uncached_ms);
     r.read_day_hot_ms = median(&r.runs.read_day_hot_ms);
     drop(hot);
     std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
@@ -473,20 +538,32 @@ async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
             .await
             .map_err(|e| BenchError::Check(e.to_string()))??
     };
-    let cold = archive(&adir)?;
-    for rep in 0..opts.reps.max(3) + 1 {
-        let start = Instant::now();
-        let windows = cold.aggregate(&counter, &key, year, Grid::epoch(hour)).await.map_err(tier)?;
-        let ms = round3(start.elapsed().as_secs_f64() * 1e3);
-        let same = windows.len() == want.len()
-            && windows.iter().zip(&want).all(|(a, b)| (a.start, a.count, a.digest) == (b.start, b.count, b.digest));
-        if !same {
-            return Err(BenchError::Check(format!("cold year: {} windows, hot: {}", windows.len(), want.len())));
+    let aggregate = |cold: Archive| {
+        let (counter, key, want) = (&counter, &key, &want);
+        async move {
+            let start = Instant::now();
+            let windows = cold.aggregate(counter, key, year, Grid::epoch(hour)).await.map_err(tier)?;
+            let ms = round3(start.elapsed().as_secs_f64() * 1e3);
+            let same = windows.len() == want.len()
+                && windows.iter().zip(want).all(|(a, b)| (a.start, a.count, a.digest) == (b.start, b.count, b.digest));
+            if !same {
+                return Err(BenchError::Check(format!("cold year: {} windows, hot: {}", windows.len(), want.len())));
+            }
+            Ok((ms, cold))
         }
+    };
+    let mut cold = archive(&adir)?;
+    for rep in 0..opts.reps.max(3) + 1 {
+        let (ms, kept) = aggregate(cold).await?;
+        cold = kept;
         if rep == 0 {
             r.runs.agg_year_1h_cold_first_ms = ms;
         } else {
             r.runs.agg_year_1h_cold_ms.push(ms);
+            // Not cached: a new handle, and the files dropped from the page cache.
+            let resident = drop_from_page_cache(&adir)?;
+            note_resident(r, resident);
+            r.runs.agg_year_1h_uncached_ms.push(aggregate(archive(&adir)?).await?.0);
         }
         let (hot, key) = (Arc::clone(&hot), key.clone());
         let ms = tokio::task::spawn_blocking(move || -> Result<f64, BenchError> {
@@ -499,6 +576,7 @@ async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
         r.runs.agg_year_1h_hot_ms.push(ms);
     }
     r.agg_year_1h_cold_ms = median(&r.runs.agg_year_1h_cold_ms);
+    r.agg_year_1h_uncached_ms = median(&r.runs.agg_year_1h_uncached_ms);
     drop(hot);
     std::fs::remove_dir_all(&hot_dir).map_err(io("clearing"))?;
     std::fs::remove_dir_all(&adir).map_err(io("clearing"))?;
@@ -519,6 +597,8 @@ mod tests {
             "read_day_cold_ms",
             "read_day_hot_ms",
             "agg_year_1h_cold_ms",
+            "read_day_uncached_ms",
+            "agg_year_1h_uncached_ms",
             "backlog_drain_mb_per_s",
             "export_bytes_per_s_capped",
             "enospc_recovery_s",
@@ -529,5 +609,9 @@ mod tests {
         assert!(!r.setup.pmu_value_encoding.is_empty(), "{json}");
         assert!(r.export_bytes_per_s_capped <= r.export_cap_bytes_per_s * 11 / 10, "the cap holds: {json}");
         assert!(r.runs.outage_failed_rounds > 0, "{json}");
+        // Where fincore is installed, the archive's files really left the page cache.
+        if let Some(resident) = r.runs.uncached_resident_bytes {
+            assert!(resident < 64 << 10, "{resident} bytes still cached: {json}");
+        }
     }
 }
