@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod http_client;
 pub mod inspect;
 pub mod ledger;
+pub mod moto;
 pub mod policies;
 pub mod ports;
 pub mod procfs;

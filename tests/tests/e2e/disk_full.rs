@@ -315,7 +315,7 @@ async fn a_replica_with_a_full_disk_catches_up_from_hints_once_space_is_freed() 
 /// row twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_archive_export_of_a_node_with_a_full_disk_loses_and_repeats_nothing() -> anyhow::Result<()> {
-    use crate::tier_support::{DAY, Moto, SEC, archived_class, duckdb, points, total, wait_reports, write};
+    use crate::tier_support::{DAY, Moto, MotoTier, SEC, archived_class, duckdb, points, total, wait_reports, write};
     let mut moto = Moto::reserve();
     let (mut options, dir) = ClusterOptions::for_tests(1, NODE);
     options.classes = vec![

@@ -19,7 +19,7 @@ use timeshard_testkit::cluster::{ClusterOptions, LocalCluster};
 
 use crate::NODE;
 use crate::disk_full::Ingest;
-use crate::tier_support::{HOUR, Moto, archived_class, duckdb};
+use crate::tier_support::{HOUR, Moto, MotoTier, archived_class, duckdb};
 
 const QUOTA: u64 = 1 << 20;
 /// 2026-06-01T00:00:00Z: fixed history, long ended.

@@ -19,6 +19,7 @@ use timeshard_tier::{Archive, Config};
 use super::floor::Floor;
 use super::store::{BenchError, to_blocks};
 use crate::datasets::{T0, counter_points, counter_series, pmu_points, pmu_series};
+use crate::moto::Moto;
 use crate::stats::{median, round3};
 
 /// What to run; `Default` is the benchmark as specified, [`TierOptions::quick`] a smoke run.
@@ -44,6 +45,9 @@ pub struct TierOptions {
     /// Quantum of the `pmu` class (default 10 s) and of the `counter` class (default 1 h).
     pub pmu_quantum: QuantumLen,
     pub counter_quantum: QuantumLen,
+    /// Also read the day and aggregate the year from S3: the archive copied to moto's server
+    /// (`moto_server` on the PATH, PyPI `moto[server]`), started for the run.
+    pub s3: bool,
 }
 
 impl Default for TierOptions {
@@ -60,6 +64,7 @@ impl Default for TierOptions {
             export_cap_bytes_per_s: 1 << 20,
             pmu_quantum: QuantumLen::DEFAULT,
             counter_quantum: QuantumLen::new(3_600_000_000_000).expect("valid"),
+            s3: true,
         }
     }
 }
@@ -77,6 +82,7 @@ impl TierOptions {
             page_points: 10_000,
             backlog_points: 30_000,
             export_cap_bytes_per_s: 256 << 10,
+            s3: false,
             ..TierOptions::default()
         }
     }
@@ -105,6 +111,10 @@ pub struct TierBenchReport {
     pub read_day_uncached_ms: f64,
     /// The year aggregated the same way.
     pub agg_year_1h_uncached_ms: f64,
+    /// The day read, and the year aggregated, by a new archive handle from moto's S3 server on
+    /// loopback (absent when it was not run): every object over HTTP.
+    pub read_day_s3_ms: Option<f64>,
+    pub agg_year_1h_s3_ms: Option<f64>,
     /// After an outage (every archive operation failing for a few rounds): MB of points files
     /// per second exporting the backlog once the archive answers again.
     pub backlog_drain_mb_per_s: f64,
@@ -132,6 +142,8 @@ pub struct Runs {
     pub agg_year_1h_cold_first_ms: f64,
     pub read_day_uncached_ms: Vec<f64>,
     pub agg_year_1h_uncached_ms: Vec<f64>,
+    pub read_day_s3_ms: Vec<f64>,
+    pub agg_year_1h_s3_ms: Vec<f64>,
     /// Bytes of the archive's files still in the page cache right after they were dropped,
     /// as `fincore` counts them (its largest over the reads; absent without `fincore`).
     pub uncached_resident_bytes: Option<u64>,
@@ -264,11 +276,21 @@ pub async fn run(dir: Option<PathBuf>, opts: TierOptions) -> anyhow::Result<serd
             return Err(e);
         }
     };
+    let mut opts = opts;
+    if opts.s3 && !moto_installed() {
+        eprintln!("moto_server is not on the PATH (pip install 'moto[server]'): the reads from S3 are left out");
+        opts.s3 = false;
+    }
     let report = measure(&dir, &opts).await;
     let _ = std::fs::remove_dir_all(&dir);
     let report = report?;
     let mut value = serde_json::to_value(&report)?;
     value["floor"] = serde_json::to_value(&floor)?;
+    if let (Some(day), Some(year)) = (report.read_day_s3_ms, report.agg_year_1h_s3_ms) {
+        println!(
+            "from moto's S3 server on loopback, by a new archive handle: the day in {day:.1} ms, the year's 1-hour windows in {year:.1} ms"
+        );
+    }
     println!(
         "export {:.0} points/s, {:.2} Parquet bytes/point (pmu), {:.2} (counter); a day of 60 Hz read cold in {:.1} ms \
          ({:.1} ms not in the page cache), hot in {:.1} ms; 1-hour windows over a cold year in {:.2} ms ({:.2} ms not \
@@ -426,6 +448,44 @@ fn drop_from_page_cache(dir: &Path) -> Result<Option<u64>, BenchError> {
     Ok(out.status.success().then(|| text.lines().filter_map(|l| l.trim().parse::<u64>().ok()).sum()))
 }
 
+/// The archive in `dir` copied to a bucket on a moto server started for it: the server (kept
+/// running while it is held) and the archive's URL and options.
+async fn on_s3(dir: &Path) -> Result<(Moto, String, Vec<(String, String)>), BenchError> {
+    let check = |what: &str, e: &dyn std::fmt::Display| BenchError::Check(format!("{what}: {e}"));
+    let mut moto = Moto::reserve();
+    moto.start("bench-tier").map_err(|e| check("starting moto's S3 server", &e))?;
+    let options = moto.options();
+    let store = timeshard_tier::location::Location::parse("s3://bench-tier/archive")
+        .and_then(|l| l.open(&options, std::time::Duration::from_secs(60)))
+        .map_err(tier)?;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io("listing the archive"))? {
+            let path = entry.map_err(io("listing the archive"))?.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let key = path.strip_prefix(dir).map_err(|e| check("an archive path", &e))?.to_string_lossy().into_owned();
+            let bytes = std::fs::read(&path).map_err(io("reading an archive file"))?;
+            object_store::ObjectStoreExt::put(&*store, &object_store::path::Path::from(key), bytes.into())
+                .await
+                .map_err(|e| check("copying the archive to S3", &e))?;
+        }
+    }
+    Ok((moto, "s3://bench-tier/archive".into(), options))
+}
+
+/// Whether moto's S3 server can be started (`moto_server` on the PATH).
+fn moto_installed() -> bool {
+    std::process::Command::new("moto_server")
+        .arg("--help")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok()
+}
+
 /// Keeps the largest of the resident bytes seen after drops.
 fn note_resident(r: &mut TierBenchReport, resident: Option<u64>) {
     if let Some(b) = resident {
@@ -508,6 +568,16 @@ async fn read_day(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
             r.runs.read_day_hot_ms.push(round3(ms));
         }
     }
+    if opts.s3 {
+        let (_moto, url, options) = on_s3(&adir).await?;
+        for _ in 0..opts.reps.max(3) {
+            let s3 = Archive::open_with_options(&url, &options, Config::for_node("bench")).map_err(tier)?;
+            let (ms, n, _) = read_all(s3).await?;
+            check(n)?;
+            r.runs.read_day_s3_ms.push(round3(ms));
+        }
+        r.read_day_s3_ms = Some(median(&r.runs.read_day_s3_ms));
+    }
     r.read_day_cold_ms = median(&r.runs.read_day_cold_ms);
     r.read_day_uncached_ms = median(&r.runs.read_day_uncached_ms);
     r.read_day_hot_ms = median(&r.runs.read_day_hot_ms);
@@ -574,6 +644,14 @@ async fn agg_year(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) -> Re
         .await
         .map_err(|e| BenchError::Check(e.to_string()))??;
         r.runs.agg_year_1h_hot_ms.push(ms);
+    }
+    if opts.s3 {
+        let (_moto, url, options) = on_s3(&adir).await?;
+        for _ in 0..opts.reps.max(3) {
+            let s3 = Archive::open_with_options(&url, &options, Config::for_node("bench")).map_err(tier)?;
+            r.runs.agg_year_1h_s3_ms.push(aggregate(s3).await?.0);
+        }
+        r.agg_year_1h_s3_ms = Some(median(&r.runs.agg_year_1h_s3_ms));
     }
     r.agg_year_1h_cold_ms = median(&r.runs.agg_year_1h_cold_ms);
     r.agg_year_1h_uncached_ms = median(&r.runs.agg_year_1h_uncached_ms);
