@@ -12,8 +12,11 @@
 //! found within a pass too (issue 24: seeds 10037 and six others ended with a block at two good
 //! copies of three after a misdirected write).
 
+use std::collections::HashSet;
+
+use timeshard_proto::SeriesKey;
 use timeshard_proto::repair::BlockRef;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::Repair;
 
@@ -21,6 +24,24 @@ use super::Repair;
 /// of a million blocks is checked about every two days, and a step costs a few MiB of reads and
 /// their checksums (no point is decoded).
 pub(super) const SCRUB_FRAMES_PER_ROUND: usize = 1024;
+
+/// Damaged blocks kept because no other member owns them that were already reported: the scrub
+/// and reads find such a block again every round, and one warning says what the next ones
+/// would. Bounded: past [`KeptDamaged::MOST`] blocks it forgets them all and reports afresh.
+#[derive(Debug, Default)]
+pub(super) struct KeptDamaged(HashSet<(SeriesKey, i64)>);
+
+impl KeptDamaged {
+    const MOST: usize = 4096;
+
+    /// Notes the block; whether it is new (to report).
+    pub(super) fn first_time(&mut self, series: &SeriesKey, quantum_start: i64) -> bool {
+        if self.0.len() >= Self::MOST {
+            self.0.clear();
+        }
+        self.0.insert((series.clone(), quantum_start))
+    }
+}
 
 impl Repair {
     /// Reads and checks the next step of the store; damage found is dropped and fetched again
@@ -68,7 +89,17 @@ impl Repair {
             let block = BlockRef::Points { series: d.series.clone(), quantum: d.quantum };
             let owners = inv.place(&block, &classes).unwrap_or_default();
             if !owners.iter().any(|c| c.id != self.me.id) {
-                warn!(series = %d.series, quantum = d.quantum.start, "a damaged block no other member owns is kept");
+                let first = self.kept_damaged.lock().expect("kept damaged lock").first_time(&d.series, d.quantum.start);
+                if first {
+                    warn!(
+                        series = %d.series,
+                        quantum = d.quantum.start,
+                        "a damaged block no other member owns is kept (its intact frames still read); \
+                         reported once, until another owner appears"
+                    );
+                } else {
+                    debug!(series = %d.series, quantum = d.quantum.start, "a damaged block no other member owns is kept");
+                }
                 continue;
             }
             let store = self.store.clone();
@@ -93,5 +124,27 @@ impl Repair {
             self.state.set_settled(false);
         }
         dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A damaged block no other member owns was reported at warn level every round, as the
+    /// scrub and reads found it again: once now, again only after it was forgotten.
+    #[test]
+    fn a_kept_damaged_block_is_reported_once() {
+        let mut kept = KeptDamaged::default();
+        let series: SeriesKey = "pmu.pole1".parse().unwrap();
+        assert!(kept.first_time(&series, 0));
+        for _ in 0..10 {
+            assert!(!kept.first_time(&series, 0), "the same block again");
+        }
+        assert!(kept.first_time(&series, 10), "another quantum is another block");
+        for q in 0..KeptDamaged::MOST as i64 {
+            kept.first_time(&series, 100 + q);
+        }
+        assert!(kept.0.len() <= KeptDamaged::MOST, "bounded: {}", kept.0.len());
     }
 }

@@ -78,6 +78,9 @@ pub struct Repair {
     handed_off: Mutex<(u64, HashSet<SeriesKey>)>,
     /// Where the next scrub step starts (`damaged::scrub_step`).
     scrub_cursor: Mutex<Option<timeshard_store::ListCursor>>,
+    /// Damaged blocks kept because no other member owns them, already reported once
+    /// (`damaged::KeptDamaged`).
+    kept_damaged: Mutex<damaged::KeptDamaged>,
     /// Peer requests refused because placement does not give their blocks (see
     /// [`crate::peer_scope`]).
     refusals: crate::peer_scope::Refusals,
@@ -111,6 +114,7 @@ impl Repair {
             peers_seen: alone::PeersSeen::not_alone(),
             handed_off: Mutex::new((0, HashSet::new())),
             scrub_cursor: Mutex::new(None),
+            kept_damaged: Mutex::default(),
             refusals: Default::default(),
             cfg,
             coordinator,
