@@ -5,9 +5,9 @@
 //! the simulated time it stood at (issue 24, seed 20075), rather than let a run of a thousand
 //! seeds hang on one.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,16 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// The process's exit code when a run stood still.
 pub const EXIT_STALLED: i32 = 3;
+
+/// What to do, once, before the process ends for a run that stood still: called with the seed
+/// and the simulated milliseconds it stood at (`scripts/simulate` writes its JSON report).
+type OnStall = Box<dyn Fn(u64, u64) + Send + Sync>;
+static ON_STALL: OnceLock<OnStall> = OnceLock::new();
+
+/// Sets what runs before the process ends for a stalled run (the first call wins).
+pub fn on_stall(f: impl Fn(u64, u64) + Send + Sync + 'static) {
+    let _ = ON_STALL.set(Box::new(f));
+}
 
 /// Watches one run; stops watching when dropped.
 #[derive(Debug)]
@@ -51,6 +61,9 @@ impl Watchdog {
                              `scripts/simulate --seed {seed} --log` (and the run's other options)",
                             now / 1_000_000
                         );
+                        if let Some(f) = ON_STALL.get() {
+                            f(seed, now / 1_000_000);
+                        }
                         std::process::exit(EXIT_STALLED);
                     }
                 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -18,7 +19,7 @@ use timeshard_alloc as _;
 ///   scripts/simulate --seeds 20                     # seeds 0..20, every fault
 ///   scripts/simulate --seed 17 --history h.txt      # replay seed 17, keep its history
 ///   scripts/simulate --seeds 100 --from 5000 --faults crash,partition --json out.json
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "simulate", verbatim_doc_comment)]
 struct Args {
     /// How many seeds to run.
@@ -85,13 +86,34 @@ fn main() -> Result<()> {
         quiet_secs: args.quiet_secs,
         ..Options::default()
     };
-    let started = Instant::now();
-    let mut sim = Duration::ZERO;
-    let mut failures: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    let mut failed_seeds = 0;
+    // What the seeds run so far found, shared with the watchdog: a run that stands still ends
+    // the process, and the report is written first with that seed as a liveness failure.
+    let report = Arc::new(Mutex::new(Report {
+        commit,
+        args: args.clone(),
+        first_seed: seeds.first().copied(),
+        seeds_planned: seeds.len(),
+        seeds_run: 0,
+        failed_seeds: 0,
+        sim: Duration::ZERO,
+        started: Instant::now(),
+        failures: BTreeMap::new(),
+        stalled: None,
+    }));
+    if let Some(path) = args.json.clone() {
+        let report = Arc::clone(&report);
+        timeshard_sim::watchdog::on_stall(move |seed, at_ms| {
+            let mut r = report.lock().unwrap_or_else(|e| e.into_inner());
+            r.stalled = Some((seed, at_ms));
+            r.failures.entry("liveness").or_default().push(seed);
+            if let Err(e) = r.write(&path) {
+                eprintln!("{e:#}");
+            }
+        });
+    }
     for &seed in &seeds {
         let outcome = timeshard_sim::run(seed, &opts).with_context(|| format!("seed {seed}"))?;
-        sim += outcome.sim;
+        let mut sim = outcome.sim;
         let mut properties: Vec<&'static str> = outcome.failures.iter().map(|f| f.property).collect();
         if args.twice {
             let again = timeshard_sim::run(seed, &opts).with_context(|| format!("seed {seed}, again"))?;
@@ -120,21 +142,19 @@ fn main() -> Result<()> {
                 &outcome.history.digest()[..16]
             );
         } else {
-            failed_seeds += 1;
             for f in &outcome.failures {
                 println!("seed {seed}: FAIL {}: {}", f.property, f.detail);
             }
             println!(
-                "seed {seed} commit {commit}: {} failed; replay: scripts/simulate --seed {seed} --faults {} --fault-secs {} --quiet-secs {}",
+                "seed {seed} commit {}: {} failed; replay: scripts/simulate --seed {seed} --faults {} --fault-secs {} --quiet-secs {}",
+                report.lock().unwrap_or_else(|e| e.into_inner()).commit,
                 properties.join(", "),
                 args.faults,
                 args.fault_secs,
                 args.quiet_secs
             );
-            for p in properties {
-                failures.entry(p).or_default().push(seed);
-            }
         }
+        report.lock().unwrap_or_else(|e| e.into_inner()).seed_done(seed, sim, &properties);
         if let Some(path) = &args.history {
             let mut text = String::new();
             for (t, a) in &outcome.plan.steps {
@@ -144,37 +164,122 @@ fn main() -> Result<()> {
             std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
-    let wall = started.elapsed().as_secs_f64();
-    let per_hour = seeds.len() as f64 * 3600.0 / wall.max(1e-9);
-    let speed = sim.as_secs_f64() / wall.max(1e-9);
+    let report = report.lock().unwrap_or_else(|e| e.into_inner());
+    let (wall, speed, per_hour) = report.rates();
     println!(
-        "{} seeds, {failed_seeds} failed; {:.0} s simulated in {wall:.1} s: {speed:.1} simulated s per wall s, {per_hour:.0} seeds per hour",
-        seeds.len(),
-        sim.as_secs_f64()
+        "{} seeds, {} failed; {:.0} s simulated in {wall:.1} s: {speed:.1} simulated s per wall s, {per_hour:.0} seeds per hour",
+        report.seeds_run,
+        report.failed_seeds,
+        report.sim.as_secs_f64()
     );
     if let Some(path) = &args.json {
-        let failures: serde_json::Map<String, serde_json::Value> = failures
-            .iter()
-            .map(|(p, s)| (p.to_string(), serde_json::json!({ "count": s.len(), "seeds": s })))
-            .collect();
-        let report = serde_json::json!({
-            "commit": commit,
-            "seeds": seeds.len(),
-            "from": seeds.first(),
-            "faults": args.faults.to_string(),
-            "fault_secs": args.fault_secs,
-            "quiet_secs": args.quiet_secs,
-            "wall_seconds": wall,
-            "sim_seconds": sim.as_secs_f64(),
-            "seeds_per_hour": per_hour,
-            "sim_seconds_per_wall_second": speed,
-            "failures": failures,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        report.write(path)?;
     }
+    let failed_seeds = report.failed_seeds;
     if failed_seeds > 0 {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// What the seeds run so far found: the JSON report, written at the end, or by the watchdog
+/// when a seed stands still.
+#[derive(Debug)]
+struct Report {
+    commit: String,
+    args: Args,
+    first_seed: Option<u64>,
+    seeds_planned: usize,
+    seeds_run: usize,
+    failed_seeds: usize,
+    sim: Duration,
+    started: Instant,
+    failures: BTreeMap<&'static str, Vec<u64>>,
+    /// The seed that stood still, and the simulated milliseconds it stood at.
+    stalled: Option<(u64, u64)>,
+}
+
+impl Report {
+    fn seed_done(&mut self, seed: u64, sim: Duration, failed: &[&'static str]) {
+        self.seeds_run += 1;
+        self.sim += sim;
+        if !failed.is_empty() {
+            self.failed_seeds += 1;
+        }
+        for p in failed {
+            self.failures.entry(p).or_default().push(seed);
+        }
+    }
+
+    /// Wall seconds so far, simulated seconds per wall second, seeds per hour.
+    fn rates(&self) -> (f64, f64, f64) {
+        let wall = self.started.elapsed().as_secs_f64();
+        (wall, self.sim.as_secs_f64() / wall.max(1e-9), self.seeds_run as f64 * 3600.0 / wall.max(1e-9))
+    }
+
+    fn write(&self, path: &std::path::Path) -> Result<()> {
+        let (wall, speed, per_hour) = self.rates();
+        let failures: serde_json::Map<String, serde_json::Value> = self
+            .failures
+            .iter()
+            .map(|(p, s)| (p.to_string(), serde_json::json!({ "count": s.len(), "seeds": s })))
+            .collect();
+        let mut report = serde_json::json!({
+            "commit": self.commit,
+            "seeds": self.seeds_run,
+            "from": self.first_seed,
+            "faults": self.args.faults.to_string(),
+            "fault_secs": self.args.fault_secs,
+            "quiet_secs": self.args.quiet_secs,
+            "wall_seconds": wall,
+            "sim_seconds": self.sim.as_secs_f64(),
+            "seeds_per_hour": per_hour,
+            "sim_seconds_per_wall_second": speed,
+            "failures": failures,
+        });
+        if let Some((seed, at_ms)) = self.stalled {
+            // The run ends at the stalled seed: the seeds after it did not run.
+            report["stalled"] = serde_json::json!({ "seed": seed, "at_ms": at_ms, "seeds_not_run": self.seeds_planned.saturating_sub(self.seeds_run + 1) });
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seed that stood still ended the process before the report was written, so a run of a
+    /// thousand seeds left no JSON. The watchdog now writes it first: the seeds run, the
+    /// stalled seed as a liveness failure, and how many never ran.
+    #[test]
+    fn a_stalled_run_still_writes_its_report() {
+        let args = Args::parse_from(["simulate", "--seeds", "5", "--from", "100"]);
+        let mut report = Report {
+            commit: "abc".into(),
+            args,
+            first_seed: Some(100),
+            seeds_planned: 5,
+            seeds_run: 0,
+            failed_seeds: 0,
+            sim: Duration::ZERO,
+            started: Instant::now(),
+            failures: BTreeMap::new(),
+            stalled: None,
+        };
+        report.seed_done(100, Duration::from_secs(85), &[]);
+        report.seed_done(101, Duration::from_secs(85), &["acked_readable"]);
+        report.stalled = Some((102, 22_538));
+        report.failures.entry("liveness").or_default().push(102);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        report.write(&path).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(json["seeds"], 2);
+        assert_eq!(json["sim_seconds"], 170.0);
+        assert_eq!(json["failures"]["acked_readable"]["seeds"], serde_json::json!([101]));
+        assert_eq!(json["failures"]["liveness"]["seeds"], serde_json::json!([102]));
+        assert_eq!(json["stalled"], serde_json::json!({ "seed": 102, "at_ms": 22538, "seeds_not_run": 2 }));
+    }
 }
