@@ -88,18 +88,7 @@ fn main() -> Result<()> {
     };
     // What the seeds run so far found, shared with the watchdog: a run that stands still ends
     // the process, and the report is written first with that seed as a liveness failure.
-    let report = Arc::new(Mutex::new(Report {
-        commit,
-        args: args.clone(),
-        first_seed: seeds.first().copied(),
-        seeds_planned: seeds.len(),
-        seeds_run: 0,
-        failed_seeds: 0,
-        sim: Duration::ZERO,
-        started: Instant::now(),
-        failures: BTreeMap::new(),
-        stalled: None,
-    }));
+    let report = Arc::new(Mutex::new(Report::new(commit, args.clone(), &seeds)));
     if let Some(path) = args.json.clone() {
         let report = Arc::clone(&report);
         timeshard_sim::watchdog::on_stall(move |seed, at_ms| {
@@ -200,6 +189,22 @@ struct Report {
 }
 
 impl Report {
+    /// Nothing run yet of `seeds`.
+    fn new(commit: String, args: Args, seeds: &[u64]) -> Report {
+        Report {
+            commit,
+            args,
+            first_seed: seeds.first().copied(),
+            seeds_planned: seeds.len(),
+            seeds_run: 0,
+            failed_seeds: 0,
+            sim: Duration::ZERO,
+            started: Instant::now(),
+            failures: BTreeMap::new(),
+            stalled: None,
+        }
+    }
+
     fn seed_done(&mut self, seed: u64, sim: Duration, failed: &[&'static str]) {
         self.seeds_run += 1;
         self.sim += sim;
@@ -256,18 +261,7 @@ mod tests {
     #[test]
     fn a_stalled_run_still_writes_its_report() {
         let args = Args::parse_from(["simulate", "--seeds", "5", "--from", "100"]);
-        let mut report = Report {
-            commit: "abc".into(),
-            args,
-            first_seed: Some(100),
-            seeds_planned: 5,
-            seeds_run: 0,
-            failed_seeds: 0,
-            sim: Duration::ZERO,
-            started: Instant::now(),
-            failures: BTreeMap::new(),
-            stalled: None,
-        };
+        let mut report = Report::new("abc".into(), args, &[100, 101, 102, 103, 104]);
         report.seed_done(100, Duration::from_secs(85), &[]);
         report.seed_done(101, Duration::from_secs(85), &["acked_readable"]);
         report.stalled = Some((102, 22_538));
