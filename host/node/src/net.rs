@@ -118,13 +118,14 @@ impl WindowGrants {
         WindowGrants { windows, peers: Mutex::default(), clients: Mutex::default() }
     }
 
-    /// Gives `conn` its share of its role's pool (resizing the others' when the split
-    /// changes); the share goes back to the others when the connection closes.
+    /// The connections of one role (`peer`: those with a node's certificate).
     fn holders(&self, peer: bool) -> std::sync::MutexGuard<'_, Holders> {
         let role = if peer { &self.peers } else { &self.clients };
         role.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Gives `conn` its share of its role's pool (resizing the others' when the split
+    /// changes); the share goes back to the others when the connection closes.
     fn grant(self: &Arc<Self>, conn: &Connection, peer: bool) {
         let id = conn.stable_id();
         {
