@@ -247,13 +247,9 @@ pub(super) fn blocks_of(hot: &dyn Store) -> Result<Vec<(SeriesKey, Quantum)>, Be
 /// Bytes of the files under `dir` whose path contains `part`.
 fn bytes_under(dir: &Path, part: &str) -> Result<u64, BenchError> {
     let mut total = 0;
-    for e in std::fs::read_dir(dir).map_err(io(format!("listing {}", dir.display())))? {
-        let e = e.map_err(io("listing"))?;
-        let md = e.metadata().map_err(io("stat"))?;
-        if md.is_dir() {
-            total += bytes_under(&e.path(), part)?;
-        } else if e.path().to_string_lossy().contains(part) {
-            total += md.len();
+    for path in files_under(dir)? {
+        if path.to_string_lossy().contains(part) {
+            total += std::fs::metadata(&path).map_err(io("stat"))?.len();
         }
     }
     Ok(total)
@@ -418,19 +414,25 @@ async fn counter_bytes(dir: &Path, opts: &TierOptions, r: &mut TierBenchReport) 
     Ok(())
 }
 
+/// Every file under `dir`, at any depth.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io(format!("listing {}", d.display())))? {
+            let path = entry.map_err(io("listing"))?.path();
+            if path.is_dir() { dirs.push(path) } else { files.push(path) }
+        }
+    }
+    Ok(files)
+}
+
 /// Drops every file under `dir` from the page cache: written back first (dirty pages stay
 /// cached), then `posix_fadvise(DONTNEED)`. Returns what `fincore` still counts resident, if it
 /// is installed, as a check that the drop took.
 fn drop_from_page_cache(dir: &Path) -> Result<Option<u64>, BenchError> {
     use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).map_err(io("listing the archive"))? {
-            let path = entry.map_err(io("listing the archive"))?.path();
-            if path.is_dir() { dirs.push(path) } else { files.push(path) }
-        }
-    }
+    let files = files_under(dir)?;
     for path in &files {
         let file = std::fs::File::open(path).map_err(io("opening an archive file"))?;
         file.sync_all().map_err(io("writing an archive file back"))?;
@@ -458,20 +460,12 @@ async fn on_s3(dir: &Path) -> Result<(Moto, String, Vec<(String, String)>), Benc
     let store = timeshard_tier::location::Location::parse("s3://bench-tier/archive")
         .and_then(|l| l.open(&options, std::time::Duration::from_secs(60)))
         .map_err(tier)?;
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).map_err(io("listing the archive"))? {
-            let path = entry.map_err(io("listing the archive"))?.path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let key = path.strip_prefix(dir).map_err(|e| check("an archive path", &e))?.to_string_lossy().into_owned();
-            let bytes = std::fs::read(&path).map_err(io("reading an archive file"))?;
-            object_store::ObjectStoreExt::put(&*store, &object_store::path::Path::from(key), bytes.into())
-                .await
-                .map_err(|e| check("copying the archive to S3", &e))?;
-        }
+    for path in files_under(dir)? {
+        let key = path.strip_prefix(dir).map_err(|e| check("an archive path", &e))?.to_string_lossy().into_owned();
+        let bytes = std::fs::read(&path).map_err(io("reading an archive file"))?;
+        object_store::ObjectStoreExt::put(&*store, &object_store::path::Path::from(key), bytes.into())
+            .await
+            .map_err(|e| check("copying the archive to S3", &e))?;
     }
     Ok((moto, "s3://bench-tier/archive".into(), options))
 }
