@@ -386,30 +386,35 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
-    /// Found by fuzzing (fuzz/regressions/tier_manifest/crash-d7c9…): a delta-encoded page
-    /// declaring no values but holding a first one underflowed a counter inside the parquet
-    /// crate's decoder, past every check at open; the panic reached whoever listed the
-    /// manifest's entries. Listing is a corrupt-file error naming the manifest now.
+    /// Found by fuzzing (fuzz/regressions/tier_manifest/crash-d7c9… and crash-c902…): pages
+    /// that the parquet crate's decoders panic on past every check at open (a delta-encoded page
+    /// declaring no values but holding a first one underflows a counter; a bit-packed run
+    /// longer than its page trips an assertion in `bit_util`); the panic reached whoever listed
+    /// the manifest's entries. Listing is a corrupt-file error naming the manifest now.
     #[test]
-    fn a_manifest_page_the_parquet_decoder_panics_on_is_a_corrupt_file_error() {
-        let bytes =
-            include_bytes!("../../../fuzz/regressions/tier_manifest/crash-d7c9c80711f15a55b9827ad4f4491c86e6954b25");
+    fn manifest_pages_the_parquet_decoders_panic_on_are_a_corrupt_file_error() {
+        let inputs: [&'static [u8]; 2] = [
+            include_bytes!("../../../fuzz/regressions/tier_manifest/crash-d7c9c80711f15a55b9827ad4f4491c86e6954b25"),
+            include_bytes!("../../../fuzz/regressions/tier_manifest/crash-c9027ff0095e665f2ad2d3f4cdc40ade5f449a0a"),
+        ];
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(async {
-            let store = object_store::memory::InMemory::new();
-            let day = crate::Day::parse("2023-11-14").unwrap();
-            let id = FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1, legacy: false };
-            object_store::ObjectStoreExt::put(
-                &store,
-                &id.path(Kind::Manifest),
-                bytes::Bytes::from_static(bytes).into(),
-            )
-            .await
-            .unwrap();
-            let manifest = Manifest::open(&store, &id, None).await.expect("its header and footer are whole");
-            let e = manifest.entries(&store, None).await.expect_err("a damaged page");
-            assert!(e.to_string().contains("is corrupt"), "{e}");
-        });
+        for bytes in inputs {
+            runtime.block_on(async {
+                let store = object_store::memory::InMemory::new();
+                let day = crate::Day::parse("2023-11-14").unwrap();
+                let id = FileId { class: "pmu".into(), day, node: "n1".into(), seq: 1, legacy: false };
+                object_store::ObjectStoreExt::put(
+                    &store,
+                    &id.path(Kind::Manifest),
+                    bytes::Bytes::from_static(bytes).into(),
+                )
+                .await
+                .unwrap();
+                let manifest = Manifest::open(&store, &id, None).await.expect("its header and footer are whole");
+                let e = manifest.entries(&store, None).await.expect_err("a damaged page");
+                assert!(e.to_string().contains("is corrupt"), "{e}");
+            });
+        }
     }
 
     fn quantum() -> Quantum {

@@ -254,8 +254,9 @@ impl ParquetFile {
     /// Decodes rows `span` of column `col` from `pages` (fetched for at least that span).
     ///
     /// The parquet crate's decoders trust the page bytes in places the checks at open cannot
-    /// reach (a delta-encoded page declaring no values but holding a first one underflows a
-    /// counter: found by fuzzing, fuzz/regressions/tier_manifest/crash-d7c9…). A panic inside
+    /// reach (found by fuzzing, fuzz/regressions/tier_manifest: a delta-encoded page declaring
+    /// no values but holding a first one underflows a counter, crash-d7c9…; a bit-packed run
+    /// longer than its page trips an assertion in `bit_util`, crash-c902…). A panic inside
     /// them is caught here and becomes a corrupt-file error naming the column: the reader,
     /// which it leaves half-done, is dropped with it, and nothing else is shared.
     pub fn decode<T: DataType>(&self, pages: &Pages, span: &Span, col: usize) -> Result<Vec<T::T>, Error> {
