@@ -32,11 +32,15 @@ pub(super) fn parse(bytes: &[u8]) -> Declared {
     }
     let text = String::from_utf8_lossy(bytes);
     let version = text.lines().find_map(|l| l.strip_prefix("format ")).and_then(|v| v.trim().parse::<u32>().ok());
-    let crc_at = text.find("\ncrc ").map(|i| i + 1);
+    // Found in the bytes, not in `text`: a lossy decoding replaces each invalid byte with three,
+    // so an index into `text` can lie past the end of `bytes` (found by fuzzing,
+    // fuzz/regressions/store_open/crash-02f9…).
+    let crc_at = bytes.windows(5).position(|w| w == b"\ncrc ").map(|i| i + 1);
     match (version, crc_at) {
         (Some(version), None) if text.starts_with(FIRST_LINE) => Declared::Version { version, checked: false },
         (_, Some(at)) => {
-            let declared = text[at..].strip_prefix("crc ").and_then(|v| u32::from_str_radix(v.trim(), 16).ok());
+            let declared =
+                std::str::from_utf8(&bytes[at + 4..]).ok().and_then(|v| u32::from_str_radix(v.trim(), 16).ok());
             let actual = crc32c::crc32c(&bytes[..at]);
             match (version, declared) {
                 (Some(version), Some(crc)) if crc == actual => Declared::Version { version, checked: true },
@@ -56,6 +60,22 @@ mod tests {
         for v in [1, 2, 7] {
             assert_eq!(parse(body(v).as_bytes()), Declared::Version { version: v, checked: true });
         }
+    }
+
+    /// Found by fuzzing (fuzz/regressions/store_open/crash-02f9…): invalid UTF-8 before the
+    /// `crc` line made the line's index in the lossy text lie past the end of the bytes, and
+    /// opening the store panicked on a damaged FORMAT file instead of repairing it.
+    #[test]
+    fn invalid_utf8_before_the_checksum_line_is_damage_not_a_panic() {
+        let bytes =
+            include_bytes!("../../../../fuzz/regressions/store_open/crash-02f957e9d8b2da1693109d532dde534509becec9");
+        // The target's first byte picks what it opens; FORMAT is the rest.
+        assert!(matches!(parse(&bytes[1..]), Declared::Damaged(_)));
+        let mut flipped = body(2).into_bytes();
+        flipped[3] = 0xff;
+        assert!(matches!(parse(&flipped), Declared::Damaged(_)), "a flipped byte in the first line");
+        flipped.splice(0..0, [0xaa; 12]);
+        assert!(matches!(parse(&flipped), Declared::Damaged(_)));
     }
 
     #[test]
