@@ -1,7 +1,8 @@
 //! Hostile HTTP against a node process: requests from web pages (foreign `Host`, `Origin`,
 //! `Referer`, `Sec-Fetch-Site`) refused while tools are served; slowloris connections closed
 //! after their timeouts without starving a well-behaved client; connections closed after
-//! their quota of requests; large and many bodies refused within the memory budget, and
+//! their quota of requests; deeply nested statements refused, at the parser's bound or, too
+//! long to be one, before their body is read; large and many bodies refused within the memory budget, and
 //! oversize aggregates and listings refused with the numbers, while a well-behaved client
 //! keeps getting correct answers; clients that stop reading their answers closed after the
 //! write timeout.
@@ -403,6 +404,20 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
         assert_eq!(a.status, 400, "{what}: {a:?}");
         assert!(a.body.contains("512"), "{what}: the key limit is named: {}", &a.body[..a.body.len().min(500)]);
     }
+
+    // InfluxQL nested 10,000 deep: parsed, and refused at the parser's depth bound. Nested
+    // 200,000 deep (1.2 MB as a form): refused at its declared length, before it is read.
+    let nested = |depth: usize| {
+        let q = format!("SELECT value FROM wide WHERE {}n = '1'{}", "(".repeat(depth), ")".repeat(depth));
+        format!("q={}", encode(&q))
+    };
+    let form = format!("POST /query HTTP/1.1\r\n{host}\r\nContent-Type: application/x-www-form-urlencoded");
+    let a = raw(addr, &form, nested(10_000).as_bytes()).await?;
+    assert_eq!(a.status, 400, "nested 10,000 deep: {a:?}");
+    assert!(a.body.contains("32"), "nested 10,000 deep: the depth bound is named: {}", a.body);
+    let a = raw_expect(addr, &form, nested(200_000).as_bytes(), Duration::ZERO).await?;
+    assert_eq!(a.status, 413, "nested 200,000 deep: {a:?}");
+    assert!(a.body.contains("max_query_body_bytes"), "nested 200,000 deep: the limit is named: {}", a.body);
 
     // 100,000 windows x 10,000 series: refused before anything is read, with the numbers (the
     // windows allow 10 series: the listing stops at the 11th).

@@ -43,6 +43,11 @@ pub struct HttpConfig {
     pub key: Option<PathBuf>,
     /// Largest request body, in bytes, compressed or decompressed.
     pub max_body_bytes: usize,
+    /// Largest body of a request that is not a write (a query's statement or form, a remote
+    /// read), in bytes, refused (413) from its declared length before it is read; never more
+    /// than `max_body_bytes`. The default holds the longest statement the parsers take
+    /// (256 KiB) percent-encoded, 3 bytes a character.
+    pub max_query_body_bytes: usize,
     /// Requests served at once; beyond it requests get 503.
     pub max_concurrent_requests: usize,
     /// Connections open at once; further ones wait to be accepted.
@@ -99,6 +104,7 @@ impl Default for HttpConfig {
             cert: None,
             key: None,
             max_body_bytes: 32 * 1024 * 1024,
+            max_query_body_bytes: 1024 * 1024,
             max_concurrent_requests: 256,
             max_connections: 1024,
             request_timeout: Duration::from_secs(30),
@@ -117,6 +123,11 @@ impl Default for HttpConfig {
 }
 
 impl HttpConfig {
+    /// The largest body a request that is not a write may have.
+    pub fn query_body_limit(&self) -> usize {
+        self.max_query_body_bytes.min(self.max_body_bytes)
+    }
+
     /// Checks settings that have no valid default when given badly.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid =
@@ -169,6 +180,12 @@ impl HttpConfig {
         }
         if self.max_body_bytes < 1024 || self.max_concurrent_requests == 0 || self.max_connections == 0 {
             return invalid("max_body_bytes", "limits must be positive (bodies at least 1024 bytes)".into());
+        }
+        if self.max_query_body_bytes < 1024 {
+            return invalid(
+                "max_query_body_bytes",
+                format!("{} bytes: a query's body limit must be at least 1024 bytes", self.max_query_body_bytes),
+            );
         }
         if self.request_timeout.is_zero()
             || self.max_query_points == 0
@@ -235,6 +252,16 @@ mod tests {
         HttpConfig::default().validate().unwrap();
         let c = HttpConfig { cert: Some("x.pem".into()), ..HttpConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("both cert and key"));
+    }
+
+    #[test]
+    fn a_query_body_limit_is_at_least_1_kib_and_at_most_the_body_limit() {
+        let err = HttpConfig { max_query_body_bytes: 512, ..HttpConfig::default() }.validate().unwrap_err();
+        assert!(err.to_string().contains("max_query_body_bytes"), "{err}");
+        let small = HttpConfig { max_body_bytes: 64 << 10, ..HttpConfig::default() };
+        assert!(small.validate().is_ok());
+        assert_eq!(small.query_body_limit(), 64 << 10);
+        assert_eq!(HttpConfig::default().query_body_limit(), 1 << 20);
     }
 
     #[test]

@@ -23,6 +23,11 @@ pub enum ApiError {
     )]
     TooLarge { limit: usize },
     #[error(
+        "the body of this query is larger than this node's limit of {limit} bytes ([http] max_query_body_bytes); \
+         a statement that long is not one a dashboard writes: shorten it, or raise the limit"
+    )]
+    QueryTooLarge { limit: usize },
+    #[error(
         "the body decompresses to {declared} bytes, which decoded may take {expanded} bytes, more than the {share} \
          bytes the memory budget gives requests ([memory] budget); send smaller batches"
     )]
@@ -63,7 +68,9 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) | ApiError::PartialWrite(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } | ApiError::DecodesTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::QueryTooLarge { .. } | ApiError::DecodesTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,

@@ -66,6 +66,10 @@ const SLOT_WAIT: Duration = Duration::from_secs(1);
 /// Paths anyone may call: liveness checks.
 const OPEN_PATHS: [&str; 2] = ["/ping", "/health"];
 
+/// Paths whose bodies are writes, taken up to `[http] max_body_bytes`; every other body is a
+/// query's, taken up to `max_query_body_bytes`.
+const WRITE_PATHS: [&str; 3] = ["/write", "/api/v2/write", "/api/v1/write"];
+
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -146,8 +150,14 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
         }
         // The body is read before the request takes a slot: slow senders hold only their
         // connection, and what bodies take is charged to the memory budget first.
+        // Only writes carry large bodies; a query's is refused at its declared length first.
         let (config, ledger) = (s.config(), s.node.coordinator().budget().map(|l| &**l));
-        let (req, _charge) = body::buffer(req, config.max_body_bytes, config.body_timeout, ledger).await?;
+        let write = WRITE_PATHS.contains(&req.uri().path());
+        let limit = if write { config.max_body_bytes } else { config.query_body_limit() };
+        let (req, _charge) = body::buffer(req, limit, config.body_timeout, ledger).await.map_err(|e| match e {
+            ApiError::TooLarge { limit } if !write => ApiError::QueryTooLarge { limit },
+            e => e,
+        })?;
         let permit = tokio::time::timeout(SLOT_WAIT, s.slots.clone().acquire_owned()).await;
         let Ok(Ok(_permit)) = permit else {
             return Err(ApiError::Overloaded(s.config().max_concurrent_requests));
