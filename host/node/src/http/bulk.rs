@@ -2,29 +2,81 @@
 //! async threads, a few at a time: a flood of large bodies waits for one of [`Bulk`]'s permits
 //! instead of taking every core, so the async threads keep a core for small requests
 //! (reads, pings) however many bodies arrive.
+//!
+//! The work runs on threads of [`Bulk`]'s own, one per permit, at a lower scheduling priority
+//! than the async threads (Linux: nice [`BULK_NICE`]). On a machine with few cores the async
+//! threads then still get a core at once when a small request arrives, even while bulk work
+//! and other processes keep every core busy; on an idle machine the priority changes nothing.
 
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 
 use super::error::ApiError;
 
 /// Bodies up to this size are decoded inline on the async thread (cheaper than a hand-off);
-/// larger ones, and all compressed ones, on a blocking thread under a [`Bulk`] permit.
+/// larger ones, and all compressed ones, on a bulk thread under a [`Bulk`] permit.
 pub const INLINE_BYTES: usize = 256 * 1024;
 
-/// Permits for bulk work; cloned handles share them.
+/// How much lower the bulk threads' priority is than the rest of the node's (Linux nice).
+pub const BULK_NICE: i32 = 10;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Permits for bulk work, and the threads that run it; cloned handles share them. The threads
+/// stop once every handle is dropped.
 #[derive(Clone, Debug)]
 pub struct Bulk {
     permits: Arc<Semaphore>,
     size: usize,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Lowers the calling thread's priority by [`BULK_NICE`]; a thread may always lower its own.
+/// (On Linux, `setpriority` of a thread id changes that thread alone.)
+#[cfg(target_os = "linux")]
+fn lower_this_threads_priority() {
+    let thread = Some(rustix::thread::gettid());
+    let lowered = rustix::process::getpriority_process(thread)
+        .and_then(|nice| rustix::process::setpriority_process(thread, nice + BULK_NICE));
+    if let Err(e) = lowered {
+        tracing::debug!(error = %e, "cannot lower the bulk thread's priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_this_threads_priority() {}
+
+/// Starts `n` bulk threads taking jobs from one queue.
+fn start_threads(n: usize) -> mpsc::Sender<Job> {
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let queue = Arc::new(Mutex::new(queue));
+    for i in 0..n {
+        let queue = queue.clone();
+        let started = std::thread::Builder::new().name(format!("http-bulk-{i}")).spawn(move || {
+            lower_this_threads_priority();
+            loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(job) = next else { return };
+                // A job that panics answers its request with an error (its result's sender is
+                // dropped); the thread stays for the next.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(job));
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start a bulk thread");
+        }
+    }
+    jobs
 }
 
 impl Bulk {
-    /// `permits` bulk tasks at once (at least one).
+    /// `permits` bulk tasks at once (at least one), each on a thread of its own.
     pub fn new(permits: usize) -> Bulk {
         let size = permits.max(1);
-        Bulk { permits: Arc::new(Semaphore::new(size)), size }
+        Bulk { permits: Arc::new(Semaphore::new(size)), size, jobs: start_threads(size) }
     }
 
     /// One fewer than the machine's cores (at least one): a core is always left for the
@@ -44,9 +96,9 @@ impl Bulk {
         self.size - self.permits.available_permits()
     }
 
-    /// Runs `work` of `len` bytes inline when small, otherwise on a blocking thread once a
-    /// permit is free; the wait is bounded by the caller's request timeout (dropping the
-    /// future gives its place up before the work starts).
+    /// Runs `work` of `len` bytes inline when small, otherwise on a bulk thread once a permit
+    /// is free; the wait is bounded by the caller's request timeout (dropping the future gives
+    /// its place up before the work starts).
     pub async fn run<T: Send + 'static>(
         &self,
         len: usize,
@@ -61,12 +113,13 @@ impl Bulk {
             .acquire_owned()
             .await
             .map_err(|_| ApiError::Internal("the bulk decoding permits are closed".into()))?;
-        tokio::task::spawn_blocking(move || {
+        let (done, result) = oneshot::channel();
+        let job: Job = Box::new(move || {
             let _permit = permit;
-            work()
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))
+            let _ = done.send(work());
+        });
+        self.jobs.send(job).map_err(|_| ApiError::Internal("no bulk thread is running".into()))?;
+        result.await.map_err(|_| ApiError::Internal("the decoding task failed".into()))
     }
 }
 
@@ -112,6 +165,24 @@ mod tests {
         // Would wait forever for the one permit if it asked for it.
         let got = tokio::time::timeout(Duration::from_secs(1), bulk.run(INLINE_BYTES, || 7)).await;
         assert_eq!(got.unwrap().unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_is_an_error_and_its_thread_takes_the_next() {
+        let bulk = Bulk::new(1);
+        let failed = bulk.run(INLINE_BYTES + 1, || -> u32 { panic!("a decoder bug") }).await;
+        assert!(matches!(failed, Err(ApiError::Internal(_))), "{failed:?}");
+        assert_eq!(bulk.run(INLINE_BYTES + 1, || 7).await.unwrap(), 7);
+        assert_eq!(bulk.running(), 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn bulk_work_runs_at_a_lower_priority_than_the_async_threads() {
+        let nice = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        let here = nice();
+        let there = Bulk::new(1).run(INLINE_BYTES + 1, nice).await.unwrap();
+        assert_eq!(there, (here + BULK_NICE).min(19), "the async thread's nice is {here}");
     }
 
     #[test]
