@@ -52,7 +52,8 @@ pub(crate) enum BenchCommand {
     Coi(CoiArgs),
     /// The control plane at fleet scale, on SQLite and on PostgreSQL: simulated devices
     /// enrolling, class changes reaching every watcher, a policy rollout to all of them, and
-    /// the service's memory. Runs `timeshard-control serve` processes.
+    /// the service's memory; then a revocation reaching node processes cut off from the
+    /// control plane, through gossip. Runs `timeshard-control serve` processes.
     #[command(after_help = FLEET_EXAMPLES)]
     Fleet(FleetArgs),
 }
@@ -68,6 +69,7 @@ const FLEET_EXAMPLES: &str = "\
 Examples:
   timeshard bench fleet --json fleet.json
   timeshard bench fleet --json fleet.json --backend sqlite --devices 200 --rounds 3
+  timeshard bench fleet --json fleet.json --backend sqlite --revocations 5 --cut-off 4
   timeshard bench fleet --json fleet.json --backend postgres --database postgres://bench@db.example/bench
 
 Without --database the PostgreSQL figures come from a throwaway server started in a temporary
@@ -111,6 +113,12 @@ pub(crate) struct FleetArgs {
     /// The policy component the rollout figure rolls out (an ingest policy).
     #[arg(long, default_value_os_t = FleetOptions::default().policy_module)]
     policy_module: PathBuf,
+    /// Nodes cut off from the control plane while a revocation spreads by gossip.
+    #[arg(long, default_value_t = FleetOptions::default().cut_off)]
+    cut_off: usize,
+    /// Revocations timed on node processes (0: none).
+    #[arg(long, default_value_t = FleetOptions::default().revocations)]
+    revocations: usize,
 }
 
 /// Options of `bench footprint`.
@@ -441,6 +449,9 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
                 database: a.database,
                 postgres_instances: a.postgres_instances,
                 policy_module: a.policy_module,
+                node: binary()?,
+                cut_off: a.cut_off,
+                revocations: a.revocations,
             };
             (a.json, fleet::run(&options).await?)
         }

@@ -531,3 +531,18 @@ async fn sqlite_revoked_node_is_refused() -> anyhow::Result<()> {
 async fn postgres_revoked_node_is_refused() -> anyhow::Result<()> {
     revoked_node_is_refused(Backend::Postgres).await
 }
+
+/// `bench fleet`'s revocation figure on node processes: it times the revocation reaching each
+/// cut-off node, which only gossip can bring it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fleet_revocation_figure_times_the_spread_to_cut_off_nodes() -> anyhow::Result<()> {
+    use timeshard_testkit::bench::fleet::revocation::{self, RevocationOptions};
+    let dir = tempfile::Builder::new().prefix("timeshard-fleet-").tempdir()?;
+    let options = RevocationOptions { control: CONTROL.into(), node: NODE.into(), cut_off: 2, rounds: 1 };
+    let doc = revocation::measure(&options, dir.path()).await?;
+    let spread = doc["revocation_spread_s"].as_f64().context("revocation_spread_s")?;
+    assert!(spread > 0.0 && spread < 60.0, "{doc}");
+    assert_eq!(doc["spread_s"].as_array().map(Vec::len), Some(1), "{doc}");
+    assert!(doc["follower_p50_s"].as_f64().is_some_and(|s| s > 0.0), "{doc}");
+    Ok(())
+}

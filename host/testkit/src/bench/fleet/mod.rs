@@ -6,6 +6,7 @@
 //! written beside them.
 
 pub mod floor;
+pub mod revocation;
 pub mod rollout;
 pub mod scale;
 
@@ -42,6 +43,12 @@ pub struct FleetOptions {
     pub postgres_instances: usize,
     /// The policy component the rollout figure rolls out (an ingest policy).
     pub policy_module: PathBuf,
+    /// The `timeshard` program the revocation figure's nodes run.
+    pub node: PathBuf,
+    /// Nodes cut off from the control plane in the revocation figure.
+    pub cut_off: usize,
+    /// Revocations timed (0: no revocation figure).
+    pub revocations: usize,
 }
 
 impl Default for FleetOptions {
@@ -55,6 +62,9 @@ impl Default for FleetOptions {
             database: None,
             postgres_instances: 2,
             policy_module: PathBuf::from("guest/target/wasm32-wasip2/release/noop.wasm"),
+            node: PathBuf::from("timeshard"),
+            cut_off: 3,
+            revocations: 3,
         }
     }
 }
@@ -85,7 +95,8 @@ pub async fn run(args: &FleetOptions) -> anyhow::Result<serde_json::Value> {
         "watchers": args.devices,
         "rounds": args.rounds,
         "enroll_concurrency": args.concurrency,
-        "targets": { "enroll_per_s": 200, "propagate_p99_ms": 2000, "control_rss_mb": 200, "rollout_p99_s": 10 },
+        "targets": { "enroll_per_s": 200, "propagate_p99_ms": 2000, "control_rss_mb": 200, "rollout_p99_s": 10,
+            "revocation_spread_s": 10 },
         "comparison": { "rollout": "AWS IoT Jobs roll out to at most 1,000 devices per minute by default" },
     });
     if matches!(args.backend, Backends::Sqlite | Backends::Both) {
@@ -108,6 +119,19 @@ pub async fn run(args: &FleetOptions) -> anyhow::Result<serde_json::Value> {
             .await
             .context("PostgreSQL")?
             .to_json();
+    }
+    if args.revocations > 0 {
+        eprintln!("bench: revocation through gossip ...");
+        let options = revocation::RevocationOptions {
+            control: exe.clone(),
+            node: args.node.clone(),
+            cut_off: args.cut_off,
+            rounds: args.revocations,
+        };
+        let dir = work.path().join("revocation");
+        let figure = revocation::measure(&options, &dir).await.context("the revocation figure")?;
+        doc["revocation_spread_s"] = figure["revocation_spread_s"].clone();
+        doc["revocation"] = figure;
     }
     doc["floor"] = floor::measure(exe, work.path()).await?;
     Ok(doc)
