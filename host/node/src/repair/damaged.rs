@@ -51,8 +51,11 @@ impl Repair {
         let store = self.store.clone();
         match timeshard_clock::spawn_blocking(move || store.scrub(after, SCRUB_FRAMES_PER_ROUND)).await {
             Ok(Ok(page)) => {
+                // Each damaged block is reported where it is dealt with ([`Repair::drop_damaged`]:
+                // every drop, and a kept block once), not here, where a kept one would be
+                // reported again every pass.
                 if page.damaged > 0 {
-                    warn!(damaged = page.damaged, checked = page.checked, "the scrub found damaged blocks");
+                    debug!(damaged = page.damaged, checked = page.checked, "the scrub found damaged blocks");
                 }
                 *self.scrub_cursor.lock().expect("scrub cursor lock") = page.next;
                 page.damaged > 0
