@@ -115,8 +115,10 @@ impl Bulk {
             .map_err(|_| ApiError::Internal("the bulk decoding permits are closed".into()))?;
         let (done, result) = oneshot::channel();
         let job: Job = Box::new(move || {
-            let _permit = permit;
-            let _ = done.send(work());
+            let result = work();
+            // Given back before the answer, so whoever has the answer finds the permit free.
+            drop(permit);
+            let _ = done.send(result);
         });
         self.jobs.send(job).map_err(|_| ApiError::Internal("no bulk thread is running".into()))?;
         result.await.map_err(|_| ApiError::Internal("the decoding task failed".into()))
@@ -172,8 +174,9 @@ mod tests {
         let bulk = Bulk::new(1);
         let failed = bulk.run(INLINE_BYTES + 1, || -> u32 { panic!("a decoder bug") }).await;
         assert!(matches!(failed, Err(ApiError::Internal(_))), "{failed:?}");
+        // The one permit came back from the panic, and the one thread is still there.
         assert_eq!(bulk.run(INLINE_BYTES + 1, || 7).await.unwrap(), 7);
-        assert_eq!(bulk.running(), 0);
+        assert_eq!(bulk.running(), 0, "a permit is given back before its answer");
     }
 
     #[cfg(target_os = "linux")]
