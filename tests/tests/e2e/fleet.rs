@@ -543,6 +543,7 @@ async fn bench_fleet_revocation_figure_times_the_spread_to_cut_off_nodes() -> an
     let spread = doc["revocation_spread_s"].as_f64().context("revocation_spread_s")?;
     assert!(spread > 0.0 && spread < 60.0, "{doc}");
     assert_eq!(doc["spread_s"].as_array().map(Vec::len), Some(1), "{doc}");
-    assert!(doc["follower_p50_s"].as_f64().is_some_and(|s| s > 0.0), "{doc}");
+    // Node 0 follows the control plane: it often holds the list by the first reading (0.0).
+    assert!(doc["follower_p50_s"].as_f64().is_some_and(|s| (0.0..60.0).contains(&s)), "{doc}");
     Ok(())
 }
