@@ -288,8 +288,12 @@ struct Block {
 impl Block {
     /// Bytes the block takes: sealed frames, and [`OPEN_POINT_BYTES`] per open point.
     fn bytes(&self) -> u64 {
-        let sealed: u64 = self.frames.as_slice().iter().map(|l| u64::from(l.len)).sum();
-        sealed + self.open.len() as u64 * OPEN_POINT_BYTES
+        self.sealed_bytes() + self.open.len() as u64 * OPEN_POINT_BYTES
+    }
+
+    /// Bytes of the block's sealed frames.
+    fn sealed_bytes(&self) -> u64 {
+        self.frames.as_slice().iter().map(|l| u64::from(l.len)).sum()
     }
 }
 

@@ -2,9 +2,10 @@
 //! and the eviction of the oldest ended blocks of classes that allow it.
 //!
 //! A class's bytes are its sealed frames' bytes plus an estimate for its open points. Eviction
-//! works like retention with a moving cutoff: it finds the earliest quantum end below which
-//! dropping every block brings the class to [`EVICT_TO_PERCENT`] of its quota, and records it
-//! as each series' expiry watermark, so the drop survives a restart and late points below it
+//! counts open points at what the class's sealed points take each, and works like retention
+//! with a moving cutoff: it finds the earliest quantum end below which dropping every block
+//! brings the class to [`EVICT_TO_PERCENT`] of its quota, and records it as each series'
+//! expiry watermark, so the drop survives a restart and late points below it
 //! are not stored again. Blocks whose quantum has not ended are never evicted.
 
 use std::sync::atomic::Ordering;
@@ -94,8 +95,42 @@ fn rule_of(uses: &[QuotaUse], metric: &str) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// One ended block a class could evict: (quantum end, counted bytes, points).
+/// One ended block a class could evict: (quantum end, estimated bytes, points).
 type Candidate = (i64, u64, u64);
+
+/// What blocks hold, sealed and open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Held {
+    sealed_bytes: u64,
+    sealed_points: u64,
+    open_points: u64,
+}
+
+impl Held {
+    fn add(&mut self, other: &Held) {
+        self.sealed_bytes += other.sealed_bytes;
+        self.sealed_points += other.sealed_points;
+        self.open_points += other.open_points;
+    }
+
+    fn points(&self) -> u64 {
+        self.sealed_points + self.open_points
+    }
+
+    /// Bytes an open point of this class will take once sealed: what its sealed points take
+    /// each, at most [`OPEN_POINT_BYTES`] (which it is while nothing is sealed yet).
+    fn open_point_estimate(&self) -> u64 {
+        match self.sealed_points {
+            0 => OPEN_POINT_BYTES,
+            n => self.sealed_bytes.div_ceil(n).clamp(1, OPEN_POINT_BYTES),
+        }
+    }
+
+    /// Bytes once sealed, with `per_open` bytes for each open point.
+    fn estimate(&self, per_open: u64) -> u64 {
+        self.sealed_bytes + self.open_points * per_open
+    }
+}
 
 /// The quantum end at or below which every candidate must go for `total` bytes to come down
 /// to `target`; `None` if nothing need go or nothing can.
@@ -155,7 +190,8 @@ impl DiskStore {
         }
         let uses = uses_of(&rules, &[]);
         let mut bytes = vec![0u64; rules.len()];
-        let mut candidates: Vec<Vec<Candidate>> = vec![Vec::new(); rules.len()];
+        let mut held = vec![Held::default(); rules.len()];
+        let mut candidates: Vec<Vec<(i64, Held)>> = vec![Vec::new(); rules.len()];
         {
             let st = self.read_state();
             self.series_walked.fetch_add(st.series.len() as u64, Ordering::Relaxed);
@@ -164,11 +200,16 @@ impl DiskStore {
                 let evicts = rules[i].evict_oldest && rules[i].max_bytes.is_some();
                 let len = s.quantum.map_or(0, QuantumLen::ns);
                 for (&start, b) in &s.blocks {
-                    let held = b.bytes();
-                    bytes[i] += held;
+                    bytes[i] += b.bytes();
+                    let h = Held {
+                        sealed_bytes: b.sealed_bytes(),
+                        sealed_points: b.frames.count(),
+                        open_points: b.open.len() as u64,
+                    };
+                    held[i].add(&h);
                     let end = start.saturating_add(len);
                     if evicts && len > 0 && end <= now {
-                        candidates[i].push((end, held, b.frames.count() + b.open.len() as u64));
+                        candidates[i].push((end, h));
                     }
                 }
             }
@@ -177,10 +218,17 @@ impl DiskStore {
         for (i, rule) in rules.iter().enumerate() {
             let (Some(max), true) = (rule.max_bytes, rule.evict_oldest) else { continue };
             let target = max / 100 * EVICT_TO_PERCENT;
-            if bytes[i] < max {
+            // What the class will hold once sealed decides, not the log's larger share of its
+            // open points: counted at 24 bytes, points written between a seal and this measure
+            // could make eviction take the whole history of every series.
+            let per_open = held[i].open_point_estimate();
+            let total = held[i].estimate(per_open);
+            if total < max {
                 continue;
             }
-            let Some(cutoff) = eviction_cutoff(std::mem::take(&mut candidates[i]), bytes[i], target) else {
+            let class: Vec<Candidate> =
+                candidates[i].iter().map(|(end, h)| (*end, h.estimate(per_open), h.points())).collect();
+            let Some(cutoff) = eviction_cutoff(class, total, target) else {
                 continue;
             };
             evicted[i] = self.evict_before(m, &uses, i, cutoff, report)?;
