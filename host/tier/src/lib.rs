@@ -77,6 +77,7 @@ pub mod faulty;
 pub mod layout;
 pub mod location;
 pub mod manifest;
+mod page_header;
 mod query;
 pub mod read;
 mod retention;

@@ -16,13 +16,15 @@ use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::DataType;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::file::statistics::Statistics;
 
 use crate::error::Error;
+use crate::page_header::page_sizes;
 
 /// Bytes fetched from a file's end at first, hoping the footer and page index fit.
 const FOOTER_GUESS: u64 = 256 * 1024;
@@ -281,6 +283,8 @@ impl ParquetFile {
         let group = self.meta.row_group(span.rg);
         let locations =
             self.meta.page_index_for_row_group(span.rg).offset_index(col).map(|o| o.page_locations().clone());
+        check_page_headers(&pages.0, chunk, locations.as_deref())
+            .map_err(|why| Error::corrupt(&self.path, format!("row group {}, column {col}: {why}", span.rg)))?;
         let mut inner =
             SerializedPageReader::new(Arc::clone(&pages.0), chunk, group.num_rows().max(0) as usize, locations)
                 .map_err(corrupt)?;
@@ -354,6 +358,42 @@ fn check_column_chunks(meta: &ParquetMetaData, size: u64) -> Result<(), String> 
                 rows_from = loc.first_row_index;
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks the sizes declared by the header of every page of `chunk` that `pages` holds (see
+/// [`crate::page_header`]), at the pages `locations` locate (and the dictionary page before
+/// them) or, without an offset index, page after page from the chunk's start. Pages not
+/// fetched are not read by the decoder either.
+fn check_page_headers(
+    pages: &Sparse,
+    chunk: &ColumnChunkMetaData,
+    locations: Option<&[PageLocation]>,
+) -> Result<(), String> {
+    let (start, len) = chunk.byte_range();
+    let end = start.saturating_add(len);
+    // A page's bytes as the decoder takes them: `len` of them, or (without an offset index)
+    // what follows its start; `None` if they were not fetched.
+    let header_at = |at: u64, len: Option<usize>| match pages.slice(at, len) {
+        Ok(bytes) if !bytes.is_empty() => page_sizes(&bytes).map(Some),
+        _ => Ok(None),
+    };
+    if let Some(locations) = locations {
+        let offset = |l: &PageLocation| u64::try_from(l.offset).unwrap_or(0);
+        let first = locations.first().map_or(end, offset);
+        if first > start {
+            header_at(start, usize::try_from(first - start).ok())?;
+        }
+        for l in locations {
+            header_at(offset(l), usize::try_from(l.compressed_page_size).ok())?;
+        }
+        return Ok(());
+    }
+    let mut at = start;
+    while at < end {
+        let Some(sizes) = header_at(at, None)? else { break };
+        at = at.saturating_add(sizes.header_len as u64).saturating_add(sizes.compressed as u64);
     }
     Ok(())
 }
@@ -601,6 +641,40 @@ mod tests {
             }
             assert!(!failed.is_empty(), "the damaged page is found");
             assert!(failed.iter().all(|e| e.contains("is corrupt") && e.contains("column ")), "{failed:?}");
+        });
+    }
+
+    /// Found by fuzzing (fuzz/regressions/tier_points/oom-3eb8…): a page header declaring
+    /// 1,396,079,267 uncompressed bytes made the parquet crate allocate them before
+    /// decompressing (libFuzzer's malloc limit caught it; a node would have aborted, or held the
+    /// memory). The header is read first now, and the page refused by its size.
+    #[test]
+    fn a_page_declaring_a_huge_uncompressed_size_is_refused_before_it_is_allocated() {
+        use crate::schema::points as col;
+        use parquet::data_type::{ByteArrayType, DoubleType, Int64Type};
+        let bytes =
+            include_bytes!("../../../fuzz/regressions/tier_points/oom-3eb8f4cba4f1535a289f929717d2685b4d1f883a");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (store, file) = opened(bytes, "node=n1/points/class=pmu/day=2023-11-14/n1-0000000001.parquet").await;
+            let file = file.expect("its footer and page index are whole");
+            let mut failed = Vec::new();
+            for rg in 0..file.meta.num_row_groups() {
+                let span = Span { rg, start: 0, end: file.meta.row_group(rg).num_rows().max(0) as usize };
+                let Ok(pages) = file.fetch(&store, &span, &[col::SERIES_KEY, col::TIMESTAMP, col::VALUE]).await else {
+                    continue;
+                };
+                let decoded = [
+                    file.decode::<ByteArrayType>(&pages, &span, col::SERIES_KEY).map(drop),
+                    file.decode::<Int64Type>(&pages, &span, col::TIMESTAMP).map(drop),
+                    file.decode::<DoubleType>(&pages, &span, col::VALUE).map(drop),
+                ];
+                failed.extend(decoded.into_iter().filter_map(Result::err).map(|e| e.to_string()));
+            }
+            assert!(
+                failed.iter().any(|e| e.contains("is corrupt") && e.contains("1396079267 uncompressed bytes")),
+                "the page is refused by its declared size: {failed:?}"
+            );
         });
     }
 
