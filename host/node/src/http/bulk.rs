@@ -34,20 +34,12 @@ pub struct Bulk {
     jobs: mpsc::Sender<Job>,
 }
 
-/// Lowers the calling thread's priority by [`BULK_NICE`]; a thread may always lower its own.
-/// (On Linux, `setpriority` of a thread id changes that thread alone.)
-#[cfg(target_os = "linux")]
-fn lower_this_threads_priority() {
-    let thread = Some(rustix::thread::gettid());
-    let lowered = rustix::process::getpriority_process(thread)
-        .and_then(|nice| rustix::process::setpriority_process(thread, nice + BULK_NICE));
-    if let Err(e) = lowered {
+/// Lowers the calling bulk thread's priority by [`BULK_NICE`].
+fn lower_bulk_thread_priority() {
+    if let Err(e) = crate::process::lower_this_threads_priority(BULK_NICE) {
         tracing::debug!(error = %e, "cannot lower the bulk thread's priority");
     }
 }
-
-#[cfg(not(target_os = "linux"))]
-fn lower_this_threads_priority() {}
 
 /// Starts `n` bulk threads taking jobs from one queue.
 fn start_threads(n: usize) -> mpsc::Sender<Job> {
@@ -56,7 +48,7 @@ fn start_threads(n: usize) -> mpsc::Sender<Job> {
     for i in 0..n {
         let queue = queue.clone();
         let started = std::thread::Builder::new().name(format!("http-bulk-{i}")).spawn(move || {
-            lower_this_threads_priority();
+            lower_bulk_thread_priority();
             loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok(job) = next else { return };
