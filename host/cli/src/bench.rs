@@ -159,6 +159,9 @@ pub(crate) struct CoiArgs {
     /// Operations per run (mode x read ratio x distribution).
     #[arg(long, default_value_t = CoiOptions::default().ops)]
     ops: usize,
+    /// Seeds of the clusters' keys, one cluster each (node ids, and so placement, follow).
+    #[arg(long, value_delimiter = ',', default_values_t = CoiOptions::default().seeds)]
+    seeds: Vec<u64>,
     /// Working directory (default: a temporary one, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -426,7 +429,7 @@ pub(crate) async fn run(cmd: BenchCommand) -> Result<()> {
             let options = if a.quick {
                 CoiOptions { dir: a.dir, ..CoiOptions::quick() }
             } else {
-                CoiOptions { clients: a.clients, ops: a.ops, dir: a.dir, ..CoiOptions::default() }
+                CoiOptions { clients: a.clients, ops: a.ops, seeds: a.seeds, dir: a.dir, ..CoiOptions::default() }
             };
             (a.json, coi::run(&binary()?, &options).await?)
         }

@@ -59,12 +59,15 @@ pub fn init(dir: &Path) -> Result<()> {
 
 /// [`init`] with the CA valid for `lifetime`; returns when it expires.
 pub fn init_valid_for(dir: &Path, lifetime: Duration) -> Result<time::OffsetDateTime> {
+    init_with_key(dir, lifetime, KeyPair::generate().context("cannot generate the CA key")?)
+}
+
+fn init_with_key(dir: &Path, lifetime: Duration, key_pair: KeyPair) -> Result<time::OffsetDateTime> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (cert, key) = (dir.join("ca.pem"), dir.join("ca.key"));
     if cert.exists() || key.exists() {
         bail!("{} already holds a CA (ca.pem / ca.key); remove them first to start a new one", dir.display());
     }
-    let key_pair = KeyPair::generate().context("cannot generate the CA key")?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.distinguished_name.push(DnType::CommonName, "timeshard development CA");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -89,6 +92,16 @@ pub fn issue_valid_for(
     role: Role,
     lifetime: Duration,
 ) -> Result<(TlsFiles, time::OffsetDateTime)> {
+    issue_with_key(dir, name, role, lifetime, KeyPair::generate()?)
+}
+
+fn issue_with_key(
+    dir: &Path,
+    name: &str,
+    role: Role,
+    lifetime: Duration,
+    key_pair: KeyPair,
+) -> Result<(TlsFiles, time::OffsetDateTime)> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         bail!("certificate name {name:?} must be letters, digits, - and _ only (it names the files)");
     }
@@ -97,7 +110,6 @@ pub fn issue_valid_for(
     let ca_key = KeyPair::from_pem(&fs::read_to_string(dir.join("ca.key")).context("cannot read ca.key")?)
         .context("ca.key is not a valid private key")?;
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("ca.pem is not a valid CA certificate")?;
-    let key_pair = KeyPair::generate()?;
     let sans = match role {
         Role::Node => vec![NODE_NAME.to_string(), "localhost".to_string()],
         Role::Client => vec![CLIENT_NAME.to_string()],
@@ -134,9 +146,53 @@ pub fn dev_pki(dir: &Path, nodes: usize) -> Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
+/// [`dev_pki`] in a new `dir` with every key derived from `seed`. Node ids come from keys, so
+/// a cluster made twice from one seed places every block alike: what a benchmark comparing
+/// placements measures then repeats, and differs only between seeds.
+pub fn dev_pki_seeded(dir: &Path, nodes: usize, seed: u64) -> Result<PathBuf> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut key = || ed25519_key_from_seed(rng.random());
+    init_with_key(dir, CA_LIFETIME, key()?)?;
+    for i in 0..nodes {
+        issue_with_key(dir, &format!("node-{i}"), Role::Node, CERT_LIFETIME, key()?)?;
+    }
+    issue_with_key(dir, "client", Role::Client, CERT_LIFETIME, key()?)?;
+    Ok(dir.to_path_buf())
+}
+
+/// The DER prefix of a PKCS #8 v1 Ed25519 private key; the 32-byte seed follows.
+const ED25519_PKCS8_PREFIX: [u8; 16] =
+    [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+
+/// The Ed25519 key of 32 seed bytes (rcgen signs with it deterministically).
+pub fn ed25519_key_from_seed(seed: [u8; 32]) -> Result<KeyPair> {
+    let mut der = ED25519_PKCS8_PREFIX.to_vec();
+    der.extend_from_slice(&seed);
+    KeyPair::from_pkcs8_der_and_sign_algo(&rustls_pki_types::PrivatePkcs8KeyDer::from(der), &rcgen::PKCS_ED25519)
+        .context("an Ed25519 key from seed bytes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_seeded_pki_repeats_its_keys_and_another_seed_does_not() {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        for (d, seed) in dirs.iter().zip([7, 7, 8]) {
+            dev_pki_seeded(d.path(), 2, seed).unwrap();
+        }
+        let key = |d: &tempfile::TempDir, name: &str| fs::read_to_string(d.path().join(name)).unwrap();
+        for name in ["ca.key", "node-0.key", "node-1.key", "client.key"] {
+            assert_eq!(key(&dirs[0], name), key(&dirs[1], name), "{name}");
+            assert_ne!(key(&dirs[0], name), key(&dirs[2], name), "{name}");
+        }
+        assert_ne!(key(&dirs[0], "node-0.key"), key(&dirs[0], "node-1.key"));
+        // Certificates issued later from the seeded CA verify against it as any other.
+        issue(dirs[0].path(), "late", Role::Node).unwrap();
+        assert!(dev_pki_seeded(dirs[0].path(), 2, 7).unwrap_err().to_string().contains("already holds a CA"));
+    }
 
     #[test]
     fn a_certificate_expired_within_the_grace_is_accepted_and_one_past_it_or_from_another_ca_is_not() {

@@ -1,29 +1,22 @@
 //! Certificates for a simulated fleet, all derived from the seed: node ids come from TLS keys,
 //! so a seed that chose its keys at random would place blocks differently on every run.
-//! Ed25519 keys are made from 32 seed bytes (PKCS #8 v1); rcgen signs deterministically.
+//! Ed25519 keys are made from 32 seed bytes ([`timeshard_node::pki::ed25519_key_from_seed`]).
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    PKCS_ED25519,
 };
-use rustls_pki_types::PrivatePkcs8KeyDer;
 use timeshard_sdk::tls::{CLIENT_NAME, NODE_NAME, TlsFiles};
 use timeshard_store::faulty_disk::SplitMix64;
 
-/// The DER prefix of a PKCS #8 v1 Ed25519 private key; the 32-byte seed follows.
-const ED25519_PKCS8_PREFIX: [u8; 16] =
-    [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
-
 fn key_from(rng: &mut SplitMix64) -> Result<KeyPair> {
-    let mut der = ED25519_PKCS8_PREFIX.to_vec();
-    for _ in 0..4 {
-        der.extend_from_slice(&rng.next_u64().to_le_bytes());
+    let mut seed = [0u8; 32];
+    for chunk in seed.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
     }
-    KeyPair::from_pkcs8_der_and_sign_algo(&PrivatePkcs8KeyDer::from(der), &PKCS_ED25519)
-        .context("an Ed25519 key from seed bytes")
+    timeshard_node::pki::ed25519_key_from_seed(seed)
 }
 
 /// A fleet CA in `dir` and the means to issue from it.

@@ -92,6 +92,9 @@ pub struct ClusterOptions {
     pub locations: Vec<Option<String>>,
     /// WAN emulation between located nodes (`[testing] wan_emulation`).
     pub wan_emulation: Option<timeshard_node::config::WanEmulation>,
+    /// Derive every key of the development PKI from this seed ([`pki::dev_pki_seeded`]), so
+    /// that node ids, and with them placement, repeat from run to run; `None`: random keys.
+    pub pki_seed: Option<u64>,
 }
 
 /// Nodes that enroll with a control plane at their first start.
@@ -130,6 +133,7 @@ impl ClusterOptions {
             enroll: None,
             locations: Vec::new(),
             wan_emulation: None,
+            pki_seed: None,
         }
     }
 }
@@ -192,7 +196,11 @@ impl LocalCluster {
             }
             Some(e) => e.first_addr,
             None => {
-                pki::dev_pki(&options.dir.join("pki"), options.nodes)?;
+                let dir = options.dir.join("pki");
+                match options.pki_seed {
+                    Some(seed) => pki::dev_pki_seeded(&dir, options.nodes, seed)?,
+                    None => pki::dev_pki(&dir, options.nodes)?,
+                };
                 None
             }
         };

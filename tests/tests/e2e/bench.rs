@@ -256,5 +256,15 @@ fn bench_coi_quick_writes_its_document() {
     }
     assert!(doc["region_failure"]["readable_pct"].as_f64().is_some());
     assert!(doc["out_coi_km_p50"].as_f64().unwrap() > 0.0);
+    // A cluster per seed, each with ids of its own; across them, each mode's median and range.
+    let seeds = doc["seeds"].as_array().unwrap();
+    assert_eq!(seeds.len(), 2, "--quick runs seeds 1 and 2");
+    assert_ne!(seeds[0]["node_ids"], seeds[1]["node_ids"]);
+    for mode in ["coi", "quorum", "eventual"] {
+        let p99 = &doc["modes"][mode]["update_p99_ms"];
+        let [lo, hi] = [0, 1].map(|i| p99["range"][i].as_f64().unwrap());
+        assert!(lo > 0.0 && lo <= hi, "{mode}: {p99}");
+        assert_eq!(p99["seed_medians"].as_array().unwrap().len(), 2, "{mode}: {p99}");
+    }
     assert_floor(&doc);
 }

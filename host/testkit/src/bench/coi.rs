@@ -10,6 +10,11 @@
 //! read began. Then Atlanta is killed and the last acknowledged point of every `coi.` series is
 //! read from Houston (`region_failure.readable_pct`). `load_balance` and `out_coi_km_p50` are
 //! simulated over the sans-IO placement ([`super::coi_sim`]).
+//!
+//! Where the nodes' ids fall decides the DHT placement of `quorum.` and `eventual.`, and ids
+//! come from keys: each cluster's keys derive from a seed (`--seeds`, a cluster each), so a
+//! seed's figures repeat, and the document gives each seed's figures and their median and
+//! range, so that one lucky placement cannot make the comparison.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -60,20 +65,24 @@ pub struct CoiOptions {
     pub ops: usize,
     /// Series of the load-balance and out-of-CoI simulations.
     pub quick_simulation: bool,
+    /// The seeds of the clusters' keys, one cluster each: node ids come from keys, and where
+    /// they fall decides DHT placement (the `quorum.` and `eventual.` modes), so one seed's
+    /// figures are one placement's.
+    pub seeds: Vec<u64>,
     /// Working directory (`None`: a new temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
 }
 
 impl Default for CoiOptions {
     fn default() -> Self {
-        CoiOptions { clients: 16, series: 200, ops: 4_000, quick_simulation: false, dir: None }
+        CoiOptions { clients: 16, series: 200, ops: 4_000, quick_simulation: false, seeds: vec![1, 2, 3], dir: None }
     }
 }
 
 impl CoiOptions {
     /// Tiny sizes, to check the benchmark runs (figures are not meaningful).
     pub fn quick() -> CoiOptions {
-        CoiOptions { clients: 4, series: 8, ops: 24, quick_simulation: true, dir: None }
+        CoiOptions { clients: 4, series: 8, ops: 24, quick_simulation: true, seeds: vec![1, 2], dir: None }
     }
 }
 
@@ -230,17 +239,121 @@ async fn run_one(
     Ok(RunResult { reads, updates, stale, elapsed: start.elapsed() })
 }
 
-/// Runs the benchmark on node processes of `binary` and returns its JSON document.
+/// Runs the benchmark on node processes of `binary`, a cluster per seed, and returns its JSON
+/// document: each seed's figures under `seeds`, and across them, each run's medians (`runs`)
+/// and each mode's median and range of its runs' p99s (`modes`).
 pub async fn run(binary: &Path, args: &CoiOptions) -> Result<serde_json::Value> {
-    if args.clients == 0 || args.series == 0 || args.ops == 0 {
-        bail!("clients, series and ops must be positive");
+    if args.clients == 0 || args.series == 0 || args.ops == 0 || args.seeds.is_empty() {
+        bail!("clients, series, ops and seeds must be positive");
     }
     let dir = WorkDir::new("coi", args.dir.as_deref());
-    measure(binary, dir.path(), args).await
+    let mut seeds = Vec::new();
+    for &seed in &args.seeds {
+        println!("seed {seed}");
+        seeds.push(measure(binary, &dir.path().join(format!("seed-{seed}")), args, seed).await?);
+    }
+    let sim = super::coi_sim::simulate(7, args.quick_simulation);
+    println!(
+        "out-of-CoI replica distance p50: {} km (by out_coi_dist: {})",
+        sim["out_coi_km_p50"], sim["out_coi_km_p50_by_out_coi_dist"]
+    );
+    let readable: Vec<f64> = seeds.iter().filter_map(|d| d["region_failure"]["readable_pct"].as_f64()).collect();
+    let doc = json!({
+        "nodes": LOCATIONS.len(),
+        "clients": args.clients,
+        "series": args.series,
+        "ops_per_run": args.ops,
+        "wan_emulation": {"per_hop_ms": 0.2, "route_factor": 1.5},
+        "runs": across_seeds(&seeds),
+        "modes": modes(&seeds),
+        "region_failure": {
+            "readable_pct": readable.iter().copied().fold(f64::INFINITY, f64::min),
+            "readable_pct_by_seed": readable,
+            "series": seeds[0]["region_failure"]["series"],
+        },
+        "load_balance": sim["load_balance"],
+        "out_coi_km_p50": sim["out_coi_km_p50"],
+        "out_coi_km_p50_by_out_coi_dist": sim["out_coi_km_p50_by_out_coi_dist"],
+        "floor": seeds[0]["floor"],
+        "seeds": seeds,
+    });
+    println!("{}", doc["modes"]);
+    Ok(doc)
 }
 
-async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_json::Value> {
+/// The figures of a run's row that are latencies, rates or shares.
+const FIGURES: [&str; 8] = [
+    "read_p50_ms",
+    "read_p95_ms",
+    "read_p99_ms",
+    "update_p50_ms",
+    "update_p95_ms",
+    "update_p99_ms",
+    "ops_per_s",
+    "stale_read_pct",
+];
+
+fn figures(doc: &serde_json::Value, run: usize, key: &str) -> Vec<f64> {
+    doc["runs"].get(run).and_then(|r| r[key].as_f64()).into_iter().collect()
+}
+
+/// Each run (mode x read ratio x distribution) with the median over the seeds of each figure,
+/// and the range of its p99s.
+fn across_seeds(seeds: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let runs = seeds[0]["runs"].as_array().map_or(0, Vec::len);
+    (0..runs)
+        .map(|i| {
+            let first = &seeds[0]["runs"][i];
+            let mut row = json!({
+                "mode": first["mode"],
+                "read_pct": first["read_pct"],
+                "distribution": first["distribution"],
+            });
+            for key in FIGURES {
+                let v: Vec<f64> = seeds.iter().flat_map(|d| figures(d, i, key)).collect();
+                row[key] = json!(round3(crate::stats::median(&v)));
+                if key.ends_with("p99_ms") {
+                    row[format!("{key}_range")] = json!(range(&v));
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// Per mode: the median of its runs' read and update p99 over every seed, the range of each
+/// seed's median, and the most stale reads of any run.
+fn modes(seeds: &[serde_json::Value]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for mode in MODES {
+        let of = |doc: &serde_json::Value, key: &str| -> Vec<f64> {
+            let runs = doc["runs"].as_array().into_iter().flatten();
+            runs.filter(|r| r["mode"] == mode).filter_map(|r| r[key].as_f64()).collect()
+        };
+        let mut m = serde_json::Map::new();
+        for key in ["read_p99_ms", "update_p99_ms"] {
+            let all: Vec<f64> = seeds.iter().flat_map(|d| of(d, key)).collect();
+            let per_seed: Vec<f64> = seeds.iter().map(|d| crate::stats::median(&of(d, key))).collect();
+            m.insert(key.into(), json!({"median": round3(crate::stats::median(&all)), "seed_medians": per_seed.iter().map(|v| round3(*v)).collect::<Vec<_>>(), "range": range(&per_seed)}));
+        }
+        let stale = seeds.iter().flat_map(|d| of(d, "stale_read_pct")).fold(0.0, f64::max);
+        m.insert("stale_read_pct_max".into(), json!(round3(stale)));
+        out.insert(mode.into(), m.into());
+    }
+    out.into()
+}
+
+/// `[min, max]` of `v`, rounded.
+fn range(v: &[f64]) -> [f64; 2] {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    [round3(min), round3(max)]
+}
+
+/// One seed's cluster and its 27 runs, then the region failure.
+async fn measure(binary: &Path, dir: &Path, args: &CoiOptions, seed: u64) -> Result<serde_json::Value> {
     let mut options = ClusterOptions::new(LOCATIONS.len(), dir, binary);
+    options.pki_seed = Some(seed);
     options.classes = classes();
     options.locations = LOCATIONS.iter().map(|l| Some(l.to_string())).collect();
     options.wan_emulation = Some(WanEmulation { per_hop_ms: 0.2, route_factor: 1.5 });
@@ -320,24 +433,13 @@ async fn measure(binary: &Path, dir: &Path, args: &CoiOptions) -> Result<serde_j
     far.close().await;
     let readable_pct = round3(100.0 * readable as f64 / last.len().max(1) as f64);
     println!("region failure: {readable} of {} last points readable with Atlanta down", last.len());
+    let ids: Vec<String> = (0..LOCATIONS.len()).map(|i| cluster.id(i).short()).collect();
     cluster.shutdown().await?;
-
-    let sim = super::coi_sim::simulate(7, args.quick_simulation);
-    println!(
-        "out-of-CoI replica distance p50: {} km (by out_coi_dist: {})",
-        sim["out_coi_km_p50"], sim["out_coi_km_p50_by_out_coi_dist"]
-    );
     Ok(json!({
-        "nodes": LOCATIONS.len(),
-        "clients": args.clients,
-        "series": args.series,
-        "ops_per_run": args.ops,
-        "wan_emulation": {"per_hop_ms": 0.2, "route_factor": 1.5},
+        "seed": seed,
+        "node_ids": ids,
         "runs": runs,
         "region_failure": {"readable_pct": readable_pct, "series": last.len()},
-        "load_balance": sim["load_balance"],
-        "out_coi_km_p50": sim["out_coi_km_p50"],
-        "out_coi_km_p50_by_out_coi_dist": sim["out_coi_km_p50_by_out_coi_dist"],
         "floor": floor,
     }))
 }
