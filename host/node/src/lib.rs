@@ -54,6 +54,7 @@ pub mod node;
 pub mod peer_scope;
 pub mod pki;
 pub mod policies;
+pub mod priority;
 pub mod process;
 pub mod reconfigure;
 pub mod repair;

@@ -22,20 +22,6 @@ pub struct Ready {
     pub http_addr: Option<SocketAddr>,
 }
 
-/// Lowers the calling thread's priority by `by` (Linux nice; nothing elsewhere). A thread may
-/// always lower its own, and on Linux `setpriority` of a thread id changes that thread alone.
-pub fn lower_this_threads_priority(by: i32) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        let thread = Some(rustix::thread::gettid());
-        rustix::process::getpriority_process(thread)
-            .and_then(|nice| rustix::process::setpriority_process(thread, nice + by))?;
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = by;
-    Ok(())
-}
-
 /// Writes `node`'s [`Ready`] to `path` as JSON, atomically (a reader never sees half a file).
 pub fn write_ready_file(path: &Path, node: &RunningNode) -> std::io::Result<()> {
     let ready = Ready {

@@ -36,7 +36,7 @@ pub struct Bulk {
 
 /// Lowers the calling bulk thread's priority by [`BULK_NICE`].
 fn lower_bulk_thread_priority() {
-    if let Err(e) = crate::process::lower_this_threads_priority(BULK_NICE) {
+    if let Err(e) = crate::priority::lower_this_threads_priority(BULK_NICE) {
         tracing::debug!(error = %e, "cannot lower the bulk thread's priority");
     }
 }

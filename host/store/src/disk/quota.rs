@@ -189,7 +189,6 @@ impl DiskStore {
             q.next_measure = now.saturating_add(MEASURE_EVERY_NS);
         }
         let uses = uses_of(&rules, &[]);
-        let mut bytes = vec![0u64; rules.len()];
         let mut held = vec![Held::default(); rules.len()];
         let mut candidates: Vec<Vec<(i64, Held)>> = vec![Vec::new(); rules.len()];
         {
@@ -200,7 +199,6 @@ impl DiskStore {
                 let evicts = rules[i].evict_oldest && rules[i].max_bytes.is_some();
                 let len = s.quantum.map_or(0, QuantumLen::ns);
                 for (&start, b) in &s.blocks {
-                    bytes[i] += b.bytes();
                     let h = Held {
                         sealed_bytes: b.sealed_bytes(),
                         sealed_points: b.frames.count(),
@@ -214,6 +212,8 @@ impl DiskStore {
                 }
             }
         }
+        // The gauge counts open points at the log's share.
+        let mut bytes: Vec<u64> = held.iter().map(|h| h.estimate(OPEN_POINT_BYTES)).collect();
         let mut evicted = vec![(0u64, 0u64, 0u64); rules.len()];
         for (i, rule) in rules.iter().enumerate() {
             let (Some(max), true) = (rule.max_bytes, rule.evict_oldest) else { continue };

@@ -513,7 +513,7 @@ async fn measure(binary: &Path, dir: &Path, o: &HostileBenchOptions) -> Result<s
         .worker_threads(2)
         .thread_name("attacker")
         .on_thread_start(|| {
-            if let Err(e) = timeshard_node::process::lower_this_threads_priority(ATTACKER_NICE) {
+            if let Err(e) = timeshard_node::priority::lower_this_threads_priority(ATTACKER_NICE) {
                 eprintln!("cannot lower an attacker thread's priority: {e}");
             }
         })
