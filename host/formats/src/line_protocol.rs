@@ -180,17 +180,23 @@ pub fn parse(body: &[u8], precision: Precision, now_ns: i64) -> Parsed {
     let mut start = 0;
     let mut next_line = 1;
     while start < body.len() {
-        let end = line_end(body, start);
-        let segment = &body[start..end];
         let line_no = next_line;
-        // Numbers are of physical lines, so count the newlines inside quoted strings too.
         next_line += 1;
-        if segment.contains(&b'"') {
-            next_line += segment.iter().filter(|&&b| b == b'\n').count();
+        // A comment ends at the first newline, whatever it holds: skipped without a look at it.
+        let lead = body[start..].iter().position(|&b| b != b' ' && b != b'\t').map_or(body.len(), |i| start + i);
+        if body.get(lead) == Some(&b'#') {
+            start = memchr::memchr(b'\n', &body[lead..]).map_or(body.len(), |i| lead + i) + 1;
+            continue;
+        }
+        let (end, quoted) = line_end(body, start);
+        let segment = &body[start..end];
+        // Numbers are of physical lines, so count the newlines inside quoted strings too.
+        if quoted {
+            next_line += memchr::memchr_iter(b'\n', segment).count();
         }
         let line = trim_line(segment);
         start = end + 1;
-        if line.is_empty() || line[0] == b'#' {
+        if line.is_empty() {
             continue;
         }
         fields.clear();
@@ -257,13 +263,19 @@ pub fn parse(body: &[u8], precision: Precision, now_ns: i64) -> Parsed {
     out
 }
 
-/// Where the line starting at `start` ends (the index of its `\n`, or the body's end).
-fn line_end(body: &[u8], start: usize) -> usize {
+/// Where the line starting at `start` ends (the index of its `\n`, or the body's end), and
+/// whether it may run past a newline (it holds a `"`).
+fn line_end(body: &[u8], start: usize) -> (usize, bool) {
     let rest = &body[start..];
-    let plain_end = rest.iter().position(|&b| b == b'\n').map_or(body.len(), |i| start + i);
-    if !body[start..plain_end].contains(&b'"') {
-        return plain_end;
+    let plain_end = memchr::memchr(b'\n', rest).map_or(body.len(), |i| start + i);
+    if memchr::memchr(b'"', &body[start..plain_end]).is_none() {
+        return (plain_end, false);
     }
+    (quoted_line_end(body, start), true)
+}
+
+/// [`line_end`] of a line holding a `"`: a quoted string value may hold newlines.
+fn quoted_line_end(body: &[u8], start: usize) -> usize {
     // A quoted string value may hold newlines: scan with quotes in mind.
     let (mut i, mut in_fields, mut quoted) = (start, false, false);
     while i < body.len() {
@@ -536,6 +548,16 @@ mod tests {
         assert_eq!(points_of(&p, "cpu.ok{host=a,region=us%20west}"), vec![Point::new(ts, 1.0)]);
         assert_eq!(points_of(&p, "cpu.bad{host=a,region=us%20west}"), vec![Point::new(ts, 0.0)]);
         assert_eq!(points_of(&p, "pmu.phase{bus=7,site=atl}"), vec![Point::new(ts, 49.98)]);
+    }
+
+    #[test]
+    fn a_comment_ends_at_its_newline_even_when_it_holds_a_quote() {
+        // A comment's `a="b` once opened a quoted string that took the next lines with it.
+        let body = b"  # note: a=\"b c\nm value=1 1\n# x y=\"\nm value=2 2\nbad line\n";
+        let p = parse(body, Precision::S, NOW);
+        assert_eq!(p.points, 2, "{:?}", p.errors);
+        assert_eq!(points_of(&p, "m"), vec![Point::new(1_000_000_000, 1.0), Point::new(2_000_000_000, 2.0)]);
+        assert_eq!(p.errors.iter().map(|e| e.line).collect::<Vec<_>>(), [5], "lines are still counted");
     }
 
     #[test]
