@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use timeshard_formats::influxql;
 use timeshard_formats::line_protocol::{self, Precision};
+use timeshard_formats::long_lines::{LongLines, without_long_lines};
 use timeshard_formats::{compression, remote_write};
 use timeshard_proto::wire::{self, Request, Response};
 use timeshard_store::faulty_disk::FaultyDisk;
@@ -98,6 +99,20 @@ pub fn line_protocol(data: &[u8]) {
     let parsed = line_protocol::parse(body, precision, NOW_NS);
     let points: usize = parsed.batch.iter().map(|s| s.points.len()).sum();
     assert_eq!(points, parsed.points, "the parser counts what it keeps");
+    // The over-long line guard, with a limit small enough to matter: fed in chunks as a body
+    // arrives, it keeps what it keeps of the whole body at once, and the parser takes the rest.
+    let (limit, chunk) = (usize::from(p) * 3, usize::from(p % 7) + 1);
+    let mut lines = LongLines::new(limit);
+    let mut out = Vec::new();
+    for c in body.chunks(chunk) {
+        lines.copy(c, &mut out);
+    }
+    let (whole, again) = without_long_lines(body, limit);
+    assert_eq!(out, &*whole, "chunked and whole copies agree");
+    assert_eq!(lines.count(), again.count());
+    let mut guarded = line_protocol::parse(&out, precision, NOW_NS);
+    lines.refuse_in(&mut guarded);
+    assert!(guarded.errors.len() <= line_protocol::MAX_REPORTED_ERRORS);
 }
 
 /// A CSV file for `timeshard import` or `put`: the first byte says whether the series is given

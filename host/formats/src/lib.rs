@@ -18,6 +18,7 @@ pub mod csv_points;
 pub mod exposition;
 pub mod influxql;
 pub mod line_protocol;
+pub mod long_lines;
 pub mod names;
 pub mod promql;
 pub mod remote_read;
