@@ -351,9 +351,20 @@ impl Ledger {
     /// before they are allocated (a check of `resident` alone lets every body admitted just
     /// under the budget grow past it).
     pub fn admit_body(&self, bytes: u64, resident: u64) -> Result<Admitted<'_>, BudgetExceeded> {
+        self.admit_body_counting(bytes, resident, true)
+    }
+
+    /// [`Ledger::admit_body`] for a body that will ask again: a refusal is not counted.
+    pub fn try_admit_body(&self, bytes: u64, resident: u64) -> Result<Admitted<'_>, BudgetExceeded> {
+        self.admit_body_counting(bytes, resident, false)
+    }
+
+    fn admit_body_counting(&self, bytes: u64, resident: u64, count: bool) -> Result<Admitted<'_>, BudgetExceeded> {
         let total = ByteSize(self.shares.total);
         let refused = |e| {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            if count {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e)
         };
         let ceiling = self.shares.resident_ceiling();

@@ -395,14 +395,33 @@ async fn large_and_many_requests_get_clear_errors_while_a_client_is_served() -> 
         }
     });
 
-    // A 20 MB line and a 1 MB series key: refused with the limit named.
-    for (what, line) in [
-        ("a 20 MB line", format!("big,site=atl value=1,{}=2 {T}\n", "f".repeat(20 << 20))),
-        ("a 1 MB series key", format!("big,site={} value=1 {T}\n", "a".repeat(1 << 20))),
-    ] {
-        let a = raw(addr, &format!("POST /write?precision=s HTTP/1.1\r\n{host}"), line.as_bytes()).await?;
+    // A 20 MB line and a 1 MB series key, each between two good lines: left out as they
+    // arrive and refused with the line limit named; the good lines are stored. A 100 KB key
+    // (a line within the limit) is refused by the parser, with the key limit named.
+    for (i, (what, line, limit)) in [
+        ("a 20 MB line", format!("big,site=atl value=1,{}=2 {T}", "f".repeat(20 << 20)), "262144 bytes"),
+        ("a 1 MB series key", format!("big,site={} value=1 {T}", "a".repeat(1 << 20)), "262144 bytes"),
+        ("a 100 KB series key", format!("big,site={} value=1 {T}", "a".repeat(100 << 10)), "512 bytes"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = format!(
+            "around value={} {}\n{line}\naround value={} {}\n",
+            2 * i,
+            T + 2 * i as i64,
+            2 * i + 1,
+            T + 2 * i as i64 + 1
+        );
+        let a = raw(addr, &format!("POST /write?precision=s HTTP/1.1\r\n{host}"), body.as_bytes()).await?;
         assert_eq!(a.status, 400, "{what}: {a:?}");
-        assert!(a.body.contains("512"), "{what}: the key limit is named: {}", &a.body[..a.body.len().min(500)]);
+        assert!(
+            a.body.contains("line 2:") && a.body.contains(limit) && a.body.contains("dropped=1"),
+            "{what}: the line and the limit are named: {}",
+            &a.body[..a.body.len().min(500)]
+        );
+        let got = values(&mut c, "around").await?;
+        assert_eq!(got.len(), 2 * i + 2, "{what}: the lines around it are stored: {got:?}");
     }
 
     // InfluxQL nested 10,000 deep: parsed, and refused at the parser's depth bound. Nested

@@ -43,6 +43,10 @@ pub struct HttpConfig {
     pub key: Option<PathBuf>,
     /// Largest request body, in bytes, compressed or decompressed.
     pub max_body_bytes: usize,
+    /// Bytes of large write bodies the node reads each second, all callers together: a body's
+    /// first 256 KiB are read at once, the rest at this pace (TCP holds the senders back), so
+    /// a flood of large bodies takes a bounded share of the node's cores. 0: no pace.
+    pub max_body_bytes_per_second: u64,
     /// Largest body of a request that is not a write (a query's statement or form, a remote
     /// read), in bytes, refused (413) from its declared length before it is read; never more
     /// than `max_body_bytes`. The default holds the longest statement the parsers take
@@ -104,6 +108,7 @@ impl Default for HttpConfig {
             cert: None,
             key: None,
             max_body_bytes: 32 * 1024 * 1024,
+            max_body_bytes_per_second: 256 * 1024 * 1024,
             max_query_body_bytes: 1024 * 1024,
             max_concurrent_requests: 256,
             max_connections: 1024,

@@ -1,6 +1,7 @@
 //! Request bodies: charged to the node's memory budget at their declared length before a byte
 //! is read, read within `[http] max_body_bytes` and `body_timeout`, and only then handed to a
-//! handler, so a slow or large body holds neither a request slot nor unaccounted memory.
+//! handler, so a slow or large body holds neither a request slot nor unaccounted memory. A
+//! line-protocol body's over-long lines are left out as they arrive ([`LongLines`]).
 
 use std::time::Duration;
 
@@ -8,10 +9,12 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use timeshard_formats::long_lines::{LongLines, MAX_LINE_BYTES};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::budget::{Admitted, Ledger, recent_resident_bytes};
+use super::pace::{Pace, UNPACED_BYTES};
+use crate::budget::{Admitted, BudgetExceeded, Ledger, recent_resident_bytes};
 
 /// The bytes a request's body will take at most: its declared length, or `limit` when it is
 /// sent in chunks; `None` when it has none. A declared length over `limit` is refused.
@@ -25,24 +28,41 @@ pub fn declared(req: &Request, limit: usize) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// What a line-protocol body left out: its lines over [`MAX_LINE_BYTES`], which the write
+/// handler refuses with the lines the parser refuses. A request extension.
+#[derive(Clone, Debug)]
+pub struct LeftOut(pub std::sync::Arc<std::sync::Mutex<Option<LongLines>>>);
+
+impl LeftOut {
+    /// The lines left out, once (`None` for a body read whole).
+    pub fn take(&self) -> Option<LongLines> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 /// Reads `req`'s whole body after charging it to `ledger`; returns the request with its body
-/// in memory and the charge, which the caller holds until the answer is made.
+/// in memory and the charge, which the caller holds until the answer is made. With
+/// `line_protocol`, lines over [`MAX_LINE_BYTES`] are left out as they arrive and named in a
+/// [`LeftOut`] extension. Past its first [`UNPACED_BYTES`] the body is read at `pace`.
 pub async fn buffer<'a>(
     req: Request,
     limit: usize,
     timeout: Duration,
     ledger: Option<&'a Ledger>,
+    pace: Option<&Pace>,
+    line_protocol: bool,
 ) -> Result<(Request, Option<Admitted<'a>>), ApiError> {
     let Some(bytes) = declared(&req, limit)? else { return Ok((req, None)) };
     let charge = match ledger {
-        Some(l) => Some(l.admit_body(bytes, recent_resident_bytes()).map_err(|e| ApiError::Node(e.into()))?),
+        Some(l) => Some(admit(l, bytes).await.map_err(|e| ApiError::Node(e.into()))?),
         None => None,
     };
     // A declared length is read into a buffer of that size; a chunked body's grows from 64 KiB.
     let exact = axum::body::HttpBody::size_hint(req.body()).exact().is_some();
     let capacity = if exact { bytes as usize } else { 64 << 10 };
-    let (parts, body) = req.into_parts();
-    let read = tokio::time::timeout(timeout, read_into(Limited::new(body, limit), capacity))
+    let (mut parts, body) = req.into_parts();
+    let mut lines = line_protocol.then(|| LongLines::new(MAX_LINE_BYTES));
+    let read = tokio::time::timeout(timeout, read_into(Limited::new(body, limit), capacity, lines.as_mut(), pace))
         .await
         .map_err(|_| ApiError::BodyTimeout(timeout))?
         .map_err(|e| {
@@ -52,18 +72,62 @@ pub async fn buffer<'a>(
                 ApiError::BadRequest(format!("cannot read the request body: {e}"))
             }
         })?;
+    if let Some(lines) = lines {
+        parts.extensions.insert(LeftOut(std::sync::Arc::new(std::sync::Mutex::new(Some(lines)))));
+    }
     Ok((Request::from_parts(parts, axum::body::Body::from(read)), charge))
 }
 
-/// Reads a body into one buffer, copied once (collecting chunks and joining them takes twice).
-async fn read_into(mut body: Limited<axum::body::Body>, capacity: usize) -> Result<Bytes, axum::BoxError> {
-    let mut buf = bytes::BytesMut::with_capacity(capacity);
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            buf.extend_from_slice(&data);
+/// How long a body waits for room in the bodies' share of the memory budget before it is
+/// refused. Refused at once, a flood of bodies comes straight back on new connections, and
+/// those cost the node more than bodies that wait unread (the kernel holds what was sent).
+const BODY_WAIT: Duration = Duration::from_secs(1);
+/// How often a waiting body asks again.
+const BODY_RETRY: Duration = Duration::from_millis(20);
+
+/// Charges a body of `bytes` to `ledger`, waiting up to [`BODY_WAIT`] while the bodies' share is
+/// full; a body that the process's resident memory cannot take is refused at once.
+async fn admit(ledger: &Ledger, bytes: u64) -> Result<Admitted<'_>, BudgetExceeded> {
+    let started = std::time::Instant::now();
+    loop {
+        match ledger.try_admit_body(bytes, recent_resident_bytes()) {
+            Err(BudgetExceeded::Bodies { .. }) if started.elapsed() < BODY_WAIT => tokio::time::sleep(BODY_RETRY).await,
+            Err(_) => return ledger.admit_body(bytes, recent_resident_bytes()),
+            admitted => return admitted,
         }
     }
-    Ok(buf.freeze())
+}
+
+/// Reads a body into one buffer, copied once (collecting chunks and joining them takes twice),
+/// through `lines` when given, at `pace` past its first [`UNPACED_BYTES`].
+async fn read_into(
+    mut body: Limited<axum::body::Body>,
+    capacity: usize,
+    mut lines: Option<&mut LongLines>,
+    pace: Option<&Pace>,
+) -> Result<Bytes, axum::BoxError> {
+    let mut buf = Vec::with_capacity(capacity);
+    let (mut read, mut unpaid) = (0, 0);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            read += data.len();
+            unpaid += data.len();
+            if let Some(pace) = pace
+                && read > UNPACED_BYTES
+                && unpaid >= UNPACED_BYTES
+            {
+                let wait = pace.charge(std::mem::take(&mut unpaid), std::time::Instant::now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            match lines.as_deref_mut() {
+                Some(lines) => lines.copy(&data, &mut buf),
+                None => buf.extend_from_slice(&data),
+            }
+        }
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// A request body within the limit; an oversize one is refused with [`ApiError::TooLarge`].

@@ -25,6 +25,7 @@ pub mod bulk;
 pub mod error;
 pub mod influxql;
 pub mod metrics;
+pub mod pace;
 pub mod promql;
 pub mod read;
 pub mod sites;
@@ -69,6 +70,9 @@ const OPEN_PATHS: [&str; 2] = ["/ping", "/health"];
 /// Paths whose bodies are writes, taken up to `[http] max_body_bytes`; every other body is a
 /// query's, taken up to `max_query_body_bytes`.
 const WRITE_PATHS: [&str; 3] = ["/write", "/api/v2/write", "/api/v1/write"];
+/// Write paths whose bodies are line protocol: read through the over-long line guard unless
+/// they are compressed (those are guarded once inflated).
+const LINE_PROTOCOL_PATHS: [&str; 2] = ["/write", "/api/v2/write"];
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -81,6 +85,8 @@ pub struct AppState {
     slots: Arc<Semaphore>,
     /// Large bodies' decoding, a few at a time off the async threads.
     bulk: bulk::Bulk,
+    /// The pace of large write bodies (`None`: `max_body_bytes_per_second = 0`).
+    pace: Arc<Option<pace::Pace>>,
 }
 
 impl AppState {
@@ -154,10 +160,14 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
         let (config, ledger) = (s.config(), s.node.coordinator().budget().map(|l| &**l));
         let write = WRITE_PATHS.contains(&req.uri().path());
         let limit = if write { config.max_body_bytes } else { config.query_body_limit() };
-        let (req, _charge) = body::buffer(req, limit, config.body_timeout, ledger).await.map_err(|e| match e {
-            ApiError::TooLarge { limit } if !write => ApiError::QueryTooLarge { limit },
-            e => e,
-        })?;
+        let pace = if write { (*s.pace).as_ref() } else { None };
+        let lines = LINE_PROTOCOL_PATHS.contains(&req.uri().path())
+            && matches!(write::Encoding::of(req.headers()), Ok(write::Encoding::Identity));
+        let (req, _charge) =
+            body::buffer(req, limit, config.body_timeout, ledger, pace, lines).await.map_err(|e| match e {
+                ApiError::TooLarge { limit } if !write => ApiError::QueryTooLarge { limit },
+                e => e,
+            })?;
         let permit = tokio::time::timeout(SLOT_WAIT, s.slots.clone().acquire_owned()).await;
         let Ok(Ok(_permit)) = permit else {
             return Err(ApiError::Overloaded(s.config().max_concurrent_requests));
@@ -231,6 +241,7 @@ pub fn spawn(node: Arc<Node>, listener: TcpListener, tokens: Arc<Tokens>) -> Res
         slots: Arc::new(Semaphore::new(http.max_concurrent_requests)),
         sites: Arc::new(Sites::new(&http)),
         bulk: bulk::Bulk::for_this_machine(),
+        pace: Arc::new(pace::Pace::new(http.max_body_bytes_per_second, http.max_body_bytes, std::time::Instant::now())),
         http: http.clone(),
     };
     let app = router(state);

@@ -10,16 +10,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::Extension;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use timeshard_formats::compression;
 use timeshard_formats::line_protocol::{self, LineError, Precision};
+use timeshard_formats::long_lines::{self, LongLines, MAX_LINE_BYTES};
 use timeshard_formats::remote_write;
 use timeshard_proto::batch;
 use timeshard_proto::point::SeriesPoints;
 
+use super::body::LeftOut;
 use super::error::{ApiError, V2};
 use super::{AppState, Body};
 use crate::budget::{Ledger, OwnedAdmitted, recent_resident_bytes};
@@ -33,13 +36,13 @@ pub fn params(query: Option<&str>) -> Result<HashMap<String, String>, ApiError> 
 
 /// How a body is encoded (`Content-Encoding`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Encoding {
+pub(super) enum Encoding {
     Identity,
     Gzip,
 }
 
 impl Encoding {
-    fn of(headers: &HeaderMap) -> Result<Encoding, ApiError> {
+    pub(super) fn of(headers: &HeaderMap) -> Result<Encoding, ApiError> {
         let Some(value) = headers.get(header::CONTENT_ENCODING) else { return Ok(Encoding::Identity) };
         match String::from_utf8_lossy(value.as_bytes()).trim() {
             "" | "identity" => Ok(Encoding::Identity),
@@ -153,10 +156,13 @@ fn answer(
     Err(ApiError::PartialWrite(line_protocol::partial_write_message(&errors, failed + rejected as usize)))
 }
 
+/// Parses a line-protocol body and stores what it holds. `left_out`: the lines over
+/// [`MAX_LINE_BYTES`] already left out as the body arrived (a gzip body's are left out here).
 async fn line_protocol(
     s: &AppState,
     headers: &HeaderMap,
     body: Bytes,
+    left_out: Option<LongLines>,
     precision: Precision,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
@@ -176,7 +182,13 @@ async fn line_protocol(
             .bulk
             .run(work, move || {
                 let (body, charges) = decoded(encoding, body, limit, ledger, prepaid)?;
-                Ok::<_, ApiError>((line_protocol::parse(&body, precision, now), charges))
+                let (body, left_out) = match left_out {
+                    Some(lines) => (std::borrow::Cow::Borrowed(&body[..]), lines),
+                    None => long_lines::without_long_lines(&body, MAX_LINE_BYTES),
+                };
+                let mut parsed = line_protocol::parse(&body, precision, now);
+                left_out.refuse_in(&mut parsed);
+                Ok::<_, ApiError>((parsed, charges))
             })
             .await??;
         let (stored, rejected, reasons) = store(s, parsed.batch).await?;
@@ -213,11 +225,12 @@ pub async fn influx_v1(
     State(s): State<AppState>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
+    left_out: Option<Extension<LeftOut>>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let params = params(q.as_deref())?;
     let precision = precision(params.get("precision"))?;
-    line_protocol(&s, &headers, body, precision).await
+    line_protocol(&s, &headers, body, left_out.and_then(|e| e.take()), precision).await
 }
 
 /// `POST /api/v2/write?org=...&bucket=...&precision=ns|us|ms|s`: InfluxDB 2.x line protocol;
@@ -226,12 +239,13 @@ pub async fn influx_v2(
     State(s): State<AppState>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
+    left_out: Option<Extension<LeftOut>>,
     body: Result<Body, ApiError>,
 ) -> Result<Response, V2> {
     let Body(body) = body?;
     let params = params(q.as_deref())?;
     let precision = precision(params.get("precision"))?;
-    Ok(line_protocol(&s, &headers, body, precision).await?)
+    Ok(line_protocol(&s, &headers, body, left_out.and_then(|e| e.take()), precision).await?)
 }
 
 /// Charges what a remote-write body may take decoded to the memory budget, from the length its
