@@ -52,9 +52,11 @@ fn parse(answer: &[u8]) -> anyhow::Result<Raw> {
     Ok(Raw { status, body: body.to_string() })
 }
 
-/// Values of `series` in [T, T + 1000 s) through the JSON API; none when it is unknown.
+/// Values of `series` in [T, T + 1 day) through the JSON API; none when it is unknown. (The
+/// well-behaved client writes one point a second from T: it once passed 1,000 writes and its
+/// read of [T, T + 1000 s) missed the last one.)
 async fn values(c: &mut HttpClient, series: &str) -> anyhow::Result<Vec<f64>> {
-    let a = c.get(&format!("/v1/read?series={}&start={}&end={}", encode(series), T * SEC, (T + 1000) * SEC)).await?;
+    let a = c.get(&format!("/v1/read?series={}&start={}&end={}", encode(series), T * SEC, (T + 86_400) * SEC)).await?;
     if a.status == 404 {
         return Ok(Vec::new());
     }

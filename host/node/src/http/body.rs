@@ -13,7 +13,7 @@ use timeshard_formats::long_lines::{LongLines, MAX_LINE_BYTES};
 
 use super::AppState;
 use super::error::ApiError;
-use super::pace::{Pace, UNPACED_BYTES};
+use super::pace::{PACED_STEP, Pace, UNPACED_BYTES};
 use crate::budget::{Admitted, BudgetExceeded, Ledger, recent_resident_bytes};
 
 /// The bytes a request's body will take at most: its declared length, or `limit` when it is
@@ -111,10 +111,9 @@ async fn read_into(
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
             read += data.len();
-            unpaid += data.len();
+            unpaid += read.saturating_sub(UNPACED_BYTES).min(data.len());
             if let Some(pace) = pace
-                && read > UNPACED_BYTES
-                && unpaid >= UNPACED_BYTES
+                && unpaid >= PACED_STEP
             {
                 let wait = pace.charge(std::mem::take(&mut unpaid), std::time::Instant::now());
                 if !wait.is_zero() {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// Bytes of each body read before the pace applies: small writes never wait.
 pub const UNPACED_BYTES: usize = 256 << 10;
+/// Bytes past those charged at a time (what is left under it at the body's end is not).
+pub const PACED_STEP: usize = 64 << 10;
 
 /// A token bucket of bytes.
 #[derive(Debug)]
