@@ -399,6 +399,12 @@ impl Ledger {
         Ok(self.owned(admitted, Account::Bodies))
     }
 
+    /// [`Ledger::admit_body_owned`] for a body that will ask again: a refusal is not counted.
+    pub fn try_admit_body_owned(self: &Arc<Self>, bytes: u64, resident: u64) -> Result<OwnedAdmitted, BudgetExceeded> {
+        let admitted = self.try_admit_body(bytes, resident)?;
+        Ok(self.owned(admitted, Account::Bodies))
+    }
+
     /// Admits an answer that streams while holding at most `bytes`, for as long as the charge
     /// lives. Resident memory is not checked: reads go on past the budget (they free what they
     /// take), bounded by what streamed answers hold together.

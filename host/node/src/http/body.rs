@@ -88,11 +88,24 @@ const BODY_RETRY: Duration = Duration::from_millis(20);
 /// Charges a body of `bytes` to `ledger`, waiting up to [`BODY_WAIT`] while the bodies' share is
 /// full; a body that the process's resident memory cannot take is refused at once.
 async fn admit(ledger: &Ledger, bytes: u64) -> Result<Admitted<'_>, BudgetExceeded> {
-    let started = std::time::Instant::now();
+    wait_for_room(
+        || ledger.try_admit_body(bytes, recent_resident_bytes()),
+        || ledger.admit_body(bytes, recent_resident_bytes()),
+    )
+    .await
+}
+
+/// Asks `try_admit` (which does not count a refusal) until it admits, for up to [`BODY_WAIT`]
+/// while it says the bodies' share is full; then, or on any other refusal, asks `admit`.
+pub async fn wait_for_room<T>(
+    try_admit: impl Fn() -> Result<T, BudgetExceeded>,
+    admit: impl FnOnce() -> Result<T, BudgetExceeded>,
+) -> Result<T, BudgetExceeded> {
+    let started = tokio::time::Instant::now();
     loop {
-        match ledger.try_admit_body(bytes, recent_resident_bytes()) {
+        match try_admit() {
             Err(BudgetExceeded::Bodies { .. }) if started.elapsed() < BODY_WAIT => tokio::time::sleep(BODY_RETRY).await,
-            Err(_) => return ledger.admit_body(bytes, recent_resident_bytes()),
+            Err(_) => return admit(),
             admitted => return admitted,
         }
     }
@@ -143,5 +156,42 @@ impl FromRequest<AppState> for Body {
             }
             Err(r) => Err(ApiError::BadRequest(format!("cannot read the request body: {}", r.body_text()))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::budget::Shares;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_waits_for_room_in_its_share_and_is_refused_once_after_the_wait() {
+        // Queues (and bodies) get 2 MiB of 8.
+        let ledger = Arc::new(Ledger::new(Shares::of(8 << 20)));
+        let held = ledger.admit_body_owned(2 << 20, 0).expect("room for the first body");
+        let giving_back = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(held);
+        });
+        let started = tokio::time::Instant::now();
+        let admitted = admit(&ledger, 1 << 20).await.expect("admitted once the first body is done");
+        assert!(started.elapsed() >= Duration::from_millis(300), "it waited for room: {:?}", started.elapsed());
+        giving_back.await.unwrap();
+        assert_eq!(ledger.refused(), 0, "asking again is not a refusal");
+        // A share that stays full: refused after the wait, and counted once.
+        let _full = ledger.admit_body(1 << 20, 0).expect("the rest of the share");
+        let started = tokio::time::Instant::now();
+        let err = admit(&ledger, 1 << 20).await.expect_err("no room within the wait");
+        assert!(matches!(err, BudgetExceeded::Bodies { .. }), "{err}");
+        assert!(started.elapsed() >= BODY_WAIT, "{:?}", started.elapsed());
+        assert_eq!(ledger.refused(), 1);
+        drop(admitted);
+        // A body the resident memory cannot take is refused at once.
+        let started = tokio::time::Instant::now();
+        let far_over = wait_for_room(|| ledger.try_admit_body(1, 100 << 20), || ledger.admit_body(1, 100 << 20)).await;
+        assert!(matches!(far_over, Err(BudgetExceeded::Resident { .. })));
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 }

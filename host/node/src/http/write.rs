@@ -22,7 +22,7 @@ use timeshard_formats::remote_write;
 use timeshard_proto::batch;
 use timeshard_proto::point::SeriesPoints;
 
-use super::body::LeftOut;
+use super::body::{LeftOut, wait_for_room};
 use super::error::{ApiError, V2};
 use super::{AppState, Body};
 use crate::budget::{Ledger, OwnedAdmitted, recent_resident_bytes};
@@ -56,9 +56,9 @@ impl Encoding {
 
 /// A gzip body's decompressed size as its trailer declares it, charged to `ledger` before any
 /// of it is inflated: a body declaring more than `limit` is refused as too large, and one the
-/// budget cannot take now is refused at once (retryable), not after inflating part of it.
-/// Returns the charge and the bytes it prepays.
-fn charge_inflated(body: &[u8], limit: usize, ledger: Option<&Arc<Ledger>>) -> Result<Prepaid, ApiError> {
+/// budget cannot take now waits for room as an unread body does, and is refused then
+/// (retryable), not after inflating part of it. Returns the charge and the bytes it prepays.
+async fn charge_inflated(body: &[u8], limit: usize, ledger: Option<&Arc<Ledger>>) -> Result<Prepaid, ApiError> {
     let declared = compression::gzip_declared_len(body).unwrap_or(0);
     if declared > limit {
         return Err(ApiError::TooLarge { limit });
@@ -67,8 +67,13 @@ fn charge_inflated(body: &[u8], limit: usize, ledger: Option<&Arc<Ledger>>) -> R
     if declared == 0 {
         return Ok(Prepaid { charge: None, bytes: 0 });
     }
-    let charge =
-        ledger.admit_body_owned(declared as u64, recent_resident_bytes()).map_err(|e| ApiError::Node(e.into()))?;
+    let bytes = declared as u64;
+    let charge = wait_for_room(
+        || ledger.try_admit_body_owned(bytes, recent_resident_bytes()),
+        || ledger.admit_body_owned(bytes, recent_resident_bytes()),
+    )
+    .await
+    .map_err(|e| ApiError::Node(e.into()))?;
     Ok(Prepaid { charge: Some(charge), bytes: declared })
 }
 
@@ -173,7 +178,7 @@ async fn line_protocol(
         let encoding = Encoding::of(headers)?;
         let ledger = s.node.coordinator().budget().cloned();
         let prepaid = match encoding {
-            Encoding::Gzip => charge_inflated(&body, limit, ledger.as_ref())?,
+            Encoding::Gzip => charge_inflated(&body, limit, ledger.as_ref()).await?,
             Encoding::Identity => Prepaid { charge: None, bytes: 0 },
         };
         // A compressed body's size says nothing of the work it makes: inflate it off the runtime.
