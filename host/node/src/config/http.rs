@@ -209,6 +209,21 @@ impl HttpConfig {
                 "the header, body and write timeouts and requests per connection must be positive".into(),
             );
         }
+        // The pace must let a lone largest body arrive within its timeout, or it always gets 408.
+        let slowest = self.max_body_bytes as f64 / self.body_timeout.as_secs_f64();
+        if self.max_body_bytes_per_second != 0 && (self.max_body_bytes_per_second as f64) < slowest {
+            return invalid(
+                "max_body_bytes_per_second",
+                format!(
+                    "{} bytes a second cannot read a body of max_body_bytes ({}) within body_timeout ({:?}): set at \
+                     least {:.0}, or 0 for no pace",
+                    self.max_body_bytes_per_second,
+                    self.max_body_bytes,
+                    self.body_timeout,
+                    slowest.ceil()
+                ),
+            );
+        }
         if let Some(bad) = self.allowed_hosts.iter().find(|h| h.is_empty() || h.contains(['/', ':', ' ', '*'])) {
             return invalid(
                 "allowed_hosts",
@@ -285,6 +300,9 @@ mod tests {
             let err = with(&[], &[bad]).validate().unwrap_err().to_string();
             assert!(err.contains("allowed_origins") && err.contains("not a web origin"), "{bad}: {err}");
         }
+        let slow = HttpConfig { max_body_bytes_per_second: 1 << 20, ..HttpConfig::default() }.validate().unwrap_err();
+        assert!(slow.to_string().contains("at least 3355444, or 0"), "{slow}");
+        HttpConfig { max_body_bytes_per_second: 0, ..HttpConfig::default() }.validate().expect("no pace");
         let err = HttpConfig { body_timeout: Duration::ZERO, ..HttpConfig::default() }.validate().unwrap_err();
         assert!(err.to_string().contains("timeouts"), "{err}");
         let err = HttpConfig { write_timeout: Duration::ZERO, ..HttpConfig::default() }.validate().unwrap_err();
