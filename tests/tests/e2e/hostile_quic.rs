@@ -323,13 +323,19 @@ async fn handshakes_from_one_address_past_its_rate_are_refused_before_any_crypto
     assert!(HANDSHAKES - limited <= allowed, "{} handshakes went on, the limit allows {allowed}", HANDSHAKES - limited);
     assert!(open > 0, "the burst is accepted");
     // Refused quickly: handshakes over the rate end well before a handshake timeout. Many at
-    // once: the flood may end with a few tokens left (its Retries take none) and the bucket
-    // refills by one every 1/RATE s, so a single one may find a token.
+    // once, and again at most the burst and the rate over their time go on: the bucket may
+    // have refilled while the flood's last handshakes completed (on a loaded machine the flood
+    // took 30 s and its tail left the bucket full: 24 of 64 refused, exactly 64 - BURST).
     let refused_in = Instant::now();
     let few = raw_quic::flood(&endpoint, addr, 64, 64).await;
+    let few_took = refused_in.elapsed();
     let few_limited = few.iter().filter(|o| matches!(o, Outcome::RateLimited)).count();
-    assert!(few_limited >= 32, "{few_limited} of 64 refused by the rate");
-    assert!(refused_in.elapsed() < Duration::from_secs(2), "refused in {:?}", refused_in.elapsed());
+    let few_allowed = BURST as usize + (few_took.as_secs_f64() * f64::from(RATE)).ceil() as usize;
+    assert!(
+        few_limited > 0 && 64 - few_limited <= few_allowed,
+        "{few_limited} of 64 refused by the rate in {few_took:?}; the limit allows {few_allowed} to go on"
+    );
+    assert!(few_took < Duration::from_secs(2), "refused in {few_took:?}");
 
     // The established client kept its answers right all along.
     stop.store(true, Ordering::Relaxed);
